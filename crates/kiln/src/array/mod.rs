@@ -1,0 +1,379 @@
+//! `Array`: a shared buffer plus offset, shape, element strides and dtype. Views (slices with
+//! negative steps, transposes, broadcasts) share the buffer and copy nothing.
+
+mod npy;
+mod view;
+
+use std::fmt;
+use std::sync::Arc;
+
+pub use view::SliceArg;
+
+use crate::device::{Device, DeviceBuffer};
+use crate::dtype::{element_bytes_to_f64, f64_to_element_bytes, DType, Element};
+use crate::error::{Error, Result};
+
+/// A shape: extents per axis, outermost first.
+pub type Shape = Vec<usize>;
+/// Strides in elements (not bytes), one per axis; may be zero (broadcast) or negative.
+pub type Strides = Vec<isize>;
+
+/// Host memory, 16-byte aligned so any element type (and vector loads of it) may alias it.
+#[derive(Clone)]
+pub struct HostBuffer {
+    words: Vec<u128>,
+    len: usize,
+}
+
+impl HostBuffer {
+    /// A zero-filled buffer of `len` bytes.
+    pub fn zeroed(len: usize) -> Self {
+        HostBuffer { words: vec![0u128; len.div_ceil(16)], len }
+    }
+
+    /// A buffer holding a copy of `bytes`.
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        let mut b = HostBuffer::zeroed(bytes.len());
+        b.bytes_mut().copy_from_slice(bytes);
+        b
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice::<u128, u8>(&self.words)[..self.len]
+    }
+
+    /// The bytes, writable.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let len = self.len;
+        &mut bytemuck::cast_slice_mut::<u128, u8>(&mut self.words)[..len]
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl fmt::Debug for HostBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HostBuffer({} bytes)", self.len)
+    }
+}
+
+/// Where an array's bytes live.
+#[derive(Debug)]
+pub enum Storage {
+    Host(HostBuffer),
+    Device(Arc<dyn DeviceBuffer>),
+}
+
+/// An n-dimensional array view over shared storage.
+#[derive(Clone)]
+pub struct Array {
+    storage: Arc<Storage>,
+    offset: usize,
+    shape: Shape,
+    strides: Strides,
+    dtype: DType,
+}
+
+/// Row-major (C order) strides for `shape`.
+pub fn row_major_strides(shape: &[usize]) -> Strides {
+    let mut strides = vec![0isize; shape.len()];
+    let mut acc = 1isize;
+    for (s, &n) in strides.iter_mut().zip(shape).rev() {
+        *s = acc;
+        acc *= n.max(1) as isize;
+    }
+    strides
+}
+
+impl Array {
+    /// A row-contiguous host array from raw little-endian bytes.
+    pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Array> {
+        let n: usize = shape.iter().product();
+        if bytes.len() != n * dtype.size() {
+            return Err(Error::shape(
+                "array",
+                format!(
+                    "{} bytes given for shape {:?} of {} ({} bytes expected)",
+                    bytes.len(),
+                    shape,
+                    dtype,
+                    n * dtype.size()
+                ),
+            ));
+        }
+        Ok(Array::from_host(HostBuffer::from_bytes(bytes), dtype, shape))
+    }
+
+    /// A row-contiguous host array taking ownership of `buffer`.
+    pub fn from_host(buffer: HostBuffer, dtype: DType, shape: &[usize]) -> Array {
+        Array {
+            storage: Arc::new(Storage::Host(buffer)),
+            offset: 0,
+            shape: shape.to_vec(),
+            strides: row_major_strides(shape),
+            dtype,
+        }
+    }
+
+    /// A row-contiguous array over device memory made by a backend.
+    pub fn from_device_buffer(buffer: Arc<dyn DeviceBuffer>, dtype: DType, shape: &[usize]) -> Array {
+        Array {
+            storage: Arc::new(Storage::Device(buffer)),
+            offset: 0,
+            shape: shape.to_vec(),
+            strides: row_major_strides(shape),
+            dtype,
+        }
+    }
+
+    /// A row-contiguous host array from typed values.
+    pub fn from_vec<T: Element>(shape: &[usize], values: Vec<T>) -> Result<Array> {
+        let mut bytes = Vec::with_capacity(values.len() * T::DTYPE.size());
+        for v in values {
+            v.write_le(&mut bytes);
+        }
+        Array::from_bytes(T::DTYPE, shape, &bytes)
+    }
+
+    /// A 0-d host array.
+    pub fn scalar<T: Element>(value: T) -> Array {
+        let mut bytes = Vec::new();
+        value.write_le(&mut bytes);
+        Array::from_host(HostBuffer::from_bytes(&bytes), T::DTYPE, &[])
+    }
+
+    /// A host array of `dtype` whose elements are `values` converted with a numeric cast.
+    pub fn from_f64(dtype: DType, shape: &[usize], values: &[f64]) -> Result<Array> {
+        let mut bytes = Vec::with_capacity(values.len() * dtype.size());
+        for &v in values {
+            bytes.extend(f64_to_element_bytes(v, dtype));
+        }
+        Array::from_bytes(dtype, shape, &bytes)
+    }
+
+    /// A host array filled with `value` (numeric cast to `dtype`).
+    pub fn full(dtype: DType, shape: &[usize], value: f64) -> Array {
+        let n: usize = shape.iter().product();
+        let one = f64_to_element_bytes(value, dtype);
+        let mut buf = HostBuffer::zeroed(n * dtype.size());
+        for chunk in buf.bytes_mut().chunks_exact_mut(dtype.size()) {
+            chunk.copy_from_slice(&one);
+        }
+        Array::from_host(buf, dtype, shape)
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    /// Element strides.
+    pub fn strides(&self) -> &[isize] {
+        &self.strides
+    }
+    /// Offset of element (0, ..., 0) from the start of the storage, in elements.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+    /// Number of elements.
+    pub fn size(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// Bytes the elements would occupy contiguously.
+    pub fn nbytes(&self) -> usize {
+        self.size() * self.dtype.size()
+    }
+    /// The storage shared by this view.
+    pub fn storage(&self) -> &Arc<Storage> {
+        &self.storage
+    }
+
+    /// The device the array lives on.
+    pub fn device(&self) -> Device {
+        match &*self.storage {
+            Storage::Host(_) => Device::Cpu,
+            Storage::Device(b) => b.device(),
+        }
+    }
+
+    /// The host buffer, when the array lives on the host.
+    pub fn host_buffer(&self) -> Option<&HostBuffer> {
+        match &*self.storage {
+            Storage::Host(b) => Some(b),
+            Storage::Device(_) => None,
+        }
+    }
+
+    /// The device buffer, when the array lives on a device.
+    pub fn device_buffer(&self) -> Option<&Arc<dyn DeviceBuffer>> {
+        match &*self.storage {
+            Storage::Host(_) => None,
+            Storage::Device(b) => Some(b),
+        }
+    }
+
+    /// True when the elements are laid out row-major without gaps (MLX's `row_contiguous`):
+    /// axes of extent 1 may carry any stride.
+    pub fn is_row_contiguous(&self) -> bool {
+        let mut expected = 1isize;
+        for (&n, &s) in self.shape.iter().zip(&self.strides).rev() {
+            if n == 1 {
+                continue;
+            }
+            if n == 0 {
+                return true;
+            }
+            if s != expected {
+                return false;
+            }
+            expected *= n as isize;
+        }
+        true
+    }
+
+    /// Storage offsets (in elements) of every element in row-major order.
+    pub fn element_offsets(&self) -> Vec<usize> {
+        let n = self.size();
+        let mut out = Vec::with_capacity(n);
+        if n == 0 {
+            return out;
+        }
+        let nd = self.ndim();
+        let mut idx = vec![0usize; nd];
+        let mut pos = self.offset as isize;
+        for _ in 0..n {
+            out.push(pos as usize);
+            for ax in (0..nd).rev() {
+                idx[ax] += 1;
+                pos += self.strides[ax];
+                if idx[ax] < self.shape[ax] {
+                    break;
+                }
+                pos -= self.strides[ax] * self.shape[ax] as isize;
+                idx[ax] = 0;
+            }
+        }
+        out
+    }
+
+    /// The elements as contiguous little-endian bytes in row-major order (host arrays only).
+    pub fn to_contiguous_bytes(&self) -> Result<Vec<u8>> {
+        let buf = self.require_host("to_contiguous_bytes")?;
+        let es = self.dtype.size();
+        let bytes = buf.bytes();
+        if self.is_row_contiguous() {
+            let start = self.offset * es;
+            return Ok(bytes[start..start + self.nbytes()].to_vec());
+        }
+        let mut out = Vec::with_capacity(self.nbytes());
+        for off in self.element_offsets() {
+            out.extend_from_slice(&bytes[off * es..(off + 1) * es]);
+        }
+        Ok(out)
+    }
+
+    /// A row-contiguous copy of a host array (or the array itself when already contiguous).
+    pub fn to_row_contiguous(&self) -> Result<Array> {
+        if self.is_row_contiguous() && self.host_buffer().is_some() {
+            return Ok(self.clone());
+        }
+        Array::from_bytes(self.dtype, &self.shape, &self.to_contiguous_bytes()?)
+    }
+
+    /// The elements in row-major order as `T` (host arrays only; `T` must match the dtype).
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::dtype(
+                "to_vec",
+                self.dtype,
+                format!("array holds {}, {} was asked for", self.dtype, T::DTYPE),
+            ));
+        }
+        let bytes = self.to_contiguous_bytes()?;
+        Ok(bytes.chunks_exact(self.dtype.size()).map(T::read_le).collect())
+    }
+
+    /// The elements in row-major order widened to `f64` (host arrays only).
+    pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
+        let bytes = self.to_contiguous_bytes()?;
+        Ok(bytes.chunks_exact(self.dtype.size()).map(|c| element_bytes_to_f64(c, self.dtype)).collect())
+    }
+
+    /// Converts to `dtype` with a numeric cast (float to bfloat16/float16 rounds to nearest
+    /// even); always returns a new row-contiguous host array.
+    pub fn astype(&self, dtype: DType) -> Result<Array> {
+        if dtype == self.dtype {
+            return self.to_row_contiguous();
+        }
+        let values = self.to_f64_vec()?;
+        // f64 holds every value of every source dtype except 64-bit ints past 2^53; cast those
+        // through integers so they stay exact.
+        if matches!(self.dtype, DType::I64 | DType::U64) && !dtype.is_float() {
+            let bytes = self.to_contiguous_bytes()?;
+            let mut out = Vec::with_capacity(self.size() * dtype.size());
+            for c in bytes.chunks_exact(8) {
+                let v = if self.dtype == DType::I64 { i64::read_le(c) as i128 } else { u64::read_le(c) as i128 };
+                out.extend(int_to_element_bytes(v, dtype));
+            }
+            return Array::from_bytes(dtype, &self.shape, &out);
+        }
+        Array::from_f64(dtype, &self.shape, &values)
+    }
+
+    fn require_host(&self, what: &str) -> Result<&HostBuffer> {
+        self.host_buffer().ok_or_else(|| {
+            Error::invalid(
+                what,
+                format!("array lives on {}; move it to the host first (Array::to_host)", self.device()),
+            )
+        })
+    }
+
+    pub(crate) fn with_view(&self, offset: usize, shape: Shape, strides: Strides) -> Array {
+        Array { storage: self.storage.clone(), offset, shape, strides, dtype: self.dtype }
+    }
+}
+
+fn int_to_element_bytes(v: i128, dtype: DType) -> Vec<u8> {
+    let mut out = Vec::new();
+    match dtype {
+        DType::Bool => (v != 0).write_le(&mut out),
+        DType::U8 => (v as u8).write_le(&mut out),
+        DType::U16 => (v as u16).write_le(&mut out),
+        DType::U32 => (v as u32).write_le(&mut out),
+        DType::U64 => (v as u64).write_le(&mut out),
+        DType::I8 => (v as i8).write_le(&mut out),
+        DType::I16 => (v as i16).write_le(&mut out),
+        DType::I32 => (v as i32).write_le(&mut out),
+        DType::I64 => (v as i64).write_le(&mut out),
+        DType::F16 | DType::BF16 | DType::F32 => return f64_to_element_bytes(v as f64, dtype),
+    }
+    out
+}
+
+impl fmt::Debug for Array {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Array({} {:?} strides {:?} offset {} on {})",
+            self.dtype,
+            self.shape,
+            self.strides,
+            self.offset,
+            self.device()
+        )
+    }
+}

@@ -1,0 +1,196 @@
+//! What one kernel call needs besides its inputs: output shapes and dtypes, grid and threadgroup,
+//! template arguments, `init_value`, the device and options.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::array::Array;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::Error;
+use crate::source::mangle::TemplateArg;
+
+/// The compiler's floating-point mode (MLX `compile_options={"math_mode": ...}`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MathMode {
+    /// IEEE semantics: `exp(-inf) == 0`, NaN and infinity preserved.
+    #[default]
+    Safe,
+    /// Reassociation allowed, special values kept.
+    Relaxed,
+    /// Fast math; `__FAST_MATH__` is defined.
+    Fast,
+}
+
+impl MathMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            MathMode::Safe => "safe",
+            MathMode::Relaxed => "relaxed",
+            MathMode::Fast => "fast",
+        }
+    }
+}
+
+impl FromStr for MathMode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s {
+            "safe" => Ok(MathMode::Safe),
+            "relaxed" => Ok(MathMode::Relaxed),
+            "fast" => Ok(MathMode::Fast),
+            other => Err(Error::invalid(
+                "metal_kernel",
+                format!("expected math_mode 'safe', 'relaxed' or 'fast', got {other:?}"),
+            )),
+        }
+    }
+}
+
+/// A kernel input: an array, or a scalar converted with MLX's rules (bool → bool, integer →
+/// int32, or int64 outside the int32 range, float → float32).
+#[derive(Clone, Debug)]
+pub enum KernelInput {
+    Array(Array),
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+}
+
+impl KernelInput {
+    /// The input as an array: scalars become 0-d host arrays.
+    pub fn to_array(&self) -> Array {
+        match self {
+            KernelInput::Array(a) => a.clone(),
+            KernelInput::Bool(b) => Array::scalar(*b),
+            KernelInput::Int(v) => match i32::try_from(*v) {
+                Ok(v32) => Array::scalar(v32),
+                Err(_) => Array::scalar(*v),
+            },
+            KernelInput::Float(v) => Array::scalar(*v as f32),
+        }
+    }
+}
+
+impl From<Array> for KernelInput {
+    fn from(a: Array) -> Self {
+        KernelInput::Array(a)
+    }
+}
+impl From<&Array> for KernelInput {
+    fn from(a: &Array) -> Self {
+        KernelInput::Array(a.clone())
+    }
+}
+impl From<bool> for KernelInput {
+    fn from(v: bool) -> Self {
+        KernelInput::Bool(v)
+    }
+}
+impl From<i32> for KernelInput {
+    fn from(v: i32) -> Self {
+        KernelInput::Int(v as i64)
+    }
+}
+impl From<i64> for KernelInput {
+    fn from(v: i64) -> Self {
+        KernelInput::Int(v)
+    }
+}
+impl From<f32> for KernelInput {
+    fn from(v: f32) -> Self {
+        KernelInput::Float(v as f64)
+    }
+}
+impl From<f64> for KernelInput {
+    fn from(v: f64) -> Self {
+        KernelInput::Float(v)
+    }
+}
+
+/// The launch description of one `MetalKernel` call (MLX's call keywords).
+#[derive(Clone, Debug)]
+pub struct LaunchSpec {
+    pub output_shapes: Vec<Vec<usize>>,
+    pub output_dtypes: Vec<DType>,
+    /// Total threads per dimension (not threadgroups).
+    pub grid: [u32; 3],
+    /// Threads per threadgroup; clamped to the grid per dimension at dispatch.
+    pub threadgroup: [u32; 3],
+    /// Ordered template arguments.
+    pub template: Vec<(String, TemplateArg)>,
+    /// Fill every output with this value (cast to its dtype) before the kernel runs.
+    pub init_value: Option<f64>,
+    /// Print the generated source as MLX does.
+    pub verbose: bool,
+    /// Where to run; `None` means the device of the array inputs, else the best available.
+    pub device: Option<Device>,
+    /// Stop the kernel after this long (backends that can interrupt a kernel honour it).
+    pub timeout: Option<Duration>,
+}
+
+impl LaunchSpec {
+    /// A launch of `grid` threads in groups of `threadgroup`, with no outputs yet.
+    pub fn new(grid: [u32; 3], threadgroup: [u32; 3]) -> Self {
+        LaunchSpec {
+            output_shapes: Vec::new(),
+            output_dtypes: Vec::new(),
+            grid,
+            threadgroup,
+            template: Vec::new(),
+            init_value: None,
+            verbose: false,
+            device: None,
+            timeout: None,
+        }
+    }
+
+    /// Adds an output of `shape` and `dtype`.
+    pub fn output(mut self, shape: &[usize], dtype: DType) -> Self {
+        self.output_shapes.push(shape.to_vec());
+        self.output_dtypes.push(dtype);
+        self
+    }
+
+    /// Appends a template argument.
+    pub fn template(mut self, name: &str, arg: impl Into<TemplateArg>) -> Self {
+        self.template.push((name.to_string(), arg.into()));
+        self
+    }
+
+    pub fn init_value(mut self, value: f64) -> Self {
+        self.init_value = Some(value);
+        self
+    }
+
+    pub fn verbose(mut self, verbose: bool) -> Self {
+        self.verbose = verbose;
+        self
+    }
+
+    pub fn device(mut self, device: Device) -> Self {
+        self.device = Some(device);
+        self
+    }
+
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+}
+
+impl From<DType> for TemplateArg {
+    fn from(d: DType) -> Self {
+        TemplateArg::DType(d)
+    }
+}
+impl From<i32> for TemplateArg {
+    fn from(v: i32) -> Self {
+        TemplateArg::Int(v)
+    }
+}
+impl From<bool> for TemplateArg {
+    fn from(v: bool) -> Self {
+        TemplateArg::Bool(v)
+    }
+}

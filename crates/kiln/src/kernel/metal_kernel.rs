@@ -1,0 +1,293 @@
+//! `MetalKernel`: the `mx.fast.metal_kernel` contract. Built once from a body, names and options;
+//! each call validates its arguments in MLX's order, generates MLX's exact Metal source for the
+//! input dtypes and layouts, and dispatches on a backend.
+
+use std::io::Write;
+
+use super::launch::{KernelInput, LaunchSpec, MathMode};
+use crate::array::Array;
+use crate::backend::{self, Binding, Dispatch, Launch, MetalProgram, OutputSpec, ProgramKind};
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::source::mangle::{metal_kernel_name, InputKind};
+use crate::source::metal_codegen::{self, MetalSourceParts, SignatureInput};
+use crate::source::scan::{self, ShapeInfo};
+
+/// Metal's limit on threads per threadgroup.
+pub const MAX_THREADS_PER_THREADGROUP: u64 = 1024;
+/// Metal's limit on buffer slots of one kernel.
+pub const MAX_BUFFERS: usize = 31;
+/// The most axes an input may have when its shape or strides are passed.
+pub const MAX_NDIM: usize = 10;
+
+/// A custom Metal kernel defined by its body, exactly as for `mx.fast.metal_kernel`.
+#[derive(Clone, Debug)]
+pub struct MetalKernel {
+    name: String,
+    input_names: Vec<String>,
+    output_names: Vec<String>,
+    source: String,
+    header: String,
+    ensure_row_contiguous: bool,
+    atomic_outputs: bool,
+    math_mode: MathMode,
+    attributes: Vec<(&'static str, &'static str)>,
+    shape_info: Vec<ShapeInfo>,
+}
+
+/// The Metal source generated for one call, with its mangled entry name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GeneratedSource {
+    pub kernel_name: String,
+    pub source: String,
+}
+
+impl MetalKernel {
+    /// Defines a kernel. Fails when `output_names` is empty (MLX's factory-time check).
+    pub fn new(
+        name: impl Into<String>,
+        input_names: &[&str],
+        output_names: &[&str],
+        source: impl Into<String>,
+    ) -> Result<MetalKernel> {
+        let name = name.into();
+        if output_names.is_empty() {
+            return Err(Error::invalid(format!("metal_kernel {name}"), "must specify at least one output"));
+        }
+        let source = source.into();
+        let attributes = scan::detect_attributes(&source);
+        let shape_info = input_names.iter().map(|n| scan::detect_shape_info(&source, n)).collect();
+        Ok(MetalKernel {
+            name,
+            input_names: input_names.iter().map(|s| s.to_string()).collect(),
+            output_names: output_names.iter().map(|s| s.to_string()).collect(),
+            source,
+            header: String::new(),
+            ensure_row_contiguous: true,
+            atomic_outputs: false,
+            math_mode: MathMode::Safe,
+            attributes,
+            shape_info,
+        })
+    }
+
+    /// Text placed before the kernel (helpers, structs, includes).
+    pub fn header(mut self, header: impl Into<String>) -> Self {
+        self.header = header.into();
+        self
+    }
+
+    /// Copy non-row-contiguous inputs before the launch (default true).
+    pub fn ensure_row_contiguous(mut self, on: bool) -> Self {
+        self.ensure_row_contiguous = on;
+        self
+    }
+
+    /// Declare every output `device atomic<T>*` (default false).
+    pub fn atomic_outputs(mut self, on: bool) -> Self {
+        self.atomic_outputs = on;
+        self
+    }
+
+    /// The compiler's math mode (default safe).
+    pub fn math_mode(mut self, mode: MathMode) -> Self {
+        self.math_mode = mode;
+        self
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn op(&self) -> String {
+        format!("metal_kernel {}", self.name)
+    }
+
+    /// Checks the argument counts against the names, as MLX does at call time.
+    fn check_counts(&self, n_inputs: usize, spec: &LaunchSpec) -> Result<()> {
+        let check = |what: &str, want: usize, got: usize| {
+            if want == got {
+                Ok(())
+            } else {
+                Err(Error::invalid(self.op(), format!("Expected `{what}` to have size {want} but got size {got}.")))
+            }
+        };
+        check("inputs", self.input_names.len(), n_inputs)?;
+        check("output_shapes", self.output_names.len(), spec.output_shapes.len())?;
+        check("output_dtypes", self.output_names.len(), spec.output_dtypes.len())
+    }
+
+    /// Validates the call and generates MLX's Metal source for these inputs.
+    pub fn generate(&self, inputs: &[Array], spec: &LaunchSpec) -> Result<GeneratedSource> {
+        self.check_counts(inputs.len(), spec)?;
+        let sig_inputs = self.signature_inputs(inputs);
+        for (input, array) in sig_inputs.iter().zip(inputs) {
+            let info = input.passes_shape_info();
+            if info.any() && array.ndim() > MAX_NDIM {
+                return Err(Error::invalid(
+                    self.op(),
+                    format!(
+                        "input {:?} has {} dimensions; ndim can not be larger than {MAX_NDIM} when its shape or strides are passed",
+                        input.name,
+                        array.ndim()
+                    ),
+                ));
+            }
+        }
+        if self.atomic_outputs {
+            for (name, &dtype) in self.output_names.iter().zip(&spec.output_dtypes) {
+                if !matches!(dtype, DType::I32 | DType::U32 | DType::F32) {
+                    return Err(Error::dtype(
+                        self.op(),
+                        dtype,
+                        format!("atomic output {name:?} must be int32, uint32 or float32"),
+                    ));
+                }
+            }
+        }
+        let n_buffers = metal_codegen::buffer_count(&sig_inputs, self.output_names.len());
+        if n_buffers > MAX_BUFFERS {
+            return Err(Error::invalid(
+                self.op(),
+                format!("the kernel binds {n_buffers} buffers; Metal allows at most {MAX_BUFFERS}"),
+            ));
+        }
+        let kinds: Vec<InputKind> =
+            inputs.iter().map(|a| InputKind { dtype: a.dtype(), ndim: a.ndim(), size: a.size() }).collect();
+        let kernel_name = metal_kernel_name(&self.name, &spec.template, &kinds, &spec.output_dtypes);
+        let outputs: Vec<(&str, DType)> =
+            self.output_names.iter().map(String::as_str).zip(spec.output_dtypes.iter().copied()).collect();
+        let source = metal_codegen::generate(&MetalSourceParts {
+            kernel_name: &kernel_name,
+            header: &self.header,
+            body: &self.source,
+            template: &spec.template,
+            inputs: &sig_inputs,
+            outputs: &outputs,
+            atomic_outputs: self.atomic_outputs,
+            attributes: &self.attributes,
+        });
+        Ok(GeneratedSource { kernel_name, source })
+    }
+
+    fn signature_inputs<'a>(&'a self, inputs: &[Array]) -> Vec<SignatureInput<'a>> {
+        self.input_names
+            .iter()
+            .zip(inputs)
+            .zip(&self.shape_info)
+            .map(|((name, a), &shape_info)| SignatureInput {
+                name,
+                dtype: a.dtype(),
+                ndim: a.ndim(),
+                size: a.size(),
+                shape_info,
+            })
+            .collect()
+    }
+
+    /// The text MLX prints for `verbose=True`.
+    pub fn verbose_text(&self, generated: &GeneratedSource) -> String {
+        format!("Generated source code for `{}`:\n```\n{}\n```\n", self.name, generated.source)
+    }
+
+    /// The program a backend compiles for this call.
+    pub fn program(&self, generated: &GeneratedSource) -> MetalProgram {
+        MetalProgram {
+            kernel: self.name.clone(),
+            source: generated.source.clone(),
+            kind: ProgramKind::MlxBody,
+            function: generated.kernel_name.clone(),
+            math_mode: self.math_mode,
+            constants: Vec::new(),
+        }
+    }
+
+    /// Runs the kernel and returns its outputs, in `output_names` order, on the launch device.
+    pub fn call(&self, inputs: &[KernelInput], spec: &LaunchSpec) -> Result<Vec<Array>> {
+        self.check_counts(inputs.len(), spec)?;
+        let device = self.resolve_device(inputs, spec)?;
+        let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
+        let generated = self.generate(&arrays, spec)?;
+        if spec.verbose {
+            let mut stdout = std::io::stdout().lock();
+            // A closed stdout must not fail the kernel; the print is diagnostic only.
+            let _ = stdout.write_all(self.verbose_text(&generated).as_bytes());
+        }
+        self.check_threadgroup(spec)?;
+        let backend = backend::backend_for(device)?;
+        let mut bindings = Vec::new();
+        for ((array, input), info) in arrays.iter().zip(inputs).zip(&self.shape_info) {
+            let mut array = match input {
+                KernelInput::Array(_) => array.clone(),
+                _ => backend.upload(array)?,
+            };
+            if self.ensure_row_contiguous && !array.is_row_contiguous() {
+                array = backend.row_contiguous(&array)?;
+            }
+            let info = if array.ndim() == 0 { ShapeInfo::default() } else { *info };
+            let (shape, strides) = (array.shape().to_vec(), array.strides().to_vec());
+            bindings.push(Binding::Array(array));
+            if info.shape {
+                bindings.push(Binding::Bytes(shape.iter().flat_map(|&n| (n as i32).to_le_bytes()).collect()));
+            }
+            if info.strides {
+                bindings.push(Binding::Bytes(strides.iter().flat_map(|&s| (s as i64).to_le_bytes()).collect()));
+            }
+            if info.ndim {
+                bindings.push(Binding::Bytes((shape.len() as i32).to_le_bytes().to_vec()));
+            }
+        }
+        for (shape, &dtype) in spec.output_shapes.iter().zip(&spec.output_dtypes) {
+            bindings.push(Binding::Output(OutputSpec { shape: shape.clone(), dtype, init_value: spec.init_value }));
+        }
+        let program = self.program(&generated);
+        backend.launch(&Launch {
+            program: &program,
+            bindings,
+            dispatch: Dispatch::Threads(spec.grid),
+            threadgroup: spec.threadgroup,
+            threadgroup_memory: Vec::new(),
+            timeout: spec.timeout,
+        })
+    }
+
+    fn check_threadgroup(&self, spec: &LaunchSpec) -> Result<()> {
+        let [x, y, z] = spec.threadgroup;
+        if x == 0 || y == 0 || z == 0 {
+            return Err(Error::invalid(self.op(), format!("threadgroup {:?} has a zero dimension", spec.threadgroup)));
+        }
+        let total = x as u64 * y as u64 * z as u64;
+        if total > MAX_THREADS_PER_THREADGROUP {
+            return Err(Error::invalid(
+                self.op(),
+                format!(
+                    "thread group size ({total}) is greater than the maximum allowed threads per threadgroup ({MAX_THREADS_PER_THREADGROUP})"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The launch device: the spec's, else the one every array input lives on, else the best
+    /// available. Array inputs on another device are an error (moving is explicit).
+    fn resolve_device(&self, inputs: &[KernelInput], spec: &LaunchSpec) -> Result<Device> {
+        let mut device = spec.device;
+        for (name, input) in self.input_names.iter().zip(inputs) {
+            if let KernelInput::Array(a) = input {
+                let here = a.device();
+                match device {
+                    None => device = Some(here),
+                    Some(d) if d != here => {
+                        return Err(Error::invalid(
+                            self.op(),
+                            format!("input {name:?} lives on {here} but the kernel runs on {d}; move it with Array::to_device"),
+                        ))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        Ok(device.unwrap_or_else(backend::best_device))
+    }
+}

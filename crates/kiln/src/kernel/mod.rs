@@ -1,0 +1,7 @@
+//! Kernel objects: `MetalKernel` (the `mx.fast.metal_kernel` contract) and the launch spec.
+
+mod launch;
+mod metal_kernel;
+
+pub use launch::{KernelInput, LaunchSpec, MathMode};
+pub use metal_kernel::{GeneratedSource, MetalKernel, MAX_BUFFERS, MAX_NDIM, MAX_THREADS_PER_THREADGROUP};

@@ -1,0 +1,80 @@
+//! MSL lowering: a tokenizer and light parser over Metal Shading Language that turns a program
+//! (MLX body-generated source or a full `.metal` file) into C++ the CPU emulator and NVRTC can
+//! compile, plus a description of every kernel entry point so a backend can bind and dispatch it.
+//!
+//! The rewrite handles only what C++ cannot express (address-space keywords, `[[attributes]]`,
+//! `kernel`, `threadgroup` declarations, function constants); everything else is left to the
+//! target's prelude.
+
+use crate::backend::MetalProgram;
+use crate::error::{Error, Result};
+
+/// The language a lowering produces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LowerTarget {
+    /// Host C++17 for the CPU emulator.
+    Cpu,
+    /// CUDA C++17 for NVRTC.
+    Cuda,
+}
+
+/// The address space of a buffer parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddressSpace {
+    Device,
+    Constant,
+}
+
+/// One parameter of a kernel entry point.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryParam {
+    /// `[[buffer(index)]]`: a pointer (or, when `by_ref`, a reference) to `pointee`.
+    Buffer { name: String, index: u32, pointee: String, space: AddressSpace, is_const: bool, by_ref: bool },
+    /// `[[threadgroup(index)]]`: dynamic threadgroup memory of `pointee` elements.
+    Threadgroup { name: String, index: u32, pointee: String },
+    /// A thread-position builtin such as `[[thread_position_in_grid]]`; `ty` is its declared
+    /// type (`uint`, `uint3`, `ushort2`, ...).
+    Builtin { name: String, attribute: String, ty: String },
+}
+
+/// A kernel function that can be dispatched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The name the host dispatches by (`[[host_name]]` for instantiations, else the function).
+    pub host_name: String,
+    /// The C++ expression that names the function to call, e.g. `my_kernel<float, 4>`.
+    pub callee: String,
+    pub params: Vec<EntryParam>,
+}
+
+/// A lowered program: rewritten user code plus its entry points. Backends wrap each entry in
+/// their own launch ABI.
+#[derive(Clone, Debug)]
+pub struct LoweredModule {
+    /// The rewritten translation unit (without prelude and without entry wrappers).
+    pub code: String,
+    pub entries: Vec<Entry>,
+    /// True when the code uses barriers, SIMD/quad collectives or simdgroup matrices, i.e. the
+    /// threads of a group cannot run one after another.
+    pub needs_cooperative_threads: bool,
+    /// For each line of `code`, the line of the user's source it came from (1-based; 0 for
+    /// generated lines), so compiler logs can point at the user's text.
+    pub line_map: Vec<u32>,
+}
+
+impl LoweredModule {
+    /// The entry named `host_name`.
+    pub fn entry(&self, host_name: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.host_name == host_name)
+    }
+}
+
+/// Lowers `program` for `target`.
+pub fn lower(program: &MetalProgram, target: LowerTarget) -> Result<LoweredModule> {
+    let _ = target;
+    Err(Error::Compile {
+        backend: "translate",
+        kernel: program.kernel.clone(),
+        log: "MSL lowering is not implemented yet".into(),
+    })
+}
