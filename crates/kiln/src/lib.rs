@@ -34,5 +34,5 @@ pub use array::{Array, SliceArg};
 pub use device::Device;
 pub use dtype::DType;
 pub use error::{Error, Result};
-pub use kernel::{KernelInput, LaunchSpec, MathMode, MetalKernel};
+pub use kernel::{KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MathMode, MetalKernel, MetalLibrary};
 pub use source::mangle::TemplateArg;

@@ -1,7 +1,10 @@
-//! Kernel objects: `MetalKernel` (the `mx.fast.metal_kernel` contract) and the launch spec.
+//! Kernel objects: `MetalKernel` (the `mx.fast.metal_kernel` contract), `MetalLibrary` (whole
+//! `.metal` files) and the launch spec.
 
 mod launch;
 mod metal_kernel;
+mod metal_library;
 
 pub use launch::{KernelInput, LaunchSpec, MathMode};
 pub use metal_kernel::{GeneratedSource, MetalKernel, MAX_BUFFERS, MAX_NDIM, MAX_THREADS_PER_THREADGROUP};
+pub use metal_library::{LibraryArg, LibraryLaunch, MetalLibrary};
