@@ -42,9 +42,8 @@ impl FromStr for Device {
     fn from_str(s: &str) -> Result<Self, Error> {
         let (kind, ordinal) = match s.split_once(':') {
             Some((k, n)) => {
-                let n = n
-                    .parse::<usize>()
-                    .map_err(|_| Error::invalid("device", format!("bad device ordinal in {s:?}")))?;
+                let n =
+                    n.parse::<usize>().map_err(|_| Error::invalid("device", format!("bad device ordinal in {s:?}")))?;
                 (k, n)
             }
             None => (s, 0),
@@ -53,10 +52,7 @@ impl FromStr for Device {
             "cpu" if ordinal == 0 => Ok(Device::Cpu),
             "cuda" => Ok(Device::Cuda(ordinal)),
             "metal" => Ok(Device::Metal(ordinal)),
-            _ => Err(Error::invalid(
-                "device",
-                format!("unknown device {s:?} (expected cpu, cuda[:N] or metal[:N])"),
-            )),
+            _ => Err(Error::invalid("device", format!("unknown device {s:?} (expected cpu, cuda[:N] or metal[:N])"))),
         }
     }
 }

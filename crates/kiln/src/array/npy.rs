@@ -55,8 +55,7 @@ impl Array {
             [n] => format!("({n},)"),
             s => format!("({})", s.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ")),
         };
-        let mut header =
-            format!("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}", descr(arr.dtype()), shape);
+        let mut header = format!("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}", descr(arr.dtype()), shape);
         // Pad so that magic + version + length + header + '\n' is a multiple of 64 bytes.
         let unpadded = MAGIC.len() + 2 + 2 + header.len() + 1;
         header.push_str(&" ".repeat((64 - unpadded % 64) % 64));
@@ -91,9 +90,7 @@ impl Array {
         }
         let (header_len, start) = match bytes[6] {
             1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-            2 | 3 if bytes.len() >= 12 => {
-                (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12)
-            }
+            2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
             v => return Err(format!("unsupported .npy version {v}")),
         };
         let header = bytes

@@ -70,7 +70,11 @@ impl SliceArg {
             (start, stop)
         };
         let count = if step > 0 {
-            if stop > start { (stop - start + step - 1) / step } else { 0 }
+            if stop > start {
+                (stop - start + step - 1) / step
+            } else {
+                0
+            }
         } else if start > stop {
             (start - stop + (-step) - 1) / (-step)
         } else {
@@ -128,9 +132,7 @@ impl Array {
     /// NumPy broadcasting to `shape`: new leading axes and extent-1 axes get stride 0.
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Array> {
         let nd = self.ndim();
-        let err = || {
-            Error::shape("broadcast_to", format!("cannot broadcast shape {:?} to {:?}", self.shape, shape))
-        };
+        let err = || Error::shape("broadcast_to", format!("cannot broadcast shape {:?} to {:?}", self.shape, shape));
         if shape.len() < nd {
             return Err(err());
         }

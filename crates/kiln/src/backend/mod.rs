@@ -100,9 +100,7 @@ impl Launch<'_> {
     /// The threadgroup size that actually runs: clamped to the grid for `Threads` dispatches.
     pub fn effective_threadgroup(&self) -> [u32; 3] {
         match self.dispatch {
-            Dispatch::Threads(grid) => {
-                [0, 1, 2].map(|d| self.threadgroup[d].min(grid[d].max(1)))
-            }
+            Dispatch::Threads(grid) => [0, 1, 2].map(|d| self.threadgroup[d].min(grid[d].max(1))),
             Dispatch::Threadgroups(_) => self.threadgroup,
         }
     }

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use super::launch::MathMode;
 use crate::array::Array;
-use crate::backend::{self, Binding, ConstantKey, ConstantValue, Dispatch, Launch, MetalProgram, OutputSpec, ProgramKind};
+use crate::backend::{
+    self, Binding, ConstantKey, ConstantValue, Dispatch, Launch, MetalProgram, OutputSpec, ProgramKind,
+};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};

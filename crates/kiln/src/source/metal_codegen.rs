@@ -89,8 +89,7 @@ pub fn generate(parts: &MetalSourceParts<'_>) -> String {
     let mut out = String::with_capacity(parts.header.len() + parts.body.len() + 512);
     out.push_str(parts.header);
     if !parts.template.is_empty() {
-        let list: Vec<String> =
-            parts.template.iter().map(|(n, a)| format!("{} {}", a.param_keyword(), n)).collect();
+        let list: Vec<String> = parts.template.iter().map(|(n, a)| format!("{} {}", a.param_keyword(), n)).collect();
         out.push_str(&format!("template <{}>\n", list.join(", ")));
     }
     out.push_str(&format!("[[kernel]] void {name}(\n"));

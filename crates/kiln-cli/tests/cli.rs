@@ -1,0 +1,160 @@
+//! The `kiln` binary end to end on spec files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn kiln(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln")).args(args).output().expect("run kiln")
+}
+
+fn golden(case: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../kiln/tests/golden/metal").join(case)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A scratch directory unique to one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kiln-cli-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Writes `data` as a little-endian f32 .npy file.
+fn write_f32_npy(path: &Path, shape: &[usize], data: &[f32]) {
+    let a = kiln::Array::from_vec(shape, data.to_vec()).unwrap();
+    a.save_npy(path).unwrap();
+}
+
+#[test]
+fn translate_prints_mlx_source() {
+    for case in ["myexp", "arg_test", "strides", "atomic_outputs"] {
+        let out = kiln(&["translate", golden(case).join("kernel.toml").to_str().unwrap(), "--emit", "metal"]);
+        assert!(out.status.success(), "{case}: {}", stderr(&out));
+        let expected = std::fs::read_to_string(golden(case).join("expected.metal")).unwrap();
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), expected, "{case}");
+    }
+}
+
+#[test]
+fn translate_prints_a_full_file_unchanged() {
+    let dir = scratch("fullfile");
+    let metal = "#include <metal_stdlib>\nusing namespace metal;\n\nkernel void twice(device float* x [[buffer(0)]],\n                  uint i [[thread_position_in_grid]]) {\n    x[i] *= 2.0f;\n}\n";
+    std::fs::write(dir.join("k.metal"), metal).unwrap();
+    write_f32_npy(&dir.join("x.npy"), &[4], &[1.0, 2.0, 3.0, 4.0]);
+    std::fs::write(
+        dir.join("spec.toml"),
+        "[library]\nsource_file = \"k.metal\"\nfunction = \"twice\"\n\n[dispatch]\ngrid = [4, 1, 1]\nthreadgroup = [4, 1, 1]\n\n[[buffer]]\nfile = \"x.npy\"\n",
+    )
+    .unwrap();
+    let out = kiln(&["translate", dir.join("spec.toml").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), metal);
+}
+
+#[test]
+fn devices_lists_every_backend() {
+    let out = kiln(&["devices"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    for backend in ["cuda", "metal", "cpu"] {
+        assert!(text.lines().any(|l| l.starts_with(backend)), "{backend} missing from:\n{text}");
+    }
+    assert!(text.contains("best device:"), "{text}");
+}
+
+#[test]
+fn run_on_an_unavailable_backend_is_a_clear_error() {
+    let dir = scratch("metal");
+    let out = kiln(&[
+        "run",
+        golden("myexp").join("kernel.toml").to_str().unwrap(),
+        "--device",
+        "metal",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("metal backend unavailable"), "{err}");
+    assert!(!dir.join("out.npy").exists());
+}
+
+fn spec_error(name: &str, spec: &str, files: &[(&str, &[usize], &[f32])]) -> String {
+    let dir = scratch(name);
+    for (file, shape, data) in files {
+        write_f32_npy(&dir.join(file), shape, data);
+    }
+    let path = dir.join("spec.toml");
+    std::fs::write(&path, spec).unwrap();
+    let out = kiln(&["translate", path.to_str().unwrap()]);
+    assert!(!out.status.success(), "{name}: expected failure");
+    let err = stderr(&out);
+    assert!(err.contains("spec.toml"), "{name}: error does not name the file: {err}");
+    err
+}
+
+const KERNEL: &str =
+    "[kernel]\nname = \"k\"\ninput_names = [\"x\"]\noutput_names = [\"y\"]\nsource = \"y[0] = x[0];\"\n";
+const CALL: &str =
+    "\n[call]\ngrid = [1, 1, 1]\nthreadgroup = [1, 1, 1]\noutput_shapes = [[1]]\noutput_dtypes = [\"float32\"]\n";
+
+#[test]
+fn bad_spec_files_name_the_file_and_key() {
+    let x: &[(&str, &[usize], &[f32])] = &[("x.npy", &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])];
+    let err = spec_error("unknown", &format!("{KERNEL}colour = 1\n{CALL}\n[[input]]\nfile = \"x.npy\"\n"), x);
+    assert!(err.contains("kernel.colour") && err.contains("unknown key"), "{err}");
+
+    let err = spec_error("missing", &format!("{KERNEL}{CALL}\n[[input]]\nfile = \"nope.npy\"\n"), x);
+    assert!(err.contains("input[0].file") && err.contains("nope.npy"), "{err}");
+
+    let err = spec_error("count", &format!("{KERNEL}{CALL}"), x);
+    assert!(err.contains("input") && err.contains("1 input_names"), "{err}");
+
+    let err = spec_error("slice", &format!("{KERNEL}{CALL}\n[[input]]\nfile = \"x.npy\"\nslice = \"::0\"\n"), x);
+    assert!(err.contains("input[0].slice") && err.contains("step cannot be zero"), "{err}");
+
+    let err = spec_error("bcast", &format!("{KERNEL}{CALL}\n[[input]]\nfile = \"x.npy\"\nbroadcast_to = [4, 4]\n"), x);
+    assert!(err.contains("input[0].broadcast_to") && err.contains("cannot broadcast"), "{err}");
+
+    let err = spec_error("dtype", &format!("{KERNEL}{CALL}\n[[input]]\nfile = \"x.npy\"\ndtype = \"float64\"\n"), x);
+    assert!(err.contains("input[0].dtype") && err.contains("unknown dtype"), "{err}");
+
+    let bad_call = CALL.replace("[[1]]", "[[1], [2]]");
+    let err = spec_error("shapes", &format!("{KERNEL}{bad_call}\n[[input]]\nfile = \"x.npy\"\n"), x);
+    assert!(err.contains("output_shapes") && err.contains("size 1 but got size 2"), "{err}");
+
+    let tmpl = CALL.replace("output_dtypes", "template = [[\"T\", 1.5]]\noutput_dtypes");
+    let err = spec_error("template", &format!("{KERNEL}{tmpl}\n[[input]]\nfile = \"x.npy\"\n"), x);
+    assert!(err.contains("call.template[0]") && err.contains("invalid template argument"), "{err}");
+
+    let err = spec_error("mode", &format!("{KERNEL}math_mode = \"precise\"\n{CALL}\n[[input]]\nfile = \"x.npy\"\n"), x);
+    assert!(err.contains("kernel.math_mode") && err.contains("'safe', 'relaxed' or 'fast'"), "{err}");
+
+    let grid = CALL.replace("grid = [1, 1, 1]", "grid = [1, 1]");
+    let err = spec_error("grid", &format!("{KERNEL}{grid}\n[[input]]\nfile = \"x.npy\"\n"), x);
+    assert!(err.contains("call.grid") && err.contains("expected 3 values"), "{err}");
+
+    let err = spec_error("neither", "[call]\ngrid = [1, 1, 1]\n", x);
+    assert!(err.contains("[kernel]") && err.contains("[library]"), "{err}");
+}
+
+#[test]
+fn input_views_keep_their_strides() {
+    let dir = scratch("views");
+    write_f32_npy(&dir.join("x.npy"), &[4, 6], &(0..24).map(|i| i as f32).collect::<Vec<_>>());
+    let spec = format!(
+        "{}{CALL}\n[[input]]\nfile = \"x.npy\"\nslice = \"::-2, 1:5\"\ntranspose = [1, 0]\nbroadcast_to = [3, 4, 2]\n",
+        KERNEL.replace("y[0] = x[0];", "y[0] = x[0]; // x_strides")
+    );
+    let path = dir.join("spec.toml");
+    std::fs::write(&path, spec).unwrap();
+    let kiln::spec::KernelSpec::Body(body) = kiln::spec::KernelSpec::load(&path).unwrap() else { panic!() };
+    let x = body.inputs[0].to_array();
+    assert_eq!(x.shape(), &[3, 4, 2]);
+    assert_eq!(x.strides(), &[0, 1, -12]);
+    assert_eq!(&x.to_vec::<f32>().unwrap()[..4], &[19.0, 7.0, 20.0, 8.0]);
+}

@@ -1,0 +1,136 @@
+//! Spec-file inputs: a `.npy` file seen through the view keys (`dtype`, `slice`, `transpose`,
+//! `broadcast_to`, applied in that order; strides are kept), or a `scalar`.
+
+use toml::Value;
+
+use super::toml_access::{usize_list, Section};
+use crate::array::{Array, SliceArg};
+use crate::dtype::DType;
+use crate::error::Error;
+use crate::kernel::KernelInput;
+
+/// The keys of an `[[input]]` table (and of a `[[buffer]]` that holds an input file).
+pub(crate) const VIEW_KEYS: [&str; 5] = ["file", "dtype", "slice", "transpose", "broadcast_to"];
+
+/// Loads `file` relative to the spec's directory and applies the view keys.
+pub(crate) fn load_view(sec: &Section<'_>) -> Result<Array, Error> {
+    let rel = sec.req_str("file")?;
+    let path = sec.file.parent().map(|d| d.join(rel)).unwrap_or_else(|| rel.into());
+    let mut a = Array::load_npy(&path).map_err(|e| sec.err("file", e.to_string()))?;
+    if let Some(dtype) = sec.dtype("dtype")? {
+        a = a.astype(dtype).map_err(|e| sec.err("dtype", e.to_string()))?;
+    }
+    if let Some(text) = sec.str("slice")? {
+        let parts = SliceArg::parse_list(text).map_err(|e| sec.err("slice", e.to_string()))?;
+        a = a.slice(&parts).map_err(|e| sec.err("slice", e.to_string()))?;
+    }
+    if sec.has("transpose") {
+        let perm = sec.usizes("transpose")?;
+        a = a.transpose(&perm).map_err(|e| sec.err("transpose", e.to_string()))?;
+    }
+    if sec.has("broadcast_to") {
+        let shape = sec.usizes("broadcast_to")?;
+        a = a.broadcast_to(&shape).map_err(|e| sec.err("broadcast_to", e.to_string()))?;
+    }
+    Ok(a)
+}
+
+/// One `[[input]]`: a file view or a scalar.
+pub(crate) fn load_input(sec: &Section<'_>) -> Result<KernelInput, Error> {
+    if sec.has("scalar") {
+        sec.only_keys(&["scalar", "dtype"])?;
+        let value = sec.require("scalar")?;
+        let input = match value {
+            Value::Boolean(b) => KernelInput::Bool(*b),
+            Value::Integer(i) => KernelInput::Int(*i),
+            Value::Float(f) => KernelInput::Float(*f),
+            v => return Err(sec.err("scalar", format!("expected a boolean or a number, found {}", v.type_str()))),
+        };
+        return match sec.dtype("dtype")? {
+            None => Ok(input),
+            Some(dtype) => {
+                let f = match value {
+                    Value::Boolean(b) => *b as u8 as f64,
+                    Value::Integer(i) => *i as f64,
+                    Value::Float(f) => *f,
+                    _ => 0.0,
+                };
+                let a = Array::from_f64(dtype, &[], &[f]).map_err(|e| sec.err("scalar", e.to_string()))?;
+                Ok(KernelInput::Array(a))
+            }
+        };
+    }
+    sec.only_keys(&VIEW_KEYS)?;
+    Ok(KernelInput::Array(load_view(sec)?))
+}
+
+/// `values = [...]` with an optional `dtype` (inferred like scalars: bool, int32, float32).
+pub(crate) fn load_values(sec: &Section<'_>) -> Result<Array, Error> {
+    let items = sec.array("values")?;
+    let mut values = Vec::with_capacity(items.len());
+    let (mut any_float, mut all_bool) = (false, !items.is_empty());
+    for (i, item) in items.iter().enumerate() {
+        values.push(match item {
+            Value::Integer(n) => {
+                all_bool = false;
+                *n as f64
+            }
+            Value::Float(f) => {
+                any_float = true;
+                all_bool = false;
+                *f
+            }
+            Value::Boolean(b) => *b as u8 as f64,
+            v => return Err(sec.err(&format!("values[{i}]"), format!("expected a number, found {}", v.type_str()))),
+        });
+    }
+    let dtype = match sec.dtype("dtype")? {
+        Some(d) => d,
+        None if all_bool => DType::Bool,
+        None if any_float => DType::F32,
+        None => DType::I32,
+    };
+    Array::from_f64(dtype, &[values.len()], &values).map_err(|e| sec.err("values", e.to_string()))
+}
+
+/// `fields = [["float32", 1e-5], ["uint32", 8], ...]` packed as a C struct: each field aligned to
+/// its size, the whole padded to the largest alignment.
+pub(crate) fn pack_fields(sec: &Section<'_>) -> Result<Vec<u8>, Error> {
+    let items = sec.array("fields")?;
+    let mut bytes = Vec::new();
+    let mut max_align = 1usize;
+    for (i, item) in items.iter().enumerate() {
+        let key = format!("fields[{i}]");
+        let pair = match item {
+            Value::Array(p) if p.len() == 2 => p,
+            _ => return Err(sec.err(&key, "expected a [dtype, value] pair")),
+        };
+        let dtype = match &pair[0] {
+            Value::String(s) => {
+                DType::from_name(s).ok_or_else(|| sec.err(&key, super::toml_access::unknown_dtype(s)))?
+            }
+            v => return Err(sec.err(&key, format!("expected a dtype name first, found {}", v.type_str()))),
+        };
+        let value = match &pair[1] {
+            Value::Integer(n) => *n as f64,
+            Value::Float(f) => *f,
+            Value::Boolean(b) => *b as u8 as f64,
+            v => return Err(sec.err(&key, format!("expected a number second, found {}", v.type_str()))),
+        };
+        let size = dtype.size();
+        max_align = max_align.max(size);
+        while bytes.len() % size != 0 {
+            bytes.push(0);
+        }
+        bytes.extend(crate::dtype::f64_to_element_bytes(value, dtype));
+    }
+    while bytes.len() % max_align != 0 {
+        bytes.push(0);
+    }
+    Ok(bytes)
+}
+
+/// A shape list at `key` of `sec`.
+pub(crate) fn shape_at(sec: &Section<'_>, key: &str) -> Result<Vec<usize>, Error> {
+    usize_list(sec.file, &sec.key_path(key), sec.require(key)?)
+}
