@@ -5,6 +5,7 @@
 //! | `KILN_CACHE_DIR` | where compiled kernels are cached on disk (default: the user cache directory, `~/.cache/kiln`) |
 //! | `KILN_REQUIRE_BACKEND` | tests only: fail instead of skipping when this backend (`cuda`, `cpu`) is unavailable |
 //! | `CXX` | the host C++ compiler the CPU emulator uses (default `c++`) |
+//! | `KILN_NVRTC_LIBRARY` | a `libnvrtc.so.*` file (or the directory holding it) loaded before the system search, with the `libnvrtc-builtins` beside it; `scripts/install-nvrtc.sh` installs one under `.deps/`. Otherwise NVRTC and the driver are found by the dynamic loader (`LD_LIBRARY_PATH`, system paths). |
 
 use std::path::PathBuf;
 
@@ -30,4 +31,9 @@ pub fn required_backend() -> Option<String> {
 /// The host C++ compiler for the CPU emulator.
 pub fn host_cxx() -> String {
     std::env::var("CXX").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "c++".to_string())
+}
+
+/// An explicit NVRTC library (`KILN_NVRTC_LIBRARY`): a file, or a directory holding one.
+pub fn nvrtc_library() -> Option<PathBuf> {
+    std::env::var_os("KILN_NVRTC_LIBRARY").filter(|s| !s.is_empty()).map(PathBuf::from)
 }

@@ -1,21 +1,340 @@
-//! NVIDIA GPUs through cudarc: MSL lowered to CUDA C++, compiled by NVRTC, dispatched with exact
-//! Metal semantics.
+//! NVIDIA GPUs through cudarc: MSL lowered to CUDA C++ (see `source::cuda`), compiled by NVRTC,
+//! dispatched with exact Metal semantics (`dispatch.rs`). The driver and NVRTC are loaded at run
+//! time; their absence, or the absence of a device, is `BackendUnavailable`.
+//!
+//! One backend per device ordinal, one stream per backend; every launch is synchronised so a
+//! fault is reported by the call that caused it. After a sticky fault the device's context is
+//! reset and the next `backend(ordinal)` builds a fresh one.
 
-use std::sync::Arc;
+mod compile;
+mod dispatch;
+mod libs;
+mod memory;
 
-use super::{unavailable, Backend, BackendStatus, MetalProgram};
-use crate::error::Result;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
-const REASON: &str = "the CUDA backend cannot execute kernels in this build yet";
+use cudarc::driver::{result as drv, sys, CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
+use cudarc::nvrtc::Ptx;
 
-pub fn backend(_ordinal: usize) -> Result<Arc<dyn Backend>> {
-    Err(unavailable("cuda", REASON))
+use super::{unavailable, Backend, BackendStatus, Launch, MetalProgram};
+use crate::array::Array;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::kernel::MathMode;
+use crate::source::cuda as cuda_source;
+use crate::source::lower::{self, LowerTarget};
+
+pub use compile::{nvrtc_version, options as nvrtc_options, Arch};
+pub use memory::CudaBuffer;
+
+/// The CUDA backend of one device.
+pub struct CudaBackend {
+    ordinal: usize,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    arch: Arch,
+    modules: Mutex<HashMap<String, Arc<LoadedModule>>>,
 }
 
+/// A loaded cubin and its functions, with the dynamic shared memory limit already raised.
+struct LoadedModule {
+    module: Arc<CudaModule>,
+    functions: Mutex<HashMap<String, (CudaFunction, usize)>>,
+}
+
+fn registry() -> &'static Mutex<HashMap<usize, Arc<CudaBackend>>> {
+    static REG: OnceLock<Mutex<HashMap<usize, Arc<CudaBackend>>>> = OnceLock::new();
+    REG.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The backend of CUDA device `ordinal`, created on first use.
+pub fn backend(ordinal: usize) -> Result<Arc<dyn Backend>> {
+    Ok(cuda_backend(ordinal)?)
+}
+
+/// Like [`backend`], with the concrete type (for `CudaKernel`).
+pub fn cuda_backend(ordinal: usize) -> Result<Arc<CudaBackend>> {
+    libs::require_driver()?;
+    libs::require_nvrtc()?;
+    let mut reg = registry().lock().map_err(|_| unavailable("cuda", "backend registry lock poisoned"))?;
+    if let Some(b) = reg.get(&ordinal) {
+        return Ok(b.clone());
+    }
+    let b = Arc::new(CudaBackend::new(ordinal)?);
+    reg.insert(ordinal, b.clone());
+    Ok(b)
+}
+
+fn device_count() -> Result<usize> {
+    drv::init().map_err(|e| unavailable("cuda", format!("cuInit failed: {}", driver_error(e))))?;
+    let n =
+        drv::device::get_count().map_err(|e| unavailable("cuda", format!("no CUDA devices: {}", driver_error(e))))?;
+    Ok(n.max(0) as usize)
+}
+
+/// The driver's CUDA version as (major, minor).
+pub fn driver_version() -> Result<(i32, i32)> {
+    libs::require_driver()?;
+    let mut v = 0;
+    // SAFETY: the driver library is loaded (checked above); `v` is valid for writes.
+    unsafe { sys::cuDriverGetVersion(&mut v) }
+        .result()
+        .map_err(|e| unavailable("cuda", format!("cuDriverGetVersion: {}", driver_error(e))))?;
+    Ok((v / 1000, (v % 1000) / 10))
+}
+
+/// What `kiln devices` shows for CUDA.
 pub fn status() -> BackendStatus {
-    BackendStatus { backend: "cuda", devices: Vec::new(), unavailable: Some(REASON.to_string()) }
+    let mut st = BackendStatus { backend: "cuda", devices: Vec::new(), unavailable: None };
+    let probe = || -> Result<Vec<(Device, String)>> {
+        libs::require_driver()?;
+        libs::require_nvrtc()?;
+        let (dmaj, dmin) = driver_version()?;
+        let (nmaj, nmin) = nvrtc_version()?;
+        let n = device_count()?;
+        if n == 0 {
+            return Err(unavailable("cuda", "the driver reports no CUDA devices"));
+        }
+        let mut out = Vec::new();
+        for i in 0..n {
+            let dev = drv::device::get(i as i32).map_err(|e| unavailable("cuda", driver_error(e)))?;
+            let name = drv::device::get_name(dev).unwrap_or_else(|_| "unknown".into());
+            let attr = |a| {
+                // SAFETY: `dev` is a valid device handle from the driver.
+                unsafe { drv::device::get_attribute(dev, a) }.unwrap_or(0)
+            };
+            let major = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+            let minor = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+            // SAFETY: as above.
+            let mem = unsafe { drv::device::total_mem(dev) }.unwrap_or(0);
+            out.push((
+                Device::Cuda(i),
+                format!(
+                    "{name}, compute capability {major}.{minor}, {:.1} GiB, driver CUDA {dmaj}.{dmin}, NVRTC {nmaj}.{nmin}",
+                    mem as f64 / (1u64 << 30) as f64
+                ),
+            ));
+        }
+        Ok(out)
+    };
+    match probe() {
+        Ok(devices) => st.devices = devices,
+        Err(Error::BackendUnavailable { reason, .. }) => st.unavailable = Some(reason),
+        Err(e) => st.unavailable = Some(e.to_string()),
+    }
+    st
 }
 
-pub fn translate(_program: &MetalProgram) -> Result<String> {
-    Err(unavailable("cuda", "MSL to CUDA lowering is not available in this build yet"))
+/// The full CUDA source NVRTC compiles for `program`.
+pub fn translate(program: &MetalProgram) -> Result<String> {
+    Ok(translate_unit(program)?.source)
+}
+
+fn translate_unit(program: &MetalProgram) -> Result<cuda_source::CudaUnit> {
+    let module = lower::lower(program, LowerTarget::Cuda)?;
+    if module.entry(&program.function).is_none() {
+        return Err(Error::Compile {
+            backend: "cuda",
+            kernel: program.kernel.clone(),
+            log: format!("no kernel named {:?} in the program", program.function),
+        });
+    }
+    Ok(cuda_source::emit(&module, &program.kernel))
+}
+
+/// Lowers and compiles `program` to a cubin for `arch` with NVRTC alone (no device needed).
+pub fn compile_cubin(program: &MetalProgram, arch: Arch) -> Result<Vec<u8>> {
+    let unit = translate_unit(program)?;
+    Ok(compile::compile(&program.kernel, &unit.source, arch, program.math_mode)?.as_ref().clone())
+}
+
+/// Compiles CUDA source text to a cubin for `arch` with NVRTC alone (no device needed).
+pub fn compile_source(kernel: &str, source: &str, arch: Arch, math: MathMode) -> Result<Vec<u8>> {
+    Ok(compile::compile(kernel, source, arch, math)?.as_ref().clone())
+}
+
+/// Readable text of a driver error.
+pub(crate) fn driver_error(e: DriverError) -> String {
+    match (e.error_name(), e.error_string()) {
+        (Ok(name), Ok(text)) => format!("{} ({})", name.to_string_lossy(), text.to_string_lossy()),
+        _ => format!("{:?}", e.0),
+    }
+}
+
+/// Errors that leave the context unusable.
+fn is_sticky(e: &DriverError) -> bool {
+    use sys::CUresult::*;
+    matches!(
+        e.0,
+        CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | CUDA_ERROR_INVALID_PC
+            | CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUDA_ERROR_LAUNCH_FAILED
+            | CUDA_ERROR_ASSERT
+            | CUDA_ERROR_LAUNCH_TIMEOUT
+    )
+}
+
+impl CudaBackend {
+    fn new(ordinal: usize) -> Result<CudaBackend> {
+        let n = device_count()?;
+        if ordinal >= n {
+            return Err(unavailable("cuda", format!("no CUDA device {ordinal} (found {n})")));
+        }
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| unavailable("cuda", format!("creating a context on device {ordinal}: {}", driver_error(e))))?;
+        // SAFETY: the backend uses a single stream and synchronises it at every boundary, so
+        // cudarc's cross-stream event tracking is unnecessary.
+        unsafe { ctx.disable_event_tracking() };
+        let stream =
+            ctx.new_stream().map_err(|e| unavailable("cuda", format!("creating a stream: {}", driver_error(e))))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(|e| unavailable("cuda", format!("compute capability: {}", driver_error(e))))?;
+        Ok(CudaBackend {
+            ordinal,
+            ctx,
+            stream,
+            arch: (major as u32, minor as u32),
+            modules: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The device's compute capability.
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    /// Maps a driver error of `kernel` during `step`; a sticky fault also retires this backend.
+    pub(crate) fn fail(&self, kernel: &str, step: &str, e: DriverError) -> Error {
+        if is_sticky(&e) {
+            self.retire();
+            return Error::KernelFault {
+                kernel: kernel.to_string(),
+                msg: format!(
+                    "{step}: {} (the CUDA context was reset; device arrays made before are lost)",
+                    driver_error(e)
+                ),
+            };
+        }
+        Error::Driver { backend: "cuda", kernel: kernel.to_string(), msg: format!("{step}: {}", driver_error(e)) }
+    }
+
+    /// Drops this backend from the registry and resets the device's primary context, so the
+    /// next call starts from a clean context.
+    fn retire(&self) {
+        if let Ok(mut reg) = registry().lock() {
+            reg.remove(&self.ordinal);
+        }
+        // SAFETY: resetting the primary context of a device we hold; memory of the old context
+        // becomes invalid, which the caller is told in the error.
+        let _ = unsafe { sys::cuDevicePrimaryCtxReset_v2(self.ctx.cu_device()) };
+    }
+
+    pub(crate) fn synchronize(&self, kernel: &str) -> Result<()> {
+        self.stream.synchronize().map_err(|e| self.fail(kernel, "synchronize", e))
+    }
+
+    /// Compiles (cached) and loads `source`, returning `function` with at least `dyn_smem`
+    /// bytes of dynamic shared memory allowed.
+    pub(crate) fn function(
+        &self,
+        kernel: &str,
+        source: &str,
+        function: &str,
+        math: MathMode,
+        dyn_smem: usize,
+    ) -> Result<CudaFunction> {
+        let image = compile::compile(kernel, source, self.arch, math)?;
+        let key = compile::cache_key(source, &compile::options(self.arch, math), self.arch, (0, 0));
+        let module = {
+            let mut mods = self.modules.lock().map_err(|_| Error::invalid(kernel, "module cache lock poisoned"))?;
+            match mods.get(&key) {
+                Some(m) => m.clone(),
+                None => {
+                    let module = self
+                        .ctx
+                        .load_module(Ptx::from_binary(image.as_ref().clone()))
+                        .map_err(|e| self.fail(kernel, "loading the module", e))?;
+                    let m = Arc::new(LoadedModule { module, functions: Mutex::new(HashMap::new()) });
+                    mods.insert(key, m.clone());
+                    m
+                }
+            }
+        };
+        let mut fns = module.functions.lock().map_err(|_| Error::invalid(kernel, "function cache lock poisoned"))?;
+        if !fns.contains_key(function) {
+            let f =
+                module.module.load_function(function).map_err(|e| self.fail(kernel, "finding the entry point", e))?;
+            fns.insert(function.to_string(), (f, 48 * 1024));
+        }
+        let Some((f, limit)) = fns.get_mut(function) else {
+            return Err(Error::invalid(kernel, "function cache inconsistency"));
+        };
+        if dyn_smem > *limit {
+            let static_smem = f.shared_size_bytes().unwrap_or(0).max(0) as usize;
+            let max = self
+                .ctx
+                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+                .unwrap_or(48 * 1024)
+                .max(0) as usize;
+            if dyn_smem + static_smem > max {
+                return Err(Error::invalid(
+                    kernel,
+                    format!("{dyn_smem} bytes of threadgroup memory plus {static_smem} static exceed the device limit of {max}"),
+                ));
+            }
+            f.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                dyn_smem as i32,
+            )
+            .map_err(|e| self.fail(kernel, "raising the shared memory limit", e))?;
+            *limit = dyn_smem;
+        }
+        Ok(f.clone())
+    }
+
+    /// A kiln-internal helper kernel (no prelude, safe math).
+    pub(crate) fn helper_function(&self, what: &str, source: &str, function: &str) -> Result<CudaFunction> {
+        self.function(what, source, function, MathMode::Safe, 0)
+    }
+}
+
+impl Backend for CudaBackend {
+    fn device(&self) -> Device {
+        Device::Cuda(self.ordinal)
+    }
+
+    fn upload(&self, host: &Array) -> Result<Array> {
+        let host = host.to_host()?;
+        let bytes = host.to_contiguous_bytes()?;
+        self.upload_bytes("upload", host.dtype(), host.shape(), &bytes)
+    }
+
+    fn to_host(&self, array: &Array) -> Result<Array> {
+        if array.device() == Device::Cpu {
+            return Ok(array.clone());
+        }
+        let dense = if array.is_row_contiguous() { array.clone() } else { self.gather(array)? };
+        self.download("to_host", &dense)
+    }
+
+    fn row_contiguous(&self, array: &Array) -> Result<Array> {
+        if array.device() == Device::Cpu {
+            return self.upload(array);
+        }
+        if array.is_row_contiguous() {
+            return Ok(array.clone());
+        }
+        self.gather(array)
+    }
+
+    fn launch(&self, launch: &Launch<'_>) -> Result<Vec<Array>> {
+        let unit = translate_unit(launch.program)?;
+        self.run(launch, &unit.source, &cuda_source::entry_symbol(&launch.program.function))
+    }
 }

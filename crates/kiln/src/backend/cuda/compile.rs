@@ -1,0 +1,150 @@
+//! NVRTC compilation of CUDA translation units to cubin, with an in-memory cache (one compile
+//! per key even under concurrent callers) and a disk cache so a second process pays nothing.
+//! Keys hash the full source, the options, the architecture and the NVRTC version; the `.cu`
+//! is kept beside its `.cubin` for debugging.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, CString};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
+use sha2::{Digest, Sha256};
+
+use super::libs;
+use crate::config;
+use crate::error::{Error, Result};
+use crate::kernel::MathMode;
+
+/// A compute capability, e.g. `(9, 0)` for sm_90.
+pub type Arch = (u32, u32);
+
+/// The NVRTC version as (major, minor).
+pub fn nvrtc_version() -> Result<(i32, i32)> {
+    libs::require_nvrtc()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: NVRTC is loaded (checked above); both pointers are valid for writes.
+    let status = unsafe { nvrtc_sys::nvrtcVersion(&mut major, &mut minor) };
+    status.result().map_err(|e| crate::backend::unavailable("cuda", format!("nvrtcVersion failed: {e:?}")))?;
+    Ok((major, minor))
+}
+
+/// The NVRTC options for an architecture and math mode.
+pub fn options(arch: Arch, math: MathMode) -> Vec<String> {
+    let mut opts = vec![
+        format!("--gpu-architecture=sm_{}{}", arch.0, arch.1),
+        "-std=c++17".to_string(),
+        // Unannotated functions (user helpers) compile for the device, as MLX's JIT does.
+        "-default-device".to_string(),
+    ];
+    if math == MathMode::Fast {
+        opts.push("--use_fast_math".to_string());
+        opts.push("-D__FAST_MATH__=1".to_string());
+    }
+    opts
+}
+
+type Slot = Arc<Mutex<Option<Arc<Vec<u8>>>>>;
+
+fn memory_cache() -> &'static Mutex<HashMap<String, Slot>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Slot>>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The cache key of a compilation.
+pub fn cache_key(source: &str, options: &[String], arch: Arch, version: (i32, i32)) -> String {
+    let mut h = Sha256::new();
+    h.update(source.as_bytes());
+    for o in options {
+        h.update([0u8]);
+        h.update(o.as_bytes());
+    }
+    h.update(format!("\0sm_{}{}\0nvrtc {}.{}", arch.0, arch.1, version.0, version.1).as_bytes());
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn disk_dir() -> PathBuf {
+    config::cache_dir().join("cuda")
+}
+
+/// Compiles `source` to cubin for `arch` (cached). `kernel` names the kernel in errors.
+pub fn compile(kernel: &str, source: &str, arch: Arch, math: MathMode) -> Result<Arc<Vec<u8>>> {
+    libs::require_nvrtc()?;
+    let opts = options(arch, math);
+    let key = cache_key(source, &opts, arch, nvrtc_version()?);
+    let slot = {
+        let mut map = memory_cache().lock().map_err(|_| poisoned(kernel))?;
+        map.entry(key.clone()).or_default().clone()
+    };
+    let mut guard = slot.lock().map_err(|_| poisoned(kernel))?;
+    if let Some(image) = guard.as_ref() {
+        return Ok(image.clone());
+    }
+    let dir = disk_dir();
+    let cubin_path = dir.join(format!("{key}.cubin"));
+    if let Ok(bytes) = std::fs::read(&cubin_path) {
+        if !bytes.is_empty() {
+            let image = Arc::new(bytes);
+            *guard = Some(image.clone());
+            return Ok(image);
+        }
+    }
+    let image = Arc::new(nvrtc_compile(kernel, source, &opts)?);
+    // The disk cache only saves time: a read-only or full cache directory must not fail a kernel.
+    let _ = write_disk_cache(&dir, &key, source, &image);
+    *guard = Some(image.clone());
+    Ok(image)
+}
+
+fn write_disk_cache(dir: &std::path::Path, key: &str, source: &str, image: &[u8]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join(format!("{key}.cu")), source)?;
+    let tmp = dir.join(format!("{key}.cubin.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, image)?;
+    std::fs::rename(&tmp, dir.join(format!("{key}.cubin")))
+}
+
+fn poisoned(kernel: &str) -> Error {
+    Error::Compile { backend: "cuda", kernel: kernel.to_string(), log: "kernel cache lock poisoned".into() }
+}
+
+/// One NVRTC run, no caching.
+fn nvrtc_compile(kernel: &str, source: &str, opts: &[String]) -> Result<Vec<u8>> {
+    let fail = |log: String| Error::Compile { backend: "cuda", kernel: kernel.to_string(), log };
+    let src = CString::new(source).map_err(|_| fail("the generated source contains a NUL byte".into()))?;
+    let name = CString::new(format!("{kernel}.cu").replace('\0', "_")).map_err(|_| fail("bad kernel name".into()))?;
+    let prog = nvrtc::create_program(&src, Some(&name)).map_err(|e| fail(format!("nvrtcCreateProgram: {e:?}")))?;
+    // SAFETY: `prog` was just created and is destroyed exactly once below.
+    let compiled = unsafe { nvrtc::compile_program(prog, opts) };
+    // SAFETY: `prog` is live.
+    let log = unsafe { nvrtc::get_program_log(prog) }.map(|raw| c_chars_to_string(&raw)).unwrap_or_default();
+    let result = match compiled {
+        Err(e) => Err(fail(if log.trim().is_empty() { format!("{e:?}") } else { log })),
+        Ok(()) => cubin_of(prog).map_err(fail),
+    };
+    // SAFETY: `prog` is live and not used afterwards.
+    let _ = unsafe { nvrtc::destroy_program(prog) };
+    result
+}
+
+fn cubin_of(prog: nvrtc_sys::nvrtcProgram) -> std::result::Result<Vec<u8>, String> {
+    let mut size = 0usize;
+    // SAFETY: `prog` is a successfully compiled program; `size` is valid for writes.
+    unsafe { nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size) }
+        .result()
+        .map_err(|e| format!("nvrtcGetCUBINSize: {e:?}"))?;
+    if size == 0 {
+        return Err("NVRTC produced no cubin (is the architecture a real sm_XY?)".into());
+    }
+    let mut image = vec![0u8; size];
+    // SAFETY: `image` has room for exactly `size` bytes as NVRTC reported.
+    unsafe { nvrtc_sys::nvrtcGetCUBIN(prog, image.as_mut_ptr() as *mut c_char) }
+        .result()
+        .map_err(|e| format!("nvrtcGetCUBIN: {e:?}"))?;
+    Ok(image)
+}
+
+fn c_chars_to_string(raw: &[c_char]) -> String {
+    let bytes: Vec<u8> = raw.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}

@@ -1,0 +1,278 @@
+//! Exact Metal dispatch on CUDA. A `dispatchThreads` grid that is not a multiple of the
+//! threadgroup is split per dimension into the full region and the partial edge region, and each
+//! region (up to 8 in 3-D) is launched with its real block size: exactly `grid` threads exist,
+//! every thread reaches every barrier, and `threads_per_threadgroup` of an edge group is its
+//! real size. Region counts beyond CUDA's grid limits are chunked by moving the region origin.
+
+use cudarc::driver::{result as drv, sys};
+
+use super::memory::CudaBuffer;
+use super::CudaBackend;
+use crate::array::Array;
+use crate::backend::{Binding, Dispatch, Launch};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::source::cuda::{args_layout as L, INLINE_BYTES, MAX_SLOTS, MAX_THREADGROUP_BUFFERS};
+
+/// One CUDA launch: the first group's position, the group count and the block size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub origin: [u32; 3],
+    pub groups: [u32; 3],
+    pub block: [u32; 3],
+}
+
+/// CUDA's limits on grid dimensions.
+const MAX_GRID: [u32; 3] = [i32::MAX as u32, 65535, 65535];
+
+/// The regions that realise a dispatch of `grid` threads in groups of `tg` (already clamped).
+pub fn thread_regions(grid: [u32; 3], tg: [u32; 3]) -> Vec<Region> {
+    // Per dimension: (first group, group count, block size) of the full and the partial part.
+    let parts: Vec<Vec<(u32, u32, u32)>> = (0..3)
+        .map(|d| {
+            let (g, t) = (grid[d], tg[d].max(1));
+            let mut v = Vec::new();
+            if g / t > 0 {
+                v.push((0, g / t, t));
+            }
+            if g % t > 0 {
+                v.push((g / t, 1, g % t));
+            }
+            v
+        })
+        .collect();
+    let mut out = Vec::new();
+    for &(ox, nx, bx) in &parts[0] {
+        for &(oy, ny, by) in &parts[1] {
+            for &(oz, nz, bz) in &parts[2] {
+                chunk(Region { origin: [ox, oy, oz], groups: [nx, ny, nz], block: [bx, by, bz] }, &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// Splits a region whose group counts exceed CUDA's grid limits.
+fn chunk(r: Region, out: &mut Vec<Region>) {
+    let steps = |d: usize| (0..r.groups[d]).step_by(MAX_GRID[d] as usize);
+    for sx in steps(0) {
+        for sy in steps(1) {
+            for sz in steps(2) {
+                let start = [sx, sy, sz];
+                out.push(Region {
+                    origin: [0, 1, 2].map(|d| r.origin[d] + start[d]),
+                    groups: [0, 1, 2].map(|d| (r.groups[d] - start[d]).min(MAX_GRID[d])),
+                    block: r.block,
+                });
+            }
+        }
+    }
+}
+
+/// The parameter block shared by every region of one dispatch (`KilnArgs`).
+struct ArgsBlock {
+    words: Vec<u64>,
+}
+
+impl ArgsBlock {
+    fn new() -> Self {
+        ArgsBlock { words: vec![0; L::SIZE / 8] }
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        bytemuck::cast_slice_mut(&mut self.words)
+    }
+    fn put_u32s(&mut self, at: usize, v: &[u32]) {
+        for (i, x) in v.iter().enumerate() {
+            self.bytes_mut()[at + 4 * i..at + 4 * i + 4].copy_from_slice(&x.to_le_bytes());
+        }
+    }
+    fn put_u64(&mut self, at: usize, v: u64) {
+        self.bytes_mut()[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+impl CudaBackend {
+    /// Runs one dispatch of `symbol` from the translation unit `source`.
+    pub(super) fn run(&self, launch: &Launch<'_>, source: &str, symbol: &str) -> Result<Vec<Array>> {
+        let kernel = launch.program.kernel.as_str();
+        if launch.bindings.len() > MAX_SLOTS {
+            return Err(Error::invalid(
+                kernel,
+                format!("{} buffer slots bound; at most {MAX_SLOTS}", launch.bindings.len()),
+            ));
+        }
+        if launch.threadgroup_memory.len() > MAX_THREADGROUP_BUFFERS {
+            return Err(Error::invalid(
+                kernel,
+                format!(
+                    "{} threadgroup buffers bound; at most {MAX_THREADGROUP_BUFFERS}",
+                    launch.threadgroup_memory.len()
+                ),
+            ));
+        }
+        let tg = launch.effective_threadgroup();
+        if tg.contains(&0) {
+            return Err(Error::invalid(kernel, format!("threadgroup {:?} has a zero dimension", launch.threadgroup)));
+        }
+        let (grid, regions) = match launch.dispatch {
+            Dispatch::Threads(grid) => (grid, thread_regions(grid, tg)),
+            Dispatch::Threadgroups(groups) => {
+                let mut regions = Vec::new();
+                if !groups.contains(&0) {
+                    chunk(Region { origin: [0; 3], groups, block: tg }, &mut regions);
+                }
+                let grid = [0, 1, 2].map(|d| groups[d].saturating_mul(tg[d]));
+                (grid, regions)
+            }
+        };
+        let groups = [0, 1, 2].map(|d| grid[d].div_ceil(tg[d]));
+
+        // Threadgroup memory: each buffer rounded to 16 bytes, packed in slot order.
+        let mut tg_offsets = [0u32; MAX_THREADGROUP_BUFFERS];
+        let mut dyn_smem = 0usize;
+        for (i, &n) in launch.threadgroup_memory.iter().enumerate() {
+            tg_offsets[i] = dyn_smem as u32;
+            dyn_smem += n.div_ceil(16) * 16;
+        }
+        let func = self.function(kernel, source, symbol, launch.program.math_mode, dyn_smem)?;
+        let max_threads = func.max_threads_per_block().unwrap_or(1024).max(1) as u64;
+        let requested = launch.threadgroup.iter().map(|&t| t as u64).product::<u64>();
+        if requested > max_threads {
+            return Err(Error::invalid(
+                kernel,
+                format!(
+                    "thread group size ({requested}) is greater than the maximum allowed threads per threadgroup ({max_threads})"
+                ),
+            ));
+        }
+
+        let mut args = ArgsBlock::new();
+        args.put_u32s(L::GRID, &grid);
+        args.put_u32s(L::THREADGROUP, &tg);
+        args.put_u32s(L::GROUPS, &groups);
+        args.put_u32s(L::TG_OFFSETS, &tg_offsets);
+        let mut inline_mask = 0u32;
+        let mut inline_used = 0usize;
+        let mut outputs = Vec::new();
+        // Temporaries (uploaded inputs, large constant data) live until the launch completes.
+        let mut keep: Vec<Array> = Vec::new();
+        let mut keep_bufs: Vec<CudaBuffer> = Vec::new();
+        for (slot, binding) in launch.bindings.iter().enumerate() {
+            let address = match binding {
+                Binding::Array(a) => {
+                    let a =
+                        if a.device() == Device::Cuda(self.ordinal) { a.clone() } else { self.upload_view(kernel, a)? };
+                    let addr = self.element_address(kernel, &a)?;
+                    keep.push(a);
+                    addr
+                }
+                Binding::Output(spec) => {
+                    let out = self.output(kernel, &spec.shape, spec.dtype, spec.init_value)?;
+                    let addr = self.element_address(kernel, &out)?;
+                    outputs.push(out);
+                    addr
+                }
+                Binding::Bytes(bytes) => {
+                    let padded = bytes.len().div_ceil(16) * 16;
+                    if inline_used + padded <= INLINE_BYTES {
+                        args.bytes_mut()[L::INLINE + inline_used..L::INLINE + inline_used + bytes.len()]
+                            .copy_from_slice(bytes);
+                        inline_mask |= 1 << slot;
+                        let offset = inline_used as u64;
+                        inline_used += padded.max(16);
+                        offset
+                    } else {
+                        let mut buf = self.alloc(kernel, bytes.len())?;
+                        let mut view = buf.slice.slice_mut(0..bytes.len());
+                        self.stream
+                            .memcpy_htod(bytes.as_slice(), &mut view)
+                            .map_err(|e| self.fail(kernel, "upload", e))?;
+                        let addr = buf.address(&self.stream);
+                        keep_bufs.push(buf);
+                        addr
+                    }
+                }
+            };
+            args.put_u64(L::SLOTS + 8 * slot, address);
+        }
+        args.put_u32s(L::INLINE_MASK, &[inline_mask]);
+
+        for r in regions {
+            args.put_u32s(L::ORIGIN, &r.origin);
+            args.put_u32s(L::REGION, &r.block);
+            let mut params = [args.words.as_mut_ptr() as *mut std::ffi::c_void];
+            // SAFETY: the entry takes one `KilnArgs` by value whose layout `args_layout`
+            // mirrors; every address in it stays valid until the synchronisation below.
+            let launched = unsafe {
+                drv::launch_kernel(
+                    func.cu_function(),
+                    (r.groups[0], r.groups[1], r.groups[2]),
+                    (r.block[0], r.block[1], r.block[2]),
+                    dyn_smem as u32,
+                    self.stream.cu_stream(),
+                    &mut params,
+                )
+            };
+            launched.map_err(|e| match e.0 {
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE | sys::CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES => {
+                    Error::invalid(
+                        kernel,
+                        format!(
+                            "launch of {:?} groups of {:?} threads rejected: {}",
+                            r.groups,
+                            r.block,
+                            super::driver_error(e)
+                        ),
+                    )
+                }
+                _ => self.fail(kernel, "launch", e),
+            })?;
+        }
+        self.synchronize(kernel)?;
+        drop(keep);
+        drop(keep_bufs);
+        Ok(outputs)
+    }
+
+    /// Copies a host view to this device, keeping only its elements (row-contiguous).
+    fn upload_view(&self, kernel: &str, a: &Array) -> Result<Array> {
+        if a.device() != Device::Cpu {
+            return Err(Error::invalid(kernel, format!("input lives on {}, not on cuda:{}", a.device(), self.ordinal)));
+        }
+        let bytes = a.to_contiguous_bytes()?;
+        self.upload_bytes(kernel, a.dtype(), a.shape(), &bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn threads(regions: &[Region]) -> u64 {
+        regions.iter().map(|r| (0..3).map(|d| r.groups[d] as u64 * r.block[d] as u64).product::<u64>()).sum()
+    }
+
+    #[test]
+    fn partial_grids_split_into_exact_regions() {
+        let regions = thread_regions([10, 7, 3], [4, 4, 2]);
+        assert_eq!(regions.len(), 8);
+        assert_eq!(threads(&regions), 10 * 7 * 3);
+        assert!(regions.contains(&Region { origin: [2, 1, 1], groups: [1, 1, 1], block: [2, 3, 1] }));
+    }
+
+    #[test]
+    fn exact_grids_need_one_region() {
+        assert_eq!(
+            thread_regions([64, 1, 1], [32, 1, 1]),
+            vec![Region { origin: [0; 3], groups: [2, 1, 1], block: [32, 1, 1] }]
+        );
+    }
+
+    #[test]
+    fn large_group_counts_are_chunked() {
+        let regions = thread_regions([1, 70000, 1], [1, 1, 1]);
+        assert_eq!(regions.len(), 2);
+        assert_eq!(regions[1].origin, [0, 65535, 0]);
+        assert_eq!(threads(&regions), 70000);
+    }
+}

@@ -1,0 +1,223 @@
+//! Device memory of the CUDA backend: buffers, uploads, downloads, fills and the strided gather
+//! that makes a view row-contiguous on the device.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use cudarc::driver::{result as drv, CudaSlice, CudaStream, DevicePtr};
+
+use super::{driver_error, CudaBackend};
+use crate::array::{Array, HostBuffer};
+use crate::device::{Device, DeviceBuffer};
+use crate::dtype::{f64_to_element_bytes, DType};
+use crate::error::{Error, Result};
+
+/// Device memory owned by the CUDA backend.
+pub struct CudaBuffer {
+    pub(super) slice: CudaSlice<u8>,
+    pub(super) ordinal: usize,
+    pub(super) len: usize,
+}
+
+impl std::fmt::Debug for CudaBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaBuffer({} bytes on cuda:{})", self.len, self.ordinal)
+    }
+}
+
+impl DeviceBuffer for CudaBuffer {
+    fn device(&self) -> Device {
+        Device::Cuda(self.ordinal)
+    }
+    fn len_bytes(&self) -> usize {
+        self.len
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl CudaBuffer {
+    /// The device address of byte 0.
+    pub(super) fn address(&self, stream: &CudaStream) -> u64 {
+        let (ptr, _sync) = self.slice.device_ptr(stream);
+        ptr
+    }
+}
+
+/// Parameters of the gather kernel (mirrors `GatherArgs` in [`GATHER_SOURCE`]).
+#[repr(C)]
+pub(super) struct GatherArgs {
+    pub src: u64,
+    pub dst: u64,
+    pub n: u64,
+    pub elem: u32,
+    pub ndim: u32,
+    pub shape: [i64; 10],
+    pub strides: [i64; 10],
+}
+
+/// A standalone kernel copying a strided view (element strides, any sign) into a dense buffer.
+pub(super) const GATHER_SOURCE: &str = r#"
+struct GatherArgs {
+  unsigned long long src, dst, n;
+  unsigned elem, ndim;
+  long long shape[10], strides[10];
+};
+extern "C" __global__ void kiln_gather(const __grid_constant__ GatherArgs a) {
+  unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= a.n) return;
+  long long loc = 0;
+  unsigned long long rest = i;
+  for (int d = (int)a.ndim - 1; d >= 0; --d) {
+    loc += (long long)(rest % (unsigned long long)a.shape[d]) * a.strides[d];
+    rest /= (unsigned long long)a.shape[d];
+  }
+  const unsigned char* s = (const unsigned char*)a.src + loc * (long long)a.elem;
+  unsigned char* d = (unsigned char*)a.dst + i * a.elem;
+  switch (a.elem) {
+    case 1: *d = *s; break;
+    case 2: *(unsigned short*)d = *(const unsigned short*)s; break;
+    case 4: *(unsigned*)d = *(const unsigned*)s; break;
+    default: *(unsigned long long*)d = *(const unsigned long long*)s; break;
+  }
+}
+"#;
+
+impl CudaBackend {
+    /// Allocates `len` bytes (at least one, so every buffer has an address).
+    pub(super) fn alloc(&self, what: &str, len: usize) -> Result<CudaBuffer> {
+        // SAFETY: the memory is uninitialised; every caller fills or overwrites it before use.
+        let slice = unsafe { self.stream.alloc::<u8>(len.max(1)) }.map_err(|e| {
+            let msg = if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                format!("out of device memory allocating {len} bytes")
+            } else {
+                format!("allocating {len} bytes: {}", driver_error(e))
+            };
+            Error::Driver { backend: "cuda", kernel: what.to_string(), msg }
+        })?;
+        Ok(CudaBuffer { slice, ordinal: self.ordinal, len })
+    }
+
+    /// A fresh row-contiguous device array holding `bytes`.
+    pub(super) fn upload_bytes(&self, what: &str, dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Array> {
+        let mut buf = self.alloc(what, bytes.len())?;
+        if !bytes.is_empty() {
+            let mut view = buf.slice.slice_mut(0..bytes.len());
+            self.stream.memcpy_htod(bytes, &mut view).map_err(|e| self.fail(what, "upload", e))?;
+        }
+        Ok(Array::from_device_buffer(Arc::new(buf), dtype, shape))
+    }
+
+    /// Fills `buf` with `count` copies of the element `one`.
+    pub(super) fn fill(&self, what: &str, buf: &mut CudaBuffer, one: &[u8], count: usize) -> Result<()> {
+        let n = one.len() * count;
+        if n == 0 {
+            return Ok(());
+        }
+        let ptr = buf.address(&self.stream);
+        let stream = self.stream.cu_stream();
+        if one.iter().all(|&b| b == one[0]) {
+            // SAFETY: `ptr` addresses at least `n` bytes of this context's memory.
+            return unsafe { drv::memset_d8_async(ptr, one[0], n, stream) }.map_err(|e| self.fail(what, "fill", e));
+        }
+        let mut pattern = Vec::with_capacity(n);
+        for _ in 0..count {
+            pattern.extend_from_slice(one);
+        }
+        let mut view = buf.slice.slice_mut(0..n);
+        self.stream.memcpy_htod(&pattern, &mut view).map_err(|e| self.fail(what, "fill", e))
+    }
+
+    /// A fresh output of `shape`/`dtype`, filled with `init` or, without one, poisoned with
+    /// all-ones bytes (NaN for floats) so unwritten elements are visible.
+    pub(super) fn output(&self, what: &str, shape: &[usize], dtype: DType, init: Option<f64>) -> Result<Array> {
+        let count: usize = shape.iter().product();
+        let mut buf = self.alloc(what, count * dtype.size())?;
+        let one = match init {
+            Some(v) => f64_to_element_bytes(v, dtype),
+            None => vec![0xff; dtype.size()],
+        };
+        self.fill(what, &mut buf, &one, count)?;
+        Ok(Array::from_device_buffer(Arc::new(buf), dtype, shape))
+    }
+
+    /// The buffer of a device array of this backend.
+    pub(super) fn buffer_of<'a>(&self, what: &str, array: &'a Array) -> Result<&'a CudaBuffer> {
+        array
+            .device_buffer()
+            .and_then(|b| b.as_any().downcast_ref::<CudaBuffer>())
+            .filter(|b| b.ordinal == self.ordinal)
+            .ok_or_else(|| {
+                Error::invalid(what, format!("array lives on {}, not on cuda:{}", array.device(), self.ordinal))
+            })
+    }
+
+    /// Device address of element (0, ..., 0) of a device array.
+    pub(super) fn element_address(&self, what: &str, array: &Array) -> Result<u64> {
+        let buf = self.buffer_of(what, array)?;
+        Ok(buf.address(&self.stream) + (array.offset() * array.dtype().size()) as u64)
+    }
+
+    /// Copies a row-contiguous device array (at its offset) to the host.
+    pub(super) fn download(&self, what: &str, array: &Array) -> Result<Array> {
+        let buf = self.buffer_of(what, array)?;
+        let start = array.offset() * array.dtype().size();
+        let n = array.nbytes();
+        let mut host = HostBuffer::zeroed(n);
+        if n > 0 {
+            let view = buf.slice.slice(start..start + n);
+            self.stream.memcpy_dtoh(&view, host.bytes_mut()).map_err(|e| self.fail(what, "download", e))?;
+        }
+        self.stream.synchronize().map_err(|e| self.fail(what, "download", e))?;
+        Ok(Array::from_host(host, array.dtype(), array.shape()))
+    }
+
+    /// A dense copy of any device view, made on the device.
+    pub(super) fn gather(&self, array: &Array) -> Result<Array> {
+        let what = "row_contiguous";
+        if array.ndim() > 10 {
+            return Err(Error::invalid(what, format!("{} dimensions; at most 10 are supported", array.ndim())));
+        }
+        let out_buf = self.alloc(what, array.nbytes())?;
+        let n = array.size() as u64;
+        if n > 0 {
+            let mut shape = [1i64; 10];
+            let mut strides = [0i64; 10];
+            for (d, (&s, &st)) in array.shape().iter().zip(array.strides()).enumerate() {
+                shape[d] = s as i64;
+                strides[d] = st as i64;
+            }
+            let mut args = GatherArgs {
+                src: self.element_address(what, array)?,
+                dst: out_buf.address(&self.stream),
+                n,
+                elem: array.dtype().size() as u32,
+                ndim: array.ndim() as u32,
+                shape,
+                strides,
+            };
+            let func = self.helper_function(what, GATHER_SOURCE, "kiln_gather")?;
+            let blocks = n.div_ceil(256);
+            if blocks > u32::MAX as u64 {
+                return Err(Error::invalid(what, format!("{n} elements are too many for one copy")));
+            }
+            let mut params = [&mut args as *mut GatherArgs as *mut std::ffi::c_void];
+            // SAFETY: `func` takes one `GatherArgs` by value, laid out as `#[repr(C)]` above; the
+            // addresses in it stay valid until the synchronisation below.
+            unsafe {
+                drv::launch_kernel(
+                    func.cu_function(),
+                    (blocks as u32, 1, 1),
+                    (256, 1, 1),
+                    0,
+                    self.stream.cu_stream(),
+                    &mut params,
+                )
+            }
+            .map_err(|e| self.fail(what, "launch", e))?;
+            self.synchronize(what)?;
+        }
+        Ok(Array::from_device_buffer(Arc::new(out_buf), array.dtype(), array.shape()))
+    }
+}

@@ -1,0 +1,337 @@
+//! The CUDA translation unit: the self-contained CUDA prelude, the lowered user code (inside
+//! `namespace kiln_user`, with `#line` directives pointing at the user's own lines) and one
+//! `extern "C" __global__` wrapper per entry point.
+//!
+//! Launch ABI: every wrapper takes one `const __grid_constant__ KilnArgs` by value. It carries
+//! the region being launched (group origin, the region's actual group size), the Metal grid and
+//! uniform threadgroup size, one 64-bit word per buffer slot (a device address, or for small
+//! constant data an offset into the inline byte area of the same block) and the offsets of the
+//! dynamic `[[threadgroup(n)]]` buffers inside dynamic shared memory. The wrapper derives every
+//! Metal builtin from `blockIdx`/`threadIdx` and that block.
+
+use std::fmt::Write;
+
+use crate::source::lower::{Entry, EntryParam, LoweredModule};
+
+/// Buffer slots a kernel may bind.
+pub const MAX_SLOTS: usize = 31;
+/// Dynamic threadgroup buffers a kernel may bind.
+pub const MAX_THREADGROUP_BUFFERS: usize = 8;
+/// Bytes of small constant data carried inline in the parameter block.
+pub const INLINE_BYTES: usize = 1024;
+
+/// Byte offsets of the `KilnArgs` fields (kept in step with [`ARGS_STRUCT`]).
+pub mod args_layout {
+    pub const ORIGIN: usize = 0;
+    pub const REGION: usize = 12;
+    pub const GRID: usize = 24;
+    pub const THREADGROUP: usize = 36;
+    pub const GROUPS: usize = 48;
+    pub const INLINE_MASK: usize = 60;
+    pub const TG_OFFSETS: usize = 64;
+    pub const SLOTS: usize = 96;
+    pub const INLINE: usize = 352;
+    pub const SIZE: usize = INLINE + super::INLINE_BYTES;
+}
+
+/// The C declaration matching [`args_layout`].
+const ARGS_STRUCT: &str = r#"
+struct KilnArgs {
+  unsigned origin[3];
+  unsigned region[3];
+  unsigned grid[3];
+  unsigned threadgroup[3];
+  unsigned groups[3];
+  unsigned inline_mask;
+  unsigned tg_offset[8];
+  unsigned long long slot[31];
+  unsigned long long pad_;
+  alignas(16) unsigned char bytes[1024];
+};
+static_assert(sizeof(KilnArgs) == 1376, "KilnArgs layout");
+
+namespace kiln {
+__device__ __forceinline__ void* slot(const KilnArgs& a, unsigned i) {
+  if (a.inline_mask & (1u << i)) return (void*)(a.bytes + a.slot[i]);
+  return (void*)a.slot[i];
+}
+}  // namespace kiln
+"#;
+
+/// The CUDA prelude headers, in inclusion order.
+pub const PRELUDE: &[(&str, &str)] = &[
+    ("types.h", include_str!("../../prelude/cuda/types.h")),
+    ("math.h", include_str!("../../prelude/cuda/math.h")),
+    ("simd.h", include_str!("../../prelude/cuda/simd.h")),
+    ("sync.h", include_str!("../../prelude/cuda/sync.h")),
+    ("matrix.h", include_str!("../../prelude/cuda/matrix.h")),
+];
+
+/// `metal::` functions brought into the user's namespace by using-declarations, so an
+/// unqualified `exp`/`max`/`abs` finds Metal's overloads before CUDA's global ones.
+const METAL_NAMES: &[&str] = &[
+    "exp",
+    "log",
+    "sin",
+    "cos",
+    "tan",
+    "exp2",
+    "log2",
+    "log10",
+    "exp10",
+    "sqrt",
+    "rsqrt",
+    "cbrt",
+    "tanh",
+    "sinh",
+    "cosh",
+    "asin",
+    "acos",
+    "atan",
+    "asinh",
+    "acosh",
+    "atanh",
+    "erf",
+    "erfc",
+    "floor",
+    "ceil",
+    "trunc",
+    "round",
+    "rint",
+    "fabs",
+    "log1p",
+    "expm1",
+    "fract",
+    "sign",
+    "saturate",
+    "abs",
+    "pow",
+    "powr",
+    "atan2",
+    "fmod",
+    "copysign",
+    "fdim",
+    "step",
+    "fmax",
+    "fmin",
+    "max",
+    "min",
+    "clamp",
+    "fma",
+    "mix",
+    "smoothstep",
+    "select",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "signbit",
+    "popcount",
+    "clz",
+    "ctz",
+    "reverse_bits",
+    "mulhi",
+    "divide",
+];
+
+/// Generated text of one CUDA translation unit.
+#[derive(Clone, Debug)]
+pub struct CudaUnit {
+    pub source: String,
+    /// For each line of `source` (0-based index), the user's line it came from (0: generated).
+    pub line_map: Vec<u32>,
+}
+
+/// The C symbol of the wrapper for `host_name` (identifier characters kept, others escaped).
+pub fn entry_symbol(host_name: &str) -> String {
+    let mut s = String::from("kiln_entry_");
+    for c in host_name.chars() {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            s.push(c);
+        } else {
+            let _ = write!(s, "_x{:x}_", c as u32);
+        }
+    }
+    s
+}
+
+/// The prelude text (everything before user code).
+pub fn prelude() -> String {
+    let mut out = String::new();
+    for (name, text) in PRELUDE {
+        let _ = writeln!(out, "// ---- kiln prelude: {name}");
+        out.push_str(text);
+        out.push('\n');
+    }
+    out.push_str(ARGS_STRUCT);
+    out
+}
+
+/// Emits the full translation unit for a lowered module.
+pub fn emit(module: &LoweredModule, kernel: &str) -> CudaUnit {
+    let mut out = prelude();
+    out.push_str("\nnamespace kiln_user {\nusing namespace metal;\n");
+    for name in METAL_NAMES {
+        let _ = writeln!(out, "using metal::{name};");
+    }
+    let mut line_map = vec![0u32; out.lines().count()];
+    let file = kernel.replace(['"', '\\'], "_");
+    let mut expected: Option<u32> = None;
+    let mut continued = false;
+    for (i, line) in module.code.lines().enumerate() {
+        let user = module.line_map.get(i).copied().unwrap_or(0);
+        if !continued && expected != Some(user) {
+            if user > 0 {
+                let _ = writeln!(out, "#line {user} \"{file}\"");
+            } else {
+                let _ = writeln!(out, "#line {} \"kiln-generated\"", i + 1);
+            }
+            line_map.push(0);
+        }
+        out.push_str(line);
+        out.push('\n');
+        line_map.push(user);
+        expected = if user > 0 { Some(user + 1) } else { None };
+        continued = line.ends_with('\\');
+    }
+    let _ = writeln!(out, "#line {} \"kiln-entries\"", 1);
+    line_map.push(0);
+    for entry in &module.entries {
+        out.push_str(&wrapper(entry));
+    }
+    out.push_str("}  // namespace kiln_user\n");
+    line_map.resize(out.lines().count(), 0);
+    CudaUnit { source: out, line_map }
+}
+
+/// The `extern "C" __global__` wrapper of one entry.
+fn wrapper(entry: &Entry) -> String {
+    let mut args = Vec::new();
+    for p in &entry.params {
+        args.push(match p {
+            EntryParam::Buffer { index, pointee, is_const, by_ref, .. } => {
+                let cv = if *is_const { "const " } else { "" };
+                if *by_ref {
+                    format!("*({cv}{pointee}*)kiln::slot(a, {index})")
+                } else {
+                    format!("({cv}{pointee}*)kiln::slot(a, {index})")
+                }
+            }
+            EntryParam::Threadgroup { index, pointee, .. } => {
+                format!("({pointee}*)(kiln_dyn_smem + a.tg_offset[{index}])")
+            }
+            EntryParam::Builtin { attribute, ty, .. } => builtin_value(attribute, ty),
+        });
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "extern \"C\" __global__ void {}(const __grid_constant__ KilnArgs a) {{",
+        entry_symbol(&entry.host_name)
+    );
+    s.push_str("  extern __shared__ __align__(16) unsigned char kiln_dyn_smem[];\n");
+    s.push_str("  (void)kiln_dyn_smem;\n");
+    s.push_str(BUILTIN_LOCALS);
+    let _ = writeln!(s, "  {}(\n    {});", entry.callee, args.join(",\n    "));
+    s.push_str("}\n");
+    s
+}
+
+/// Locals every wrapper computes: `g*` group position, `t*` position in group, `n*` the actual
+/// group size, `u*` the uniform group size, `lin` the linear index within the group.
+const BUILTIN_LOCALS: &str = r#"  const unsigned gx = a.origin[0] + blockIdx.x, gy = a.origin[1] + blockIdx.y, gz = a.origin[2] + blockIdx.z;
+  const unsigned tx = threadIdx.x, ty = threadIdx.y, tz = threadIdx.z;
+  const unsigned nx = blockDim.x, ny = blockDim.y, nz = blockDim.z;
+  const unsigned ux = a.threadgroup[0], uy = a.threadgroup[1], uz = a.threadgroup[2];
+  const unsigned lin = tx + nx * (ty + ny * tz);
+  const unsigned ntg = nx * ny * nz;
+  (void)gx; (void)gy; (void)gz; (void)tx; (void)ty; (void)tz; (void)ux; (void)uy; (void)uz;
+  (void)lin; (void)ntg;
+"#;
+
+/// The expression for a Metal builtin of declared type `ty`.
+fn builtin_value(attribute: &str, ty: &str) -> String {
+    let xyz = |x: &str, y: &str, z: &str| vector_of(ty, [x, y, z]);
+    match attribute {
+        "thread_position_in_grid" => xyz("gx * ux + tx", "gy * uy + ty", "gz * uz + tz"),
+        "thread_position_in_threadgroup" => xyz("tx", "ty", "tz"),
+        "threadgroup_position_in_grid" => xyz("gx", "gy", "gz"),
+        "threads_per_threadgroup" => xyz("nx", "ny", "nz"),
+        "dispatch_threads_per_threadgroup" => xyz("ux", "uy", "uz"),
+        "threads_per_grid" | "grid_size" => xyz("a.grid[0]", "a.grid[1]", "a.grid[2]"),
+        "threadgroups_per_grid" => xyz("a.groups[0]", "a.groups[1]", "a.groups[2]"),
+        "grid_origin" => xyz("0u", "0u", "0u"),
+        "thread_index_in_threadgroup" => scalar_of(ty, "lin"),
+        "thread_index_in_simdgroup" => scalar_of(ty, "(lin & 31u)"),
+        "simdgroup_index_in_threadgroup" => scalar_of(ty, "(lin >> 5)"),
+        "threads_per_simdgroup" | "thread_execution_width" => scalar_of(ty, "32u"),
+        "simdgroups_per_threadgroup" => scalar_of(ty, "((ntg + 31u) >> 5)"),
+        "dispatch_simdgroups_per_threadgroup" => scalar_of(ty, "((ux * uy * uz + 31u) >> 5)"),
+        "thread_index_in_quadgroup" => scalar_of(ty, "(lin & 3u)"),
+        "quadgroup_index_in_threadgroup" => scalar_of(ty, "(lin >> 2)"),
+        "quadgroups_per_threadgroup" => scalar_of(ty, "((ntg + 3u) >> 2)"),
+        // Unknown builtins surface as a compile error naming the attribute.
+        other => format!("kiln_unsupported_builtin_{other}"),
+    }
+}
+
+/// Number of components of a Metal scalar or vector type name (`uint` 1, `ushort3` 3,
+/// `vec<uint, 2>` 2).
+fn components(ty: &str) -> usize {
+    let t = ty.trim();
+    if let Some(inner) = t.strip_suffix('>') {
+        return inner.rsplit(',').next().and_then(|n| n.trim().parse().ok()).unwrap_or(1);
+    }
+    match t.chars().last().and_then(|c| c.to_digit(10)) {
+        Some(n @ 2..=4) => n as usize,
+        _ => 1,
+    }
+}
+
+fn vector_of(ty: &str, parts: [&str; 3]) -> String {
+    let n = components(ty);
+    if n == 1 {
+        return scalar_of(ty, parts[0]);
+    }
+    let elem = element_type(ty);
+    let comps: Vec<String> = parts[..n.min(3)].iter().map(|p| format!("static_cast<{elem}>({p})")).collect();
+    format!("{ty}({})", comps.join(", "))
+}
+
+fn scalar_of(ty: &str, value: &str) -> String {
+    format!("static_cast<{ty}>({value})")
+}
+
+fn element_type(ty: &str) -> String {
+    let t = ty.trim();
+    if let Some(rest) = t.strip_prefix("vec<") {
+        return rest.split(',').next().unwrap_or("uint").trim().to_string();
+    }
+    t.trim_end_matches(|c: char| c.is_ascii_digit()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn components_of_metal_types() {
+        assert_eq!(components("uint"), 1);
+        assert_eq!(components("uint3"), 3);
+        assert_eq!(components("ushort2"), 2);
+        assert_eq!(components("vec<uint, 2>"), 2);
+        assert_eq!(element_type("ushort3"), "ushort");
+        assert_eq!(element_type("vec<uint, 2>"), "uint");
+    }
+
+    #[test]
+    fn entry_symbols_are_identifiers() {
+        assert_eq!(entry_symbol("gemm_f32"), "kiln_entry_gemm_f32");
+        assert_eq!(entry_symbol("a.b"), "kiln_entry_a_x2e_b");
+    }
+
+    #[test]
+    fn builtins_narrow_to_declared_type() {
+        assert_eq!(builtin_value("thread_index_in_simdgroup", "ushort"), "static_cast<ushort>((lin & 31u))");
+        assert!(builtin_value("thread_position_in_grid", "uint2").starts_with("uint2(static_cast<uint>"));
+    }
+}
