@@ -1,0 +1,276 @@
+//! The seed gallery: real-world MLX-style kernels written as `MetalKernel` bodies, each run on
+//! fresh random inputs and checked against a plain-Rust f64 reference. `kiln demo` prints the
+//! table `run_demo` returns; the tests run every kernel at several shapes and dtypes.
+//!
+//! Every gallery module offers a launcher (the kernel as a library call), a reference, and
+//! `check(device, dtype, shape.., seed) -> Outcome` that does one verified run; `demo` is
+//! `check` at the demo shape.
+
+mod report;
+
+pub mod attention;
+pub mod cholesky;
+pub mod exp;
+pub mod gelu;
+pub mod grid_sample;
+pub mod grid_sample_vjp;
+pub mod overlap_add;
+pub mod residual_rms_norm;
+pub mod rms_norm;
+pub mod rope;
+pub mod scatter_add;
+pub mod silu;
+pub mod softmax;
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub use report::{DemoReport, DemoRow};
+
+use crate::array::Array;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::kernel::{KernelInput, LaunchSpec, MetalKernel};
+
+/// The three float dtypes every templated gallery kernel supports.
+pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+/// One gallery kernel: its name, the dtypes it accepts, the dtypes the demo runs it in, and
+/// the demo run itself.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry {
+    pub name: &'static str,
+    pub dtypes: &'static [DType],
+    pub demo_dtypes: &'static [DType],
+    pub demo: fn(Device, DType, u64) -> Result<Outcome>,
+}
+
+/// Every gallery kernel, in demo order.
+pub fn entries() -> Vec<Entry> {
+    vec![
+        exp::ENTRY,
+        exp::STRIDED_ENTRY,
+        silu::ENTRY,
+        gelu::ENTRY,
+        rms_norm::BASIC_ENTRY,
+        rms_norm::MULTI_SIMDGROUP_ENTRY,
+        residual_rms_norm::ENTRY,
+        softmax::ENTRY,
+        rope::ENTRY,
+        attention::ENTRY,
+        scatter_add::ENTRY,
+        overlap_add::ENTRY,
+        grid_sample::ENTRY,
+        grid_sample_vjp::ENTRY,
+        cholesky::ENTRY,
+    ]
+}
+
+/// Runs every entry in each of its demo dtypes on `device` and collects the table. A kernel
+/// that fails to run becomes a failed row carrying its error, so one broken kernel does not
+/// hide the others.
+pub fn run_demo(device: Device) -> Result<DemoReport> {
+    crate::backend::backend_for(device)?;
+    let mut rows = Vec::new();
+    for entry in entries() {
+        for &dtype in entry.demo_dtypes {
+            let seed = 0x6b69_6c6e ^ (rows.len() as u64);
+            rows.push(DemoRow::from_run(entry.name, dtype, device, (entry.demo)(device, dtype, seed)));
+        }
+    }
+    Ok(DemoReport { device, rows })
+}
+
+/// Relative L2 tolerance per dtype, the project's table: ‖out − ref‖ / ‖ref‖ must not exceed it.
+pub fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 1e-5,
+        DType::F16 => 1e-3,
+        DType::BF16 => 8e-3,
+        _ => 0.0,
+    }
+}
+
+/// ‖out − reference‖ / ‖reference‖; infinite when `out` holds a NaN or the lengths differ.
+pub fn rel_l2(out: &[f64], reference: &[f64]) -> f64 {
+    if out.len() != reference.len() || out.iter().any(|v| v.is_nan()) {
+        return f64::INFINITY;
+    }
+    let num: f64 = out.iter().zip(reference).map(|(a, b)| (a - b) * (a - b)).sum();
+    let den: f64 = reference.iter().map(|b| b * b).sum();
+    if den == 0.0 {
+        return if num == 0.0 { 0.0 } else { f64::INFINITY };
+    }
+    (num / den).sqrt()
+}
+
+/// One named output of a verified run with its reference values.
+#[derive(Clone, Debug)]
+pub struct Part {
+    pub name: &'static str,
+    pub output: Vec<f64>,
+    pub reference: Vec<f64>,
+}
+
+/// The result of one verified run: every output beside its reference, the dtype whose
+/// tolerance applies, and the wall time of one warm call (outputs copied back included).
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub parts: Vec<Part>,
+    pub tolerance_dtype: DType,
+    pub time: Duration,
+}
+
+impl Outcome {
+    /// The worst relative L2 error over the outputs.
+    pub fn error(&self) -> f64 {
+        self.parts.iter().map(|p| rel_l2(&p.output, &p.reference)).fold(0.0, f64::max)
+    }
+
+    pub fn tolerance(&self) -> f64 {
+        tolerance(self.tolerance_dtype)
+    }
+
+    pub fn passed(&self) -> bool {
+        self.error() <= self.tolerance()
+    }
+}
+
+/// A kernel built once per process; the cell keeps a build error as text.
+pub(crate) type KernelCell = OnceLock<std::result::Result<MetalKernel, String>>;
+
+pub(crate) fn cached(
+    cell: &'static KernelCell,
+    op: &str,
+    build: impl FnOnce() -> Result<MetalKernel>,
+) -> Result<&'static MetalKernel> {
+    cell.get_or_init(|| build().map_err(|e| e.to_string())).as_ref().map_err(|msg| Error::invalid(op, msg.clone()))
+}
+
+/// Checks that `dtype` is one of `allowed` for the kernel `op`.
+pub(crate) fn check_dtype(op: &str, dtype: DType, allowed: &[DType]) -> Result<()> {
+    if allowed.contains(&dtype) {
+        Ok(())
+    } else {
+        Err(Error::dtype(op, dtype, format!("expected one of {allowed:?}")))
+    }
+}
+
+/// Checks that `a` has exactly `shape`.
+pub(crate) fn check_shape(op: &str, what: &str, a: &Array, shape: &[usize]) -> Result<()> {
+    if a.shape() == shape {
+        Ok(())
+    } else {
+        Err(Error::shape(op, format!("{what} has shape {:?}, expected {shape:?}", a.shape())))
+    }
+}
+
+/// A grid or threadgroup extent as the `u32` Metal takes.
+pub(crate) fn dim(op: &str, n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| Error::invalid(op, format!("dispatch extent {n} exceeds u32")))
+}
+
+/// A kernel call ready to run: the launcher functions build one, `check` poisons and times it.
+pub(crate) struct Prepared {
+    pub kernel: &'static MetalKernel,
+    pub inputs: Vec<KernelInput>,
+    pub spec: LaunchSpec,
+}
+
+impl Prepared {
+    /// Runs the call and returns its outputs on the launch device.
+    pub fn run(&self) -> Result<Vec<Array>> {
+        self.kernel.call(&self.inputs, &self.spec)
+    }
+
+    /// Runs the call and returns its single output.
+    pub fn run_one(&self) -> Result<Array> {
+        let mut outs = self.run()?;
+        match outs.len() {
+            1 => Ok(outs.remove(0)),
+            n => Err(Error::invalid(self.kernel.name(), format!("expected one output, got {n}"))),
+        }
+    }
+
+    /// Fills every output with NaN before the kernel runs, so an element the kernel fails to
+    /// write can never pass a check.
+    pub fn poisoned(mut self) -> Self {
+        self.spec = self.spec.init_value(f64::NAN);
+        self
+    }
+
+    /// Calls once to compile and warm up, then times a second call including the copy of its
+    /// outputs back to the host; returns the host outputs of the timed call.
+    pub fn timed(&self) -> Result<(Vec<Array>, Duration)> {
+        self.run()?;
+        let start = Instant::now();
+        let outs = self.run()?;
+        let host = outs.iter().map(Array::to_host).collect::<Result<Vec<_>>>()?;
+        Ok((host, start.elapsed()))
+    }
+}
+
+/// A small deterministic generator (SplitMix64), so every demo input reproduces from its seed.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [lo, hi).
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Standard normal (Box–Muller).
+    pub fn normal(&mut self) -> f64 {
+        let u1 = self.uniform(f64::MIN_POSITIVE, 1.0);
+        let u2 = self.uniform(0.0, 1.0);
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+
+    pub fn normals(&mut self, n: usize, scale: f64) -> Vec<f64> {
+        (0..n).map(|_| scale * self.normal()).collect()
+    }
+
+    pub fn uniforms(&mut self, n: usize, lo: f64, hi: f64) -> Vec<f64> {
+        (0..n).map(|_| self.uniform(lo, hi)).collect()
+    }
+}
+
+/// A host array of `dtype` from `values` plus the values it actually holds after rounding to
+/// the dtype (what a reference must be fed).
+pub(crate) fn host_input(dtype: DType, shape: &[usize], values: &[f64]) -> Result<(Array, Vec<f64>)> {
+    let a = Array::from_f64(dtype, shape, values)?;
+    let rounded = a.to_f64_vec()?;
+    Ok((a, rounded))
+}
+
+/// A normal-distributed input on `device` and its rounded host values.
+pub(crate) fn normal_input(
+    rng: &mut Rng,
+    device: Device,
+    dtype: DType,
+    shape: &[usize],
+    scale: f64,
+) -> Result<(Array, Vec<f64>)> {
+    let n = shape.iter().product();
+    let (a, rounded) = host_input(dtype, shape, &rng.normals(n, scale))?;
+    Ok((a.to_device(device)?, rounded))
+}
+
+/// Reads a host output as f64 values.
+pub(crate) fn values(a: &Array) -> Result<Vec<f64>> {
+    a.to_f64_vec()
+}
