@@ -175,6 +175,17 @@ fn cholesky(device: Device) {
     }
 }
 
+fn gdn_kkt(device: Device) {
+    // [B, T, Hg, H, K]: partial last chunks, K not a multiple of the tile, grouped heads.
+    for (i, dims) in [[2, 77, 2, 4, 80], [1, 32, 1, 1, 32], [1, 5, 1, 3, 7], [1, 65, 3, 3, 33]].into_iter().enumerate()
+    {
+        for dtype in DTYPES {
+            let what = format!("gdn_kkt {dims:?} {dtype}");
+            assert_outcome(&what, gallery::gdn_kkt::check(device, dtype, dims, i as u64));
+        }
+    }
+}
+
 fn demo_runs_and_passes_every_entry(device: Device) {
     let report = gallery::run_demo(device).expect("run_demo");
     let expected: usize = gallery::entries().iter().map(|e| e.demo_dtypes.len()).sum();
@@ -202,6 +213,7 @@ backend_tests!(
     grid_sample,
     grid_sample_vjp,
     cholesky,
+    gdn_kkt,
     demo_runs_and_passes_every_entry,
 );
 

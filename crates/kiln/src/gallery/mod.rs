@@ -11,6 +11,7 @@ mod report;
 pub mod attention;
 pub mod cholesky;
 pub mod exp;
+pub mod gdn_kkt;
 pub mod gelu;
 pub mod grid_sample;
 pub mod grid_sample_vjp;
@@ -64,6 +65,7 @@ pub fn entries() -> Vec<Entry> {
         grid_sample::ENTRY,
         grid_sample_vjp::ENTRY,
         cholesky::ENTRY,
+        gdn_kkt::ENTRY,
     ]
 }
 
