@@ -1,10 +1,12 @@
 //! Kernel objects: `MetalKernel` (the `mx.fast.metal_kernel` contract), `MetalLibrary` (whole
 //! `.metal` files) and the launch spec.
 
+mod cuda_kernel;
 mod launch;
 mod metal_kernel;
 mod metal_library;
 
+pub use cuda_kernel::{cuda_type, CudaKernel, CUDA_MAX_NDIM};
 pub use launch::{KernelInput, LaunchSpec, MathMode};
 pub use metal_kernel::{GeneratedSource, MetalKernel, MAX_BUFFERS, MAX_NDIM, MAX_THREADS_PER_THREADGROUP};
 pub use metal_library::{LibraryArg, LibraryLaunch, MetalLibrary};

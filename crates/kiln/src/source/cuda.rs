@@ -55,16 +55,29 @@ __device__ __forceinline__ void* slot(const KilnArgs& a, unsigned i) {
   if (a.inline_mask & (1u << i)) return (void*)(a.bytes + a.slot[i]);
   return (void*)a.slot[i];
 }
+struct ptr_proxy {
+  void* p;
+  template <class T> __device__ operator T*() const { return static_cast<T*>(p); }
+};
+struct ref_proxy {
+  void* p;
+  template <class T> __device__ operator T&() const { return *static_cast<T*>(p); }
+};
 }  // namespace kiln
 "#;
 
-/// The CUDA prelude headers, in inclusion order.
+/// The CUDA prelude headers, in inclusion order: the target configuration, the common Metal
+/// library shared with the CPU prelude (types, vectors, maths), then the CUDA-specific SIMD,
+/// synchronisation and matrix parts.
 pub const PRELUDE: &[(&str, &str)] = &[
-    ("types.h", include_str!("../../prelude/cuda/types.h")),
-    ("math.h", include_str!("../../prelude/cuda/math.h")),
-    ("simd.h", include_str!("../../prelude/cuda/simd.h")),
-    ("sync.h", include_str!("../../prelude/cuda/sync.h")),
-    ("matrix.h", include_str!("../../prelude/cuda/matrix.h")),
+    ("cuda/config.h", include_str!("../../prelude/cuda/config.h")),
+    ("common/types.h", include_str!("../../prelude/common/types.h")),
+    ("common/vec.h", include_str!("../../prelude/common/vec.h")),
+    ("common/vec_ops.h", include_str!("../../prelude/common/vec_ops.h")),
+    ("common/math.h", include_str!("../../prelude/common/math.h")),
+    ("cuda/simd.h", include_str!("../../prelude/cuda/simd.h")),
+    ("cuda/sync.h", include_str!("../../prelude/cuda/sync.h")),
+    ("cuda/matrix.h", include_str!("../../prelude/cuda/matrix.h")),
 ];
 
 /// `metal::` functions brought into the user's namespace by using-declarations, so an
@@ -91,8 +104,6 @@ const METAL_NAMES: &[&str] = &[
     "asinh",
     "acosh",
     "atanh",
-    "erf",
-    "erfc",
     "floor",
     "ceil",
     "trunc",
@@ -110,7 +121,6 @@ const METAL_NAMES: &[&str] = &[
     "atan2",
     "fmod",
     "copysign",
-    "fdim",
     "step",
     "fmax",
     "fmin",
@@ -155,21 +165,45 @@ pub fn entry_symbol(host_name: &str) -> String {
 }
 
 /// The prelude text (everything before user code).
+///
+/// Everything lives in `namespace kiln_metal`: NVRTC predeclares CUDA's own `float4`, `uint3`,
+/// ... at global scope, and Metal's vector types of the same names must not collide with them.
 pub fn prelude() -> String {
-    let mut out = String::new();
+    let mut out = String::from("namespace kiln_metal {\n");
     for (name, text) in PRELUDE {
         let _ = writeln!(out, "// ---- kiln prelude: {name}");
-        out.push_str(text);
+        out.push_str(&requalify(text));
         out.push('\n');
     }
     out.push_str(ARGS_STRUCT);
+    out.push_str("}  // namespace kiln_metal\n");
+    out
+}
+
+/// Rewrites global qualifications (`::metal`, `::kiln`) of the shared headers to the wrapping
+/// namespace.
+fn requalify(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < text.len() {
+        let rest = &text[i..];
+        let prev_ident =
+            i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_' || bytes[i - 1] == b':');
+        if !prev_ident && (rest.starts_with("::metal") || rest.starts_with("::kiln")) {
+            out.push_str("::kiln_metal");
+        }
+        let c = rest.chars().next().unwrap_or(' ');
+        out.push(c);
+        i += c.len_utf8();
+    }
     out
 }
 
 /// Emits the full translation unit for a lowered module.
 pub fn emit(module: &LoweredModule, kernel: &str) -> CudaUnit {
     let mut out = prelude();
-    out.push_str("\nnamespace kiln_user {\nusing namespace metal;\n");
+    out.push_str("\nnamespace kiln_metal {\nnamespace kiln_user {\nusing namespace metal;\n");
     for name in METAL_NAMES {
         let _ = writeln!(out, "using metal::{name};");
     }
@@ -198,7 +232,7 @@ pub fn emit(module: &LoweredModule, kernel: &str) -> CudaUnit {
     for entry in &module.entries {
         out.push_str(&wrapper(entry));
     }
-    out.push_str("}  // namespace kiln_user\n");
+    out.push_str("}  // namespace kiln_user\n}  // namespace kiln_metal\n");
     line_map.resize(out.lines().count(), 0);
     CudaUnit { source: out, line_map }
 }
@@ -208,16 +242,17 @@ fn wrapper(entry: &Entry) -> String {
     let mut args = Vec::new();
     for p in &entry.params {
         args.push(match p {
-            EntryParam::Buffer { index, pointee, is_const, by_ref, .. } => {
-                let cv = if *is_const { "const " } else { "" };
+            // Pointer proxies convert to whatever the callee's parameter is, so template
+            // instantiations (`device const T*` with T bound by `[[host_name]]`) need no names.
+            EntryParam::Buffer { index, by_ref, .. } => {
                 if *by_ref {
-                    format!("*({cv}{pointee}*)kiln::slot(a, {index})")
+                    format!("kiln::ref_proxy{{kiln::slot(a, {index})}}")
                 } else {
-                    format!("({cv}{pointee}*)kiln::slot(a, {index})")
+                    format!("kiln::ptr_proxy{{kiln::slot(a, {index})}}")
                 }
             }
-            EntryParam::Threadgroup { index, pointee, .. } => {
-                format!("({pointee}*)(kiln_dyn_smem + a.tg_offset[{index}])")
+            EntryParam::Threadgroup { index, .. } => {
+                format!("kiln::ptr_proxy{{kiln_dyn_smem + a.tg_offset[{index}]}}")
             }
             EntryParam::Builtin { attribute, ty, .. } => builtin_value(attribute, ty),
         });

@@ -7,6 +7,7 @@
 //! reset and the next `backend(ordinal)` builds a fresh one.
 
 mod compile;
+mod custom;
 mod dispatch;
 mod libs;
 mod memory;
@@ -26,6 +27,7 @@ use crate::source::cuda as cuda_source;
 use crate::source::lower::{self, LowerTarget};
 
 pub use compile::{nvrtc_version, options as nvrtc_options, Arch};
+pub use custom::CudaKernelCall;
 pub use memory::CudaBuffer;
 
 /// The CUDA backend of one device.

@@ -1,0 +1,106 @@
+//! Launching `CudaKernel` bodies: MLX's `cuda_kernel` argument marshalling (pointers, then
+//! `Shape`/`Strides`/`ndim` by value) and its ceil-div launch geometry.
+
+use super::CudaBackend;
+use crate::array::Array;
+use crate::backend::Backend;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::kernel::MathMode;
+use crate::source::cuda as cuda_source;
+use crate::source::scan::ShapeInfo;
+
+/// One call of a `CudaKernel`, as the backend needs it.
+pub struct CudaKernelCall<'a> {
+    pub kernel: &'a str,
+    pub entry: String,
+    /// The generated kernel text (helpers, header, kernel), without the prelude.
+    pub source: String,
+    pub inputs: Vec<Array>,
+    pub shape_info: Vec<ShapeInfo>,
+    pub ensure_row_contiguous: bool,
+    pub outputs: Vec<(Vec<usize>, DType)>,
+    pub init_value: Option<f64>,
+    pub grid: [u32; 3],
+    pub threadgroup: [u32; 3],
+    pub shared_memory: usize,
+}
+
+impl CudaBackend {
+    /// Compiles (cached) and runs a `CudaKernel` call.
+    pub fn run_cuda_kernel(&self, call: &CudaKernelCall<'_>) -> Result<Vec<Array>> {
+        let kernel = call.kernel;
+        if call.threadgroup.contains(&0) {
+            return Err(Error::invalid(kernel, format!("threadgroup {:?} has a zero dimension", call.threadgroup)));
+        }
+        let source = format!("{}\n{}", cuda_source::prelude(), call.source);
+        let func = self.function(kernel, &source, &call.entry, MathMode::Safe, call.shared_memory)?;
+        let mut params: Vec<Vec<u8>> = Vec::new();
+        let mut keep = Vec::new();
+        for (a, info) in call.inputs.iter().zip(&call.shape_info) {
+            let mut a = if a.device() == Device::Cuda(self.ordinal) { a.clone() } else { self.upload(a)? };
+            if call.ensure_row_contiguous && !a.is_row_contiguous() {
+                a = self.row_contiguous(&a)?;
+            }
+            params.push(self.element_address(kernel, &a)?.to_le_bytes().to_vec());
+            if a.ndim() > 0 {
+                if info.shape {
+                    let mut v = vec![0u8; 40];
+                    for (i, &n) in a.shape().iter().take(10).enumerate() {
+                        v[4 * i..4 * i + 4].copy_from_slice(&(n as i32).to_le_bytes());
+                    }
+                    params.push(v);
+                }
+                if info.strides {
+                    let mut v = vec![0u8; 80];
+                    for (i, &s) in a.strides().iter().take(10).enumerate() {
+                        v[8 * i..8 * i + 8].copy_from_slice(&(s as i64).to_le_bytes());
+                    }
+                    params.push(v);
+                }
+                if info.ndim {
+                    params.push((a.ndim() as i32).to_le_bytes().to_vec());
+                }
+            }
+            keep.push(a);
+        }
+        let mut outputs = Vec::new();
+        for (shape, dtype) in &call.outputs {
+            let out = self.output(kernel, shape, *dtype, call.init_value)?;
+            params.push(self.element_address(kernel, &out)?.to_le_bytes().to_vec());
+            outputs.push(out);
+        }
+        // MLX's geometry: blocks of min(tg, grid), ceil(grid / tg) of them with the unclamped tg.
+        let block = [0, 1, 2].map(|d| call.threadgroup[d].min(call.grid[d].max(1)));
+        let blocks = [0, 1, 2].map(|d| call.grid[d].div_ceil(call.threadgroup[d]));
+        if !blocks.contains(&0) {
+            // Word-aligned copies so the driver reads each argument from aligned storage.
+            let mut words: Vec<Vec<u64>> = params
+                .iter()
+                .map(|p| {
+                    let mut w = vec![0u64; p.len().div_ceil(8)];
+                    bytemuck::cast_slice_mut::<u64, u8>(&mut w)[..p.len()].copy_from_slice(p);
+                    w
+                })
+                .collect();
+            let mut ptrs: Vec<*mut std::ffi::c_void> = words.iter_mut().map(|w| w.as_mut_ptr() as *mut _).collect();
+            // SAFETY: one pointer per kernel parameter, in declaration order, each to storage of
+            // the parameter's size; device addresses stay valid until the synchronisation below.
+            unsafe {
+                cudarc::driver::result::launch_kernel(
+                    func.cu_function(),
+                    (blocks[0], blocks[1], blocks[2]),
+                    (block[0], block[1], block[2]),
+                    call.shared_memory as u32,
+                    self.stream.cu_stream(),
+                    &mut ptrs,
+                )
+            }
+            .map_err(|e| self.fail(kernel, "launch", e))?;
+            self.synchronize(kernel)?;
+        }
+        drop(keep);
+        Ok(outputs)
+    }
+}

@@ -1,0 +1,259 @@
+//! `CudaKernel`: MLX's `cuda_kernel` contract for users who write CUDA directly. The body is
+//! CUDA C++; template arguments become `constexpr` locals or `using` aliases at the top of the
+//! body; `X_shape`/`X_strides`/`X_ndim` are passed by value when the body names them; the grid
+//! counts threads and is covered by ceil-div blocks (so more than `grid` threads may run, as in
+//! MLX: the body bounds-checks); `shared_memory` bytes of dynamic shared memory are requested.
+
+use std::fmt::Write;
+
+use super::launch::{KernelInput, LaunchSpec};
+use crate::array::Array;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::source::mangle::TemplateArg;
+use crate::source::scan::{self, ShapeInfo};
+
+/// The most axes `X_shape`/`X_strides` carry (`MAX_NDIM` in the kernel).
+pub const CUDA_MAX_NDIM: usize = 10;
+
+/// A custom CUDA kernel defined by its body, exactly as for `mx.fast.cuda_kernel`.
+#[derive(Clone, Debug)]
+pub struct CudaKernel {
+    name: String,
+    input_names: Vec<String>,
+    output_names: Vec<String>,
+    source: String,
+    header: String,
+    ensure_row_contiguous: bool,
+    shared_memory: usize,
+    shape_info: Vec<ShapeInfo>,
+}
+
+/// The CUDA element type MLX uses for a dtype.
+pub fn cuda_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F16 => "__half",
+        DType::BF16 => "__nv_bfloat16",
+        other => other.metal_type(),
+    }
+}
+
+/// Helpers MLX's `utils.cuh` gives every body, on top of the kiln CUDA prelude's types.
+const HELPERS: &str = r#"
+using kiln_metal::int8_t; using kiln_metal::uint8_t; using kiln_metal::int16_t;
+using kiln_metal::uint16_t; using kiln_metal::int32_t; using kiln_metal::uint32_t;
+using kiln_metal::int64_t; using kiln_metal::uint64_t;
+typedef kiln_metal::half __half;
+typedef kiln_metal::bfloat __nv_bfloat16;
+#define WARP_SIZE 32
+#define MAX_NDIM 10
+__device__ __forceinline__ __half __float2half(float f) { return __half(f); }
+__device__ __forceinline__ float __half2float(__half h) { return static_cast<float>(h); }
+__device__ __forceinline__ __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
+__device__ __forceinline__ float __bfloat162float(__nv_bfloat16 h) { return static_cast<float>(h); }
+namespace mlx { namespace core { namespace cu {
+template <class T, int N> struct kiln_array {
+  T v[N];
+  __device__ T& operator[](int i) { return v[i]; }
+  __device__ const T& operator[](int i) const { return v[i]; }
+  __device__ T* data() { return v; }
+  __device__ const T* data() const { return v; }
+  __device__ static constexpr int size() { return N; }
+};
+typedef kiln_array<int32_t, MAX_NDIM> Shape;
+typedef kiln_array<int64_t, MAX_NDIM> Strides;
+template <class IdxT = int64_t>
+__device__ IdxT elem_to_loc(IdxT elem, const int* shape, const int64_t* strides, int ndim) {
+  IdxT loc = 0;
+  for (int i = ndim - 1; i >= 0 && elem > 0; --i) {
+    loc += (elem % shape[i]) * IdxT(strides[i]);
+    elem /= shape[i];
+  }
+  return loc;
+}
+}}}  // namespace mlx::core::cu
+"#;
+
+impl CudaKernel {
+    /// Defines a kernel. Fails when `output_names` is empty.
+    pub fn new(
+        name: impl Into<String>,
+        input_names: &[&str],
+        output_names: &[&str],
+        source: impl Into<String>,
+    ) -> Result<CudaKernel> {
+        let name = name.into();
+        if output_names.is_empty() {
+            return Err(Error::invalid(format!("cuda_kernel {name}"), "must specify at least one output"));
+        }
+        let source = source.into();
+        let shape_info = input_names.iter().map(|n| scan::detect_shape_info(&source, n)).collect();
+        Ok(CudaKernel {
+            name,
+            input_names: input_names.iter().map(|s| s.to_string()).collect(),
+            output_names: output_names.iter().map(|s| s.to_string()).collect(),
+            source,
+            header: String::new(),
+            ensure_row_contiguous: true,
+            shared_memory: 0,
+            shape_info,
+        })
+    }
+
+    /// Text placed at global namespace before the kernel.
+    pub fn header(mut self, header: impl Into<String>) -> Self {
+        self.header = header.into();
+        self
+    }
+
+    /// Copy non-row-contiguous inputs before the launch (default true).
+    pub fn ensure_row_contiguous(mut self, on: bool) -> Self {
+        self.ensure_row_contiguous = on;
+        self
+    }
+
+    /// Bytes of dynamic shared memory requested at launch (default 0).
+    pub fn shared_memory(mut self, bytes: usize) -> Self {
+        self.shared_memory = bytes;
+        self
+    }
+
+    fn op(&self) -> String {
+        format!("cuda_kernel {}", self.name)
+    }
+
+    /// The entry name: `custom_kernel_<name>` plus one suffix per template argument.
+    pub fn kernel_name(&self, template: &[(String, TemplateArg)]) -> String {
+        let mut s = format!("custom_kernel_{}", self.name);
+        for (_, arg) in template {
+            match arg {
+                TemplateArg::Int(v) => {
+                    let _ = write!(s, "_{v}");
+                }
+                TemplateArg::Bool(b) => s.push_str(if *b { "_t" } else { "_f" }),
+                TemplateArg::DType(d) => {
+                    let _ = write!(s, "_{}", d.metal_type());
+                }
+            }
+        }
+        s
+    }
+
+    /// The CUDA source for inputs of these dtypes and ranks (without the prelude).
+    pub fn generate(&self, inputs: &[Array], spec: &LaunchSpec) -> Result<String> {
+        self.check_counts(inputs.len(), spec)?;
+        let mut params = Vec::new();
+        for ((name, a), info) in self.input_names.iter().zip(inputs).zip(&self.shape_info) {
+            params.push(format!("const {}* {name}", cuda_type(a.dtype())));
+            if a.ndim() > 0 {
+                if a.ndim() > CUDA_MAX_NDIM && (info.shape || info.strides) {
+                    return Err(Error::invalid(self.op(), format!("ndim can not be larger than {CUDA_MAX_NDIM}")));
+                }
+                if info.shape {
+                    params.push(format!("const __grid_constant__ Shape {name}_shape"));
+                }
+                if info.strides {
+                    params.push(format!("const __grid_constant__ Strides {name}_strides"));
+                }
+                if info.ndim {
+                    params.push(format!("const __grid_constant__ int {name}_ndim"));
+                }
+            }
+        }
+        for (name, &dtype) in self.output_names.iter().zip(&spec.output_dtypes) {
+            params.push(format!("{}* {name}", cuda_type(dtype)));
+        }
+        let mut s = String::new();
+        s.push_str(HELPERS);
+        s.push_str(&self.header);
+        s.push_str("\nnamespace mlx::core::cu {\n");
+        let _ = writeln!(s, "extern \"C\" __global__ void {}(", self.kernel_name(&spec.template));
+        let _ = writeln!(s, "    {}) {{", params.join(",\n    "));
+        for (name, arg) in &spec.template {
+            let _ = match arg {
+                TemplateArg::Int(v) => writeln!(s, "  constexpr int {name} = {v};"),
+                TemplateArg::Bool(b) => writeln!(s, "  constexpr bool {name} = {b};"),
+                TemplateArg::DType(d) => writeln!(s, "  using {name} = {};", cuda_type(*d)),
+            };
+        }
+        s.push('\n');
+        s.push_str(&self.source);
+        s.push_str("\n}\n}  // namespace mlx::core::cu\n");
+        Ok(s)
+    }
+
+    fn check_counts(&self, n_inputs: usize, spec: &LaunchSpec) -> Result<()> {
+        let check = |what: &str, want: usize, got: usize| {
+            if want == got {
+                Ok(())
+            } else {
+                Err(Error::invalid(self.op(), format!("Expected `{what}` to have size {want} but got size {got}.")))
+            }
+        };
+        check("inputs", self.input_names.len(), n_inputs)?;
+        check("output_shapes", self.output_names.len(), spec.output_shapes.len())?;
+        check("output_dtypes", self.output_names.len(), spec.output_dtypes.len())
+    }
+
+    /// Runs the kernel on a CUDA device and returns its outputs in `output_names` order.
+    pub fn call(&self, inputs: &[KernelInput], spec: &LaunchSpec) -> Result<Vec<Array>> {
+        self.check_counts(inputs.len(), spec)?;
+        let device = self.resolve_device(inputs, spec)?;
+        let Device::Cuda(ordinal) = device else {
+            return Err(Error::invalid(self.op(), format!("only supports the GPU; the call resolved to {device}")));
+        };
+        let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
+        let source = self.generate(&arrays, spec)?;
+        let call = crate::backend::cuda::CudaKernelCall {
+            kernel: &self.name,
+            entry: self.kernel_name(&spec.template),
+            source,
+            inputs: arrays,
+            shape_info: self.shape_info.clone(),
+            ensure_row_contiguous: self.ensure_row_contiguous,
+            outputs: spec.output_shapes.iter().cloned().zip(spec.output_dtypes.iter().copied()).collect(),
+            init_value: spec.init_value,
+            grid: spec.grid,
+            threadgroup: spec.threadgroup,
+            shared_memory: self.shared_memory,
+        };
+        crate::backend::cuda::cuda_backend(ordinal)?.run_cuda_kernel(&call)
+    }
+
+    fn resolve_device(&self, inputs: &[KernelInput], spec: &LaunchSpec) -> Result<Device> {
+        if let Some(d) = spec.device {
+            return Ok(d);
+        }
+        for input in inputs {
+            if let KernelInput::Array(a) = input {
+                if a.device() != Device::Cpu {
+                    return Ok(a.device());
+                }
+            }
+        }
+        Ok(Device::Cuda(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_templates_follow_mlx() {
+        let k = CudaKernel::new("arg_test", &["a"], &["out"], "out[0] = a[0];").unwrap();
+        let template = vec![
+            ("B".to_string(), TemplateArg::Bool(true)),
+            ("N".to_string(), TemplateArg::Int(3)),
+            ("T".to_string(), TemplateArg::DType(DType::F16)),
+        ];
+        assert_eq!(k.kernel_name(&template), "custom_kernel_arg_test_t_3_float16_t");
+        let a = Array::from_vec(&[4], vec![1.0f32; 4]).unwrap();
+        let mut spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32);
+        spec.template = template;
+        let src = k.generate(&[a], &spec).unwrap();
+        assert!(src.contains("  constexpr bool B = true;\n  constexpr int N = 3;\n  using T = __half;\n"));
+        assert!(src.contains("const float* a,\n    float* out) {"));
+    }
+}
