@@ -1,21 +1,102 @@
-//! The CPU emulator: MSL lowered to host C++, compiled by the host compiler, run with exact
-//! Metal semantics.
+//! The CPU emulator: MSL lowered to host C++ (see `source::cpu`), compiled by the host compiler
+//! (`CXX`, else `c++`) into a cached shared library, run with exact Metal semantics: exactly
+//! `grid` threads, partial edge groups, 32-lane simdgroups, barriers and collectives through
+//! cooperative fibers, groups spread over cores.
+//!
+//! Outputs without `init_value` are poisoned with 0xFF bytes (NaN for float types) so unwritten
+//! elements are visible. Inputs are bound in place with their true strides.
+
+mod compile;
+mod exec;
 
 use std::sync::Arc;
 
-use super::{unavailable, Backend, BackendStatus, MetalProgram};
-use crate::error::Result;
+use super::{Backend, BackendStatus, Launch, MetalProgram};
+use crate::array::Array;
+use crate::config;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::source::cpu::translation_unit;
+use crate::source::lower::{lower, LowerTarget};
 
-const REASON: &str = "the CPU emulator cannot execute kernels in this build yet";
+pub use compile::flags as compile_flags;
 
+/// The CPU backend. `CpuBackend::default()` uses the compiler from `config::host_cxx()`.
+#[derive(Clone, Debug)]
+pub struct CpuBackend {
+    cxx: String,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        CpuBackend { cxx: config::host_cxx() }
+    }
+}
+
+impl CpuBackend {
+    /// A backend that compiles with `cxx`; fails when that compiler cannot run.
+    pub fn with_compiler(cxx: impl Into<String>) -> Result<CpuBackend> {
+        let cxx = cxx.into();
+        compile::compiler_identity(&cxx)?;
+        Ok(CpuBackend { cxx })
+    }
+}
+
+/// The CPU backend with the configured compiler.
 pub fn backend() -> Result<Arc<dyn Backend>> {
-    Err(unavailable("cpu", REASON))
+    Ok(Arc::new(CpuBackend::with_compiler(config::host_cxx())?))
 }
 
 pub fn status() -> BackendStatus {
-    BackendStatus { backend: "cpu", devices: Vec::new(), unavailable: Some(REASON.to_string()) }
+    let cxx = config::host_cxx();
+    match compile::compiler_identity(&cxx) {
+        Ok(id) => {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            BackendStatus {
+                backend: "cpu",
+                devices: vec![(Device::Cpu, format!("emulator on {cores} cores, compiler {cxx} ({id})"))],
+                unavailable: None,
+            }
+        }
+        Err(e) => BackendStatus { backend: "cpu", devices: Vec::new(), unavailable: Some(e.to_string()) },
+    }
 }
 
-pub fn translate(_program: &MetalProgram) -> Result<String> {
-    Err(unavailable("cpu", "MSL to host C++ lowering is not available in this build yet"))
+/// The full host C++ translation unit for `program` (what `kiln translate --emit cpu` prints).
+pub fn translate(program: &MetalProgram) -> Result<String> {
+    let module = lower(program, LowerTarget::Cpu)?;
+    translation_unit(program, &module)
+}
+
+impl Backend for CpuBackend {
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    fn upload(&self, host: &Array) -> Result<Array> {
+        Ok(host.clone())
+    }
+
+    fn to_host(&self, array: &Array) -> Result<Array> {
+        Ok(array.clone())
+    }
+
+    fn row_contiguous(&self, array: &Array) -> Result<Array> {
+        array.to_row_contiguous()
+    }
+
+    fn launch(&self, launch: &Launch<'_>) -> Result<Vec<Array>> {
+        let program = launch.program;
+        let module = lower(program, LowerTarget::Cpu)?;
+        let entry = module.entries.iter().position(|e| e.host_name == program.function).ok_or_else(|| {
+            let names: Vec<&str> = module.entries.iter().map(|e| e.host_name.as_str()).collect();
+            Error::invalid(
+                program.kernel.clone(),
+                format!("no kernel entry named {:?} (found {names:?})", program.function),
+            )
+        })?;
+        let tu = translation_unit(program, &module)?;
+        let compiled = compile::compile(&self.cxx, &program.kernel, &tu, program.math_mode)?;
+        exec::run(&compiled, entry, launch)
+    }
 }

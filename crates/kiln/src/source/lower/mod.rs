@@ -6,6 +6,10 @@
 //! `kernel`, `threadgroup` declarations, function constants); everything else is left to the
 //! target's prelude.
 
+mod entry;
+mod rewrite;
+pub mod tokens;
+
 use crate::backend::MetalProgram;
 use crate::error::{Error, Result};
 
@@ -70,11 +74,21 @@ impl LoweredModule {
 }
 
 /// Lowers `program` for `target`.
+///
+/// The output keeps the input's line structure exactly (line N of `code` is line N of
+/// `program.source`), so `line_map` is the identity; backends may prefix `#line 1` to have the
+/// compiler report the user's own lines directly.
 pub fn lower(program: &MetalProgram, target: LowerTarget) -> Result<LoweredModule> {
-    let _ = target;
-    Err(Error::Compile {
+    let rewritten = rewrite::rewrite(program, target).map_err(|log| Error::Compile {
         backend: "translate",
         kernel: program.kernel.clone(),
-        log: "MSL lowering is not implemented yet".into(),
+        log,
+    })?;
+    let lines = rewritten.code.lines().count().max(program.source.lines().count());
+    Ok(LoweredModule {
+        code: rewritten.code,
+        entries: rewritten.entries,
+        needs_cooperative_threads: rewritten.cooperative,
+        line_map: (1..=lines as u32).collect(),
     })
 }

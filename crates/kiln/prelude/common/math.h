@@ -1,0 +1,291 @@
+// kiln common prelude: the `metal::` math library for float, half, bfloat, integers and vectors
+// (also reachable as `metal::fast::` and `metal::precise::`), numeric_limits, as_type, select,
+// clamp, mix, fma, isnan/isinf, geometric and bit functions. half and bfloat are computed in
+// float and rounded once. The target prelude declares the C math functions (expf, ...).
+#pragma once
+
+namespace kiln {
+template <class A, class B, bool Small = is_small_float<A>::value || is_small_float<B>::value>
+struct common_type { typedef decltype(A() + B()) type; };
+template <class A, class B> struct common_type<A, B, true> { typedef typename mixed_result<A, B>::type type; };
+template <class A> struct common_type<A, A, false> { typedef A type; };
+template <class A> struct common_type<A, A, true> { typedef A type; };
+KILN_HD inline bool isnan_bits(float x) { return (f2u(x) & 0x7fffffffu) > 0x7f800000u; }
+KILN_HD inline bool isinf_bits(float x) { return (f2u(x) & 0x7fffffffu) == 0x7f800000u; }
+}  // namespace kiln
+
+namespace metal {
+
+#define KILN_VEC_MAP1(NAME)                                                                     \
+  template <class T, int N> KILN_HD inline vec<T, N> NAME(const vec<T, N>& v) {                 \
+    vec<T, N> r;                                                                                \
+    for (int i = 0; i < N; ++i) r[i] = NAME(v[i]);                                              \
+    return r;                                                                                   \
+  }
+#define KILN_UNARY(NAME, F)                                                                     \
+  KILN_HD inline float NAME(float x) { return F(x); }                                           \
+  KILN_HD inline half NAME(half x) { return half(F((float)x)); }                                \
+  KILN_HD inline bfloat NAME(bfloat x) { return bfloat(F((float)x)); }                          \
+  KILN_VEC_MAP1(NAME)
+
+KILN_UNARY(exp, expf) KILN_UNARY(exp2, exp2f) KILN_UNARY(log, logf) KILN_UNARY(log2, log2f)
+KILN_UNARY(log10, log10f) KILN_UNARY(sqrt, sqrtf) KILN_UNARY(sin, sinf) KILN_UNARY(cos, cosf)
+KILN_UNARY(tan, tanf) KILN_UNARY(asin, asinf) KILN_UNARY(acos, acosf) KILN_UNARY(atan, atanf)
+KILN_UNARY(sinh, sinhf) KILN_UNARY(cosh, coshf) KILN_UNARY(tanh, tanhf) KILN_UNARY(asinh, asinhf)
+KILN_UNARY(acosh, acoshf) KILN_UNARY(atanh, atanhf) KILN_UNARY(floor, floorf) KILN_UNARY(ceil, ceilf)
+KILN_UNARY(round, roundf) KILN_UNARY(trunc, truncf) KILN_UNARY(rint, rintf) KILN_UNARY(fabs, fabsf)
+KILN_UNARY(cbrt, cbrtf) KILN_UNARY(log1p, log1pf) KILN_UNARY(expm1, expm1f)
+KILN_HD inline float kiln_exp10(float x) { return expf(x * 2.302585092994046f); }
+KILN_HD inline float kiln_rsqrt(float x) { return 1.0f / sqrtf(x); }
+KILN_HD inline float kiln_fract(float x) { return fminf(x - floorf(x), 0x1.fffffep-1f); }
+KILN_HD inline float kiln_sign(float x) { return kiln::isnan_bits(x) ? 0.0f : (x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x)); }
+KILN_HD inline float kiln_saturate(float x) { return fminf(fmaxf(x, 0.0f), 1.0f); }
+KILN_HD inline float kiln_sinpi(float x) { return sinf(x * 3.14159265358979f); }
+KILN_HD inline float kiln_cospi(float x) { return cosf(x * 3.14159265358979f); }
+KILN_UNARY(exp10, kiln_exp10) KILN_UNARY(rsqrt, kiln_rsqrt) KILN_UNARY(fract, kiln_fract)
+KILN_UNARY(sign, kiln_sign) KILN_UNARY(saturate, kiln_saturate) KILN_UNARY(sinpi, kiln_sinpi)
+KILN_UNARY(cospi, kiln_cospi)
+
+// abs: floats clear the sign; integers negate.
+KILN_HD inline float abs(float x) { return fabsf(x); }
+KILN_HD inline half abs(half x) { return half::from_bits((ushort)(x.bits & 0x7fffu)); }
+KILN_HD inline bfloat abs(bfloat x) { return bfloat::from_bits((ushort)(x.bits & 0x7fffu)); }
+template <class T, class = typename kiln::enable_if<kiln::is_integral<T>::value>::type>
+KILN_HD inline T abs(T x) { return x < 0 ? T(-x) : x; }
+KILN_VEC_MAP1(abs)
+
+#define KILN_BINARY(NAME, F)                                                                    \
+  KILN_HD inline float NAME(float a, float b) { return F(a, b); }                               \
+  KILN_HD inline half NAME(half a, half b) { return half(F((float)a, (float)b)); }              \
+  KILN_HD inline bfloat NAME(bfloat a, bfloat b) { return bfloat(F((float)a, (float)b)); }      \
+  template <class T, int N> KILN_HD inline vec<T, N> NAME(const vec<T, N>& a, const vec<T, N>& b) { \
+    vec<T, N> r;                                                                                \
+    for (int i = 0; i < N; ++i) r[i] = NAME(a[i], b[i]);                                        \
+    return r;                                                                                   \
+  }
+KILN_BINARY(pow, powf) KILN_BINARY(powr, powf) KILN_BINARY(atan2, atan2f) KILN_BINARY(fmod, fmodf)
+KILN_BINARY(fmin, fminf) KILN_BINARY(fmax, fmaxf) KILN_BINARY(copysign, copysignf)
+KILN_HD inline float kiln_divide(float a, float b) { return a / b; }
+KILN_HD inline float kiln_step(float e, float x) { return x < e ? 0.0f : 1.0f; }
+KILN_BINARY(divide, kiln_divide) KILN_BINARY(step, kiln_step)
+
+// min/max: floats follow fmin/fmax (a NaN operand yields the other); mixed scalar types use
+// the usual conversions so `min(uint, int)` works as in Metal.
+template <class A, class B, class = typename kiln::enable_if<kiln::is_scalar<A>::value && kiln::is_scalar<B>::value>::type>
+KILN_HD inline typename kiln::common_type<A, B>::type min(A a, B b) {
+  typedef typename kiln::common_type<A, B>::type R;
+  R x = R(a), y = R(b);
+  if (!kiln::is_integral<R>::value) return R(fminf((float)x, (float)y));
+  return y < x ? y : x;
+}
+template <class A, class B, class = typename kiln::enable_if<kiln::is_scalar<A>::value && kiln::is_scalar<B>::value>::type>
+KILN_HD inline typename kiln::common_type<A, B>::type max(A a, B b) {
+  typedef typename kiln::common_type<A, B>::type R;
+  R x = R(a), y = R(b);
+  if (!kiln::is_integral<R>::value) return R(fmaxf((float)x, (float)y));
+  return x < y ? y : x;
+}
+KILN_HD inline long long min(long long a, long long b) { return b < a ? b : a; }
+KILN_HD inline long long max(long long a, long long b) { return a < b ? b : a; }
+KILN_HD inline unsigned long long min(unsigned long long a, unsigned long long b) { return b < a ? b : a; }
+KILN_HD inline unsigned long long max(unsigned long long a, unsigned long long b) { return a < b ? b : a; }
+template <class T, int N> KILN_HD inline vec<T, N> min(const vec<T, N>& a, const vec<T, N>& b) {
+  vec<T, N> r;
+  for (int i = 0; i < N; ++i) r[i] = T(min(a[i], b[i]));
+  return r;
+}
+template <class T, int N> KILN_HD inline vec<T, N> max(const vec<T, N>& a, const vec<T, N>& b) {
+  vec<T, N> r;
+  for (int i = 0; i < N; ++i) r[i] = T(max(a[i], b[i]));
+  return r;
+}
+template <class T, int N, class U, class = typename kiln::enable_if<kiln::is_scalar<U>::value>::type>
+KILN_HD inline vec<T, N> min(const vec<T, N>& a, U b) { return min(a, vec<T, N>(b)); }
+template <class T, int N, class U, class = typename kiln::enable_if<kiln::is_scalar<U>::value>::type>
+KILN_HD inline vec<T, N> max(const vec<T, N>& a, U b) { return max(a, vec<T, N>(b)); }
+
+template <class T, class L, class H, class = typename kiln::enable_if<kiln::is_scalar<T>::value>::type>
+KILN_HD inline T clamp(T x, L lo, H hi) { return T(min(max(x, T(lo)), T(hi))); }
+template <class T, int N> KILN_HD inline vec<T, N> clamp(const vec<T, N>& x, const vec<T, N>& lo, const vec<T, N>& hi) {
+  return min(max(x, lo), hi);
+}
+template <class T, int N, class U, class = typename kiln::enable_if<kiln::is_scalar<U>::value>::type>
+KILN_HD inline vec<T, N> clamp(const vec<T, N>& x, U lo, U hi) { return min(max(x, vec<T, N>(lo)), vec<T, N>(hi)); }
+
+template <class T, class U> KILN_HD inline T mix(T a, T b, U t) { return a + (b - a) * t; }
+KILN_HD inline float fma(float a, float b, float c) { return fmaf(a, b, c); }
+KILN_HD inline half fma(half a, half b, half c) { return half(fmaf(a, b, c)); }
+KILN_HD inline bfloat fma(bfloat a, bfloat b, bfloat c) { return bfloat(fmaf(a, b, c)); }
+template <class T, int N> KILN_HD inline vec<T, N> fma(const vec<T, N>& a, const vec<T, N>& b, const vec<T, N>& c) {
+  vec<T, N> r;
+  for (int i = 0; i < N; ++i) r[i] = fma(a[i], b[i], c[i]);
+  return r;
+}
+template <class T> KILN_HD inline T smoothstep(T e0, T e1, T x) {
+  T t = clamp((x - e0) / (e1 - e0), 0.0f, 1.0f);
+  return t * t * (T(3) - T(2) * t);
+}
+
+template <class T, class = typename kiln::enable_if<kiln::is_scalar<T>::value>::type>
+KILN_HD inline T select(T a, T b, bool c) { return c ? b : a; }
+template <class T, int N> KILN_HD inline vec<T, N> select(const vec<T, N>& a, const vec<T, N>& b, const vec<bool, N>& c) {
+  vec<T, N> r;
+  for (int i = 0; i < N; ++i) r[i] = c[i] ? b[i] : a[i];
+  return r;
+}
+template <class T, int N> KILN_HD inline vec<T, N> select(const vec<T, N>& a, const vec<T, N>& b, bool c) { return c ? b : a; }
+
+template <class T, class = typename kiln::enable_if<kiln::is_scalar<T>::value>::type>
+KILN_HD inline bool isnan(T x) { return kiln::isnan_bits((float)x); }
+template <class T, class = typename kiln::enable_if<kiln::is_scalar<T>::value>::type>
+KILN_HD inline bool isinf(T x) { return kiln::isinf_bits((float)x); }
+template <class T, class = typename kiln::enable_if<kiln::is_scalar<T>::value>::type>
+KILN_HD inline bool isfinite(T x) { return !isnan(x) && !isinf(x); }
+template <class T, class = typename kiln::enable_if<kiln::is_scalar<T>::value>::type>
+KILN_HD inline bool signbit(T x) { return (kiln::f2u((float)x) >> 31) != 0; }
+#define KILN_VEC_PRED(NAME)                                                                     \
+  template <class T, int N> KILN_HD inline vec<bool, N> NAME(const vec<T, N>& v) {              \
+    vec<bool, N> r;                                                                             \
+    for (int i = 0; i < N; ++i) r[i] = NAME(v[i]);                                              \
+    return r;                                                                                   \
+  }
+KILN_VEC_PRED(isnan) KILN_VEC_PRED(isinf) KILN_VEC_PRED(isfinite) KILN_VEC_PRED(signbit)
+#undef KILN_VEC_PRED
+
+template <int N> KILN_HD inline bool all(const vec<bool, N>& v) {
+  for (int i = 0; i < N; ++i) if (!v[i]) return false;
+  return true;
+}
+template <int N> KILN_HD inline bool any(const vec<bool, N>& v) {
+  for (int i = 0; i < N; ++i) if (v[i]) return true;
+  return false;
+}
+KILN_HD inline bool all(bool b) { return b; }
+KILN_HD inline bool any(bool b) { return b; }
+
+template <class T, int N> KILN_HD inline T dot(const vec<T, N>& a, const vec<T, N>& b) {
+  T s = a[0] * b[0];
+  for (int i = 1; i < N; ++i) s = T(s + a[i] * b[i]);
+  return s;
+}
+template <class T, int N> KILN_HD inline T length(const vec<T, N>& a) { return sqrt(dot(a, a)); }
+template <class T, int N> KILN_HD inline T length_squared(const vec<T, N>& a) { return dot(a, a); }
+template <class T, int N> KILN_HD inline T distance(const vec<T, N>& a, const vec<T, N>& b) { return length(a - b); }
+template <class T, int N> KILN_HD inline vec<T, N> normalize(const vec<T, N>& a) { return a * rsqrt(dot(a, a)); }
+template <class T> KILN_HD inline vec<T, 3> cross(const vec<T, 3>& a, const vec<T, 3>& b) {
+  return vec<T, 3>(a.y * b.z - a.z * b.y, a.z * b.x - a.x * b.z, a.x * b.y - a.y * b.x);
+}
+
+// Reinterprets the bits of `u` as `T` (same size).
+template <class T, class U> KILN_HD inline T as_type(const U& u) {
+  static_assert(sizeof(T) == sizeof(U), "as_type needs types of the same size");
+  T t;
+  const char* s = (const char*)&u;
+  char* d = (char*)&t;
+  for (unsigned i = 0; i < sizeof(T); ++i) d[i] = s[i];
+  return t;
+}
+
+// Bit functions on unsigned and signed integers.
+template <class T> KILN_HD inline T popcount(T x) {
+  unsigned long long v = (unsigned long long)x & (~0ull >> (64 - 8 * sizeof(T)));
+  T n = 0;
+  while (v) { n += T(v & 1u); v >>= 1; }
+  return n;
+}
+template <class T> KILN_HD inline T clz(T x) {
+  const int bits = 8 * sizeof(T);
+  unsigned long long v = (unsigned long long)x & (~0ull >> (64 - bits));
+  int n = 0;
+  for (int i = bits - 1; i >= 0 && !((v >> i) & 1u); --i) ++n;
+  return T(n);
+}
+template <class T> KILN_HD inline T ctz(T x) {
+  const int bits = 8 * sizeof(T);
+  unsigned long long v = (unsigned long long)x & (~0ull >> (64 - bits));
+  int n = 0;
+  for (int i = 0; i < bits && !((v >> i) & 1u); ++i) ++n;
+  return T(n);
+}
+template <class T> KILN_HD inline T reverse_bits(T x) {
+  const int bits = 8 * sizeof(T);
+  unsigned long long v = (unsigned long long)x, r = 0;
+  for (int i = 0; i < bits; ++i) r |= ((v >> i) & 1ull) << (bits - 1 - i);
+  return T(r);
+}
+template <class T> KILN_HD inline T rotate(T v, T s) {
+  const int bits = 8 * sizeof(T);
+  unsigned long long m = ~0ull >> (64 - bits), u = (unsigned long long)v & m;
+  int k = int((unsigned long long)s % bits);
+  return k == 0 ? v : T(((u << k) | (u >> (bits - k))) & m);
+}
+template <class T> KILN_HD inline T extract_bits(T x, uint offset, uint bits) {
+  if (bits == 0) return T(0);
+  unsigned long long m = bits >= 64 ? ~0ull : ((1ull << bits) - 1);
+  return T(((unsigned long long)x >> offset) & m);
+}
+template <class T> KILN_HD inline T mulhi(T a, T b) {
+  return T(((long long)a * (long long)b) >> (8 * sizeof(T)));
+}
+
+// numeric_limits for the scalar types kernels use.
+template <class T> struct numeric_limits;
+#define KILN_INT_LIMITS(T, LO, HI)                                                              \
+  template <> struct numeric_limits<T> {                                                        \
+    static constexpr bool is_integer = true;                                                    \
+    KILN_HD static constexpr T min() { return LO; }                                             \
+    KILN_HD static constexpr T lowest() { return LO; }                                          \
+    KILN_HD static constexpr T max() { return HI; }                                             \
+  };
+KILN_INT_LIMITS(bool, false, true)
+KILN_INT_LIMITS(signed char, -128, 127) KILN_INT_LIMITS(unsigned char, 0, 255)
+KILN_INT_LIMITS(char, -128, 127)
+KILN_INT_LIMITS(short, -32768, 32767) KILN_INT_LIMITS(unsigned short, 0, 65535)
+KILN_INT_LIMITS(int, -2147483647 - 1, 2147483647) KILN_INT_LIMITS(unsigned int, 0u, 4294967295u)
+KILN_INT_LIMITS(long, -9223372036854775807L - 1, 9223372036854775807L)
+KILN_INT_LIMITS(unsigned long, 0ul, 18446744073709551615ul)
+KILN_INT_LIMITS(long long, -9223372036854775807LL - 1, 9223372036854775807LL)
+KILN_INT_LIMITS(unsigned long long, 0ull, 18446744073709551615ull)
+#undef KILN_INT_LIMITS
+template <> struct numeric_limits<float> {
+  static constexpr bool is_integer = false;
+  KILN_HD static float min() { return 1.17549435e-38f; }
+  KILN_HD static float lowest() { return -3.40282347e38f; }
+  KILN_HD static float max() { return 3.40282347e38f; }
+  KILN_HD static float epsilon() { return 1.19209290e-7f; }
+  KILN_HD static float denorm_min() { return kiln::u2f(1u); }
+  KILN_HD static float infinity() { return kiln::u2f(0x7f800000u); }
+  KILN_HD static float quiet_NaN() { return kiln::u2f(0x7fc00000u); }
+};
+#define KILN_SMALL_LIMITS(T, MIN, MAX, EPS, DEN, INF, NAN_)                                     \
+  template <> struct numeric_limits<T> {                                                        \
+    static constexpr bool is_integer = false;                                                   \
+    KILN_HD static T min() { return T::from_bits(MIN); }                                        \
+    KILN_HD static T lowest() { return T::from_bits((ushort)(MAX | 0x8000u)); }                 \
+    KILN_HD static T max() { return T::from_bits(MAX); }                                        \
+    KILN_HD static T epsilon() { return T::from_bits(EPS); }                                    \
+    KILN_HD static T denorm_min() { return T::from_bits(DEN); }                                 \
+    KILN_HD static T infinity() { return T::from_bits(INF); }                                  \
+    KILN_HD static T quiet_NaN() { return T::from_bits(NAN_); }                                 \
+  };
+KILN_SMALL_LIMITS(half, 0x0400u, 0x7bffu, 0x1400u, 0x0001u, 0x7c00u, 0x7e00u)
+KILN_SMALL_LIMITS(bfloat, 0x0080u, 0x7f7fu, 0x3c00u, 0x0001u, 0x7f80u, 0x7fc0u)
+#undef KILN_SMALL_LIMITS
+
+#undef KILN_UNARY
+#undef KILN_BINARY
+#undef KILN_VEC_MAP1
+
+namespace fast { using namespace ::metal; }
+namespace precise { using namespace ::metal; }
+}  // namespace metal
+
+#define MAXFLOAT 3.40282347e38f
+#define INFINITY (metal::numeric_limits<float>::infinity())
+#define NAN (metal::numeric_limits<float>::quiet_NaN())
+#define M_PI_F 3.14159265358979323846f
+#define M_LOG2E_F 1.44269504088896340736f
+#define M_LN2_F 0.69314718055994530942f
+#define HALF_MAX (metal::numeric_limits<half>::max())
+#define FLT_MAX 3.40282347e38f
+#define FLT_MIN 1.17549435e-38f

@@ -1,0 +1,193 @@
+// kiln common prelude: scalar types of the Metal standard library (integer aliases, `half`,
+// `bfloat` with round-to-nearest-even conversions) and the small type traits the rest of the
+// prelude needs. Usable from host C++17 and CUDA C++17: every function is KILN_HD, defined by
+// the including target prelude; no standard headers are included.
+#pragma once
+
+// Metal's 64-bit integers are `long`; a target that includes <stdint.h> first defines
+// KILN_HAVE_STDINT (the spellings agree on LP64 hosts and CUDA).
+typedef unsigned int uint;
+typedef unsigned short ushort;
+typedef unsigned char uchar;
+typedef unsigned long ulong;
+#ifndef KILN_HAVE_STDINT
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long uint64_t;
+typedef unsigned long size_t;
+typedef long ptrdiff_t;
+#endif
+
+namespace kiln {
+
+template <bool B, class T = void> struct enable_if {};
+template <class T> struct enable_if<true, T> { typedef T type; };
+template <class A, class B> struct is_same { static constexpr bool value = false; };
+template <class A> struct is_same<A, A> { static constexpr bool value = true; };
+template <class T> struct remove_cv { typedef T type; };
+template <class T> struct remove_cv<const T> { typedef T type; };
+template <class T> struct remove_cv<volatile T> { typedef T type; };
+template <class T> struct remove_cv<const volatile T> { typedef T type; };
+
+template <class T> struct is_integral_ { static constexpr bool value = false; };
+#define KILN_INTEGRAL(T) template <> struct is_integral_<T> { static constexpr bool value = true; };
+KILN_INTEGRAL(bool) KILN_INTEGRAL(char) KILN_INTEGRAL(signed char) KILN_INTEGRAL(unsigned char)
+KILN_INTEGRAL(short) KILN_INTEGRAL(unsigned short) KILN_INTEGRAL(int) KILN_INTEGRAL(unsigned int)
+KILN_INTEGRAL(long) KILN_INTEGRAL(unsigned long) KILN_INTEGRAL(long long) KILN_INTEGRAL(unsigned long long)
+#undef KILN_INTEGRAL
+template <class T> struct is_integral : is_integral_<typename remove_cv<T>::type> {};
+template <class T> struct is_builtin_float { static constexpr bool value = false; };
+template <> struct is_builtin_float<float> { static constexpr bool value = true; };
+template <> struct is_builtin_float<double> { static constexpr bool value = true; };
+template <class T> struct is_arith {
+  static constexpr bool value = is_integral<T>::value || is_builtin_float<typename remove_cv<T>::type>::value;
+};
+
+union f32_bits { float f; uint u; };
+KILN_HD inline uint f2u(float f) { f32_bits b; b.f = f; return b.u; }
+KILN_HD inline float u2f(uint u) { f32_bits b; b.u = u; return b.f; }
+
+// IEEE binary16 from binary32, round to nearest even, with subnormals, infinities and NaN.
+KILN_HD inline ushort f32_to_f16(float f) {
+  uint x = f2u(f);
+  uint sign = (x >> 16) & 0x8000u;
+  uint exp = (x >> 23) & 0xffu;
+  uint man = x & 0x7fffffu;
+  if (exp == 0xffu) return (ushort)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0u));
+  int e = (int)exp - 127 + 15;
+  if (e >= 31) return (ushort)(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return (ushort)sign;
+    man |= 0x800000u;
+    uint shift = (uint)(14 - e);
+    uint half_man = man >> shift;
+    uint rem = man & ((1u << shift) - 1u);
+    uint halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (half_man & 1u))) half_man++;
+    return (ushort)(sign | half_man);
+  }
+  uint h = sign | ((uint)e << 10) | (man >> 13);
+  uint rem = man & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+  return (ushort)h;
+}
+
+KILN_HD inline float f16_to_f32(ushort h) {
+  uint sign = ((uint)h & 0x8000u) << 16;
+  uint exp = ((uint)h >> 10) & 0x1fu;
+  uint man = (uint)h & 0x3ffu;
+  if (exp == 0x1fu) return u2f(sign | 0x7f800000u | (man << 13));
+  if (exp == 0) {
+    if (man == 0) return u2f(sign);
+    float v = (float)man * (1.0f / 16777216.0f);
+    return sign ? -v : v;
+  }
+  return u2f(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+// bfloat16 from binary32, round to nearest even; NaN stays a quiet NaN.
+KILN_HD inline ushort f32_to_bf16(float f) {
+  uint x = f2u(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort)((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (ushort)(x >> 16);
+}
+KILN_HD inline float bf16_to_f32(ushort b) { return u2f((uint)b << 16); }
+
+}  // namespace kiln
+
+struct bfloat;
+
+// Metal `half`: stored as binary16; arithmetic of two halves rounds to half.
+struct half {
+  ushort bits;
+  half() = default;
+  KILN_HD half(float f) : bits(kiln::f32_to_f16(f)) {}
+  KILN_HD half(double f) : bits(kiln::f32_to_f16((float)f)) {}
+  template <class T, class = typename kiln::enable_if<kiln::is_integral<T>::value>::type>
+  KILN_HD half(T v) : bits(kiln::f32_to_f16((float)v)) {}
+  KILN_HD inline half(bfloat b);
+  KILN_HD operator float() const { return kiln::f16_to_f32(bits); }
+  KILN_HD static half from_bits(ushort b) { half h; h.bits = b; return h; }
+};
+
+// Metal `bfloat`: stored as bfloat16; arithmetic of two bfloats rounds to bfloat.
+struct bfloat {
+  ushort bits;
+  bfloat() = default;
+  KILN_HD bfloat(float f) : bits(kiln::f32_to_bf16(f)) {}
+  KILN_HD bfloat(double f) : bits(kiln::f32_to_bf16((float)f)) {}
+  template <class T, class = typename kiln::enable_if<kiln::is_integral<T>::value>::type>
+  KILN_HD bfloat(T v) : bits(kiln::f32_to_bf16((float)v)) {}
+  KILN_HD bfloat(half h) : bits(kiln::f32_to_bf16((float)h)) {}
+  KILN_HD operator float() const { return kiln::bf16_to_f32(bits); }
+  KILN_HD static bfloat from_bits(ushort b) { bfloat h; h.bits = b; return h; }
+};
+KILN_HD inline half::half(bfloat b) : bits(kiln::f32_to_f16((float)b)) {}
+
+typedef half float16_t;
+typedef bfloat bfloat16_t;
+typedef bfloat bfloat16;
+
+namespace kiln {
+template <class T> struct is_small_float { static constexpr bool value = false; };
+template <> struct is_small_float<half> { static constexpr bool value = true; };
+template <> struct is_small_float<bfloat> { static constexpr bool value = true; };
+template <class T> struct is_scalar {
+  static constexpr bool value = is_arith<T>::value || is_small_float<typename remove_cv<T>::type>::value;
+};
+
+// The type of `a OP b` when one side is half or bfloat: same small type, or an integer with it,
+// stays small; anything with float (or the other small type) is float; double stays double.
+template <class A, class B> struct small_result { typedef float type; };
+template <class S> struct small_result<S, S> { typedef S type; };
+template <class S, class I, bool Int> struct small_int_ { typedef float type; };
+template <class S, class I> struct small_int_<S, I, true> { typedef S type; };
+template <class A, class B, bool AS = is_small_float<A>::value, bool BS = is_small_float<B>::value>
+struct mixed_result { typedef typename small_result<A, B>::type type; };
+template <class A, class B> struct mixed_result<A, B, true, false> {
+  typedef typename small_int_<A, B, is_integral<B>::value>::type type;
+};
+template <class A, class B> struct mixed_result<A, B, false, true> {
+  typedef typename small_int_<B, A, is_integral<A>::value>::type type;
+};
+template <class A> struct mixed_result<A, double, true, false> { typedef double type; };
+template <class B> struct mixed_result<double, B, false, true> { typedef double type; };
+template <class A, class B> struct small_op {
+  static constexpr bool value = (is_small_float<A>::value && is_scalar<B>::value) ||
+                                (is_small_float<B>::value && is_scalar<A>::value);
+};
+}  // namespace kiln
+
+#define KILN_SMALL_BINOP(OP)                                                                   \
+  template <class A, class B, class = typename kiln::enable_if<kiln::small_op<A, B>::value>::type> \
+  KILN_HD inline typename kiln::mixed_result<A, B>::type operator OP(A a, B b) {              \
+    typedef typename kiln::mixed_result<A, B>::type R;                                        \
+    return R((float)a OP (float)b);                                                           \
+  }
+KILN_SMALL_BINOP(+) KILN_SMALL_BINOP(-) KILN_SMALL_BINOP(*) KILN_SMALL_BINOP(/)
+#undef KILN_SMALL_BINOP
+#define KILN_SMALL_CMP(OP)                                                                     \
+  template <class A, class B, class = typename kiln::enable_if<kiln::small_op<A, B>::value>::type> \
+  KILN_HD inline bool operator OP(A a, B b) { return (float)a OP (float)b; }
+KILN_SMALL_CMP(<) KILN_SMALL_CMP(>) KILN_SMALL_CMP(<=) KILN_SMALL_CMP(>=) KILN_SMALL_CMP(==) KILN_SMALL_CMP(!=)
+#undef KILN_SMALL_CMP
+#define KILN_SMALL_ASSIGN(S, OP)                                                               \
+  template <class B, class = typename kiln::enable_if<kiln::is_scalar<B>::value>::type>      \
+  KILN_HD inline S& operator OP##=(S& a, B b) { a = S((float)a OP (float)b); return a; }
+KILN_SMALL_ASSIGN(half, +) KILN_SMALL_ASSIGN(half, -) KILN_SMALL_ASSIGN(half, *) KILN_SMALL_ASSIGN(half, /)
+KILN_SMALL_ASSIGN(bfloat, +) KILN_SMALL_ASSIGN(bfloat, -) KILN_SMALL_ASSIGN(bfloat, *) KILN_SMALL_ASSIGN(bfloat, /)
+#undef KILN_SMALL_ASSIGN
+KILN_HD inline half operator-(half a) { return half::from_bits((ushort)(a.bits ^ 0x8000u)); }
+KILN_HD inline bfloat operator-(bfloat a) { return bfloat::from_bits((ushort)(a.bits ^ 0x8000u)); }
+KILN_HD inline half operator+(half a) { return a; }
+KILN_HD inline bfloat operator+(bfloat a) { return a; }
+KILN_HD inline half& operator++(half& a) { a = half((float)a + 1.0f); return a; }
+KILN_HD inline half& operator--(half& a) { a = half((float)a - 1.0f); return a; }
+KILN_HD inline bfloat& operator++(bfloat& a) { a = bfloat((float)a + 1.0f); return a; }
+KILN_HD inline bfloat& operator--(bfloat& a) { a = bfloat((float)a - 1.0f); return a; }

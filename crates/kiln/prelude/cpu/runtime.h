@@ -1,0 +1,228 @@
+// kiln CPU prelude, part 2: the threadgroup emulator. One call runs a range of threadgroups on
+// the calling OS thread. A group's threads run either as a plain loop (kernels without barriers
+// or collectives) or as cooperative fibers (ucontext, one stack each) scheduled round-robin:
+// a barrier releases when every live thread waits at one; a SIMD collective resolves, per
+// simdgroup, for the lanes blocked at the same call site once no thread can run (lanes that
+// returned or took the other branch do not take part). Deterministic by construction.
+#pragma once
+
+namespace kiln { namespace rt {
+
+struct Cancelled {};
+struct Fault { const char* msg; };
+
+enum State { RUNNABLE = 0, AT_BARRIER = 1, AT_COLLECTIVE = 2, DONE = 3 };
+const int SLOT_BYTES = 32;
+
+struct Thread {
+  uint3 thread_position_in_grid, thread_position_in_threadgroup, threadgroup_position_in_grid;
+  uint3 threads_per_threadgroup, dispatch_threads_per_threadgroup, threadgroups_per_grid;
+  uint3 threads_per_grid, grid_size, grid_origin;
+  uint thread_index_in_threadgroup, simdgroup_index_in_threadgroup, thread_index_in_simdgroup;
+  uint threads_per_simdgroup, thread_execution_width, simdgroups_per_threadgroup;
+  uint dispatch_simdgroups_per_threadgroup, quadgroup_index_in_threadgroup, thread_index_in_quadgroup;
+  uint quadgroups_per_threadgroup, dispatch_quadgroups_per_threadgroup;
+  int state;
+  const void* site;
+  alignas(16) unsigned char slot[SLOT_BYTES];
+  ucontext_t ctx;
+  void* stack;
+};
+
+typedef void (*Body)(Thread&, void* const* buffers, void* const* tg_mem);
+
+struct Alloc { const void* key; void* mem; };
+
+struct Group {
+  Thread* threads;
+  int n;
+  Body body;
+  void* const* buffers;
+  void* tg_mem[16];
+  Alloc allocs[64];
+  int nallocs;
+  ucontext_t sched;
+  int aborted;  // 0 running, 1 cancelled, 2 fault
+  const char* fault;
+  // Per simdgroup: which lanes took part in the last resolved collective and their values.
+  unsigned active[32];
+  alignas(16) unsigned char snap[32][32][SLOT_BYTES];
+};
+
+extern thread_local Group* g_group;
+extern thread_local Thread* g_thread;
+extern thread_local const volatile int* g_cancel;
+
+inline void poll() {
+  if (__builtin_expect(*g_cancel != 0, 0)) throw Cancelled();
+}
+
+// Yields the current fiber back to the group scheduler.
+inline void yield_to_scheduler() {
+  Thread* t = g_thread;
+  swapcontext(&t->ctx, &g_group->sched);
+  poll();
+}
+
+inline void barrier() {
+  if (!g_thread->stack) throw Fault{"a barrier ran in a kernel compiled without cooperative threads"};
+  poll();
+  g_thread->state = AT_BARRIER;
+  yield_to_scheduler();
+}
+
+// What a lane sees after a collective resolves: the values of the active lanes of its
+// simdgroup (lane-indexed) and the mask of those lanes.
+struct View {
+  const unsigned char (*vals)[SLOT_BYTES];
+  unsigned mask;
+  uint lane;
+  template <class T> T at(uint l) const {
+    T v;
+    __builtin_memcpy(&v, vals[l], sizeof(T));
+    return v;
+  }
+  bool has(uint l) const { return l < 32 && ((mask >> l) & 1u); }
+};
+
+// Posts `bytes` and blocks until the collective at the caller's call site resolves.
+__attribute__((noinline)) inline View post_bytes(const void* bytes, unsigned size) {
+  Thread* t = g_thread;
+  if (!t->stack) throw Fault{"a SIMD collective ran in a kernel compiled without cooperative threads"};
+  poll();
+  __builtin_memcpy(t->slot, bytes, size);
+  t->site = __builtin_return_address(0);
+  t->state = AT_COLLECTIVE;
+  yield_to_scheduler();
+  uint sg = t->simdgroup_index_in_threadgroup;
+  return View{g_group->snap[sg], g_group->active[sg], t->thread_index_in_simdgroup};
+}
+
+template <class T> __attribute__((always_inline)) inline View post(const T& v) {
+  static_assert(sizeof(T) <= SLOT_BYTES, "SIMD collective on a value larger than 32 bytes");
+  return post_bytes(&v, sizeof(T));
+}
+
+// Per-group storage for a `threadgroup` declaration, keyed by declaration site and type.
+template <class T, int Site> inline T* tg_alloc() {
+  static char key;
+  Group* g = g_group;
+  for (int i = 0; i < g->nallocs; ++i)
+    if (g->allocs[i].key == &key) return (T*)g->allocs[i].mem;
+  if (g->nallocs == 64) throw Fault{"more than 64 threadgroup declarations in one kernel"};
+  void* mem = calloc(1, sizeof(T) + 16);
+  if (!mem) throw Fault{"out of memory for threadgroup storage"};
+  g->allocs[g->nallocs++] = Alloc{&key, mem};
+  return (T*)mem;
+}
+
+// Builtin values convert to the declared parameter type (uint, uint2, uint3, ushort, ...).
+struct BuiltinArg {
+  uint3 v;
+  template <class U, class = typename kiln::enable_if<kiln::is_scalar<U>::value>::type>
+  operator U() const { return U(v.x); }
+  template <class U> operator vec<U, 2>() const { return vec<U, 2>(U(v.x), U(v.y)); }
+  template <class U> operator vec<U, 3>() const { return vec<U, 3>(U(v.x), U(v.y), U(v.z)); }
+};
+inline BuiltinArg builtin(uint3 v) { return BuiltinArg{v}; }
+inline BuiltinArg builtin(uint v) { return BuiltinArg{uint3(v, 0u, 0u)}; }
+
+// Buffer arguments convert to whatever pointer or reference type the kernel declares.
+struct PtrArg {
+  void* p;
+  template <class P> operator P*() const { return (P*)p; }
+};
+struct RefArg {
+  void* p;
+  template <class R> operator R&() const { return *(R*)p; }
+};
+
+}  // namespace rt
+}  // namespace kiln
+
+// ---- barriers -------------------------------------------------------------------------------
+namespace metal {
+enum class mem_flags : uint {
+  mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4,
+  mem_threadgroup_imageblock = 8, mem_object_data = 16
+};
+inline mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(uint(a) | uint(b)); }
+// Every thread of the group runs on one OS thread, so any barrier also orders all memory.
+inline void threadgroup_barrier(mem_flags = mem_flags::mem_none) { kiln::rt::barrier(); }
+__attribute__((always_inline)) inline void simdgroup_barrier(mem_flags = mem_flags::mem_none) {
+  char none = 0;
+  kiln::rt::post(none);
+}
+}  // namespace metal
+
+// ---- atomics ----------------------------------------------------------------------------------
+namespace metal {
+enum memory_order {
+  memory_order_relaxed = __ATOMIC_RELAXED, memory_order_acquire = __ATOMIC_ACQUIRE,
+  memory_order_release = __ATOMIC_RELEASE, memory_order_acq_rel = __ATOMIC_ACQ_REL,
+  memory_order_seq_cst = __ATOMIC_SEQ_CST
+};
+template <class T> struct atomic { T v; };
+typedef atomic<int> atomic_int;
+typedef atomic<uint> atomic_uint;
+typedef atomic<float> atomic_float;
+typedef atomic<bool> atomic_bool;
+typedef atomic<ulong> atomic_ulong;
+typedef atomic<long> atomic_long;
+
+namespace atomic_detail {
+template <int S> struct bits_of;
+template <> struct bits_of<1> { typedef unsigned char type; };
+template <> struct bits_of<2> { typedef unsigned short type; };
+template <> struct bits_of<4> { typedef unsigned int type; };
+template <> struct bits_of<8> { typedef unsigned long type; };
+// Read-modify-write through a compare-exchange loop on the bit pattern (covers float).
+template <class T, class F> inline T rmw(volatile atomic<T>* o, F f) {
+  typedef typename bits_of<sizeof(T)>::type B;
+  B* p = (B*)&o->v;
+  B old = __atomic_load_n(p, __ATOMIC_RELAXED);
+  for (;;) {
+    T cur = as_type<T>(old);
+    B next = as_type<B>(T(f(cur)));
+    if (__atomic_compare_exchange_n(p, &old, next, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) return cur;
+  }
+}
+}  // namespace atomic_detail
+
+template <class T> inline T atomic_load_explicit(const volatile atomic<T>* o, memory_order = memory_order_relaxed) {
+  typedef typename atomic_detail::bits_of<sizeof(T)>::type B;
+  return as_type<T>(__atomic_load_n((const volatile B*)&o->v, __ATOMIC_SEQ_CST));
+}
+template <class T, class U> inline void atomic_store_explicit(volatile atomic<T>* o, U v, memory_order = memory_order_relaxed) {
+  typedef typename atomic_detail::bits_of<sizeof(T)>::type B;
+  __atomic_store_n((volatile B*)&o->v, as_type<B>(T(v)), __ATOMIC_SEQ_CST);
+}
+template <class T, class U> inline T atomic_exchange_explicit(volatile atomic<T>* o, U v, memory_order = memory_order_relaxed) {
+  T nv = T(v);
+  return atomic_detail::rmw(o, [nv](T) { return nv; });
+}
+template <class T, class U>
+inline bool atomic_compare_exchange_weak_explicit(volatile atomic<T>* o, T* expected, U desired,
+                                                  memory_order = memory_order_relaxed, memory_order = memory_order_relaxed) {
+  typedef typename atomic_detail::bits_of<sizeof(T)>::type B;
+  B exp = as_type<B>(*expected);
+  bool ok = __atomic_compare_exchange_n((volatile B*)&o->v, &exp, as_type<B>(T(desired)), false,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  if (!ok) *expected = as_type<T>(exp);
+  return ok;
+}
+template <class T, class U>
+inline bool atomic_compare_exchange_strong_explicit(volatile atomic<T>* o, T* expected, U desired,
+                                                    memory_order a = memory_order_relaxed, memory_order b = memory_order_relaxed) {
+  return atomic_compare_exchange_weak_explicit(o, expected, desired, a, b);
+}
+#define KILN_ATOMIC_RMW(NAME, EXPR)                                                              \
+  template <class T, class U> inline T atomic_fetch_##NAME##_explicit(volatile atomic<T>* o, U v, memory_order = memory_order_relaxed) { \
+    T x = T(v);                                                                                  \
+    return atomic_detail::rmw(o, [x](T a) { return EXPR; });                                     \
+  }
+KILN_ATOMIC_RMW(add, a + x) KILN_ATOMIC_RMW(sub, a - x) KILN_ATOMIC_RMW(and, a & x)
+KILN_ATOMIC_RMW(or, a | x) KILN_ATOMIC_RMW(xor, a ^ x)
+KILN_ATOMIC_RMW(min, x < a ? x : a) KILN_ATOMIC_RMW(max, a < x ? x : a)
+#undef KILN_ATOMIC_RMW
+}  // namespace metal

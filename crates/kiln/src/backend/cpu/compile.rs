@@ -1,0 +1,150 @@
+//! Compiling a CPU translation unit with the host C++ compiler into a shared library, cached on
+//! disk under `config::cache_dir()/cpu/<sha256>/` (the key covers the whole translation unit,
+//! the flags and the compiler's identity) and in memory once loaded.
+
+use std::collections::HashMap;
+use std::ffi::c_char;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use sha2::{Digest, Sha256};
+
+use super::exec::LaunchDesc;
+use crate::config;
+use crate::error::{Error, Result};
+use crate::kernel::MathMode;
+
+/// `kiln_run(entry, desc, begin, end, msg, cap)`: runs a range of groups; 0 ok, 1 cancelled,
+/// 2 fault (message in `msg`).
+pub type RunFn = unsafe extern "C" fn(i32, *const LaunchDesc, u64, u64, *mut c_char, i32) -> i32;
+
+/// A loaded kernel library. Libraries are never unloaded: kernels may be called again and
+/// unloading code that other threads could still be running is not worth the risk.
+pub struct Compiled {
+    _lib: libloading::Library,
+    pub run: RunFn,
+}
+
+fn loaded() -> &'static Mutex<HashMap<String, Arc<Compiled>>> {
+    static LOADED: OnceLock<Mutex<HashMap<String, Arc<Compiled>>>> = OnceLock::new();
+    LOADED.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The first line of `cxx --version`, cached per compiler; a compiler that cannot run makes
+/// the backend unavailable.
+pub fn compiler_identity(cxx: &str) -> Result<String> {
+    static IDS: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
+    let ids = IDS.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(id) = ids.lock().ok().and_then(|m| m.get(cxx).cloned()) {
+        return Ok(id);
+    }
+    let out = Command::new(cxx).arg("--version").output().map_err(|e| Error::BackendUnavailable {
+        backend: "cpu",
+        reason: format!("the host C++ compiler `{cxx}` cannot be run ({e}); set CXX to a C++17 compiler"),
+    })?;
+    if !out.status.success() {
+        return Err(Error::BackendUnavailable {
+            backend: "cpu",
+            reason: format!("`{cxx} --version` failed; set CXX to a C++17 compiler"),
+        });
+    }
+    let id = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").to_string();
+    if let Ok(mut m) = ids.lock() {
+        m.insert(cxx.to_string(), id.clone());
+    }
+    Ok(id)
+}
+
+/// Compiler flags for a math mode. Safe keeps IEEE semantics; only fast defines
+/// `__FAST_MATH__` (via -ffast-math).
+pub fn flags(mode: MathMode) -> Vec<&'static str> {
+    let mut f = vec!["-std=c++17", "-O2", "-shared", "-fPIC", "-fno-strict-aliasing", "-w"];
+    match mode {
+        MathMode::Safe => f.extend(["-fno-fast-math", "-ffp-contract=off"]),
+        MathMode::Relaxed => {
+            f.extend(["-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"])
+        }
+        MathMode::Fast => f.push("-ffast-math"),
+    }
+    f
+}
+
+/// Compiles (or finds) the library for `tu`.
+pub fn compile(cxx: &str, kernel: &str, tu: &str, mode: MathMode) -> Result<Arc<Compiled>> {
+    let identity = compiler_identity(cxx)?;
+    let flags = flags(mode);
+    let mut h = Sha256::new();
+    h.update(tu.as_bytes());
+    h.update(flags.join(" ").as_bytes());
+    h.update(cxx.as_bytes());
+    h.update(identity.as_bytes());
+    let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    if let Some(c) = loaded().lock().ok().and_then(|m| m.get(&key).cloned()) {
+        return Ok(c);
+    }
+    let dir = config::cache_dir().join("cpu").join(&key);
+    let so = dir.join("kernel.so");
+    if !so.exists() {
+        build(cxx, kernel, tu, &flags, &dir, &so)?;
+    }
+    let compiled = Arc::new(load(kernel, &so)?);
+    if let Ok(mut m) = loaded().lock() {
+        m.entry(key).or_insert_with(|| compiled.clone());
+    }
+    Ok(compiled)
+}
+
+fn build(cxx: &str, kernel: &str, tu: &str, flags: &[&str], dir: &Path, so: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let cpp = dir.join("kernel.cpp");
+    std::fs::write(&cpp, tu).map_err(|e| Error::io(&cpp, e))?;
+    // Build under a unique name and rename, so concurrent builds never see a partial library.
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let tmp: PathBuf = dir.join(format!("kernel.{}.{}.so", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+    let out = Command::new(cxx)
+        .args(flags)
+        .arg("-o")
+        .arg(&tmp)
+        .arg(&cpp)
+        .output()
+        .map_err(|e| Error::BackendUnavailable { backend: "cpu", reason: format!("cannot run `{cxx}`: {e}") })?;
+    if !out.status.success() {
+        let _ = std::fs::remove_file(&tmp);
+        let log = String::from_utf8_lossy(&out.stderr);
+        return Err(Error::Compile { backend: "cpu", kernel: kernel.to_string(), log: map_log(&log, &cpp) });
+    }
+    std::fs::rename(&tmp, so).map_err(|e| Error::io(so, e))
+}
+
+/// Keeps the compiler's messages about the user's file first and drops the noise about the
+/// generated parts; the `#line` directives already put the user's line numbers in them.
+fn map_log(log: &str, cpp: &Path) -> String {
+    let cpp = cpp.display().to_string();
+    let lines: Vec<String> = log.lines().map(|l| l.replace(&cpp, "<translation unit>")).collect();
+    let errors: Vec<&String> = lines.iter().filter(|l| l.contains("error")).collect();
+    let mut text = if errors.is_empty() {
+        lines.join("\n")
+    } else {
+        errors.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+    };
+    if text.len() > 8000 {
+        text.truncate(8000);
+        text.push_str("\n...");
+    }
+    text
+}
+
+fn load(kernel: &str, so: &Path) -> Result<Compiled> {
+    let fault = |msg: String| Error::Driver { backend: "cpu", kernel: kernel.to_string(), msg };
+    // SAFETY: the library was compiled by us from a translation unit whose only static
+    // initialisers are trivial thread-locals; loading it runs no user code.
+    let lib =
+        unsafe { libloading::Library::new(so) }.map_err(|e| fault(format!("cannot load {}: {e}", so.display())))?;
+    // SAFETY: `kiln_run` is defined by every translation unit with exactly the RunFn signature.
+    let run: RunFn = unsafe { lib.get::<RunFn>(b"kiln_run\0") }
+        .map(|s| *s)
+        .map_err(|e| fault(format!("{} has no kiln_run: {e}", so.display())))?;
+    Ok(Compiled { _lib: lib, run })
+}

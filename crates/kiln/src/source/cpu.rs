@@ -1,0 +1,105 @@
+//! The host C++ translation unit of a program for the CPU emulator: the CPU prelude, the
+//! lowered code under `#line` directives (so compiler messages name the user's own lines), one
+//! wrapper per kernel entry that turns emulated-thread state into the kernel's arguments, the
+//! group scheduler, and the C functions the host calls.
+
+use std::fmt::Write;
+
+use super::lower::{EntryParam, LoweredModule};
+use crate::backend::{MetalProgram, ProgramKind};
+use crate::error::{Error, Result};
+use crate::source::scan::ATTRIBUTES;
+
+/// The file name compiler messages use for the user's Metal text.
+pub fn user_file_name(program: &MetalProgram) -> String {
+    let safe: String =
+        program.kernel.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    format!("{safe}.metal")
+}
+
+/// The common headers, in inclusion order (usable from host C++ and CUDA C++).
+pub const COMMON_PRELUDE: [(&str, &str); 4] = [
+    ("common/types.h", include_str!("../../prelude/common/types.h")),
+    ("common/vec.h", include_str!("../../prelude/common/vec.h")),
+    ("common/vec_ops.h", include_str!("../../prelude/common/vec_ops.h")),
+    ("common/math.h", include_str!("../../prelude/common/math.h")),
+];
+/// MLX's utils preamble, for body-only programs.
+pub const MLX_UTILS: &str = include_str!("../../prelude/common/mlx_utils.h");
+const CPU_CONFIG: &str = include_str!("../../prelude/cpu/config.h");
+const CPU_RUNTIME: &str = include_str!("../../prelude/cpu/runtime.h");
+const CPU_SIMD: &str = include_str!("../../prelude/cpu/simd.h");
+const CPU_SCHEDULER: &str = include_str!("../../prelude/cpu/scheduler.h");
+
+fn push_header(out: &mut String, name: &str, text: &str) {
+    let _ = writeln!(out, "#line 1 \"kiln/{name}\"");
+    for line in text.lines() {
+        // Headers are pasted into one file, where `#pragma once` only draws a warning.
+        if line.trim() != "#pragma once" {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+}
+
+/// The whole translation unit for `module`, lowered from `program`.
+pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Result<String> {
+    let mut out = String::with_capacity(module.code.len() + 200_000);
+    out.push_str("// kiln CPU translation unit (generated).\n");
+    push_header(&mut out, "cpu/config.h", CPU_CONFIG);
+    for (name, text) in COMMON_PRELUDE {
+        push_header(&mut out, name, text);
+    }
+    push_header(&mut out, "cpu/runtime.h", CPU_RUNTIME);
+    push_header(&mut out, "cpu/simd.h", CPU_SIMD);
+    out.push_str("using namespace metal;\n");
+    if program.kind == ProgramKind::MlxBody {
+        push_header(&mut out, "common/mlx_utils.h", MLX_UTILS);
+    }
+    let _ = writeln!(out, "#line 1 \"{}\"", user_file_name(program));
+    out.push_str(&module.code);
+    if !module.code.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str("#line 1 \"kiln/entries\"\n");
+    for (i, entry) in module.entries.iter().enumerate() {
+        let mut args = Vec::new();
+        for p in &entry.params {
+            args.push(match p {
+                EntryParam::Buffer { index, by_ref: true, .. } => format!("kiln::rt::RefArg{{b[{index}]}}"),
+                EntryParam::Buffer { index, .. } => format!("kiln::rt::PtrArg{{b[{index}]}}"),
+                EntryParam::Threadgroup { index, .. } => format!("kiln::rt::PtrArg{{tg[{index}]}}"),
+                EntryParam::Builtin { name, attribute, .. } => {
+                    if !ATTRIBUTES.iter().any(|(a, _)| a == attribute) {
+                        return Err(Error::Compile {
+                            backend: "cpu",
+                            kernel: program.kernel.clone(),
+                            log: format!(
+                                "kernel {}: parameter `{name}` has attribute [[{attribute}]], which compute kernels cannot use",
+                                entry.host_name
+                            ),
+                        });
+                    }
+                    format!("kiln::rt::builtin(t.{attribute})")
+                }
+            });
+        }
+        let _ = writeln!(
+            out,
+            "static void kiln_body_{i}(kiln::rt::Thread& t, void* const* b, void* const* tg) {{\n  (void)t; (void)b; (void)tg;\n  {}({});\n}}",
+            entry.callee,
+            args.join(", ")
+        );
+    }
+    push_header(&mut out, "cpu/scheduler.h", CPU_SCHEDULER);
+    out.push_str("#line 1 \"kiln/exports\"\n");
+    let coop = if module.needs_cooperative_threads { "true" } else { "false" };
+    out.push_str("extern \"C\" int kiln_abi_version() { return 1; }\n");
+    out.push_str("extern \"C\" int kiln_run(int entry, const kiln::rt::LaunchDesc* d, uint64_t begin, uint64_t end, char* msg, int cap) {\n  switch (entry) {\n");
+    for i in 0..module.entries.len() {
+        let _ =
+            writeln!(out, "    case {i}: return kiln::rt::run_groups(kiln_body_{i}, {coop}, d, begin, end, msg, cap);");
+    }
+    out.push_str("  }\n  kiln::rt::copy_msg(msg, cap, \"no such entry\");\n  return 2;\n}\n");
+    Ok(out)
+}

@@ -1,0 +1,488 @@
+//! The token rewriter: walks the significant tokens of an MSL program once, tracking scopes, and
+//! replaces what C++ cannot express. Replacements never add or remove newlines, so line N of
+//! the output is line N of the input.
+
+use std::collections::HashMap;
+
+use super::entry::{join, parse_params};
+use super::tokens::{is_float_literal, Kind, Token};
+use super::{Entry, EntryParam, LowerTarget};
+use crate::backend::{ConstantKey, ConstantValue, MetalProgram};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scope {
+    File,
+    Namespace,
+    Struct,
+    Function,
+    Block,
+    Init,
+}
+
+/// Attributes C++17 understands; every other `[[...]]` group is removed.
+const STANDARD_ATTRS: [&str; 5] = ["maybe_unused", "fallthrough", "nodiscard", "noreturn", "deprecated"];
+
+/// The result of rewriting: code plus entries and facts the backends need.
+pub struct Rewritten {
+    pub code: String,
+    pub entries: Vec<Entry>,
+    pub cooperative: bool,
+}
+
+struct Rewriter<'a> {
+    toks: Vec<Token>,
+    /// Indices of the significant (non-trivia) tokens.
+    sig: Vec<usize>,
+    out: Vec<String>,
+    target: LowerTarget,
+    program: &'a MetalProgram,
+    kernels: HashMap<String, Vec<EntryParam>>,
+    entries: Vec<Entry>,
+    defined_constants: HashMap<String, bool>,
+    next_site: u32,
+}
+
+pub fn rewrite(program: &MetalProgram, target: LowerTarget) -> Result<Rewritten, String> {
+    let toks = super::tokens::tokenize(&program.source);
+    let sig = (0..toks.len()).filter(|&i| !toks[i].is_trivia()).collect();
+    let out = toks.iter().map(|t| t.text.clone()).collect();
+    let mut rw = Rewriter {
+        toks,
+        sig,
+        out,
+        target,
+        program,
+        kernels: HashMap::new(),
+        entries: Vec::new(),
+        defined_constants: HashMap::new(),
+        next_site: 0,
+    };
+    rw.run()?;
+    let cooperative = rw.toks.iter().any(|t| t.kind == Kind::Ident && is_cooperative(&t.text));
+    Ok(Rewritten { code: rw.out.concat(), entries: rw.entries, cooperative })
+}
+
+/// Identifiers that make the threads of a group depend on each other.
+fn is_cooperative(ident: &str) -> bool {
+    let builtin_value = crate::source::scan::ATTRIBUTES.iter().any(|(a, _)| *a == ident);
+    !builtin_value
+        && (ident.starts_with("simd_")
+            || ident.starts_with("quad_")
+            || ident.starts_with("simdgroup_")
+            || ident == "threadgroup_barrier")
+}
+
+fn is_swizzle(s: &str) -> bool {
+    (2..=4).contains(&s.len()) && (s.chars().all(|c| "xyzw".contains(c)) || s.chars().all(|c| "rgba".contains(c)))
+}
+
+impl Rewriter<'_> {
+    fn tok(&self, k: usize) -> &Token {
+        &self.toks[self.sig[k]]
+    }
+
+    fn tok_is(&self, k: usize, s: &str) -> bool {
+        k < self.sig.len() && self.tok(k).is(s)
+    }
+
+    fn set(&mut self, k: usize, text: impl Into<String>) {
+        let i = self.sig[k];
+        self.out[i] = text.into();
+    }
+
+    /// Blanks the significant tokens in `from..to` (trivia and thus newlines stay).
+    fn blank(&mut self, from: usize, to: usize) {
+        for k in from..to.min(self.sig.len()) {
+            self.set(k, "");
+        }
+    }
+
+    /// The position of the token closing the bracket opened at `k`.
+    fn matching(&self, k: usize) -> Option<usize> {
+        let (open, close) = match self.tok(k).text.as_str() {
+            "(" => ("(", ")"),
+            "[" => ("[", "]"),
+            "{" => ("{", "}"),
+            _ => return None,
+        };
+        let mut depth = 0;
+        for j in k..self.sig.len() {
+            let t = self.tok(j);
+            if t.kind != Kind::Punct {
+                continue;
+            }
+            if t.text == open {
+                depth += 1;
+            } else if t.text == close {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(j);
+                }
+            }
+        }
+        None
+    }
+
+    /// The next `;` at bracket depth 0 from `k`.
+    fn statement_end(&self, k: usize) -> Option<usize> {
+        let mut depth = 0i32;
+        for j in k..self.sig.len() {
+            match self.tok(j).text.as_str() {
+                "(" | "[" | "{" => depth += 1,
+                ")" | "]" | "}" => depth -= 1,
+                ";" if depth == 0 => return Some(j),
+                _ => {}
+            }
+        }
+        None
+    }
+
+    fn toks_in(&self, from: usize, to: usize) -> Vec<&Token> {
+        (from..to).map(|k| self.tok(k)).collect()
+    }
+
+    fn run(&mut self) -> Result<(), String> {
+        let mut scopes = vec![Scope::File];
+        let mut parens = 0i32;
+        let mut pending_kernel: Option<usize> = None;
+        let mut pending_host_name: Option<String> = None;
+        let mut k = 0;
+        while k < self.sig.len() {
+            let in_function = scopes.iter().any(|s| matches!(s, Scope::Function));
+            let file_scope = matches!(scopes.last(), Some(Scope::File | Scope::Namespace)) && parens == 0;
+            let prev_member =
+                k > 0 && (self.tok_is(k - 1, ".") || self.tok_is(k - 1, "->") || self.tok_is(k - 1, "::"));
+            let t = self.tok(k).clone();
+            match t.kind {
+                Kind::Preproc => {
+                    let d: String = t.text.split_whitespace().collect::<Vec<_>>().join(" ");
+                    let metal_header = d.starts_with("#include") && (d.contains("<metal_") || d.contains("<simd/"));
+                    if metal_header || d.starts_with("#pragma METAL") || d.starts_with("#pragma clang") {
+                        self.set(k, "\n".repeat(t.text.matches('\n').count()));
+                    }
+                }
+                Kind::Attr => {
+                    let inner = t.attr_inner().to_string();
+                    if inner == "kernel" {
+                        pending_kernel = Some(k);
+                        self.set(k, "");
+                    } else if let Some(name) = host_name(&inner) {
+                        if k > 0 && self.tok_is(k - 1, "template") {
+                            k = self.instantiation(k - 1, name)?;
+                            continue;
+                        }
+                        pending_host_name = Some(name);
+                        self.set(k, "");
+                    } else if !STANDARD_ATTRS.contains(&inner.as_str()) {
+                        self.set(k, "");
+                    }
+                }
+                Kind::Number if is_float_literal(&t.text) => {
+                    let lower = t.text.to_ascii_lowercase();
+                    if let Some(num) = lower.strip_suffix('h') {
+                        self.set(k, format!("half({num}f)"));
+                    } else if !lower.ends_with('f') && !lower.ends_with('l') {
+                        self.set(k, format!("{}f", t.text));
+                    }
+                }
+                Kind::Punct => match t.text.as_str() {
+                    "{" => {
+                        let scope = self.scope_for_brace(k, in_function, &scopes);
+                        scopes.push(scope);
+                    }
+                    "}" if scopes.len() > 1 => {
+                        scopes.pop();
+                    }
+                    "(" => parens += 1,
+                    ")" => parens -= 1,
+                    "." | "->" if k + 1 < self.sig.len() => {
+                        let next = self.tok(k + 1).clone();
+                        if next.kind == Kind::Ident && is_swizzle(&next.text) && !self.tok_is(k + 2, "(") {
+                            let assign = k + 2 < self.sig.len()
+                                && ["=", "+=", "-=", "*=", "/="].contains(&self.tok(k + 2).text.as_str());
+                            let suffix = if assign { "_ref()" } else { "()" };
+                            self.set(k + 1, format!("{}{suffix}", next.text));
+                            k += 2;
+                            continue;
+                        }
+                    }
+                    _ => {}
+                },
+                Kind::Ident if !prev_member => match t.text.as_str() {
+                    "kernel" if !in_function => {
+                        pending_kernel = Some(k);
+                        self.set(k, "");
+                    }
+                    "device" | "thread" => self.set(k, ""),
+                    "constant" => {
+                        if file_scope {
+                            if let Some(next) = self.function_constant(k)? {
+                                k = next;
+                                continue;
+                            }
+                            self.set(k, "KILN_CONSTANT");
+                        } else {
+                            let dup = (k > 0 && self.tok_is(k - 1, "const")) || self.tok_is(k + 1, "const");
+                            self.set(k, if dup { "" } else { "const" });
+                        }
+                    }
+                    "threadgroup" => {
+                        let stmt_start = k > 0 && [";", "{", "}", ":"].iter().any(|s| self.tok_is(k - 1, s));
+                        if in_function && parens == 0 && stmt_start {
+                            if let Some(end) = self.threadgroup_decl(k) {
+                                k = end;
+                                continue;
+                            }
+                        }
+                        self.set(k, "");
+                    }
+                    "for" | "while" if self.tok_is(k + 1, "(") => self.poll_loop(k),
+                    "is_function_constant_defined" if self.tok_is(k + 1, "(") && self.tok_is(k + 3, ")") => {
+                        let name = self.tok(k + 2).text.clone();
+                        let defined = self.defined_constants.get(&name).copied().unwrap_or(false);
+                        self.set(k, if defined { "true" } else { "false" });
+                        self.blank(k + 1, k + 4);
+                        k += 4;
+                        continue;
+                    }
+                    "void" if pending_kernel.is_some() && !in_function && parens == 0 => {
+                        let marker = pending_kernel.take().unwrap_or(k);
+                        self.kernel_definition(marker, k, pending_host_name.take())?;
+                    }
+                    _ => {}
+                },
+                _ => {}
+            }
+            k += 1;
+        }
+        Ok(())
+    }
+
+    /// What a `{` at `k` opens.
+    fn scope_for_brace(&self, k: usize, in_function: bool, scopes: &[Scope]) -> Scope {
+        if in_function {
+            return Scope::Block;
+        }
+        if matches!(scopes.last(), Some(Scope::Struct)) && k > 0 && self.tok_is(k - 1, ")") {
+            return Scope::Function;
+        }
+        let mut j = k;
+        while j > 0 {
+            j -= 1;
+            let t = self.tok(j);
+            match t.text.as_str() {
+                ";" | "{" | "}" => break,
+                "namespace" | "extern" => return Scope::Namespace,
+                "struct" | "class" | "union" | "enum" => return Scope::Struct,
+                "=" => return Scope::Init,
+                ")" if j + 1 == k => return Scope::Function,
+                _ => {}
+            }
+        }
+        // `) const {`, `) noexcept {` and similar.
+        let mut j = k;
+        while j > 0 && matches!(self.tok(j - 1).text.as_str(), "const" | "noexcept" | "override" | "final") {
+            j -= 1;
+        }
+        if j > 0 && j < k && self.tok_is(j - 1, ")") {
+            return Scope::Function;
+        }
+        Scope::Block
+    }
+
+    /// `for (a; b; c)` and `while (b)`: the condition also polls for cancellation, so a kernel
+    /// that never finishes can be stopped.
+    fn poll_loop(&mut self, k: usize) {
+        let open = k + 1;
+        let Some(close) = self.matching(open) else { return };
+        if self.tok_is(k, "while") {
+            let first = self.out[self.sig[open]].clone();
+            self.set(open, format!("{first}(KILN_POLL(), ("));
+            let last = self.out[self.sig[close]].clone();
+            self.set(close, format!(")){last}"));
+            return;
+        }
+        let mut depth = 0;
+        let mut semis = Vec::new();
+        for j in open + 1..close {
+            match self.tok(j).text.as_str() {
+                "(" | "[" | "{" => depth += 1,
+                ")" | "]" | "}" => depth -= 1,
+                ";" if depth == 0 => semis.push(j),
+                _ => {}
+            }
+        }
+        if let [a, b] = semis[..] {
+            if b == a + 1 {
+                self.set(a, "; KILN_POLL_TRUE()");
+            } else {
+                self.set(a, "; (KILN_POLL(), (");
+                self.set(b, "));");
+            }
+        }
+    }
+
+    /// A `threadgroup T name[N]...;` storage declaration inside a function, rewritten to
+    /// per-group storage. Returns the position after it, or `None` when the declaration is a
+    /// pointer or reference (then only the keyword goes).
+    fn threadgroup_decl(&mut self, k: usize) -> Option<usize> {
+        let end = self.statement_end(k)?;
+        let span: Vec<Token> = (k + 1..end).map(|j| self.tok(j).clone()).collect();
+        if span.iter().any(|t| ["*", "&", "=", "(", "&&"].contains(&t.text.as_str()) && t.kind == Kind::Punct) {
+            return None;
+        }
+        // The type ends at the identifier just before the first top-level `[`, `,` or the end.
+        let mut angle = 0i32;
+        let mut first_stop = span.len();
+        for (i, t) in span.iter().enumerate() {
+            match t.text.as_str() {
+                "<" => angle += 1,
+                ">" => angle -= 1,
+                ">>" => angle -= 2,
+                "[" | "," if angle == 0 => {
+                    first_stop = i;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        if first_stop == 0 || span[first_stop - 1].kind != Kind::Ident {
+            return None;
+        }
+        let ty_refs: Vec<&Token> = span[..first_stop - 1].iter().collect();
+        let ty = join(&ty_refs);
+        let rest: Vec<&Token> = span[first_stop - 1..].iter().collect();
+        let mut decls = Vec::new();
+        for part in super::entry::split_commas(&rest) {
+            let name = part.first()?.text.clone();
+            let dims = join(&part[1..]);
+            let site = self.next_site;
+            self.next_site += 1;
+            decls.push(match self.target {
+                LowerTarget::Cpu => format!("auto& {name} = *kiln::rt::tg_alloc<{ty}{dims}, {site}>();"),
+                LowerTarget::Cuda => format!("__shared__ {ty} {name}{dims};"),
+            });
+        }
+        self.set(k, decls.join(" "));
+        self.blank(k + 1, end + 1);
+        Some(end + 1)
+    }
+
+    /// `constant T name [[function_constant(i)]];` at file scope. Returns the position after
+    /// the declaration when it is one.
+    fn function_constant(&mut self, k: usize) -> Result<Option<usize>, String> {
+        let Some(end) = self.statement_end(k) else { return Ok(None) };
+        let Some(attr) = (k + 1..end).find(|&j| self.tok(j).kind == Kind::Attr) else { return Ok(None) };
+        let inner = self.tok(attr).attr_inner().to_string();
+        let Some(rest) = inner.strip_prefix("function_constant") else { return Ok(None) };
+        let index: Option<u32> = rest.trim().trim_start_matches('(').trim_end_matches(')').trim().parse().ok();
+        if attr < k + 3 {
+            return Err(format!("malformed function constant declaration on line {}", self.tok(k).line));
+        }
+        let name = self.tok(attr - 1).text.clone();
+        let ty = join(&self.toks_in(k + 1, attr - 1));
+        let value = self.program.constants.iter().find_map(|(key, v)| {
+            let hit = match key {
+                ConstantKey::Index(i) => Some(*i) == index,
+                ConstantKey::Name(n) => *n == name,
+            };
+            hit.then(|| v.clone())
+        });
+        self.defined_constants.insert(name.clone(), value.is_some());
+        let init = match value {
+            Some(ConstantValue::Bool(b)) => b.to_string(),
+            Some(ConstantValue::Int(i)) => format!("{i}"),
+            Some(ConstantValue::Float(f)) => format!("{f:?}"),
+            None => String::new(),
+        };
+        let init = if init.is_empty() { format!("{ty}()") } else { format!("{ty}({init})") };
+        self.set(k, format!("static constexpr {ty} {name} = {init};"));
+        self.blank(k + 1, end + 1);
+        Ok(Some(end + 1))
+    }
+
+    /// A kernel function definition: `void name(params)` after `kernel` / `[[kernel]]`.
+    fn kernel_definition(&mut self, marker: usize, void_pos: usize, host: Option<String>) -> Result<(), String> {
+        let name_pos = void_pos + 1;
+        if name_pos >= self.sig.len() || self.tok(name_pos).kind != Kind::Ident || !self.tok_is(name_pos + 1, "(") {
+            return Err(format!("line {}: expected `void name(` after `kernel`", self.tok(void_pos).line));
+        }
+        let name = self.tok(name_pos).text.clone();
+        let open = name_pos + 1;
+        let close = self.matching(open).ok_or_else(|| format!("kernel {name}: unbalanced parentheses"))?;
+        let params = parse_params(&name, &self.toks_in(open + 1, close))?;
+        // A template kernel is dispatched only through its explicit instantiations.
+        let mut j = marker;
+        let mut is_template = false;
+        while j > 0 {
+            j -= 1;
+            let t = self.tok(j);
+            if t.is("template") {
+                is_template = true;
+                break;
+            }
+            if t.is(";") || t.is("}") || t.is("{") {
+                break;
+            }
+        }
+        if !is_template {
+            self.entries.push(Entry {
+                host_name: host.unwrap_or_else(|| name.clone()),
+                callee: name.clone(),
+                params: params.clone(),
+            });
+        }
+        self.kernels.insert(name, params);
+        Ok(())
+    }
+
+    /// `template [[host_name("x")]] [[kernel]] decltype(f<A>) f<A>;` or
+    /// `template [[host_name("x")]] kernel void f<A>(params);`. Returns the position after it.
+    fn instantiation(&mut self, template_pos: usize, host: String) -> Result<usize, String> {
+        let end = self.statement_end(template_pos).ok_or_else(|| format!("instantiation {host:?}: missing `;`"))?;
+        let mut j = template_pos + 2;
+        while j < end && (self.tok(j).kind == Kind::Attr || self.tok_is(j, "kernel")) {
+            j += 1;
+        }
+        let callee_toks: Vec<&Token> = if self.tok_is(j, "decltype") {
+            let close = self.matching(j + 1).ok_or_else(|| format!("instantiation {host:?}: bad decltype"))?;
+            self.toks_in(close + 1, end)
+        } else {
+            if self.tok_is(j, "void") {
+                j += 1;
+            }
+            let mut angle = 0i32;
+            let mut stop = end;
+            for p in j..end {
+                match self.tok(p).text.as_str() {
+                    "<" => angle += 1,
+                    ">" => angle -= 1,
+                    ">>" => angle -= 2,
+                    "(" if angle == 0 => {
+                        stop = p;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            self.toks_in(j, stop)
+        };
+        let callee = join(&callee_toks);
+        let fname = callee_toks.first().map(|t| t.text.clone()).unwrap_or_default();
+        let params =
+            self.kernels.get(&fname).cloned().ok_or_else(|| {
+                format!("instantiation {host:?} names `{fname}`, which is not a kernel defined above it")
+            })?;
+        self.entries.push(Entry { host_name: host, callee, params });
+        self.blank(template_pos, end + 1);
+        Ok(end + 1)
+    }
+}
+
+/// The name in `host_name("x")`.
+fn host_name(inner: &str) -> Option<String> {
+    let rest = inner.strip_prefix("host_name")?.trim_start().strip_prefix('(')?;
+    let start = rest.find('"')? + 1;
+    let len = rest[start..].find('"')?;
+    Some(rest[start..start + len].to_string())
+}
