@@ -25,13 +25,14 @@ pub const ENTRY: Entry = Entry { name: "attention", dtypes: &FLOAT_DTYPES, demo_
 
 const SOURCE: &str = r#"
     constexpr int DPL = (D + 31) / 32;
+    constexpr int ACC_SIZE = SG * D;
     uint q_row = thread_position_in_grid.y;
     uint lane = thread_index_in_simdgroup;
     uint sg = simdgroup_index_in_threadgroup;
     uint Lk = keys_shape[0];
     threadgroup float sg_max[SG];
     threadgroup float sg_sum[SG];
-    threadgroup float sg_acc[SG * D];
+    threadgroup float sg_acc[ACC_SIZE];
 
     float q[DPL];
     float acc[DPL];

@@ -32,9 +32,10 @@ const SOURCE: &str = r#"
     uint batch = threadgroup_position_in_grid.x;
     int tid = static_cast<int>(thread_index_in_threadgroup);
     int n_threads = static_cast<int>(threads_per_threadgroup.x);
-    threadgroup float a[N * N];
+    constexpr int NN = N * N;
+    threadgroup float a[NN];
     const device T* A_b = A + batch * N * N;
-    for (int e = tid; e < N * N; e += n_threads) {
+    for (int e = tid; e < NN; e += n_threads) {
         a[e] = static_cast<float>(A_b[e]);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -86,7 +87,7 @@ const SOURCE: &str = r#"
         threadgroup_barrier(mem_flags::mem_threadgroup);
     }
 
-    for (int e = tid; e < N * N; e += n_threads) {
+    for (int e = tid; e < NN; e += n_threads) {
         L[batch * N * N + e] = static_cast<T>(e % N <= e / N ? a[e] : 0.0f);
     }
 "#;
