@@ -1,0 +1,161 @@
+//! The CUDA backend on a real GPU: Metal-exact dispatch (partial edge groups, builtins, barriers,
+//! SIMD collectives over partial warps), init_value, CudaKernel, and typed errors for bad
+//! input. Every test needs an NVIDIA GPU and is ignored otherwise; run with
+//! `KILN_REQUIRE_BACKEND=cuda cargo test --test cuda_backend -- --include-ignored`.
+
+mod common;
+
+use common::{assert_close, device_or_skip, random_array, Rng};
+use kiln::{CudaKernel, DType, Device, Error, LaunchSpec, MetalKernel};
+
+fn gpu() -> Option<Device> {
+    device_or_skip("cuda")
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn exp_f16_matches_reference_on_a_partial_grid() {
+    let Some(dev) = gpu() else { return };
+    let mut rng = Rng::new(1);
+    let x = random_array(&mut rng, DType::F16, &[1000]);
+    let k = MetalKernel::new(
+        "myexp",
+        &["inp"],
+        &["out"],
+        "uint e = thread_position_in_grid.x;\nout[e] = metal::exp(inp[e]);\n",
+    )
+    .unwrap();
+    let spec = LaunchSpec::new([1000, 1, 1], [256, 1, 1]).output(&[1000], DType::F16).device(dev);
+    let out = k.call(&[x.to_device(dev).unwrap().into()], &spec).unwrap();
+    let reference: Vec<f64> = x.to_f64_vec().unwrap().iter().map(|v| v.exp()).collect();
+    assert_close("exp", &out[0], &reference, DType::F16);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn builtins_have_metal_values_in_partial_2d_groups() {
+    let Some(dev) = gpu() else { return };
+    // Each thread writes its threads_per_threadgroup and linear index at its grid position.
+    let body = "uint2 p = thread_position_in_grid.xy;\nuint i = p.y * 10 + p.x;\nout[i * 3 + 0] = threads_per_threadgroup.x;\nout[i * 3 + 1] = threads_per_threadgroup.y;\nout[i * 3 + 2] = thread_index_in_threadgroup;\n";
+    let k = MetalKernel::new("builtins", &[], &["out"], body).unwrap();
+    let spec = LaunchSpec::new([10, 7, 1], [4, 4, 1]).output(&[7 * 10 * 3], DType::U32).device(dev);
+    let out = k.call(&[], &spec).unwrap()[0].to_host().unwrap().to_vec::<u32>().unwrap();
+    for y in 0..7u32 {
+        for x in 0..10u32 {
+            let (w, h) = (if x >= 8 { 2 } else { 4 }, if y >= 4 { 3 } else { 4 });
+            let i = ((y * 10 + x) * 3) as usize;
+            assert_eq!(&out[i..i + 3], &[w, h, (y % 4) * w + x % 4], "thread ({x}, {y})");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn simd_sum_and_barriers_are_exact_on_partial_groups() {
+    let Some(dev) = gpu() else { return };
+    let mut rng = Rng::new(2);
+    let n = 300;
+    let x = random_array(&mut rng, DType::F32, &[n]);
+    // Per threadgroup: sum of x over the group via simd_sum + threadgroup memory.
+    let body = "threadgroup float part[32];\nuint lane = thread_index_in_simdgroup;\nuint sg = simdgroup_index_in_threadgroup;\nfloat s = simd_sum(x[thread_position_in_grid.x]);\nif (lane == 0) part[sg] = s;\nthreadgroup_barrier(mem_flags::mem_threadgroup);\nif (thread_index_in_threadgroup == 0) {\n  float t = 0;\n  for (uint i = 0; i < simdgroups_per_threadgroup; ++i) t += part[i];\n  out[threadgroup_position_in_grid.x] = t;\n}\n";
+    let k = MetalKernel::new("group_sum", &["x"], &["out"], body).unwrap();
+    let spec = LaunchSpec::new([n as u32, 1, 1], [128, 1, 1]).output(&[3], DType::F32).device(dev);
+    let out = k.call(&[x.to_device(dev).unwrap().into()], &spec).unwrap();
+    let xs = x.to_f64_vec().unwrap();
+    let reference: Vec<f64> = xs.chunks(128).map(|c| c.iter().sum()).collect();
+    assert_close("group sums", &out[0], &reference, DType::F32);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn atomic_outputs_accumulate_onto_init_value() {
+    let Some(dev) = gpu() else { return };
+    let mut rng = Rng::new(3);
+    let x = random_array(&mut rng, DType::F32, &[512]);
+    let body =
+        "uint i = thread_position_in_grid.x;\natomic_fetch_add_explicit(&out[i % 4], x[i], memory_order_relaxed);\n";
+    let k = MetalKernel::new("atomic_sum", &["x"], &["out"], body).unwrap().atomic_outputs(true);
+    let spec = LaunchSpec::new([512, 1, 1], [64, 1, 1]).output(&[4], DType::F32).init_value(1.5).device(dev);
+    let out = k.call(&[x.to_device(dev).unwrap().into()], &spec).unwrap();
+    let xs = x.to_f64_vec().unwrap();
+    let reference: Vec<f64> = (0..4).map(|j| 1.5 + xs.iter().skip(j).step_by(4).sum::<f64>()).collect();
+    assert_close("atomic sums", &out[0], &reference, DType::F32);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn strided_inputs_are_made_row_contiguous_on_device() {
+    let Some(dev) = gpu() else { return };
+    let mut rng = Rng::new(4);
+    let x = random_array(&mut rng, DType::F32, &[6, 8]);
+    let xt = x.to_device(dev).unwrap().transpose(&[1, 0]).unwrap();
+    let k = MetalKernel::new("copy", &["x"], &["out"], "uint i = thread_position_in_grid.x;\nout[i] = x[i] * 2.0f;\n")
+        .unwrap();
+    let spec = LaunchSpec::new([48, 1, 1], [32, 1, 1]).output(&[8, 6], DType::F32).device(dev);
+    let out = k.call(&[xt.into()], &spec).unwrap();
+    let reference: Vec<f64> = x.transpose(&[1, 0]).unwrap().to_f64_vec().unwrap().iter().map(|v| v * 2.0).collect();
+    assert_close("transposed copy", &out[0], &reference, DType::F32);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn cuda_kernel_runs_with_template_and_shape() {
+    let Some(dev) = gpu() else { return };
+    let mut rng = Rng::new(5);
+    let a = random_array(&mut rng, DType::F32, &[100]);
+    let k = CudaKernel::new(
+        "scale",
+        &["a"],
+        &["out"],
+        "unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\nif (i < a_shape[0]) out[i] = a[i] * T(S);\n",
+    )
+    .unwrap();
+    let mut spec = LaunchSpec::new([100, 1, 1], [32, 1, 1]).output(&[100], DType::F32).device(dev);
+    spec = spec.template("T", DType::F32).template("S", 3);
+    let out = k.call(&[a.to_device(dev).unwrap().into()], &spec).unwrap();
+    let reference: Vec<f64> = a.to_f64_vec().unwrap().iter().map(|v| v * 3.0).collect();
+    assert_close("cuda_kernel scale", &out[0], &reference, DType::F32);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn bad_input_gives_typed_errors_and_the_device_stays_usable() {
+    let Some(dev) = gpu() else { return };
+    let backend = kiln::backend::backend_for(dev).unwrap();
+    // Out of memory: one terabyte.
+    let big = LaunchSpec::new([1, 1, 1], [1, 1, 1]).output(&[1usize << 38], DType::F32).device(dev);
+    let k = MetalKernel::new("noop", &[], &["out"], "out[0] = 1.0f;\n").unwrap();
+    let err = k.call(&[], &big).unwrap_err();
+    assert!(matches!(err, Error::Driver { .. }), "{err}");
+    // A compile error is a Compile error naming the kernel.
+    let bad = MetalKernel::new("bad", &[], &["out"], "out[0] = nope;\n").unwrap();
+    let err = bad.call(&[], &LaunchSpec::new([1, 1, 1], [1, 1, 1]).output(&[1], DType::F32).device(dev)).unwrap_err();
+    assert!(matches!(err, Error::Compile { .. }), "{err}");
+    // The device still runs kernels.
+    let out = k.call(&[], &LaunchSpec::new([1, 1, 1], [1, 1, 1]).output(&[1], DType::F32).device(dev)).unwrap();
+    assert_eq!(backend.to_host(&out[0]).unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
+}
+
+/// A faulting kernel poisons the CUDA context for the whole process; run this test in its own
+/// process (`--exact kernel_faults_are_typed_errors`).
+#[test]
+#[ignore = "needs an NVIDIA GPU; leaves the process's CUDA context faulted"]
+fn kernel_faults_are_typed_errors() {
+    let Some(dev) = gpu() else { return };
+    let fault = MetalKernel::new(
+        "fault",
+        &[],
+        &["out"],
+        "device float* p = (device float*)0x10;\np[thread_position_in_grid.x] = 1.0f;\nout[0] = p[1];\n",
+    )
+    .unwrap();
+    let err =
+        fault.call(&[], &LaunchSpec::new([32, 1, 1], [32, 1, 1]).output(&[1], DType::F32).device(dev)).unwrap_err();
+    assert!(matches!(err, Error::KernelFault { .. }), "{err}");
+    // Where CUDA allows it (a reset primary context), the next call runs on a fresh context.
+    let k = MetalKernel::new("noop", &[], &["out"], "out[0] = 1.0f;\n").unwrap();
+    match k.call(&[], &LaunchSpec::new([1, 1, 1], [1, 1, 1]).output(&[1], DType::F32).device(dev)) {
+        Ok(out) => assert_eq!(out[0].to_host().unwrap().to_vec::<f32>().unwrap(), vec![1.0]),
+        Err(e) => eprintln!("after a fault the device is not usable in this process: {e}"),
+    }
+}
