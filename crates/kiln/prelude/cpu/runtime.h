@@ -85,22 +85,24 @@ struct View {
   bool has(uint l) const { return l < 32 && ((mask >> l) & 1u); }
 };
 
-// Posts `bytes` and blocks until the collective at the caller's call site resolves.
-__attribute__((noinline)) inline View post_bytes(const void* bytes, unsigned size) {
+// Posts `bytes` and blocks until the collective at `site` resolves. Collectives are
+// out-of-line functions that pass their own return address as the site, so one call in the
+// kernel is one site even if the optimiser duplicates code around it.
+__attribute__((noinline)) inline View post_bytes(const void* bytes, unsigned size, const void* site) {
   Thread* t = g_thread;
   if (!t->stack) throw Fault{"a SIMD collective ran in a kernel compiled without cooperative threads"};
   poll();
   __builtin_memcpy(t->slot, bytes, size);
-  t->site = __builtin_return_address(0);
+  t->site = site;
   t->state = AT_COLLECTIVE;
   yield_to_scheduler();
   uint sg = t->simdgroup_index_in_threadgroup;
   return View{g_group->snap[sg], g_group->active[sg], t->thread_index_in_simdgroup};
 }
 
-template <class T> __attribute__((always_inline)) inline View post(const T& v) {
+template <class T> __attribute__((always_inline)) inline View post(const T& v, const void* site) {
   static_assert(sizeof(T) <= SLOT_BYTES, "SIMD collective on a value larger than 32 bytes");
-  return post_bytes(&v, sizeof(T));
+  return post_bytes(&v, sizeof(T), site);
 }
 
 // Per-group storage for a `threadgroup` declaration, keyed by declaration site and type.
@@ -149,9 +151,9 @@ enum class mem_flags : uint {
 inline mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(uint(a) | uint(b)); }
 // Every thread of the group runs on one OS thread, so any barrier also orders all memory.
 inline void threadgroup_barrier(mem_flags = mem_flags::mem_none) { kiln::rt::barrier(); }
-__attribute__((always_inline)) inline void simdgroup_barrier(mem_flags = mem_flags::mem_none) {
+__attribute__((noinline)) inline void simdgroup_barrier(mem_flags = mem_flags::mem_none) {
   char none = 0;
-  kiln::rt::post(none);
+  kiln::rt::post(none, __builtin_return_address(0));
 }
 }  // namespace metal
 
