@@ -344,3 +344,25 @@ backend_tests!(
     fast_math_macro_only_in_fast_mode,
     hanging_kernel_times_out,
 );
+
+// A write past the end of an output is reported as a fault naming that output, and the caller's
+// other data stays intact.
+fn out_of_bounds_output_write_is_a_fault(device: Device) {
+    let x = Array::full(DType::F32, &[16], 2.0);
+    let k =
+        MetalKernel::new("oob", &["x"], &["out"], "uint i = thread_position_in_grid.x;\nout[i + 4] = x[i];").unwrap();
+    let spec = LaunchSpec::new([16, 1, 1], [8, 1, 1]).output(&[16], DType::F32).device(device);
+    match k.call(&[(&x).into()], &spec) {
+        Err(Error::KernelFault { kernel, msg }) => {
+            assert_eq!(kernel, "oob");
+            assert!(msg.contains("output 0") && msg.contains("past the end"), "{msg}");
+        }
+        other => panic!("expected a kernel fault, got {other:?}"),
+    }
+    assert_eq!(values(&x), vec![2.0; 16]);
+}
+
+#[test]
+fn out_of_bounds_write_faults_on_cpu() {
+    out_of_bounds_output_write_is_a_fault(Device::Cpu);
+}

@@ -2,6 +2,11 @@
 //! else poisoned with 0xFF bytes, which read as NaN for every float type), splits the groups
 //! over the rayon pool and stops the kernel through a shared cancel flag when it faults or runs
 //! past its timeout.
+//!
+//! Out-of-bounds writes to outputs are caught by red zones: each output is allocated with
+//! `RED_ZONE` canary bytes on both sides, checked after the run, and a changed canary is an
+//! `Error::KernelFault` naming the output. Writes further out than the red zone, and
+//! out-of-bounds reads, are not detected.
 
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -35,6 +40,10 @@ struct Shared<'a>(&'a LaunchDesc);
 // until every worker has finished.
 unsafe impl Sync for Shared<'_> {}
 
+/// Canary bytes on each side of every output.
+const RED_ZONE: usize = 4096;
+const CANARY: u8 = 0xA5;
+
 /// Largest threadgroup the emulator runs (Metal's limit).
 const MAX_GROUP: u64 = 1024;
 
@@ -60,16 +69,19 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>) -> Result<Vec
                 inputs.push(None);
             }
             Binding::Output(spec) => {
-                let n: usize = spec.shape.iter().product();
-                let mut buf = HostBuffer::zeroed(n * spec.dtype.size());
+                let n: usize = spec.shape.iter().product::<usize>() * spec.dtype.size();
+                let mut buf = HostBuffer::zeroed(n + 2 * RED_ZONE);
+                let bytes = buf.bytes_mut();
+                bytes.fill(CANARY);
+                let body = &mut bytes[RED_ZONE..RED_ZONE + n];
                 match spec.init_value {
                     Some(v) => {
                         let one = f64_to_element_bytes(v, spec.dtype);
-                        for c in buf.bytes_mut().chunks_exact_mut(spec.dtype.size()) {
+                        for c in body.chunks_exact_mut(spec.dtype.size()) {
                             c.copy_from_slice(&one);
                         }
                     }
-                    None => buf.bytes_mut().fill(0xFF),
+                    None => body.fill(0xFF),
                 }
                 owned.push(buf);
                 outputs.push(owned.len() - 1);
@@ -88,10 +100,11 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>) -> Result<Vec
                 // pointer stays inside (or one past) the allocation the array holds alive.
                 ptrs.push(unsafe { bytes.as_ptr().add(*offset) } as *mut c_void);
             }
-            _ => {
+            (binding, _) => {
                 let buf = &mut owned[next_owned];
                 next_owned += 1;
-                ptrs.push(buf.bytes_mut().as_mut_ptr() as *mut c_void);
+                let skip = if matches!(binding, Binding::Output(_)) { RED_ZONE } else { 0 };
+                ptrs.push(buf.bytes_mut()[skip..].as_mut_ptr() as *mut c_void);
             }
         }
     }
@@ -161,10 +174,29 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>) -> Result<Vec
         });
     }
     let mut result = Vec::new();
-    let specs = launch.bindings.iter().filter_map(|b| if let Binding::Output(s) = b { Some(s) } else { None });
-    for (spec, idx) in specs.zip(outputs) {
-        let buf = std::mem::replace(&mut owned[idx], HostBuffer::zeroed(0));
-        result.push(Array::from_host(buf, spec.dtype, &spec.shape));
+    let specs = launch.bindings.iter().enumerate().filter_map(|(slot, b)| match b {
+        Binding::Output(s) => Some((slot, s)),
+        _ => None,
+    });
+    for (k, ((slot, spec), idx)) in specs.zip(outputs).enumerate() {
+        let bytes = owned[idx].bytes();
+        let n = bytes.len() - 2 * RED_ZONE;
+        let before = bytes[..RED_ZONE].iter().rposition(|&b| b != CANARY).map(|p| RED_ZONE - p);
+        let after = bytes[RED_ZONE + n..].iter().position(|&b| b != CANARY).map(|p| p + 1);
+        if before.is_some() || after.is_some() {
+            let (side, dist) = match (before, after) {
+                (Some(d), _) => ("before the start", d),
+                (None, Some(d)) => ("past the end", d),
+                (None, None) => ("", 0),
+            };
+            return Err(Error::KernelFault {
+                kernel: kernel.clone(),
+                msg: format!(
+                    "out-of-bounds write to output {k} (buffer slot {slot}, {n} bytes): up to {dist} bytes {side}"
+                ),
+            });
+        }
+        result.push(Array::from_host(HostBuffer::from_bytes(&bytes[RED_ZONE..RED_ZONE + n]), spec.dtype, &spec.shape));
     }
     Ok(result)
 }
