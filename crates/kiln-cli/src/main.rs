@@ -38,6 +38,12 @@ enum Command {
     },
     /// List the backends and devices, and why any backend is unavailable.
     Devices,
+    /// Run the kernel gallery, each kernel checked against a plain-Rust reference.
+    Demo {
+        /// Where to run: cpu, cuda, cuda:N, metal, or auto (the best available).
+        #[arg(long, default_value = "auto")]
+        device: String,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -56,6 +62,7 @@ fn main() -> ExitCode {
             devices();
             Ok(())
         }
+        Command::Demo { device } => demo(&device),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -102,6 +109,19 @@ fn translate(spec: &Path, emit: Emit) -> kiln::Result<()> {
         _ => println!("{text}"),
     }
     Ok(())
+}
+
+fn demo(device: &str) -> kiln::Result<()> {
+    let device = parse_device(device)?;
+    println!("kiln demo on {device}");
+    let report = kiln::gallery::run_demo(device)?;
+    print!("{report}");
+    if report.all_passed() {
+        Ok(())
+    } else {
+        let failed: Vec<String> = report.failures().map(|r| format!("{} ({})", r.kernel, r.dtype)).collect();
+        Err(kiln::Error::invalid("demo", format!("kernels outside tolerance: {}", failed.join(", "))))
+    }
 }
 
 fn devices() {

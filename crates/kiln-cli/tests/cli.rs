@@ -158,3 +158,45 @@ fn input_views_keep_their_strides() {
     assert_eq!(x.strides(), &[0, 1, -12]);
     assert_eq!(&x.to_vec::<f32>().unwrap()[..4], &[19.0, 7.0, 20.0, 8.0]);
 }
+
+#[test]
+fn demo_runs_the_gallery_on_cpu_and_checks_every_kernel() {
+    let out = kiln(&["demo", "--device", "cpu"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    let summary = text.lines().last().unwrap_or_default();
+    let (passed, total) = summary.split_once(" passed").unwrap().0.split_once('/').unwrap();
+    assert_eq!(passed, total, "{text}");
+    assert!(total.parse::<usize>().unwrap() >= 15, "{text}");
+    assert!(text.contains("rms_norm") && text.contains("grid_sample_vjp"), "{text}");
+}
+
+#[test]
+fn run_on_cpu_writes_outputs_that_match_a_reference() {
+    let dir = scratch("run-cpu");
+    let x: Vec<f32> = (0..40).map(|i| (i as f32 - 17.5) / 7.0).collect();
+    write_f32_npy(&dir.join("x.npy"), &[5, 8], &x);
+    let spec = "[kernel]\nname = \"myexp\"\ninput_names = [\"inp\"]\noutput_names = [\"out\"]\nsource = '''\n    uint elem = thread_position_in_grid.x;\n    T tmp = inp[elem];\n    out[elem] = metal::exp(tmp);\n'''\n\n[call]\ngrid = [40, 1, 1]\nthreadgroup = [16, 1, 1]\noutput_shapes = [[8, 5]]\noutput_dtypes = [\"float32\"]\ntemplate = [[\"T\", \"float32\"]]\n\n[[input]]\nfile = \"x.npy\"\ntranspose = [1, 0]\n";
+    std::fs::write(dir.join("spec.toml"), spec).unwrap();
+    let out_dir = dir.join("out");
+    let out = kiln(&[
+        "run",
+        dir.join("spec.toml").to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let got = kiln::Array::load_npy(out_dir.join("out.npy")).unwrap();
+    assert_eq!(got.shape(), &[8, 5]);
+    let got = got.to_vec::<f32>().unwrap();
+    // The transposed view is made row-contiguous before the kernel reads it linearly.
+    for r in 0..8 {
+        for c in 0..5 {
+            let want = (x[c * 8 + r] as f64).exp();
+            let have = got[r * 5 + c] as f64;
+            assert!((have - want).abs() <= 1e-6 * want.abs().max(1.0), "({r},{c}): {have} vs {want}");
+        }
+    }
+}
