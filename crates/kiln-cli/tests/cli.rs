@@ -179,14 +179,8 @@ fn run_on_cpu_writes_outputs_that_match_a_reference() {
     let spec = "[kernel]\nname = \"myexp\"\ninput_names = [\"inp\"]\noutput_names = [\"out\"]\nsource = '''\n    uint elem = thread_position_in_grid.x;\n    T tmp = inp[elem];\n    out[elem] = metal::exp(tmp);\n'''\n\n[call]\ngrid = [40, 1, 1]\nthreadgroup = [16, 1, 1]\noutput_shapes = [[8, 5]]\noutput_dtypes = [\"float32\"]\ntemplate = [[\"T\", \"float32\"]]\n\n[[input]]\nfile = \"x.npy\"\ntranspose = [1, 0]\n";
     std::fs::write(dir.join("spec.toml"), spec).unwrap();
     let out_dir = dir.join("out");
-    let out = kiln(&[
-        "run",
-        dir.join("spec.toml").to_str().unwrap(),
-        "--device",
-        "cpu",
-        "--out",
-        out_dir.to_str().unwrap(),
-    ]);
+    let out =
+        kiln(&["run", dir.join("spec.toml").to_str().unwrap(), "--device", "cpu", "--out", out_dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let got = kiln::Array::load_npy(out_dir.join("out.npy")).unwrap();
     assert_eq!(got.shape(), &[8, 5]);

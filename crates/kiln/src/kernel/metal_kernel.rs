@@ -278,12 +278,14 @@ impl MetalKernel {
                 let here = a.device();
                 match device {
                     None => device = Some(here),
-                    Some(d) if d != here => return Err(Error::invalid(
-                        self.op(),
-                        format!(
+                    Some(d) if d != here => {
+                        return Err(Error::invalid(
+                            self.op(),
+                            format!(
                             "input {name:?} lives on {here} but the kernel runs on {d}; move it with Array::to_device"
                         ),
-                    )),
+                        ))
+                    }
                     Some(_) => {}
                 }
             }
