@@ -1,0 +1,54 @@
+//! Emulator throughput: emulated threads per second for a barrier-free kernel (plain loop over
+//! each group's threads) and for a kernel with threadgroup barriers and a SIMD reduction
+//! (cooperative fibers). Run with `cargo bench --bench emulator`; compilation is excluded
+//! (one warm-up call), the timed region covers whole calls including output allocation.
+
+use std::time::Instant;
+
+use kiln::{Array, DType, Device, LaunchSpec, MetalKernel};
+
+fn measure(name: &str, kernel: &MetalKernel, x: &Array, threads: u32, tg: u32) {
+    let spec = LaunchSpec::new([threads, 1, 1], [tg, 1, 1]).output(&[threads as usize], DType::F32).device(Device::Cpu);
+    let inputs = [x.into()];
+    kernel.call(&inputs, &spec).expect("warm-up run");
+    let mut iters = 0u32;
+    let start = Instant::now();
+    while iters < 3 || start.elapsed().as_secs_f64() < 2.0 {
+        kernel.call(&inputs, &spec).expect("run");
+        iters += 1;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let rate = threads as f64 * iters as f64 / secs;
+    println!("{name:<40} {threads:>9} threads x {iters:>4} runs: {:>8.2} M threads/s", rate / 1e6);
+}
+
+fn main() {
+    let n = 1u32 << 20;
+    let x = Array::from_vec(&[n as usize], (0..n).map(|i| (i % 97) as f32 * 0.01).collect()).expect("input");
+    let plain = MetalKernel::new(
+        "bench_axpy",
+        &["x"],
+        &["out"],
+        "uint i = thread_position_in_grid.x;\nout[i] = metal::exp(x[i]) * 2.0f + 1.0f;",
+    )
+    .expect("kernel");
+    let barrier = MetalKernel::new(
+        "bench_barrier",
+        &["x"],
+        &["out"],
+        r#"
+        uint i = thread_position_in_grid.x;
+        uint t = thread_index_in_threadgroup;
+        threadgroup float buf[256];
+        buf[t] = x[i];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        float v = buf[(t + 1) % threads_per_threadgroup.x];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[i] = simd_sum(v);
+        "#,
+    )
+    .expect("kernel");
+    println!("kiln CPU emulator on {} threads", rayon::current_num_threads());
+    measure("no barriers (plain loop)", &plain, &x, n, 256);
+    measure("2 barriers + simd_sum (fibers)", &barrier, &x, n / 4, 256);
+}
