@@ -22,6 +22,7 @@
 
 pub mod array;
 pub mod backend;
+pub mod check;
 pub mod config;
 pub mod device;
 pub mod dtype;

@@ -272,3 +272,22 @@ fn compile_errors_point_at_the_users_lines() {
     assert!(text.contains("undefined_name"), "{text}");
     assert!(text.contains("broken"), "the log names the kernel's own source: {text}");
 }
+
+#[test]
+fn every_golden_spec_compiles_to_sm90_cubin() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/metal");
+    let mut count = 0;
+    for dir in std::fs::read_dir(&root).unwrap() {
+        let spec_path = dir.unwrap().path().join("kernel.toml");
+        if !spec_path.exists() {
+            continue;
+        }
+        let spec = kiln::spec::KernelSpec::load(&spec_path).unwrap();
+        assert_compiles(&spec.program().unwrap());
+        count += 1;
+    }
+    assert!(count >= 20, "only {count} golden specs found");
+}

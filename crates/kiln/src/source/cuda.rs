@@ -200,12 +200,21 @@ fn requalify(text: &str) -> String {
     out
 }
 
-/// Emits the full translation unit for a lowered module.
-pub fn emit(module: &LoweredModule, kernel: &str) -> CudaUnit {
+/// What MLX's Metal utils preamble gives body-only kernels (`elem_to_loc`, `Limits`, ...).
+const MLX_UTILS: &str = include_str!("../../prelude/common/mlx_utils.h");
+
+/// Emits the full translation unit for a lowered module; `mlx_utils` adds MLX's utils preamble,
+/// which body-only kernels are compiled after.
+pub fn emit(module: &LoweredModule, kernel: &str, mlx_utils: bool) -> CudaUnit {
     let mut out = prelude();
     out.push_str("\nnamespace kiln_metal {\nnamespace kiln_user {\nusing namespace metal;\n");
     for name in METAL_NAMES {
         let _ = writeln!(out, "using metal::{name};");
+    }
+    if mlx_utils {
+        out.push_str("// ---- kiln prelude: common/mlx_utils.h\n");
+        out.push_str(&requalify(MLX_UTILS));
+        out.push('\n');
     }
     let mut line_map = vec![0u32; out.lines().count()];
     let file = kernel.replace(['"', '\\'], "_");

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use toml::{Table, Value};
 
 use crate::array::Array;
-use crate::backend::{self, ConstantKey, ConstantValue, Dispatch, Target};
+use crate::backend::{self, ConstantKey, ConstantValue, Dispatch, MetalProgram, Target};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernel::{KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MathMode, MetalKernel, MetalLibrary};
@@ -77,13 +77,17 @@ impl KernelSpec {
     /// The text `target` compiles: for `Target::Metal`, what MLX prints between the fences of
     /// `verbose=True` (the generated source) or the full file unchanged.
     pub fn translate(&self, target: Target) -> Result<String> {
+        backend::translate(&self.program()?, target)
+    }
+
+    /// The program a backend compiles for this spec (validating a body-only call as MLX does).
+    pub fn program(&self) -> Result<MetalProgram> {
         match self {
             KernelSpec::Body(b) => {
                 let arrays: Vec<Array> = b.inputs.iter().map(KernelInput::to_array).collect();
-                let generated = b.kernel.generate(&arrays, &b.call)?;
-                backend::translate(&b.kernel.program(&generated), target)
+                Ok(b.kernel.program(&b.kernel.generate(&arrays, &b.call)?))
             }
-            KernelSpec::Library(l) => backend::translate(&l.library.program(&l.launch), target),
+            KernelSpec::Library(l) => Ok(l.library.program(&l.launch)),
         }
     }
 

@@ -4,28 +4,7 @@
 
 use kiln::{Array, DType, Device};
 
-/// Relative L2 tolerance per dtype: ‖out − ref‖ / ‖ref‖ must not exceed it.
-pub fn tolerance(dtype: DType) -> f64 {
-    match dtype {
-        DType::F32 => 1e-5,
-        DType::F16 => 1e-3,
-        DType::BF16 => 8e-3,
-        _ => 0.0,
-    }
-}
-
-/// ‖out − reference‖ / ‖reference‖; infinite when `out` holds a NaN or the lengths differ.
-pub fn rel_l2(out: &[f64], reference: &[f64]) -> f64 {
-    if out.len() != reference.len() || out.iter().any(|v| v.is_nan()) {
-        return f64::INFINITY;
-    }
-    let num: f64 = out.iter().zip(reference).map(|(a, b)| (a - b) * (a - b)).sum();
-    let den: f64 = reference.iter().map(|b| b * b).sum();
-    if den == 0.0 {
-        return if num == 0.0 { 0.0 } else { f64::INFINITY };
-    }
-    (num / den).sqrt()
-}
+pub use kiln::check::{rel_l2, tolerance, Rng};
 
 /// Asserts `out` matches `reference` within the tolerance of `dtype` (exact for non-floats).
 #[track_caller]
@@ -42,39 +21,10 @@ pub fn assert_close(what: &str, out: &Array, reference: &[f64], dtype: DType) {
     );
 }
 
-/// A small deterministic generator (SplitMix64) so failures reproduce from the seed.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [lo, hi).
-    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    /// Standard normal (Box–Muller).
-    pub fn normal(&mut self) -> f64 {
-        let u1 = self.uniform(f64::MIN_POSITIVE, 1.0);
-        let u2 = self.uniform(0.0, 1.0);
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-    pub fn normals(&mut self, n: usize) -> Vec<f64> {
-        (0..n).map(|_| self.normal()).collect()
-    }
-}
-
 /// A host array of `dtype` with standard-normal values (rounded to the dtype).
 pub fn random_array(rng: &mut Rng, dtype: DType, shape: &[usize]) -> Array {
     let n: usize = shape.iter().product();
-    Array::from_f64(dtype, shape, &rng.normals(n)).expect("random array")
+    Array::from_f64(dtype, shape, &rng.normals(n, 1.0)).expect("random array")
 }
 
 /// The device for a backend name. The CPU backend must always be available (a missing emulator

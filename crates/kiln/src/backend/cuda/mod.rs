@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{result as drv, sys, CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
 use cudarc::nvrtc::Ptx;
 
-use super::{unavailable, Backend, BackendStatus, Launch, MetalProgram};
+use super::{unavailable, Backend, BackendStatus, Launch, MetalProgram, ProgramKind};
 use crate::array::Array;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -142,7 +142,7 @@ fn translate_unit(program: &MetalProgram) -> Result<cuda_source::CudaUnit> {
             log: format!("no kernel named {:?} in the program", program.function),
         });
     }
-    Ok(cuda_source::emit(&module, &program.kernel))
+    Ok(cuda_source::emit(&module, &program.kernel, program.kind == ProgramKind::MlxBody))
 }
 
 /// Lowers and compiles `program` to a cubin for `arch` with NVRTC alone (no device needed).
