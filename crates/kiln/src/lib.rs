@@ -29,6 +29,7 @@ pub mod dtype;
 pub mod error;
 pub mod gallery;
 pub mod kernel;
+pub mod ops;
 pub mod source;
 pub mod spec;
 
