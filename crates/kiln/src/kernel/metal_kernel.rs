@@ -1,8 +1,12 @@
 //! `MetalKernel`: the `mx.fast.metal_kernel` contract. Built once from a body, names and options;
 //! each call validates its arguments in MLX's order, generates MLX's exact Metal source for the
-//! input dtypes and layouts, and dispatches on a backend.
+//! input dtypes and layouts, and dispatches on a backend. The generated source and program are
+//! memoised per call signature (what the source depends on), so a repeated call costs a table
+//! lookup, not code generation.
 
+use std::collections::HashMap;
 use std::io::Write;
+use std::sync::{Arc, Mutex};
 
 use super::launch::{KernelInput, LaunchSpec, MathMode};
 use crate::array::Array;
@@ -10,7 +14,7 @@ use crate::backend::{self, Binding, Dispatch, Launch, MetalProgram, OutputSpec, 
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::source::mangle::{metal_kernel_name, InputKind};
+use crate::source::mangle::{metal_kernel_name, InputKind, TemplateArg};
 use crate::source::metal_codegen::{self, MetalSourceParts, SignatureInput};
 use crate::source::scan::{self, ShapeInfo};
 
@@ -34,7 +38,22 @@ pub struct MetalKernel {
     math_mode: MathMode,
     attributes: Vec<(&'static str, &'static str)>,
     shape_info: Vec<ShapeInfo>,
+    memo: Memo,
 }
+
+/// Everything the generated source depends on besides the kernel's own fields: per input its
+/// dtype, rank and whether it is small (fewer than 8 elements, bound in `constant` space), the
+/// template and the output dtypes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Signature {
+    inputs: Vec<(DType, usize, bool)>,
+    template: Vec<(String, TemplateArg)>,
+    outputs: Vec<DType>,
+}
+
+/// Generated sources and programs by call signature. Builder methods start a fresh table, so a
+/// kernel changed after cloning never sees its original's programs.
+type Memo = Arc<Mutex<HashMap<Signature, Arc<(GeneratedSource, MetalProgram)>>>>;
 
 /// The Metal source generated for one call, with its mangled entry name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,30 +88,35 @@ impl MetalKernel {
             math_mode: MathMode::Safe,
             attributes,
             shape_info,
+            memo: Memo::default(),
         })
     }
 
     /// Text placed before the kernel (helpers, structs, includes).
     pub fn header(mut self, header: impl Into<String>) -> Self {
         self.header = header.into();
+        self.memo = Memo::default();
         self
     }
 
     /// Copy non-row-contiguous inputs before the launch (default true).
     pub fn ensure_row_contiguous(mut self, on: bool) -> Self {
         self.ensure_row_contiguous = on;
+        self.memo = Memo::default();
         self
     }
 
     /// Declare every output `device atomic<T>*` (default false).
     pub fn atomic_outputs(mut self, on: bool) -> Self {
         self.atomic_outputs = on;
+        self.memo = Memo::default();
         self
     }
 
     /// The compiler's math mode (default safe).
     pub fn math_mode(mut self, mode: MathMode) -> Self {
         self.math_mode = mode;
+        self.memo = Memo::default();
         self
     }
 
@@ -203,16 +227,37 @@ impl MetalKernel {
         }
     }
 
+    /// The generated source and program for this call, from the memo when seen before.
+    fn generate_memoised(&self, arrays: &[Array], spec: &LaunchSpec) -> Result<Arc<(GeneratedSource, MetalProgram)>> {
+        let signature = Signature {
+            inputs: arrays.iter().map(|a| (a.dtype(), a.ndim(), a.size() < 8)).collect(),
+            template: spec.template.clone(),
+            outputs: spec.output_dtypes.clone(),
+        };
+        let poisoned = || Error::invalid(self.op(), "source memo lock poisoned");
+        if let Some(hit) = self.memo.lock().map_err(|_| poisoned())?.get(&signature) {
+            return Ok(hit.clone());
+        }
+        let generated = self.generate(arrays, spec)?;
+        let program = self.program(&generated);
+        let entry = Arc::new((generated, program));
+        self.memo.lock().map_err(|_| poisoned())?.insert(signature, entry.clone());
+        Ok(entry)
+    }
+
     /// Runs the kernel and returns its outputs, in `output_names` order, on the launch device.
+    /// On a GPU the call returns once the kernel is queued; reading an output
+    /// (`Array::to_host`) waits for it.
     pub fn call(&self, inputs: &[KernelInput], spec: &LaunchSpec) -> Result<Vec<Array>> {
         self.check_counts(inputs.len(), spec)?;
         let device = self.resolve_device(inputs, spec)?;
         let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
-        let generated = self.generate(&arrays, spec)?;
+        let memo = self.generate_memoised(&arrays, spec)?;
+        let (generated, program) = (&memo.0, &memo.1);
         if spec.verbose {
             let mut stdout = std::io::stdout().lock();
             // A closed stdout must not fail the kernel; the print is diagnostic only.
-            let _ = stdout.write_all(self.verbose_text(&generated).as_bytes());
+            let _ = stdout.write_all(self.verbose_text(generated).as_bytes());
         }
         self.check_threadgroup(spec)?;
         let backend = backend::backend_for(device)?;
@@ -241,9 +286,8 @@ impl MetalKernel {
         for (shape, &dtype) in spec.output_shapes.iter().zip(&spec.output_dtypes) {
             bindings.push(Binding::Output(OutputSpec { shape: shape.clone(), dtype, init_value: spec.init_value }));
         }
-        let program = self.program(&generated);
         backend.launch(&Launch {
-            program: &program,
+            program,
             bindings,
             dispatch: Dispatch::Threads(spec.grid),
             threadgroup: spec.threadgroup,

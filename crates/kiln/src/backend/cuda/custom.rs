@@ -34,7 +34,7 @@ impl CudaBackend {
         if call.threadgroup.contains(&0) {
             return Err(Error::invalid(kernel, format!("threadgroup {:?} has a zero dimension", call.threadgroup)));
         }
-        let source = format!("{}\n{}", cuda_source::prelude(), call.source);
+        let source = format!("{}\n{}", prelude(), call.source);
         let func = self.function(kernel, &source, &call.entry, MathMode::Safe, call.shared_memory)?;
         let mut params: Vec<Vec<u8>> = Vec::new();
         let mut keep = Vec::new();
@@ -86,7 +86,8 @@ impl CudaBackend {
                 .collect();
             let mut ptrs: Vec<*mut std::ffi::c_void> = words.iter_mut().map(|w| w.as_mut_ptr() as *mut _).collect();
             // SAFETY: one pointer per kernel parameter, in declaration order, each to storage of
-            // the parameter's size; device addresses stay valid until the synchronisation below.
+            // the parameter's size (copied by the driver at the call); buffers are freed
+            // stream-ordered, after the kernel.
             unsafe {
                 cudarc::driver::result::launch_kernel(
                     func.cu_function(),
@@ -98,9 +99,14 @@ impl CudaBackend {
                 )
             }
             .map_err(|e| self.fail(kernel, "launch", e))?;
-            self.synchronize(kernel)?;
         }
         drop(keep);
         Ok(outputs)
     }
+}
+
+/// The CUDA prelude text, built once.
+fn prelude() -> &'static str {
+    static PRELUDE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PRELUDE.get_or_init(cuda_source::prelude)
 }

@@ -7,6 +7,7 @@
 use cudarc::driver::{result as drv, sys};
 
 use super::memory::CudaBuffer;
+use super::programs::Resolved;
 use super::CudaBackend;
 use crate::array::Array;
 use crate::backend::{Binding, Dispatch, Launch};
@@ -69,14 +70,15 @@ fn chunk(r: Region, out: &mut Vec<Region>) {
     }
 }
 
-/// The parameter block shared by every region of one dispatch (`KilnArgs`).
+/// The parameter block shared by every region of one dispatch (`KilnArgs`), on the stack: the
+/// driver copies it at each launch.
 struct ArgsBlock {
-    words: Vec<u64>,
+    words: [u64; L::SIZE / 8],
 }
 
 impl ArgsBlock {
     fn new() -> Self {
-        ArgsBlock { words: vec![0; L::SIZE / 8] }
+        ArgsBlock { words: [0; L::SIZE / 8] }
     }
     fn bytes_mut(&mut self) -> &mut [u8] {
         bytemuck::cast_slice_mut(&mut self.words)
@@ -92,8 +94,8 @@ impl ArgsBlock {
 }
 
 impl CudaBackend {
-    /// Runs one dispatch of `symbol` from the translation unit `source`.
-    pub(super) fn run(&self, launch: &Launch<'_>, source: &str, symbol: &str) -> Result<Vec<Array>> {
+    /// Queues one dispatch of a resolved program on the stream; returns without waiting.
+    pub(super) fn run(&self, launch: &Launch<'_>, resolved: &Resolved) -> Result<Vec<Array>> {
         let kernel = launch.program.kernel.as_str();
         if launch.bindings.len() > MAX_SLOTS {
             return Err(Error::invalid(
@@ -114,6 +116,7 @@ impl CudaBackend {
         if tg.contains(&0) {
             return Err(Error::invalid(kernel, format!("threadgroup {:?} has a zero dimension", launch.threadgroup)));
         }
+        self.ctx.bind_to_thread().map_err(|e| self.fail(kernel, "binding the context", e))?;
         let (grid, regions) = match launch.dispatch {
             Dispatch::Threads(grid) => (grid, thread_regions(grid, tg)),
             Dispatch::Threadgroups(groups) => {
@@ -134,8 +137,8 @@ impl CudaBackend {
             tg_offsets[i] = dyn_smem as u32;
             dyn_smem += n.div_ceil(16) * 16;
         }
-        let func = self.function(kernel, source, symbol, launch.program.math_mode, dyn_smem)?;
-        let max_threads = func.max_threads_per_block().unwrap_or(1024).max(1) as u64;
+        let func = self.resolved_function(kernel, resolved, dyn_smem)?;
+        let max_threads = resolved.max_threads;
         let requested = launch.threadgroup.iter().map(|&t| t as u64).product::<u64>();
         if requested > max_threads {
             return Err(Error::invalid(
@@ -154,7 +157,8 @@ impl CudaBackend {
         let mut inline_mask = 0u32;
         let mut inline_used = 0usize;
         let mut outputs = Vec::new();
-        // Temporaries (uploaded inputs, large constant data) live until the launch completes.
+        // Temporaries (uploaded inputs, large constant data) are freed stream-ordered after the
+        // launch, so they outlive the kernel without a wait.
         let mut keep: Vec<Array> = Vec::new();
         let mut keep_bufs: Vec<CudaBuffer> = Vec::new();
         for (slot, binding) in launch.bindings.iter().enumerate() {
@@ -202,7 +206,8 @@ impl CudaBackend {
             args.put_u32s(L::REGION, &r.block);
             let mut params = [args.words.as_mut_ptr() as *mut std::ffi::c_void];
             // SAFETY: the entry takes one `KilnArgs` by value whose layout `args_layout`
-            // mirrors; every address in it stays valid until the synchronisation below.
+            // mirrors; the driver copies it at the call. Every address in it stays valid until
+            // the kernel ends: buffers are freed stream-ordered, after this launch.
             let launched = unsafe {
                 drv::launch_kernel(
                     func.cu_function(),
@@ -228,7 +233,6 @@ impl CudaBackend {
                 _ => self.fail(kernel, "launch", e),
             })?;
         }
-        self.synchronize(kernel)?;
         drop(keep);
         drop(keep_bufs);
         Ok(outputs)

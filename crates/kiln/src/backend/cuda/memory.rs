@@ -129,16 +129,14 @@ impl CudaBackend {
         self.stream.memcpy_htod(&pattern, &mut view).map_err(|e| self.fail(what, "fill", e))
     }
 
-    /// A fresh output of `shape`/`dtype`, filled with `init` or, without one, poisoned with
-    /// all-ones bytes (NaN for floats) so unwritten elements are visible.
+    /// A fresh output of `shape`/`dtype`, filled with `init`; without one its contents are
+    /// unspecified (as in MLX), which costs no extra pass over memory.
     pub(super) fn output(&self, what: &str, shape: &[usize], dtype: DType, init: Option<f64>) -> Result<Array> {
         let count: usize = shape.iter().product();
         let mut buf = self.alloc(what, count * dtype.size())?;
-        let one = match init {
-            Some(v) => f64_to_element_bytes(v, dtype),
-            None => vec![0xff; dtype.size()],
-        };
-        self.fill(what, &mut buf, &one, count)?;
+        if let Some(v) = init {
+            self.fill(what, &mut buf, &f64_to_element_bytes(v, dtype), count)?;
+        }
         Ok(Array::from_device_buffer(Arc::new(buf), dtype, shape))
     }
 
@@ -204,7 +202,7 @@ impl CudaBackend {
             }
             let mut params = [&mut args as *mut GatherArgs as *mut std::ffi::c_void];
             // SAFETY: `func` takes one `GatherArgs` by value, laid out as `#[repr(C)]` above; the
-            // addresses in it stay valid until the synchronisation below.
+            // source is held by the caller's array and both buffers are freed stream-ordered.
             unsafe {
                 drv::launch_kernel(
                     func.cu_function(),
@@ -216,7 +214,6 @@ impl CudaBackend {
                 )
             }
             .map_err(|e| self.fail(what, "launch", e))?;
-            self.synchronize(what)?;
         }
         Ok(Array::from_device_buffer(Arc::new(out_buf), array.dtype(), array.shape()))
     }

@@ -2,15 +2,22 @@
 //! dispatched with exact Metal semantics (`dispatch.rs`). The driver and NVRTC are loaded at run
 //! time; their absence, or the absence of a device, is `BackendUnavailable`.
 //!
-//! One backend per device ordinal, one stream per backend; every launch is synchronised so a
-//! fault is reported by the call that caused it. After a sticky fault the device's context is
-//! reset and the next `backend(ordinal)` builds a fresh one.
+//! One backend per device ordinal, one stream per backend. Launches are asynchronous: outputs
+//! come back as device arrays while the kernel runs, and `to_host` synchronises (a fault is
+//! reported there). Memory is stream-ordered (`cuMemAllocAsync`/`cuMemFreeAsync` on the one
+//! stream), so dropping an array the queued work still reads is safe. After a sticky fault the
+//! device's context is reset and the next `backend(ordinal)` builds a fresh one.
+//!
+//! A program seen before costs one hash of its Metal text and a table lookup (`programs.rs`):
+//! lowering, the ~100 KB translation unit and its cache key are computed once per program.
 
 mod compile;
 mod custom;
 mod dispatch;
 mod libs;
 mod memory;
+mod programs;
+mod timing;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -29,6 +36,8 @@ use crate::source::lower::{self, LowerTarget};
 pub use compile::{nvrtc_version, options as nvrtc_options, Arch};
 pub use custom::CudaKernelCall;
 pub use memory::CudaBuffer;
+use programs::{ProgramTable, Resolved};
+pub use timing::DeviceTimer;
 
 /// The CUDA backend of one device.
 pub struct CudaBackend {
@@ -37,6 +46,7 @@ pub struct CudaBackend {
     stream: Arc<CudaStream>,
     arch: Arch,
     modules: Mutex<HashMap<String, Arc<LoadedModule>>>,
+    programs: ProgramTable,
 }
 
 /// A loaded cubin and its functions, with the dynamic shared memory limit already raised.
@@ -164,6 +174,25 @@ pub(crate) fn driver_error(e: DriverError) -> String {
     }
 }
 
+/// Keeps freed device memory in the stream-ordered pool instead of returning it to the driver at
+/// every synchronisation, so the allocations of repeated calls cost no driver mapping.
+fn keep_pool_memory(ctx: &CudaContext) {
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: `pool` is valid for writes and the device handle comes from a live context.
+    if unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) } != sys::CUresult::CUDA_SUCCESS {
+        return;
+    }
+    let mut threshold: u64 = u64::MAX;
+    // SAFETY: `pool` is the device's default pool; the attribute takes a pointer to a u64.
+    let _ = unsafe {
+        sys::cuMemPoolSetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            &mut threshold as *mut u64 as *mut std::ffi::c_void,
+        )
+    };
+}
+
 /// Errors that leave the context unusable.
 fn is_sticky(e: &DriverError) -> bool {
     use sys::CUresult::*;
@@ -194,6 +223,7 @@ impl CudaBackend {
         unsafe { ctx.disable_event_tracking() };
         let stream =
             ctx.new_stream().map_err(|e| unavailable("cuda", format!("creating a stream: {}", driver_error(e))))?;
+        keep_pool_memory(&ctx);
         let (major, minor) = ctx
             .compute_capability()
             .map_err(|e| unavailable("cuda", format!("compute capability: {}", driver_error(e))))?;
@@ -203,6 +233,7 @@ impl CudaBackend {
             stream,
             arch: (major as u32, minor as u32),
             modules: Mutex::new(HashMap::new()),
+            programs: ProgramTable::default(),
         })
     }
 
@@ -237,10 +268,6 @@ impl CudaBackend {
         let _ = unsafe { sys::cuDevicePrimaryCtxReset_v2(self.ctx.cu_device()) };
     }
 
-    pub(crate) fn synchronize(&self, kernel: &str) -> Result<()> {
-        self.stream.synchronize().map_err(|e| self.fail(kernel, "synchronize", e))
-    }
-
     /// Compiles (cached) and loads `source`, returning `function` with at least `dyn_smem`
     /// bytes of dynamic shared memory allowed.
     pub(crate) fn function(
@@ -251,23 +278,29 @@ impl CudaBackend {
         math: MathMode,
         dyn_smem: usize,
     ) -> Result<CudaFunction> {
+        let module = self.module(kernel, source, math)?;
+        self.entry(kernel, &module, function, dyn_smem)
+    }
+
+    /// Compiles (cached) and loads the translation unit `source`.
+    fn module(&self, kernel: &str, source: &str, math: MathMode) -> Result<Arc<LoadedModule>> {
         let image = compile::compile(kernel, source, self.arch, math)?;
         let key = compile::cache_key(source, &compile::options(self.arch, math), self.arch, (0, 0));
-        let module = {
-            let mut mods = self.modules.lock().map_err(|_| Error::invalid(kernel, "module cache lock poisoned"))?;
-            match mods.get(&key) {
-                Some(m) => m.clone(),
-                None => {
-                    let module = self
-                        .ctx
-                        .load_module(Ptx::from_binary(image.as_ref().clone()))
-                        .map_err(|e| self.fail(kernel, "loading the module", e))?;
-                    let m = Arc::new(LoadedModule { module, functions: Mutex::new(HashMap::new()) });
-                    mods.insert(key, m.clone());
-                    m
-                }
-            }
-        };
+        let mut mods = self.modules.lock().map_err(|_| Error::invalid(kernel, "module cache lock poisoned"))?;
+        if let Some(m) = mods.get(&key) {
+            return Ok(m.clone());
+        }
+        let module = self
+            .ctx
+            .load_module(Ptx::from_binary(image.as_ref().clone()))
+            .map_err(|e| self.fail(kernel, "loading the module", e))?;
+        let m = Arc::new(LoadedModule { module, functions: Mutex::new(HashMap::new()) });
+        mods.insert(key, m.clone());
+        Ok(m)
+    }
+
+    /// `function` of a loaded module with at least `dyn_smem` bytes of dynamic shared memory.
+    fn entry(&self, kernel: &str, module: &LoadedModule, function: &str, dyn_smem: usize) -> Result<CudaFunction> {
         let mut fns = module.functions.lock().map_err(|_| Error::invalid(kernel, "function cache lock poisoned"))?;
         if !fns.contains_key(function) {
             let f =
@@ -298,6 +331,30 @@ impl CudaBackend {
             *limit = dyn_smem;
         }
         Ok(f.clone())
+    }
+
+    /// The compiled entry of `program`: looked up by content, built on first use.
+    fn resolve(&self, program: &MetalProgram) -> Result<Arc<Resolved>> {
+        let hash = programs::fingerprint(program);
+        if let Some(r) = self.programs.get(hash, program)? {
+            return Ok(r);
+        }
+        let unit = translate_unit(program)?;
+        let module = self.module(&program.kernel, &unit.source, program.math_mode)?;
+        let symbol = cuda_source::entry_symbol(&program.function);
+        let func = self.entry(&program.kernel, &module, &symbol, 0)?;
+        let max_threads = func.max_threads_per_block().unwrap_or(1024).max(1) as u64;
+        let resolved = Arc::new(Resolved::new(module, symbol, func, max_threads));
+        self.programs.insert(hash, program, resolved.clone())?;
+        Ok(resolved)
+    }
+
+    /// The entry of a resolved program allowing `dyn_smem` bytes of dynamic shared memory.
+    fn resolved_function(&self, kernel: &str, r: &Resolved, dyn_smem: usize) -> Result<CudaFunction> {
+        if dyn_smem <= 48 * 1024 {
+            return Ok(r.func.clone());
+        }
+        self.entry(kernel, &r.module, &r.symbol, dyn_smem)
     }
 
     /// A kiln-internal helper kernel (no prelude, safe math).
@@ -336,7 +393,7 @@ impl Backend for CudaBackend {
     }
 
     fn launch(&self, launch: &Launch<'_>) -> Result<Vec<Array>> {
-        let unit = translate_unit(launch.program)?;
-        self.run(launch, &unit.source, &cuda_source::entry_symbol(&launch.program.function))
+        let resolved = self.resolve(launch.program)?;
+        self.run(launch, &resolved)
     }
 }

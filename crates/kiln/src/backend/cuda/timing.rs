@@ -1,0 +1,97 @@
+//! Device-side timing for benchmarks: CUDA events around work queued on the backend's stream,
+//! an L2 flush before each timed run (a write to a buffer larger than the L2), and the
+//! device-to-device copy that gives the memory roofline.
+
+use cudarc::driver::{result as drv, sys, CudaEvent};
+
+use super::memory::CudaBuffer;
+use super::CudaBackend;
+use crate::error::Result;
+
+/// Times queued device work with events. Holds the flush buffer between runs.
+pub struct DeviceTimer<'a> {
+    backend: &'a CudaBackend,
+    flush: Option<CudaBuffer>,
+}
+
+impl CudaBackend {
+    /// Waits for every queued launch and copy; reports a fault of any of them.
+    pub fn synchronize_all(&self) -> Result<()> {
+        self.stream.synchronize().map_err(|e| self.fail("synchronize", "synchronize", e))
+    }
+
+    /// The device's name as the driver reports it.
+    pub fn device_name(&self) -> String {
+        self.ctx.name().unwrap_or_else(|_| "unknown CUDA device".into())
+    }
+
+    /// Bytes of L2 cache.
+    pub fn l2_bytes(&self) -> usize {
+        self.ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE).unwrap_or(0).max(0) as usize
+    }
+
+    /// A timer whose runs start from a cold L2 when `flush` is set.
+    pub fn timer(&self, flush: bool) -> Result<DeviceTimer<'_>> {
+        let flush = if flush {
+            // Four times the L2 (at least 256 MiB) evicts every line the previous run left.
+            let bytes = (4 * self.l2_bytes()).max(256 << 20);
+            Some(self.alloc("l2 flush", bytes)?)
+        } else {
+            None
+        };
+        Ok(DeviceTimer { backend: self, flush })
+    }
+}
+
+impl DeviceTimer<'_> {
+    fn event(&self) -> Result<CudaEvent> {
+        let b = self.backend;
+        b.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| b.fail("timer", "creating an event", e))
+    }
+
+    /// Runs `body` `reps` times, each between two events (after an L2 flush when the timer has
+    /// one), and returns each run's device time in milliseconds. `body` must only queue work on
+    /// this backend (kernel calls do); the host time it spends is hidden behind the flush.
+    pub fn time(&mut self, reps: usize, body: &mut dyn FnMut() -> Result<()>) -> Result<Vec<f64>> {
+        let b = self.backend;
+        let mut marks = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            marks.push((self.event()?, self.event()?));
+        }
+        for (start, end) in &marks {
+            if let Some(buf) = self.flush.as_mut() {
+                let (ptr, len) = (buf.address(&b.stream), buf.len);
+                // SAFETY: `ptr` addresses `len` bytes owned by the timer.
+                unsafe { drv::memset_d8_async(ptr, 0x5a, len, b.stream.cu_stream()) }
+                    .map_err(|e| b.fail("timer", "l2 flush", e))?;
+            }
+            start.record(&b.stream).map_err(|e| b.fail("timer", "recording an event", e))?;
+            body()?;
+            end.record(&b.stream).map_err(|e| b.fail("timer", "recording an event", e))?;
+        }
+        b.synchronize_all()?;
+        marks
+            .iter()
+            .map(|(s, e)| s.elapsed_ms(e).map(f64::from).map_err(|err| b.fail("timer", "reading an event", err)))
+            .collect()
+    }
+
+    /// Device-to-device copies of `bytes` between two fresh buffers, timed like [`Self::time`].
+    pub fn copy(&mut self, bytes: usize, reps: usize) -> Result<Vec<f64>> {
+        let b = self.backend;
+        let src = b.alloc("copy roofline", bytes)?;
+        let dst = b.alloc("copy roofline", bytes)?;
+        let (s, d) = (src.address(&b.stream), dst.address(&b.stream));
+        // SAFETY: `s` addresses `bytes` bytes owned here; non-zero contents for the copy.
+        unsafe { drv::memset_d8_async(s, 0x3c, bytes, b.stream.cu_stream()) }
+            .map_err(|e| b.fail("copy roofline", "fill", e))?;
+        let stream = b.stream.cu_stream();
+        let times = self.time(reps, &mut || {
+            // SAFETY: both buffers hold `bytes` bytes and live until after the synchronisation
+            // at the end of `time`.
+            unsafe { drv::memcpy_dtod_async(d, s, bytes, stream) }.map_err(|e| b.fail("copy roofline", "copy", e))
+        })?;
+        drop((src, dst));
+        Ok(times)
+    }
+}
