@@ -64,10 +64,13 @@ fn constants_text(p: &MetalProgram) -> String {
     }
 }
 
+/// The programs whose fingerprints are equal.
+type Bucket = Vec<(Identity, Arc<Resolved>)>;
+
 /// Programs of one backend by fingerprint; each bucket is checked by full comparison.
 #[derive(Default)]
 pub(super) struct ProgramTable {
-    map: Mutex<HashMap<u64, Vec<(Identity, Arc<Resolved>)>>>,
+    map: Mutex<HashMap<u64, Bucket>>,
 }
 
 impl ProgramTable {
