@@ -18,3 +18,4 @@ pub mod rms_norm;
 pub mod rope;
 pub mod scatter_add;
 pub mod softmax;
+pub mod util;

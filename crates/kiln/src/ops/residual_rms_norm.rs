@@ -1,1 +1,132 @@
-//! (being written)
+//! Residual add fused with RMSNorm, in one pass over the inputs:
+//! `h = x + residual`, `y[r, i] = h[r, i] · rsqrt(mean_i(h[r, i]²) + eps) · w[i]`; returns
+//! `(y, h)` — the normalised activations and the new residual stream.
+//!
+//! `h` is rounded to the dtype of `x` when stored, and the norm is taken of that rounded `h`
+//! (what an unfused `rms_norm(x + residual)` sees). Sum of squares and scaling in f32.
+//!
+//! Layout: `x` and `residual` (..., D) of one float dtype, same shape, any batch axes (a
+//! non-contiguous input is copied to row-contiguous first); `w` (D,) in that dtype; `eps` ≥ 0.
+//! Outputs `y` and `h` (..., D) row-contiguous in that dtype.
+//!
+//! Variant rule: as `rms_norm` — one simdgroup per row for D ≤ 1024, else one threadgroup
+//! per row; `vec4` loads when D % 4 == 0, D ≥ 8 and every input is 4-element aligned. The
+//! first pass reads `x` and `residual` once and writes `h`; the second reads back the `h`
+//! the same thread just wrote (from cache), so DRAM sees each input once and each output once.
+//!
+//! Reference: `rms_norm::reference` of the f64 sum `x + residual` of the dtype-rounded inputs,
+//! and that sum for `h`. Tolerance: the dtype table.
+
+use super::rms_norm::{check_norm_args, RowLaunch};
+use super::util::{
+    cached, check_same_dtype, common_device, row_index_source, row_sum_source, vec4_aligned, KernelCell, OpCall,
+    VEC4_HEADER,
+};
+use crate::array::Array;
+use crate::error::{Error, Result};
+use crate::kernel::{LaunchSpec, MetalKernel};
+
+const OP: &str = "residual_rms_norm";
+
+const VEC_SOURCE: &str = r#"
+    %INDEX%
+    uint D = uint(d);
+    const device T* xr = x + int64_t(row) * D;
+    const device T* rr = residual + int64_t(row) * D;
+    device T* hr = h + int64_t(row) * D;
+    device T* yr = out + int64_t(row) * D;
+    float ss = 0.0f;
+    for (uint c = tid; c < D / 4; c += nt) {
+        float4 v = kiln_round4<T>(kiln_load4(xr, c) + kiln_load4(rr, c));
+        kiln_store4(hr, c, v);
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    %SUM%
+    float scale = metal::rsqrt(ss / float(D) + eps);
+    for (uint c = tid; c < D / 4; c += nt) {
+        kiln_store4(yr, c, kiln_load4((const device T*)hr, c) * scale * kiln_load4(w, c));
+    }
+"#;
+
+// Indexes the inputs directly: inputs under 8 elements live in `constant` space.
+const SCALAR_SOURCE: &str = r#"
+    %INDEX%
+    uint D = uint(d);
+    int64_t base = int64_t(row) * D;
+    float ss = 0.0f;
+    for (uint i = tid; i < D; i += nt) {
+        T hv = static_cast<T>(static_cast<float>(x[base + i]) + static_cast<float>(residual[base + i]));
+        h[base + i] = hv;
+        float v = static_cast<float>(hv);
+        ss += v * v;
+    }
+    %SUM%
+    float scale = metal::rsqrt(ss / float(D) + eps);
+    for (uint i = tid; i < D; i += nt) {
+        out[base + i] = static_cast<T>(static_cast<float>(h[base + i]) * scale * static_cast<float>(w[i]));
+    }
+"#;
+
+static KERNELS: [KernelCell; 4] = [KernelCell::new(), KernelCell::new(), KernelCell::new(), KernelCell::new()];
+
+fn kernel(row_per_simdgroup: bool, vec4: bool) -> Result<&'static MetalKernel> {
+    let slot = usize::from(row_per_simdgroup) * 2 + usize::from(vec4);
+    cached(&KERNELS[slot], OP, || {
+        let name = format!(
+            "kiln_residual_rms_norm_{}{}",
+            if row_per_simdgroup { "simdgroup" } else { "threadgroup" },
+            if vec4 { "_vec4" } else { "" }
+        );
+        let source = if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }
+            .replace("%INDEX%", row_index_source(row_per_simdgroup))
+            .replace("%SUM%", &row_sum_source(row_per_simdgroup, "ss"));
+        Ok(MetalKernel::new(name, &["x", "residual", "w", "d", "eps"], &["out", "h"], source)?.header(VEC4_HEADER))
+    })
+}
+
+/// The validated call (see the module header for the variant rule).
+pub fn residual_rms_norm_call(x: &Array, residual: &Array, w: &Array, eps: f32) -> Result<OpCall> {
+    let (rows, d) = check_norm_args(OP, x, w, eps)?;
+    check_same_dtype(OP, "residual", residual, x.dtype())?;
+    if residual.shape() != x.shape() {
+        return Err(Error::shape(
+            OP,
+            format!("residual has shape {:?}, expected the shape of x {:?}", residual.shape(), x.shape()),
+        ));
+    }
+    common_device(OP, &[("x", x), ("residual", residual), ("w", w)])?;
+    let launch = RowLaunch::new(OP, rows, d)?;
+    let vec4 = d % 4 == 0 && d >= 8 && vec4_aligned(x) && vec4_aligned(residual) && vec4_aligned(w);
+    let spec = LaunchSpec::new([launch.grid, 1, 1], [launch.group, 1, 1])
+        .output(x.shape(), x.dtype())
+        .output(x.shape(), x.dtype())
+        .template("T", x.dtype());
+    let inputs = vec![x.into(), residual.into(), w.into(), (d as i32).into(), eps.into()];
+    Ok(OpCall::new(kernel(launch.row_per_simdgroup, vec4)?, inputs, spec))
+}
+
+/// Returns `(rms_norm(x + residual) · w, x + residual)`, both on the device of `x`.
+pub fn residual_rms_norm(x: &Array, residual: &Array, w: &Array, eps: f32) -> Result<(Array, Array)> {
+    let mut outs = residual_rms_norm_call(x, residual, w, eps)?.run()?;
+    match (outs.pop(), outs.pop()) {
+        (Some(h), Some(y)) => Ok((y, h)),
+        _ => Err(Error::invalid(OP, "the kernel returned fewer than two outputs")),
+    }
+}
+
+/// `(y, h)` in f64 over rows of length `d`.
+pub fn reference(x: &[f64], residual: &[f64], w: &[f64], d: usize, eps: f64) -> (Vec<f64>, Vec<f64>) {
+    let h: Vec<f64> = x.iter().zip(residual).map(|(a, b)| a + b).collect();
+    (super::rms_norm::reference(&h, w, d, eps), h)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reference_normalises_the_sum() {
+        let (y, h) = super::reference(&[1.0, 2.0], &[2.0, 2.0], &[1.0, 2.0], 2, 0.0);
+        assert_eq!(h, vec![3.0, 4.0]);
+        let s = (12.5f64).sqrt();
+        assert!((y[0] - 3.0 / s).abs() < 1e-12 && (y[1] - 8.0 / s).abs() < 1e-12);
+    }
+}

@@ -1,1 +1,165 @@
-//! (being written)
+//! RMSNorm over the last axis (MLX `mx.fast.rms_norm`):
+//! `y[r, i] = x[r, i] · rsqrt(mean_i(x[r, i]²) + eps) · w[i]`.
+//!
+//! Layout: `x` (..., D) of f32/f16/bf16, any batch axes, any view (a non-contiguous `x` is
+//! copied to row-contiguous first); `w` (D,) in the dtype of `x`; `eps` ≥ 0. Output (..., D)
+//! row-contiguous in the dtype of `x`. Sum of squares and scaling in f32, one rounding on store.
+//!
+//! Variant rule (deterministic on D and alignment):
+//! - `simdgroup`: D ≤ 1024 — one simdgroup of 32 lanes per row, 4 rows per threadgroup, the
+//!   reduction a single `simd_sum` (no barrier).
+//! - `threadgroup`: D > 1024 — one threadgroup per row of about D/8 threads (whole
+//!   simdgroups, at most 1024), `simd_sum` then one barrier to combine the simdgroup partials.
+//!
+//! Both read the row twice (sum of squares, then the scaled store); the second read of a row
+//! just touched comes from cache. `vec4` forms use 4-element loads when D % 4 == 0, D ≥ 8 and
+//! the inputs are 4-element aligned; otherwise one element per access.
+//!
+//! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
+
+use super::util::{
+    cached, check_float, check_nonempty, check_same_dtype, common_device, grid_dim, index_i32, row_index_source,
+    row_sum_source, threads_per_row, vec4_aligned, KernelCell, OpCall, SIMD, VEC4_HEADER,
+};
+use crate::array::Array;
+use crate::error::{Error, Result};
+use crate::kernel::{LaunchSpec, MetalKernel};
+
+const OP: &str = "rms_norm";
+
+/// Longest row handled by one simdgroup.
+pub const SIMDGROUP_MAX_D: usize = 1024;
+/// Rows per threadgroup of the simdgroup variant.
+const ROWS_PER_GROUP: usize = 4;
+
+const VEC_SOURCE: &str = r#"
+    %INDEX%
+    uint D = uint(d);
+    const device T* xr = x + int64_t(row) * D;
+    device T* yr = out + int64_t(row) * D;
+    float ss = 0.0f;
+    for (uint c = tid; c < D / 4; c += nt) {
+        float4 v = kiln_load4(xr, c);
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    %SUM%
+    float scale = metal::rsqrt(ss / float(D) + eps);
+    for (uint c = tid; c < D / 4; c += nt) {
+        kiln_store4(yr, c, kiln_load4(xr, c) * scale * kiln_load4(w, c));
+    }
+"#;
+
+// Indexes the inputs directly (no pointer variables): inputs under 8 elements live in
+// `constant` space.
+const SCALAR_SOURCE: &str = r#"
+    %INDEX%
+    uint D = uint(d);
+    int64_t base = int64_t(row) * D;
+    float ss = 0.0f;
+    for (uint i = tid; i < D; i += nt) {
+        float v = static_cast<float>(x[base + i]);
+        ss += v * v;
+    }
+    %SUM%
+    float scale = metal::rsqrt(ss / float(D) + eps);
+    for (uint i = tid; i < D; i += nt) {
+        out[base + i] = static_cast<T>(static_cast<float>(x[base + i]) * scale * static_cast<float>(w[i]));
+    }
+"#;
+
+static KERNELS: [KernelCell; 4] = [KernelCell::new(), KernelCell::new(), KernelCell::new(), KernelCell::new()];
+
+fn kernel(row_per_simdgroup: bool, vec4: bool) -> Result<&'static MetalKernel> {
+    let slot = usize::from(row_per_simdgroup) * 2 + usize::from(vec4);
+    cached(&KERNELS[slot], OP, || {
+        let name = format!(
+            "kiln_rms_norm_{}{}",
+            if row_per_simdgroup { "simdgroup" } else { "threadgroup" },
+            if vec4 { "_vec4" } else { "" }
+        );
+        let source = if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }
+            .replace("%INDEX%", row_index_source(row_per_simdgroup))
+            .replace("%SUM%", &row_sum_source(row_per_simdgroup, "ss"));
+        Ok(MetalKernel::new(name, &["x", "w", "d", "eps"], &["out"], source)?.header(VEC4_HEADER))
+    })
+}
+
+/// The row-to-thread mapping, shared with `residual_rms_norm`.
+pub(crate) struct RowLaunch {
+    pub row_per_simdgroup: bool,
+    pub grid: u32,
+    pub group: u32,
+}
+
+impl RowLaunch {
+    pub(crate) fn new(op: &str, rows: usize, d: usize) -> Result<RowLaunch> {
+        let row_per_simdgroup = d <= SIMDGROUP_MAX_D;
+        let (grid, group) = if row_per_simdgroup {
+            (rows * SIMD, (ROWS_PER_GROUP * SIMD).min(rows * SIMD))
+        } else {
+            let t = threads_per_row(d);
+            (rows * t, t)
+        };
+        index_i32(op, "D", d)?;
+        Ok(RowLaunch { row_per_simdgroup, grid: grid_dim(op, grid)?, group: group as u32 })
+    }
+}
+
+/// Validates `x`, `w` and `eps` for a last-axis norm; returns (rows, D).
+pub(crate) fn check_norm_args(op: &str, x: &Array, w: &Array, eps: f32) -> Result<(usize, usize)> {
+    check_float(op, "x", x)?;
+    check_same_dtype(op, "w", w, x.dtype())?;
+    check_nonempty(op, "x", x, 1)?;
+    let d = x.shape()[x.ndim() - 1];
+    if w.shape() != [d] {
+        return Err(Error::shape(
+            op,
+            format!("w has shape {:?}, expected [{d}] for x of shape {:?}", w.shape(), x.shape()),
+        ));
+    }
+    if !(eps >= 0.0 && eps.is_finite()) {
+        return Err(Error::invalid(op, format!("eps must be finite and non-negative, got {eps}")));
+    }
+    Ok((x.size() / d, d))
+}
+
+/// The validated call (see the module header for the variant rule).
+pub fn rms_norm_call(x: &Array, w: &Array, eps: f32) -> Result<OpCall> {
+    let (rows, d) = check_norm_args(OP, x, w, eps)?;
+    common_device(OP, &[("x", x), ("w", w)])?;
+    let launch = RowLaunch::new(OP, rows, d)?;
+    let vec4 = d % 4 == 0 && d >= 8 && vec4_aligned(x) && vec4_aligned(w);
+    let spec = LaunchSpec::new([launch.grid, 1, 1], [launch.group, 1, 1])
+        .output(x.shape(), x.dtype())
+        .template("T", x.dtype());
+    let inputs = vec![x.into(), w.into(), (d as i32).into(), eps.into()];
+    Ok(OpCall::new(kernel(launch.row_per_simdgroup, vec4)?, inputs, spec))
+}
+
+/// RMSNorm of `x` over its last axis, scaled by `w`; the result lives on the device of `x`.
+pub fn rms_norm(x: &Array, w: &Array, eps: f32) -> Result<Array> {
+    rms_norm_call(x, w, eps)?.run_one()
+}
+
+/// The formula in f64 over rows of length `d` (values in row-major order).
+pub fn reference(x: &[f64], w: &[f64], d: usize, eps: f64) -> Vec<f64> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks(d) {
+        let mean_sq = row.iter().map(|v| v * v).sum::<f64>() / d as f64;
+        let scale = 1.0 / (mean_sq + eps).sqrt();
+        out.extend(row.iter().zip(w).map(|(v, wi)| v * scale * wi));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reference_rows_have_unit_rms_before_weighting() {
+        let out = super::reference(&[3.0, -4.0, 1.0, 2.0, 2.0, -1.0], &[1.0, 1.0, 1.0], 3, 0.0);
+        for row in out.chunks(3) {
+            assert!((row.iter().map(|v| v * v).sum::<f64>() / 3.0 - 1.0).abs() < 1e-12);
+        }
+        assert!((out[0] - 3.0 / (26.0f64 / 3.0).sqrt()).abs() < 1e-12);
+    }
+}

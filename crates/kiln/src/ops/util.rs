@@ -1,0 +1,216 @@
+//! What the memory-bound ops share: kernels built once per process, argument checks that name the
+//! op first, launch-size conversions, and `OpCall` — a validated kernel call that can be
+//! inspected (which variant the rule picked), poisoned (outputs filled with NaN first, for
+//! tests) or run.
+
+use std::sync::OnceLock;
+
+use crate::array::Array;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::kernel::{KernelInput, LaunchSpec, MetalKernel};
+
+/// The float dtypes every op here accepts.
+pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+/// Lanes in a simdgroup (Metal) or warp (CUDA).
+pub(crate) const SIMD: usize = 32;
+
+/// A kernel built once per process; a build error is kept as text and reported on every call.
+pub(crate) type KernelCell = OnceLock<std::result::Result<MetalKernel, String>>;
+
+pub(crate) fn cached(
+    cell: &'static KernelCell,
+    op: &str,
+    build: impl FnOnce() -> Result<MetalKernel>,
+) -> Result<&'static MetalKernel> {
+    cell.get_or_init(|| build().map_err(|e| e.to_string())).as_ref().map_err(|msg| Error::invalid(op, msg.clone()))
+}
+
+/// Checks that `a` holds one of the float dtypes.
+pub(crate) fn check_float(op: &str, what: &str, a: &Array) -> Result<()> {
+    if FLOAT_DTYPES.contains(&a.dtype()) {
+        Ok(())
+    } else {
+        Err(Error::dtype(op, a.dtype(), format!("{what} must be float32, float16 or bfloat16")))
+    }
+}
+
+/// Checks that `a` has the dtype `want` (the dtype of the op's main input).
+pub(crate) fn check_same_dtype(op: &str, what: &str, a: &Array, want: DType) -> Result<()> {
+    if a.dtype() == want {
+        Ok(())
+    } else {
+        Err(Error::dtype(op, a.dtype(), format!("{what} must have the dtype of the input ({want})")))
+    }
+}
+
+/// Checks that `a` has at least one element and at least `min_ndim` axes.
+pub(crate) fn check_nonempty(op: &str, what: &str, a: &Array, min_ndim: usize) -> Result<()> {
+    if a.ndim() < min_ndim {
+        return Err(Error::shape(op, format!("{what} needs at least {min_ndim} axes, got shape {:?}", a.shape())));
+    }
+    if a.size() == 0 {
+        return Err(Error::shape(op, format!("{what} is empty (shape {:?})", a.shape())));
+    }
+    Ok(())
+}
+
+/// The one device every array lives on; moving data between devices is the caller's choice.
+pub(crate) fn common_device(op: &str, arrays: &[(&str, &Array)]) -> Result<Device> {
+    let mut device = None;
+    for &(what, a) in arrays {
+        match device {
+            None => device = Some((what, a.device())),
+            Some((first, d)) if d != a.device() => {
+                return Err(Error::invalid(
+                    op,
+                    format!("{what} lives on {} but {first} on {d}; move it with Array::to_device", a.device()),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    device.map(|(_, d)| d).ok_or_else(|| Error::invalid(op, "no input arrays"))
+}
+
+/// A grid or threadgroup extent as the `u32` a dispatch takes.
+pub(crate) fn grid_dim(op: &str, n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| Error::invalid(op, format!("{n} threads exceed one dispatch (at most 2^32 - 1)")))
+}
+
+/// An element count or extent the kernels index with 32-bit integers.
+pub(crate) fn index_i32(op: &str, what: &str, n: usize) -> Result<i32> {
+    i32::try_from(n).map_err(|_| Error::invalid(op, format!("{what} = {n} exceeds the 32-bit index range")))
+}
+
+/// True when the kernel will see `a` row-contiguous and 16-byte aligned for `vec<T, 4>`
+/// loads: either it is contiguous at an offset that is a multiple of 4 elements, or it will
+/// be copied to a fresh buffer by `ensure_row_contiguous`.
+pub(crate) fn vec4_aligned(a: &Array) -> bool {
+    !a.is_row_contiguous() || a.offset() % 4 == 0
+}
+
+/// Rounds `n` up to a multiple of `m`.
+pub(crate) fn round_up(n: usize, m: usize) -> usize {
+    n.div_ceil(m) * m
+}
+
+/// Threads of a threadgroup that owns one row of `d` elements: about 8 elements per thread
+/// (two 16-byte loads for f32), whole simdgroups, at most 1024.
+pub(crate) fn threads_per_row(d: usize) -> usize {
+    round_up(d.div_ceil(8), SIMD).clamp(SIMD, 1024)
+}
+
+/// Helpers for 16-byte (f32) or 8-byte (f16/bf16) loads and stores of 4 elements, widened to
+/// f32. `c` counts 4-element chunks from `p`, which must be 4-element aligned.
+pub(crate) const VEC4_HEADER: &str = r#"
+template <typename T>
+inline float4 kiln_load4(const device T* p, uint c) {
+    vec<T, 4> v = ((const device vec<T, 4>*)p)[c];
+    return float4(static_cast<float>(v.x), static_cast<float>(v.y), static_cast<float>(v.z), static_cast<float>(v.w));
+}
+template <typename T>
+inline float4 kiln_round4(float4 f) {
+    return float4(static_cast<float>(static_cast<T>(f.x)), static_cast<float>(static_cast<T>(f.y)),
+                  static_cast<float>(static_cast<T>(f.z)), static_cast<float>(static_cast<T>(f.w)));
+}
+template <typename T>
+inline void kiln_store4(device T* p, uint c, float4 f) {
+    ((device vec<T, 4>*)p)[c] = vec<T, 4>(static_cast<T>(f.x), static_cast<T>(f.y), static_cast<T>(f.z), static_cast<T>(f.w));
+}
+"#;
+
+/// How a row kernel finds its row: one simdgroup per row (`row_per_simdgroup`, the grid is
+/// rows × 32 threads) or one threadgroup per row. Defines `row`, `tid` (the thread within the
+/// row) and `nt` (threads per row).
+pub(crate) fn row_index_source(row_per_simdgroup: bool) -> &'static str {
+    if row_per_simdgroup {
+        "uint row = thread_position_in_grid.x / 32;\n    uint tid = thread_index_in_simdgroup;\n    uint nt = 32;"
+    } else {
+        "uint row = threadgroup_position_in_grid.x;\n    uint tid = thread_index_in_threadgroup;\n    uint nt = threads_per_threadgroup.x;"
+    }
+}
+
+/// Sums the f32 `var` over the threads of a row, leaving the total in `var` of every thread:
+/// `simd_sum`, then (threadgroup rows) one barrier and every thread adding the simdgroup
+/// partials in the same order, so all threads hold the same bits.
+pub(crate) fn row_sum_source(row_per_simdgroup: bool, var: &str) -> String {
+    if row_per_simdgroup {
+        return format!("{var} = simd_sum({var});");
+    }
+    format!(
+        "{var} = simd_sum({var});
+    threadgroup float kiln_parts[32];
+    if (thread_index_in_simdgroup == 0) {{
+        kiln_parts[simdgroup_index_in_threadgroup] = {var};
+    }}
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    {var} = 0.0f;
+    for (uint s = 0; s < simdgroups_per_threadgroup; ++s) {{
+        {var} += kiln_parts[s];
+    }}"
+    )
+}
+
+/// A validated kernel call: the kernel the variant rule picked, its inputs and its launch.
+#[derive(Clone, Debug)]
+pub struct OpCall {
+    kernel: &'static MetalKernel,
+    inputs: Vec<KernelInput>,
+    spec: LaunchSpec,
+}
+
+impl OpCall {
+    pub(crate) fn new(kernel: &'static MetalKernel, inputs: Vec<KernelInput>, spec: LaunchSpec) -> Self {
+        OpCall { kernel, inputs, spec }
+    }
+
+    /// The name of the kernel variant the rule picked.
+    pub fn variant(&self) -> &str {
+        self.kernel.name()
+    }
+
+    /// The launch (grid, threadgroup, outputs).
+    pub fn spec(&self) -> &LaunchSpec {
+        &self.spec
+    }
+
+    /// Fills the outputs with NaN before the kernel runs, so an element it fails to write can
+    /// never pass a check. Outputs that accumulate from a defined start value keep it.
+    pub fn poisoned(mut self) -> Self {
+        if self.spec.init_value.is_none() {
+            self.spec = self.spec.init_value(f64::NAN);
+        }
+        self
+    }
+
+    /// Runs the call; the outputs live on the inputs' device.
+    pub fn run(&self) -> Result<Vec<Array>> {
+        self.kernel.call(&self.inputs, &self.spec)
+    }
+
+    /// Runs a call with a single output.
+    pub fn run_one(&self) -> Result<Array> {
+        let mut outs = self.run()?;
+        match outs.len() {
+            1 => Ok(outs.remove(0)),
+            n => Err(Error::invalid(self.kernel.name(), format!("expected one output, got {n}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_per_row_is_whole_simdgroups_within_limits() {
+        assert_eq!(threads_per_row(1), 32);
+        assert_eq!(threads_per_row(4096), 512);
+        assert_eq!(threads_per_row(8192), 1024);
+        assert_eq!(threads_per_row(1 << 20), 1024);
+        assert_eq!(threads_per_row(2000), 256);
+    }
+}
