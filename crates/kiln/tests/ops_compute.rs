@@ -116,3 +116,94 @@ fn gdn_kkt_rejects_bad_input(device: Device) {
 }
 
 backend_tests!(gdn_kkt_matches_float64_reference, gdn_kkt_rejects_bad_input);
+
+// ---------------------------------------------------------------------------------------------
+// grid_sample and its VJP
+
+use kiln::ops::grid_sample;
+
+/// (B, H, W, C, gH, gW): odd sizes, C below, at and above a simdgroup, batch > 1.
+const GRID_CASES: [[usize; 6]; 4] = [[1, 5, 7, 3, 4, 6], [2, 9, 6, 32, 3, 5], [2, 4, 11, 45, 5, 3], [3, 6, 6, 1, 7, 7]];
+
+fn grid_inputs(rng: &mut Rng, device: Device, dtype: DType, dims: [usize; 6]) -> [(Array, Vec<f64>); 2] {
+    let [b, h, w, c, gh, gw] = dims;
+    // Slightly beyond [-1, 1] so some neighbours fall outside the image.
+    [input(rng, device, dtype, &[b, h, w, c], 1.0), uniform_input(rng, device, dtype, &[b, gh, gw, 2], -1.1, 1.1)]
+}
+
+fn grid_sample_matches_reference(device: Device) {
+    for dtype in DTYPES {
+        for (seed, dims) in GRID_CASES.into_iter().enumerate() {
+            let mut rng = Rng::new(200 + seed as u64);
+            let [(x, xv), (grid, gv)] = grid_inputs(&mut rng, device, dtype, dims);
+            let out = grid_sample::grid_sample_with(&x, &grid, Some(f64::NAN)).unwrap();
+            assert_eq!((out.dtype(), out.device()), (dtype, device));
+            let want = grid_sample::reference(&xv, &gv, dims);
+            assert_within(&format!("grid_sample {dims:?} {dtype}"), &host_values(&out), &want, tolerance(dtype));
+        }
+    }
+}
+
+fn grid_sample_vjp_matches_reference(device: Device) {
+    for dtype in DTYPES {
+        for (seed, dims) in GRID_CASES.into_iter().enumerate() {
+            let [b, _, _, c, gh, gw] = dims;
+            let mut rng = Rng::new(300 + seed as u64);
+            let [(x, xv), (grid, gv)] = grid_inputs(&mut rng, device, dtype, dims);
+            let (cot, cv) = input(&mut rng, device, dtype, &[b, gh, gw, c], 1.0);
+            let (xg, gg) = grid_sample::grid_sample_vjp(&x, &grid, &cot).unwrap();
+            assert_eq!((xg.dtype(), gg.dtype(), xg.shape(), gg.shape()), (dtype, dtype, x.shape(), grid.shape()));
+            let (want_x, want_g) = grid_sample::reference_vjp(&xv, &gv, &cv, dims);
+            let what = format!("grid_sample_vjp {dims:?} {dtype}");
+            assert_within(&format!("{what} x_grad"), &host_values(&xg), &want_x, tolerance(dtype));
+            assert_within(&format!("{what} grid_grad"), &host_values(&gg), &want_g, tolerance(dtype));
+        }
+    }
+}
+
+/// The VJP reference against central differences of the forward reference, in f64.
+#[test]
+fn grid_sample_vjp_reference_matches_finite_differences() {
+    for (seed, dims) in GRID_CASES.into_iter().enumerate() {
+        let [b, h, w, c, gh, gw] = dims;
+        let mut rng = Rng::new(400 + seed as u64);
+        let x = rng.normals(b * h * w * c, 1.0);
+        let grid = rng.uniforms(b * gh * gw * 2, -1.1, 1.1);
+        let cot = rng.normals(b * gh * gw * c, 1.0);
+        let loss = |x: &[f64], grid: &[f64]| -> f64 {
+            grid_sample::reference(x, grid, dims).iter().zip(&cot).map(|(o, g)| o * g).sum()
+        };
+        let (xg, gg) = grid_sample::reference_vjp(&x, &grid, &cot, dims);
+        let eps = 1e-6;
+        let fd = |v: &[f64], i: usize, f: &dyn Fn(&[f64]) -> f64| {
+            let (mut up, mut down) = (v.to_vec(), v.to_vec());
+            up[i] += eps;
+            down[i] -= eps;
+            (f(&up) - f(&down)) / (2.0 * eps)
+        };
+        let fd_x: Vec<f64> = (0..x.len()).map(|i| fd(&x, i, &|x| loss(x, &grid))).collect();
+        let fd_g: Vec<f64> = (0..grid.len()).map(|i| fd(&grid, i, &|g| loss(&x, g))).collect();
+        assert_within(&format!("fd x_grad {dims:?}"), &xg, &fd_x, 1e-6);
+        assert_within(&format!("fd grid_grad {dims:?}"), &gg, &fd_g, 1e-6);
+    }
+}
+
+fn grid_sample_rejects_bad_input(device: Device) {
+    let mut rng = Rng::new(9);
+    let (x, _) = input(&mut rng, device, DType::F32, &[2, 4, 4, 3], 1.0);
+    let (grid, _) = input(&mut rng, device, DType::F32, &[2, 3, 3, 2], 0.5);
+    let (grid3, _) = input(&mut rng, device, DType::F32, &[2, 3, 3, 3], 0.5);
+    assert_op_error("grid last axis", "grid_sample", grid_sample::grid_sample(&x, &grid3));
+    let (grid_b, _) = input(&mut rng, device, DType::F32, &[1, 3, 3, 2], 0.5);
+    assert_op_error("batch mismatch", "grid_sample", grid_sample::grid_sample(&x, &grid_b));
+    let xi = Array::from_vec(&[1, 2, 2, 1], vec![1i32, 2, 3, 4]).unwrap().to_device(device).unwrap();
+    assert_op_error("int x", "grid_sample", grid_sample::grid_sample(&xi, &grid_b));
+    let (x3, _) = input(&mut rng, device, DType::F32, &[4, 4, 3], 1.0);
+    assert_op_error("x rank", "grid_sample", grid_sample::grid_sample(&x3, &grid));
+    let empty = Array::from_f64(DType::F32, &[2, 0, 4, 3], &[]).unwrap().to_device(device).unwrap();
+    assert_op_error("empty x", "grid_sample", grid_sample::grid_sample(&empty, &grid));
+    let (cot_bad, _) = input(&mut rng, device, DType::F32, &[2, 3, 3, 4], 1.0);
+    assert_op_error("cotangent shape", "grid_sample_vjp", grid_sample::grid_sample_vjp(&x, &grid, &cot_bad));
+}
+
+backend_tests!(grid_sample_matches_reference, grid_sample_vjp_matches_reference, grid_sample_rejects_bad_input);

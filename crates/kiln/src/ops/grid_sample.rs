@@ -1,1 +1,308 @@
-//! (being written)
+//! Bilinear `grid_sample` (zeros padding, `align_corners=False`, channels-last) and its VJP, with
+//! the MLX custom-kernel documentation's semantics.
+//!
+//! For output point `(b, gy, gx)` with grid coordinates `(u, v)` in [-1, 1]:
+//! `ix = ((u + 1) W - 1) / 2`, `iy = ((v + 1) H - 1) / 2`, `x0 = floor(ix)`, `fx = ix - x0`
+//! (likewise y), and `out[b, gy, gx, c] = sum over in-bounds neighbours (x0+dx, y0+dy) of
+//! wx * wy * x[b, y0+dy, x0+dx, c]` with `wx = dx ? fx : 1 - fx`. Out-of-bounds neighbours are
+//! never read.
+//! VJP for cotangent `g` (B, gH, gW, C): `x_grad[b, yi, xi, c] += wx wy g[.., c]` (float atomics)
+//! and `grid_grad = (W/2 sum_c sum_n ±wy x g, H/2 sum_c sum_n ±wx x g)`. `P` lanes serve one grid
+//! point (P = the power of two >= C, at most 32), looping over channels; the grid gradient is
+//! reduced across them with `simd_shuffle_xor`, so no lane is idle for small C and one atomic
+//! per point is issued for large C. Gradients accumulate in f32 and are cast to the dtypes of
+//! `x` and `grid`.
+//! Layout: `x` (B, H, W, C), `grid` (B, gH, gW, 2), `cotangent` (B, gH, gW, C); f32/f16/bf16,
+//! `grid` and `cotangent` of any of them. Output (B, gH, gW, C) in x's dtype.
+//! Reference: [`reference`] and [`reference_vjp`], f64 on the dtype-rounded inputs; the VJP
+//! reference is itself checked against central differences of the forward reference.
+//! Tolerance: the dtype table (of the output's dtype).
+
+use std::sync::OnceLock;
+
+use crate::array::Array;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::kernel::{LaunchSpec, MetalKernel};
+
+const OP: &str = "grid_sample";
+const OP_VJP: &str = "grid_sample_vjp";
+const THREADS: u32 = 256;
+
+const FORWARD: &str = r#"
+    uint elem = thread_position_in_grid.x;
+    int H = x_shape[1];
+    int W = x_shape[2];
+    int C = x_shape[3];
+    int points = grid_shape[1] * grid_shape[2];
+    uint point = elem / C;
+    int c = elem % C;
+    int b = point / points;
+    float ix = ((static_cast<float>(grid[2 * point]) + 1.0f) * W - 1.0f) * 0.5f;
+    float iy = ((static_cast<float>(grid[2 * point + 1]) + 1.0f) * H - 1.0f) * 0.5f;
+    float fx0 = metal::floor(ix);
+    float fy0 = metal::floor(iy);
+    int x0 = static_cast<int>(fx0);
+    int y0 = static_cast<int>(fy0);
+    float fx = ix - fx0;
+    float fy = iy - fy0;
+    float acc = 0.0f;
+    for (int dy = 0; dy < 2; ++dy) {
+        int yi = y0 + dy;
+        float wy = dy ? fy : 1.0f - fy;
+        for (int dx = 0; dx < 2; ++dx) {
+            int xi = x0 + dx;
+            if (xi >= 0 && xi < W && yi >= 0 && yi < H) {
+                float wx = dx ? fx : 1.0f - fx;
+                acc += wx * wy * static_cast<float>(x[((b * H + yi) * W + xi) * C + c]);
+            }
+        }
+    }
+    out[elem] = static_cast<T>(acc);
+"#;
+
+const BACKWARD: &str = r#"
+    uint elem = thread_position_in_grid.x;
+    int H = x_shape[1];
+    int W = x_shape[2];
+    int C = x_shape[3];
+    int points = grid_shape[1] * grid_shape[2];
+    uint point = elem / P;
+    int sub = elem % P;
+    int b = point / points;
+    float ix = ((static_cast<float>(grid[2 * point]) + 1.0f) * W - 1.0f) * 0.5f;
+    float iy = ((static_cast<float>(grid[2 * point + 1]) + 1.0f) * H - 1.0f) * 0.5f;
+    float fx0 = metal::floor(ix);
+    float fy0 = metal::floor(iy);
+    int x0 = static_cast<int>(fx0);
+    int y0 = static_cast<int>(fy0);
+    float fx = ix - fx0;
+    float fy = iy - fy0;
+    float gix = 0.0f;
+    float giy = 0.0f;
+    for (int c = sub; c < C; c += P) {
+        float cot = static_cast<float>(cotangent[point * C + c]);
+        for (int dy = 0; dy < 2; ++dy) {
+            int yi = y0 + dy;
+            float wy = dy ? fy : 1.0f - fy;
+            for (int dx = 0; dx < 2; ++dx) {
+                int xi = x0 + dx;
+                if (xi >= 0 && xi < W && yi >= 0 && yi < H) {
+                    float wx = dx ? fx : 1.0f - fx;
+                    int offset = ((b * H + yi) * W + xi) * C + c;
+                    atomic_fetch_add_explicit(&x_grad[offset], wx * wy * cot, memory_order_relaxed);
+                    float xc = static_cast<float>(x[offset]) * cot;
+                    gix += (dx ? wy : -wy) * xc;
+                    giy += (dy ? wx : -wx) * xc;
+                }
+            }
+        }
+    }
+    // The P lanes of a point are aligned within one simdgroup (P divides 32 and the grid).
+    for (int o = P / 2; o > 0; o /= 2) {
+        gix += simd_shuffle_xor(gix, static_cast<ushort>(o));
+        giy += simd_shuffle_xor(giy, static_cast<ushort>(o));
+    }
+    if (sub == 0) {
+        atomic_fetch_add_explicit(&grid_grad[2 * point], gix * (0.5f * W), memory_order_relaxed);
+        atomic_fetch_add_explicit(&grid_grad[2 * point + 1], giy * (0.5f * H), memory_order_relaxed);
+    }
+"#;
+
+const CAST: &str = r#"
+    uint i = thread_position_in_grid.x;
+    out[i] = static_cast<T>(inp[i]);
+"#;
+
+type Cell = OnceLock<std::result::Result<MetalKernel, String>>;
+
+fn cached(cell: &'static Cell, op: &str, build: impl FnOnce() -> Result<MetalKernel>) -> Result<&'static MetalKernel> {
+    cell.get_or_init(|| build().map_err(|e| e.to_string())).as_ref().map_err(|msg| Error::invalid(op, msg.clone()))
+}
+
+fn forward_kernel() -> Result<&'static MetalKernel> {
+    static CELL: Cell = OnceLock::new();
+    cached(&CELL, OP, || MetalKernel::new("kiln_grid_sample", &["x", "grid"], &["out"], FORWARD))
+}
+
+fn backward_kernel() -> Result<&'static MetalKernel> {
+    static CELL: Cell = OnceLock::new();
+    cached(&CELL, OP_VJP, || {
+        Ok(MetalKernel::new("kiln_grid_sample_vjp", &["x", "grid", "cotangent"], &["x_grad", "grid_grad"], BACKWARD)?
+            .atomic_outputs(true))
+    })
+}
+
+fn cast_kernel() -> Result<&'static MetalKernel> {
+    static CELL: Cell = OnceLock::new();
+    cached(&CELL, OP_VJP, || MetalKernel::new("kiln_grid_sample_cast", &["inp"], &["out"], CAST))
+}
+
+fn is_float(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F16 | DType::BF16)
+}
+
+fn grid_dim(op: &str, n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| Error::invalid(op, format!("grid extent {n} exceeds u32")))
+}
+
+/// Validates `x` (B, H, W, C) and `grid` (B, gH, gW, 2); returns (B, H, W, C, gH, gW).
+fn check(op: &str, x: &Array, grid: &Array) -> Result<[usize; 6]> {
+    for (name, a) in [("x", x), ("grid", grid)] {
+        if !is_float(a.dtype()) {
+            return Err(Error::dtype(op, a.dtype(), format!("{name} must be float32, float16 or bfloat16")));
+        }
+    }
+    let &[b, h, w, c] = x.shape() else {
+        return Err(Error::shape(op, format!("x must be (B, H, W, C), got {:?}", x.shape())));
+    };
+    let &[gb, gh, gw, two] = grid.shape() else {
+        return Err(Error::shape(op, format!("grid must be (B, gH, gW, 2), got {:?}", grid.shape())));
+    };
+    if gb != b || two != 2 {
+        return Err(Error::shape(op, format!("grid {:?} does not match x {:?}", grid.shape(), x.shape())));
+    }
+    if x.size() == 0 || grid.size() == 0 {
+        return Err(Error::shape(op, format!("empty input: x {:?}, grid {:?}", x.shape(), grid.shape())));
+    }
+    if x.device() != grid.device() {
+        return Err(Error::invalid(op, format!("x lives on {} but grid on {}", x.device(), grid.device())));
+    }
+    if x.size().max(b * gh * gw * c * 32) >= i32::MAX as usize {
+        return Err(Error::invalid(op, "inputs too large for 32-bit indexing"));
+    }
+    Ok([b, h, w, c, gh, gw])
+}
+
+/// Bilinear sampling of `x` (B, H, W, C) at `grid` (B, gH, gW, 2); output (B, gH, gW, C).
+pub fn grid_sample(x: &Array, grid: &Array) -> Result<Array> {
+    grid_sample_with(x, grid, None)
+}
+
+/// As [`grid_sample`], the output first filled with `init` (tests poison it with NaN).
+pub fn grid_sample_with(x: &Array, grid: &Array, init: Option<f64>) -> Result<Array> {
+    let [b, _, _, c, gh, gw] = check(OP, x, grid)?;
+    let mut spec = LaunchSpec::new([grid_dim(OP, b * gh * gw * c)?, 1, 1], [THREADS, 1, 1])
+        .output(&[b, gh, gw, c], x.dtype())
+        .template("T", x.dtype())
+        .device(x.device());
+    spec.init_value = init;
+    let mut outs = forward_kernel()?.call(&[x.into(), grid.into()], &spec)?;
+    outs.pop().ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))
+}
+
+/// Lanes per grid point in the VJP: the power of two covering C, at most a simdgroup.
+pub fn lanes_per_point(c: usize) -> usize {
+    c.next_power_of_two().min(32)
+}
+
+/// The VJP of [`grid_sample`]: `(x_grad, grid_grad)` for `cotangent` (B, gH, gW, C), in the
+/// dtypes of `x` and `grid`.
+pub fn grid_sample_vjp(x: &Array, grid: &Array, cotangent: &Array) -> Result<(Array, Array)> {
+    let [b, _, _, c, gh, gw] = check(OP_VJP, x, grid)?;
+    if !is_float(cotangent.dtype()) {
+        return Err(Error::dtype(OP_VJP, cotangent.dtype(), "cotangent must be float32, float16 or bfloat16"));
+    }
+    if cotangent.shape() != [b, gh, gw, c] {
+        return Err(Error::shape(
+            OP_VJP,
+            format!("cotangent has shape {:?}, expected {:?}", cotangent.shape(), [b, gh, gw, c]),
+        ));
+    }
+    if cotangent.device() != x.device() {
+        return Err(Error::invalid(OP_VJP, "cotangent lives on another device than x"));
+    }
+    let p = lanes_per_point(c);
+    let spec = LaunchSpec::new([grid_dim(OP_VJP, b * gh * gw * p)?, 1, 1], [THREADS, 1, 1])
+        .output(x.shape(), DType::F32)
+        .output(grid.shape(), DType::F32)
+        .template("P", p as i32)
+        .init_value(0.0)
+        .device(x.device());
+    let mut outs = backward_kernel()?.call(&[x.into(), grid.into(), cotangent.into()], &spec)?;
+    let (Some(grid_grad), Some(x_grad)) = (outs.pop(), outs.pop()) else {
+        return Err(Error::invalid(OP_VJP, "the kernel returned too few outputs"));
+    };
+    Ok((cast(&x_grad, x.dtype())?, cast(&grid_grad, grid.dtype())?))
+}
+
+fn cast(a: &Array, dtype: DType) -> Result<Array> {
+    if a.dtype() == dtype {
+        return Ok(a.clone());
+    }
+    let spec = LaunchSpec::new([grid_dim(OP_VJP, a.size())?, 1, 1], [THREADS, 1, 1])
+        .output(a.shape(), dtype)
+        .template("T", dtype)
+        .device(a.device());
+    let mut outs = cast_kernel()?.call(&[a.into()], &spec)?;
+    outs.pop().ok_or_else(|| Error::invalid(OP_VJP, "the cast returned no output"))
+}
+
+/// The kernels with one launch each for `x`, `grid` (compile-only checks): forward, VJP.
+pub fn kernels_and_specs(x: &Array, grid: &Array) -> Result<Vec<(&'static MetalKernel, LaunchSpec)>> {
+    let [_, _, _, c, _, _] = check(OP, x, grid)?;
+    let fwd = LaunchSpec::new([64, 1, 1], [64, 1, 1]).output(&[64], x.dtype()).template("T", x.dtype());
+    let bwd = LaunchSpec::new([64, 1, 1], [64, 1, 1])
+        .output(&[64], DType::F32)
+        .output(&[64], DType::F32)
+        .template("P", lanes_per_point(c) as i32);
+    Ok(vec![(forward_kernel()?, fwd), (backward_kernel()?, bwd)])
+}
+
+/// The neighbours of a grid point: `(xi, yi, weight, d weight/d ix, d weight/d iy)`, in bounds only.
+fn neighbours(u: f64, v: f64, h: usize, w: usize) -> Vec<(usize, usize, f64, f64, f64)> {
+    let ix = ((u + 1.0) * w as f64 - 1.0) / 2.0;
+    let iy = ((v + 1.0) * h as f64 - 1.0) / 2.0;
+    let (x0, y0) = (ix.floor(), iy.floor());
+    let (fx, fy) = (ix - x0, iy - y0);
+    let mut out = Vec::new();
+    for dy in 0..2 {
+        for dx in 0..2 {
+            let (xi, yi) = (x0 as i64 + dx, y0 as i64 + dy);
+            if xi < 0 || yi < 0 || xi >= w as i64 || yi >= h as i64 {
+                continue;
+            }
+            let wx = if dx == 1 { fx } else { 1.0 - fx };
+            let wy = if dy == 1 { fy } else { 1.0 - fy };
+            let sx = if dx == 1 { 1.0 } else { -1.0 };
+            let sy = if dy == 1 { 1.0 } else { -1.0 };
+            out.push((xi as usize, yi as usize, wx * wy, sx * wy, sy * wx));
+        }
+    }
+    out
+}
+
+/// Forward reference in f64; `dims` = `[B, H, W, C, gH, gW]`.
+pub fn reference(x: &[f64], grid: &[f64], dims: [usize; 6]) -> Vec<f64> {
+    let [b, h, w, c, gh, gw] = dims;
+    let mut out = vec![0.0; b * gh * gw * c];
+    for p in 0..b * gh * gw {
+        let bi = p / (gh * gw);
+        for (xi, yi, wt, _, _) in neighbours(grid[2 * p], grid[2 * p + 1], h, w) {
+            for ch in 0..c {
+                out[p * c + ch] += wt * x[((bi * h + yi) * w + xi) * c + ch];
+            }
+        }
+    }
+    out
+}
+
+/// VJP reference in f64: `(x_grad, grid_grad)`.
+pub fn reference_vjp(x: &[f64], grid: &[f64], cot: &[f64], dims: [usize; 6]) -> (Vec<f64>, Vec<f64>) {
+    let [b, h, w, c, gh, gw] = dims;
+    let mut xg = vec![0.0; x.len()];
+    let mut gg = vec![0.0; grid.len()];
+    for p in 0..b * gh * gw {
+        let bi = p / (gh * gw);
+        for (xi, yi, wt, dwx, dwy) in neighbours(grid[2 * p], grid[2 * p + 1], h, w) {
+            for ch in 0..c {
+                let off = ((bi * h + yi) * w + xi) * c + ch;
+                let g = cot[p * c + ch];
+                xg[off] += wt * g;
+                gg[2 * p] += dwx * x[off] * g * w as f64 / 2.0;
+                gg[2 * p + 1] += dwy * x[off] * g * h as f64 / 2.0;
+            }
+        }
+    }
+    (xg, gg)
+}
