@@ -18,11 +18,12 @@ pub fn user_file_name(program: &MetalProgram) -> String {
 }
 
 /// The common headers, in inclusion order (usable from host C++ and CUDA C++).
-pub const COMMON_PRELUDE: [(&str, &str); 4] = [
+pub const COMMON_PRELUDE: [(&str, &str); 5] = [
     ("common/types.h", include_str!("../../prelude/common/types.h")),
     ("common/vec.h", include_str!("../../prelude/common/vec.h")),
     ("common/vec_ops.h", include_str!("../../prelude/common/vec_ops.h")),
     ("common/math.h", include_str!("../../prelude/common/math.h")),
+    ("common/lowering.h", include_str!("../../prelude/common/lowering.h")),
 ];
 /// MLX's utils preamble, for body-only programs.
 pub const MLX_UTILS: &str = include_str!("../../prelude/common/mlx_utils.h");

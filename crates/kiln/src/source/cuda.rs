@@ -75,6 +75,7 @@ pub const PRELUDE: &[(&str, &str)] = &[
     ("common/vec.h", include_str!("../../prelude/common/vec.h")),
     ("common/vec_ops.h", include_str!("../../prelude/common/vec_ops.h")),
     ("common/math.h", include_str!("../../prelude/common/math.h")),
+    ("common/lowering.h", include_str!("../../prelude/common/lowering.h")),
     ("cuda/simd.h", include_str!("../../prelude/cuda/simd.h")),
     ("cuda/sync.h", include_str!("../../prelude/cuda/sync.h")),
     ("cuda/matrix.h", include_str!("../../prelude/cuda/matrix.h")),

@@ -3,11 +3,12 @@
 //! compile, plus a description of every kernel entry point so a backend can bind and dispatch it.
 //!
 //! The rewrite handles only what C++ cannot express (address-space keywords, `[[attributes]]`,
-//! `kernel`, `threadgroup` declarations, function constants); everything else is left to the
-//! target's prelude.
+//! `kernel`, `threadgroup` declarations, function constants, conditionals with mixed half/float
+//! arms); everything else is left to the target's prelude.
 
 mod entry;
 mod rewrite;
+mod ternary;
 pub mod tokens;
 
 use crate::backend::MetalProgram;
@@ -85,8 +86,9 @@ pub fn lower(program: &MetalProgram, target: LowerTarget) -> Result<LoweredModul
         log,
     })?;
     let lines = rewritten.code.lines().count().max(program.source.lines().count());
+    let code = ternary::wrap_conditionals(&rewritten.code);
     Ok(LoweredModule {
-        code: rewritten.code,
+        code,
         entries: rewritten.entries,
         needs_cooperative_threads: rewritten.cooperative,
         line_map: (1..=lines as u32).collect(),
