@@ -1,5 +1,7 @@
 //! `kiln`: run and translate kernel spec files, list devices, run the demo gallery.
 
+mod bench;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -44,6 +46,8 @@ enum Command {
         #[arg(long, default_value = "auto")]
         device: String,
     },
+    /// Time the kernel library against the copy roofline; compare with peers' reports.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Demo { device } => demo(&device),
+        Command::Bench(args) => parse_device(args.device()).and_then(|d| bench::bench(args, d)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

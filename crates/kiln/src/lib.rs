@@ -22,6 +22,7 @@
 
 pub mod array;
 pub mod backend;
+pub mod bench;
 pub mod check;
 pub mod config;
 pub mod device;

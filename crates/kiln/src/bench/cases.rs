@@ -1,0 +1,159 @@
+//! The benchmark cases: each op at the shapes and dtypes of the reference table, with the
+//! fewest bytes and FLOPs it needs and a check against its reference at the benchmark shape
+//! (on a subsample of elements or rows where the full reference would take too long).
+//! `bench/peers.py` defines the same case ids.
+
+use super::{Case, Prepared};
+use crate::array::Array;
+use crate::check::{rel_l2, tolerance, Rng};
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::gallery;
+
+/// Elements of the elementwise cases (64 M).
+pub const ELEMENTWISE_N: usize = 64 << 20;
+/// Rows of the row-wise cases.
+pub const ROWS: usize = 16384;
+
+/// Every case, in report order.
+pub fn all() -> Vec<Case> {
+    let mut v = Vec::new();
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        v.push(unary("exp", dtype, 1.0, gallery::exp::exp, f64::exp));
+        v.push(unary("silu", dtype, 4.0, gallery::silu::silu, |x| x / (1.0 + (-x).exp())));
+        v.push(unary("gelu_tanh", dtype, 9.0, gallery::gelu::gelu, gelu_tanh));
+    }
+    for dtype in [DType::BF16, DType::F32] {
+        for d in [1024, 4096, 8192] {
+            v.push(rms_norm(dtype, d));
+        }
+    }
+    for dtype in [DType::F32, DType::BF16] {
+        for d in [1024, 4096, 32768] {
+            v.push(softmax(dtype, d));
+        }
+    }
+    v
+}
+
+fn gelu_tanh(x: f64) -> f64 {
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// A random input of `shape` on `device`, uniform in [lo, hi), and the values it holds.
+pub fn input(
+    device: Device,
+    dtype: DType,
+    shape: &[usize],
+    rng: &mut Rng,
+    lo: f64,
+    hi: f64,
+) -> Result<(Array, Vec<f64>)> {
+    let n = shape.iter().product();
+    let host = Array::from_f64(dtype, shape, &rng.uniforms(n, lo, hi))?;
+    let values = host.to_f64_vec()?;
+    Ok((host.to_device(device)?, values))
+}
+
+/// Every `step`-th index below `n`, at most about `max` of them.
+pub fn sample(n: usize, max: usize) -> impl Iterator<Item = usize> {
+    (0..n).step_by(n.div_ceil(max.max(1)).max(1))
+}
+
+fn unary(
+    op: &'static str,
+    dtype: DType,
+    flops_per_element: f64,
+    f: fn(&Array) -> Result<Array>,
+    r: fn(f64) -> f64,
+) -> Case {
+    let n = ELEMENTWISE_N;
+    Case {
+        op,
+        shape: n.to_string(),
+        dtype,
+        bytes: 2.0 * (n * dtype.size()) as f64,
+        flops: flops_per_element * n as f64,
+        prepare: Box::new(move |device, seed| {
+            let (x, xv) = input(device, dtype, &[n], &mut Rng::new(seed), -4.0, 4.0)?;
+            let run_x = x.clone();
+            Ok(Prepared {
+                run: Box::new(move || Ok(vec![f(&run_x)?])),
+                error: Box::new(move |outs| {
+                    let out = outs[0].to_f64_vec()?;
+                    let (got, want): (Vec<f64>, Vec<f64>) = sample(n, 1 << 20).map(|i| (out[i], r(xv[i]))).unzip();
+                    Ok(rel_l2(&got, &want))
+                }),
+                tolerance: tolerance(dtype),
+            })
+        }),
+    }
+}
+
+/// Rows checked of a row-wise op: about 256, spread over all of them.
+fn sampled_rows(rows: usize) -> Vec<usize> {
+    sample(rows, 256).collect()
+}
+
+/// The relative error of `out` against `reference` applied row by row on sampled rows.
+pub fn row_error(out: &[f64], x: &[f64], d: usize, reference: impl Fn(&[f64], usize) -> Vec<f64>) -> f64 {
+    let rows = x.len() / d;
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    for r in sampled_rows(rows) {
+        got.extend_from_slice(&out[r * d..(r + 1) * d]);
+        want.extend(reference(&x[r * d..(r + 1) * d], r));
+    }
+    rel_l2(&got, &want)
+}
+
+fn rms_norm(dtype: DType, d: usize) -> Case {
+    let rows = ROWS;
+    Case {
+        op: "rms_norm",
+        shape: format!("{rows}x{d}"),
+        dtype,
+        bytes: ((2 * rows * d + d) * dtype.size()) as f64,
+        flops: 4.0 * (rows * d) as f64,
+        prepare: Box::new(move |device, seed| {
+            let mut rng = Rng::new(seed);
+            let (x, xv) = input(device, dtype, &[rows, d], &mut rng, -2.0, 2.0)?;
+            let (w, wv) = input(device, dtype, &[d], &mut rng, 0.5, 1.5)?;
+            let eps = 1e-5;
+            let (rx, rw) = (x.clone(), w.clone());
+            Ok(Prepared {
+                run: Box::new(move || Ok(vec![gallery::rms_norm::rms_norm(&rx, &rw, eps)?])),
+                error: Box::new(move |outs| {
+                    let out = outs[0].to_f64_vec()?;
+                    Ok(row_error(&out, &xv, d, |row, _| gallery::rms_norm::reference(row, &wv, d, eps as f64)))
+                }),
+                tolerance: tolerance(dtype),
+            })
+        }),
+    }
+}
+
+fn softmax(dtype: DType, d: usize) -> Case {
+    let rows = ROWS;
+    let threads = if d >= 4096 { 1024 } else { 256 };
+    Case {
+        op: "softmax",
+        shape: format!("{rows}x{d}"),
+        dtype,
+        bytes: (2 * rows * d * dtype.size()) as f64,
+        flops: 4.0 * (rows * d) as f64,
+        prepare: Box::new(move |device, seed| {
+            let (x, xv) = input(device, dtype, &[rows, d], &mut Rng::new(seed), -4.0, 4.0)?;
+            let rx = x.clone();
+            Ok(Prepared {
+                run: Box::new(move || Ok(vec![gallery::softmax::softmax(&rx, threads)?])),
+                error: Box::new(move |outs| {
+                    let out = outs[0].to_f64_vec()?;
+                    Ok(row_error(&out, &xv, d, |row, _| gallery::softmax::reference(row, d)))
+                }),
+                tolerance: tolerance(dtype),
+            })
+        }),
+    }
+}
