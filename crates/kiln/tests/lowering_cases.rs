@@ -140,10 +140,62 @@ fn conditionals_with_mixed_half_float_arms(device: Device) {
 
 backend_tests!(conditionals_with_mixed_half_float_arms);
 
+// ---- threadgroup arrays sized by expressions ------------------------------------------------
+
+/// Threadgroup arrays whose sizes are expressions of template constants (`[BM][BK + 1]`,
+/// `[BM * BK]`, `[(BM > 2 ? BM : 2) * BK]`) exchange data between threads: each thread reads
+/// what another thread of its group wrote.
+fn expression_sized_threadgroup_arrays() -> Case {
+    const BM: usize = 4;
+    const BK: usize = 3;
+    const GROUPS: usize = 5;
+    let mut rng = Rng::new(102);
+    let x = random_array(&mut rng, DType::F32, &[GROUPS * BM * BK]);
+    let src = r#"
+        uint lid = thread_position_in_threadgroup.x;
+        uint base = threadgroup_position_in_grid.x * (BM * BK);
+        threadgroup T tile[BM][BK + 1];
+        threadgroup float flat[BM * BK], spare[(BM > 2 ? BM : 2) * BK];
+        tile[lid / BK][lid % BK] = x[base + lid];
+        flat[lid] = 2.0f * x[base + lid];
+        spare[lid] = float(lid);
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        uint other = BM * BK - 1 - lid;
+        out[base + lid] = tile[other / BK][other % BK] + flat[(lid + 1) % (BM * BK)] + spare[other];
+    "#;
+    let kernel = MetalKernel::new("tg_expr", &["x"], &["out"], src).unwrap();
+    let n = GROUPS * BM * BK;
+    let spec = LaunchSpec::new([n as u32, 1, 1], [(BM * BK) as u32, 1, 1])
+        .template("T", DType::F32)
+        .template("BM", BM as i32)
+        .template("BK", BK as i32)
+        .output(&[n], DType::F32);
+    let xv = values(&x);
+    let g = BM * BK;
+    let want = (0..n)
+        .map(|i| {
+            let (base, lid) = (i / g * g, i % g);
+            let other = g - 1 - lid;
+            xv[base + other] + 2.0 * xv[base + (lid + 1) % g] + other as f64
+        })
+        .collect();
+    Case {
+        name: "tg_expr",
+        program: Program::Body { kernel, inputs: vec![x.into()], spec },
+        want: vec![(want, DType::F32)],
+    }
+}
+
+fn threadgroup_arrays_sized_by_expressions_are_shared(device: Device) {
+    run_case(device, expression_sized_threadgroup_arrays());
+}
+
+backend_tests!(threadgroup_arrays_sized_by_expressions_are_shared);
+
 // ---- every case compiles for CUDA ---------------------------------------------------------
 
 fn all_cases() -> Vec<Case> {
-    vec![mixed_conditionals()]
+    vec![mixed_conditionals(), expression_sized_threadgroup_arrays()]
 }
 
 #[test]

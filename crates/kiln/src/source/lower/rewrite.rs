@@ -323,23 +323,21 @@ impl Rewriter<'_> {
     }
 
     /// A `threadgroup T name[N]...;` storage declaration inside a function, rewritten to
-    /// per-group storage. Returns the position after it, or `None` when the declaration is a
-    /// pointer or reference (then only the keyword goes).
+    /// per-group storage. Sizes may be any constant expressions (`[BM][BK + 1]`, `[N * N]`).
+    /// Returns the position after it, or `None` when the declaration is a pointer or reference
+    /// (then only the keyword goes).
     fn threadgroup_decl(&mut self, k: usize) -> Option<usize> {
         let end = self.statement_end(k)?;
         let span: Vec<Token> = (k + 1..end).map(|j| self.tok(j).clone()).collect();
-        if span.iter().any(|t| ["*", "&", "=", "(", "&&"].contains(&t.text.as_str()) && t.kind == Kind::Punct) {
-            return None;
-        }
         // The type ends at the identifier just before the first top-level `[`, `,` or the end.
-        let mut angle = 0i32;
+        let mut depth = 0i32;
         let mut first_stop = span.len();
         for (i, t) in span.iter().enumerate() {
             match t.text.as_str() {
-                "<" => angle += 1,
-                ">" => angle -= 1,
-                ">>" => angle -= 2,
-                "[" | "," if angle == 0 => {
+                "<" | "(" => depth += 1,
+                ">" | ")" => depth -= 1,
+                ">>" => depth -= 2,
+                "[" | "," if depth == 0 => {
                     first_stop = i;
                     break;
                 }
@@ -349,13 +347,16 @@ impl Rewriter<'_> {
         if first_stop == 0 || span[first_stop - 1].kind != Kind::Ident {
             return None;
         }
-        let ty_refs: Vec<&Token> = span[..first_stop - 1].iter().collect();
-        let ty = join(&ty_refs);
+        let ty_toks = &span[..first_stop - 1];
+        if ty_toks.iter().any(|t| t.kind == Kind::Punct && ["*", "&", "&&", "(", "="].contains(&t.text.as_str())) {
+            return None;
+        }
+        let ty = join(&ty_toks.iter().collect::<Vec<_>>());
         let rest: Vec<&Token> = span[first_stop - 1..].iter().collect();
         let mut decls = Vec::new();
         for part in super::entry::split_commas(&rest) {
-            let name = part.first()?.text.clone();
-            let dims = join(&part[1..]);
+            let name = part.first().filter(|t| t.kind == Kind::Ident)?.text.clone();
+            let dims = self.array_dims(&part[1..])?;
             let site = self.next_site;
             self.next_site += 1;
             decls.push(match self.target {
@@ -366,6 +367,32 @@ impl Rewriter<'_> {
         self.set(k, decls.join(" "));
         self.blank(k + 1, end + 1);
         Some(end + 1)
+    }
+
+    /// `[a][b + 1]` as `[(a)][(b + 1)]`: parenthesised so a `>` in a size cannot end the
+    /// template argument list the type is placed in. `None` unless the tokens are only
+    /// bracketed sizes.
+    fn array_dims(&self, toks: &[&Token]) -> Option<String> {
+        let mut out = String::new();
+        let mut i = 0;
+        while i < toks.len() {
+            if !toks[i].is("[") {
+                return None;
+            }
+            let mut depth = 0i32;
+            let close = (i..toks.len()).find(|&j| {
+                match toks[j].text.as_str() {
+                    "[" => depth += 1,
+                    "]" => depth -= 1,
+                    _ => {}
+                }
+                depth == 0
+            })?;
+            let size = join(&toks[i + 1..close]);
+            out.push_str(&if size.is_empty() { "[]".to_string() } else { format!("[({size})]") });
+            i = close + 1;
+        }
+        Some(out)
     }
 
     /// `constant T name [[function_constant(i)]];` at file scope. Returns the position after
