@@ -10,6 +10,8 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::gallery;
+use crate::ops;
+use crate::ops::elementwise::Unary;
 
 /// Elements of the elementwise cases (64 M).
 pub const ELEMENTWISE_N: usize = 64 << 20;
@@ -20,13 +22,16 @@ pub const ROWS: usize = 16384;
 pub fn all() -> Vec<Case> {
     let mut v = Vec::new();
     for dtype in [DType::F32, DType::F16, DType::BF16] {
-        v.push(unary("exp", dtype, 1.0, gallery::exp::exp, f64::exp));
-        v.push(unary("silu", dtype, 4.0, gallery::silu::silu, |x| x / (1.0 + (-x).exp())));
-        v.push(unary("gelu_tanh", dtype, 9.0, gallery::gelu::gelu, gelu_tanh));
+        v.push(unary("exp", dtype, 1.0, Unary::Exp));
+        v.push(unary("silu", dtype, 4.0, Unary::Silu));
+        v.push(unary("gelu_tanh", dtype, 9.0, Unary::Gelu));
     }
     for dtype in [DType::BF16, DType::F32] {
         for d in [1024, 4096, 8192] {
             v.push(rms_norm(dtype, d));
+        }
+        for d in [1024, 4096, 8192] {
+            v.push(residual_rms_norm(dtype, d));
         }
     }
     for dtype in [DType::F32, DType::BF16] {
@@ -34,12 +39,8 @@ pub fn all() -> Vec<Case> {
             v.push(softmax(dtype, d));
         }
     }
+    v.extend(super::compute_cases::all());
     v
-}
-
-fn gelu_tanh(x: f64) -> f64 {
-    let c = (2.0 / std::f64::consts::PI).sqrt();
-    0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
 }
 
 /// A random input of `shape` on `device`, uniform in [lo, hi), and the values it holds.
@@ -62,13 +63,7 @@ pub fn sample(n: usize, max: usize) -> impl Iterator<Item = usize> {
     (0..n).step_by(n.div_ceil(max.max(1)).max(1))
 }
 
-fn unary(
-    op: &'static str,
-    dtype: DType,
-    flops_per_element: f64,
-    f: fn(&Array) -> Result<Array>,
-    r: fn(f64) -> f64,
-) -> Case {
+fn unary(op: &'static str, dtype: DType, flops_per_element: f64, which: Unary) -> Case {
     let n = ELEMENTWISE_N;
     Case {
         op,
@@ -80,10 +75,11 @@ fn unary(
             let (x, xv) = input(device, dtype, &[n], &mut Rng::new(seed), -4.0, 4.0)?;
             let run_x = x.clone();
             Ok(Prepared {
-                run: Box::new(move || Ok(vec![f(&run_x)?])),
+                run: Box::new(move || Ok(vec![ops::elementwise::unary(which, &run_x)?])),
                 error: Box::new(move |outs| {
                     let out = outs[0].to_f64_vec()?;
-                    let (got, want): (Vec<f64>, Vec<f64>) = sample(n, 1 << 20).map(|i| (out[i], r(xv[i]))).unzip();
+                    let (got, want): (Vec<f64>, Vec<f64>) =
+                        sample(n, 1 << 20).map(|i| (out[i], ops::elementwise::reference_one(which, xv[i]))).unzip();
                     Ok(rel_l2(&got, &want))
                 }),
                 tolerance: tolerance(dtype),
@@ -123,10 +119,49 @@ fn rms_norm(dtype: DType, d: usize) -> Case {
             let eps = 1e-5;
             let (rx, rw) = (x.clone(), w.clone());
             Ok(Prepared {
-                run: Box::new(move || Ok(vec![gallery::rms_norm::rms_norm(&rx, &rw, eps)?])),
+                run: Box::new(move || Ok(vec![ops::rms_norm::rms_norm(&rx, &rw, eps)?])),
                 error: Box::new(move |outs| {
                     let out = outs[0].to_f64_vec()?;
-                    Ok(row_error(&out, &xv, d, |row, _| gallery::rms_norm::reference(row, &wv, d, eps as f64)))
+                    Ok(row_error(&out, &xv, d, |row, _| ops::rms_norm::reference(row, &wv, d, eps as f64)))
+                }),
+                tolerance: tolerance(dtype),
+            })
+        }),
+    }
+}
+
+fn residual_rms_norm(dtype: DType, d: usize) -> Case {
+    let rows = ROWS;
+    Case {
+        op: "residual_rms_norm",
+        shape: format!("{rows}x{d}"),
+        dtype,
+        bytes: ((4 * rows * d + d) * dtype.size()) as f64,
+        flops: 5.0 * (rows * d) as f64,
+        prepare: Box::new(move |device, seed| {
+            let mut rng = Rng::new(seed);
+            let (x, xv) = input(device, dtype, &[rows, d], &mut rng, -2.0, 2.0)?;
+            let (r, rv) = input(device, dtype, &[rows, d], &mut rng, -2.0, 2.0)?;
+            let (w, wv) = input(device, dtype, &[d], &mut rng, 0.5, 1.5)?;
+            let eps = 1e-5;
+            Ok(Prepared {
+                run: Box::new(move || {
+                    let (y, h) = ops::residual_rms_norm::residual_rms_norm(&x, &r, &w, eps)?;
+                    Ok(vec![y, h])
+                }),
+                error: Box::new(move |outs| {
+                    let (y, h) = (outs[0].to_f64_vec()?, outs[1].to_f64_vec()?);
+                    let (mut got, mut want) = (Vec::new(), Vec::new());
+                    for row in sample(rows, 256) {
+                        let span = row * d..(row + 1) * d;
+                        let (ry, rh) =
+                            ops::residual_rms_norm::reference(&xv[span.clone()], &rv[span.clone()], &wv, d, eps as f64);
+                        got.extend_from_slice(&y[span.clone()]);
+                        got.extend_from_slice(&h[span]);
+                        want.extend(ry);
+                        want.extend(rh);
+                    }
+                    Ok(rel_l2(&got, &want))
                 }),
                 tolerance: tolerance(dtype),
             })

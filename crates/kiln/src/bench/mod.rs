@@ -8,6 +8,7 @@
 //! friends, and [`report::compare`] prints kiln/peer ratios.
 
 pub mod cases;
+mod compute_cases;
 pub mod host;
 pub mod plot;
 pub mod report;
