@@ -9,7 +9,7 @@ mod common;
 use common::{assert_close, random_array, Rng};
 use kiln::ops::elementwise::{self, Unary};
 use kiln::ops::util::{OpCall, FLOAT_DTYPES};
-use kiln::ops::{residual_rms_norm, rms_norm};
+use kiln::ops::{overlap_add, residual_rms_norm, rms_norm, rope, scatter_add, softmax};
 use kiln::{Array, DType, Device, Error, SliceArg};
 
 /// Runs a prepared call with poisoned outputs and returns them on the host.
@@ -167,10 +167,303 @@ fn norms_reject_bad_input(device: Device) {
     assert!(matches!(res, Err(Error::ShapeMismatch { ref op, .. }) if op == "residual_rms_norm"));
 }
 
+// ---------------------------------------------------------------------------------------------
+// softmax
+
+fn softmax_case(x: &Array, variant: &str) {
+    let call = softmax::softmax_call(x).unwrap();
+    assert_eq!(call.variant(), format!("kiln_softmax_{variant}"), "{x:?}");
+    let out = run_poisoned(call).remove(0);
+    let d = x.shape()[x.ndim() - 1];
+    assert_close(&format!("softmax {x:?}"), &out, &softmax::reference(&host_values(x), d), x.dtype());
+}
+
+fn softmax_matches_reference(device: Device) {
+    let mut rng = Rng::new(31);
+    for dtype in FLOAT_DTYPES {
+        let cases: [(&[usize], &str); 7] = [
+            (&[3, 5, 64], "simdgroup_vec4"),
+            (&[7, 33], "simdgroup"),
+            (&[2, 1], "simdgroup"),
+            (&[3, 1500], "threadgroup_vec4"),
+            (&[2, 1031], "threadgroup"),
+            (&[2, 33000], "threadgroup_vec4"),
+            (&[1, 32771], "threadgroup"),
+        ];
+        for (shape, variant) in cases {
+            // A spread of 8 makes the max subtraction matter (exp(±24) would lose f32 range).
+            let n: usize = shape.iter().product();
+            let x = Array::from_f64(dtype, shape, &rng.normals(n, 8.0)).unwrap();
+            softmax_case(&on(device, &x), variant);
+        }
+        // Masked positions (−∞) in every row, and a transposed input.
+        let mut v = rng.normals(4 * 40, 3.0);
+        for (i, x) in v.iter_mut().enumerate() {
+            if i % 3 == 0 {
+                *x = f64::NEG_INFINITY;
+            }
+        }
+        softmax_case(&on(device, &Array::from_f64(dtype, &[4, 40], &v).unwrap()), "simdgroup_vec4");
+        let mut v = rng.normals(2 * 1200, 3.0);
+        v[..600].fill(f64::NEG_INFINITY);
+        softmax_case(&on(device, &Array::from_f64(dtype, &[2, 1200], &v).unwrap()), "threadgroup_vec4");
+        let base = on(device, &random_array(&mut rng, dtype, &[24, 5]));
+        softmax_case(&base.t(), "simdgroup_vec4");
+    }
+}
+
+fn softmax_rejects_bad_input(device: Device) {
+    let scalar = on(device, &Array::scalar(1.0f32));
+    assert!(matches!(softmax::softmax(&scalar), Err(Error::ShapeMismatch { ref op, .. }) if op == "softmax"));
+    let empty = on(device, &Array::from_f64(DType::F16, &[3, 0], &[]).unwrap());
+    assert!(matches!(softmax::softmax(&empty), Err(Error::ShapeMismatch { .. })));
+    let ints = on(device, &Array::from_vec(&[2], vec![1u32, 2]).unwrap());
+    assert!(matches!(softmax::softmax(&ints), Err(Error::UnsupportedDType { .. })));
+}
+
+// ---------------------------------------------------------------------------------------------
+// rope
+
+fn rope_matches_reference(device: Device) {
+    let mut rng = Rng::new(41);
+    for dtype in FLOAT_DTYPES {
+        // (shape, dims, traditional, base, scale, offset): batch and head axes, odd L, a rotated
+        // prefix with a copied tail (odd D), a batch count that leaves a partial run of rows.
+        let cases: [(&[usize], usize, bool, f32, f32, i32); 6] = [
+            (&[2, 3, 7, 64], 64, false, 10000.0, 1.0, 0),
+            (&[2, 3, 7, 64], 64, true, 10000.0, 1.0, 5),
+            (&[5, 9, 37], 16, false, 500.0, 0.5, 3),
+            (&[5, 9, 37], 20, true, 10000.0, 2.0, 1),
+            (&[11, 2], 2, false, 10000.0, 1.0, 40),
+            (&[3, 1, 8, 128], 128, false, 1e6, 1.0, 70),
+        ];
+        for (shape, dims, traditional, base, scale, offset) in cases {
+            let nd = shape.len();
+            let x = on(device, &random_array(&mut rng, dtype, shape));
+            let call = rope::rope_call(&x, dims, traditional, base, scale, offset).unwrap();
+            assert_eq!(call.variant(), if traditional { "kiln_rope_traditional" } else { "kiln_rope" });
+            let out = run_poisoned(call).remove(0);
+            let want = rope::reference(
+                &host_values(&x),
+                shape[nd - 2],
+                shape[nd - 1],
+                dims,
+                traditional,
+                base as f64,
+                scale as f64,
+                offset,
+            );
+            assert_close(&format!("rope {dtype} {shape:?} dims {dims} trad {traditional}"), &out, &want, dtype);
+        }
+        // (B, L, H, D) read as (B, H, L, D) through a transpose.
+        let base = on(device, &random_array(&mut rng, dtype, &[2, 6, 3, 32]));
+        let x = base.transpose(&[0, 2, 1, 3]).unwrap();
+        let out = rope::rope(&x, 32, false, 10000.0, 1.0, 2).unwrap();
+        let want = rope::reference(&host_values(&x), 6, 32, 32, false, 10000.0, 1.0, 2);
+        assert_close(&format!("rope {dtype} transposed"), &out, &want, dtype);
+    }
+}
+
+fn rope_rejects_bad_input(device: Device) {
+    let mut rng = Rng::new(42);
+    let x = on(device, &random_array(&mut rng, DType::F32, &[2, 4, 8]));
+    let invalid = |r: Result<Array, Error>| matches!(r, Err(Error::InvalidArgument { ref op, .. }) if op == "rope");
+    assert!(invalid(rope::rope(&x, 7, false, 1e4, 1.0, 0)));
+    assert!(invalid(rope::rope(&x, 10, false, 1e4, 1.0, 0)));
+    assert!(invalid(rope::rope(&x, 0, false, 1e4, 1.0, 0)));
+    assert!(invalid(rope::rope(&x, 8, false, 0.0, 1.0, 0)));
+    assert!(invalid(rope::rope(&x, 8, false, 1e4, f32::INFINITY, 0)));
+    let flat = on(device, &random_array(&mut rng, DType::F32, &[8]));
+    assert!(matches!(rope::rope(&flat, 8, false, 1e4, 1.0, 0), Err(Error::ShapeMismatch { .. })));
+}
+
+// ---------------------------------------------------------------------------------------------
+// scatter_add
+
+fn index_array(device: Device, dtype: DType, idx: &[i64]) -> Array {
+    let v: Vec<f64> = idx.iter().map(|&i| i as f64).collect();
+    on(device, &Array::from_f64(dtype, &[idx.len()], &v).unwrap())
+}
+
+fn scatter_add_matches_reference(device: Device) {
+    let mut rng = Rng::new(51);
+    // (values shape, bins): few bins so most indices repeat; a trailing row; two trailing axes.
+    let cases: [(&[usize], usize); 3] = [(&[1000], 7), (&[300, 5], 11), (&[77, 3, 2], 1)];
+    for (shape, bins) in cases {
+        let n = shape[0];
+        let m = shape.iter().product::<usize>() / n;
+        let mut idx: Vec<i64> = (0..n).map(|_| (rng.next_u64() % bins as u64) as i64).collect();
+        // Out-of-range entries are skipped.
+        idx[0] = -1;
+        idx[n - 1] = bins as i64;
+        for idx_dtype in [DType::I32, DType::I64] {
+            let indices = index_array(device, idx_dtype, &idx);
+            for dtype in FLOAT_DTYPES {
+                let values = on(device, &random_array(&mut rng, dtype, shape));
+                let call = scatter_add::scatter_add_call(&values, &indices, bins).unwrap();
+                assert_eq!(call.variant(), "kiln_scatter_add");
+                let out = call.run_one().unwrap();
+                let mut want_shape = shape.to_vec();
+                want_shape[0] = bins;
+                assert_eq!((out.shape(), out.dtype()), (&want_shape[..], DType::F32));
+                let want = scatter_add::reference(&host_values(&values), &idx, m, bins);
+                assert_close(&format!("scatter_add {dtype} {shape:?}"), &out, &want, DType::F32);
+            }
+            // Integers are exact, wrap-around included.
+            let ints: Vec<i32> = (0..n * m).map(|i| (rng.next_u64() as i32) >> (i % 3 * 8)).collect();
+            let values = on(device, &Array::from_vec(shape, ints.clone()).unwrap());
+            let out = scatter_add::scatter_add(&values, &indices, bins).unwrap().to_host().unwrap();
+            assert_eq!(out.to_vec::<i32>().unwrap(), scatter_add::reference_i32(&ints, &idx, m, bins));
+            let uints: Vec<u32> = (0..n * m).map(|_| (rng.next_u64() % 1000) as u32).collect();
+            let values = on(device, &Array::from_vec(shape, uints.clone()).unwrap());
+            let out = scatter_add::scatter_add(&values, &indices, bins).unwrap().to_host().unwrap();
+            let as_i32: Vec<i32> = uints.iter().map(|&u| u as i32).collect();
+            let want: Vec<u32> = scatter_add::reference_i32(&as_i32, &idx, m, bins).iter().map(|&v| v as u32).collect();
+            assert_eq!(out.to_vec::<u32>().unwrap(), want);
+        }
+    }
+    // Non-contiguous values (every other row) with uint32 indices.
+    let base = on(device, &random_array(&mut rng, DType::BF16, &[40, 3]));
+    let values = base.slice(&slice("::2")).unwrap();
+    let idx: Vec<i64> = (0..20).map(|i| (i * 7 % 5) as i64).collect();
+    let out = scatter_add::scatter_add(&values, &index_array(device, DType::U32, &idx), 5).unwrap();
+    assert_close("scatter_add strided", &out, &scatter_add::reference(&host_values(&values), &idx, 3, 5), DType::F32);
+}
+
+fn scatter_add_rejects_bad_input(device: Device) {
+    let mut rng = Rng::new(52);
+    let values = on(device, &random_array(&mut rng, DType::F32, &[6, 2]));
+    let idx = index_array(device, DType::I32, &[0, 1, 2, 0, 1, 2]);
+    let short = index_array(device, DType::I32, &[0, 1]);
+    let float_idx = on(device, &random_array(&mut rng, DType::F32, &[6]));
+    let is_op = |e: &Error| e.to_string().starts_with("[scatter_add]");
+    assert!(
+        matches!(scatter_add::scatter_add(&values, &short, 3), Err(ref e @ Error::ShapeMismatch { .. }) if is_op(e))
+    );
+    assert!(matches!(scatter_add::scatter_add(&values, &float_idx, 3), Err(Error::UnsupportedDType { .. })));
+    assert!(matches!(scatter_add::scatter_add(&values, &idx, 0), Err(Error::InvalidArgument { .. })));
+    let bytes = on(device, &Array::from_vec(&[6], vec![1u8; 6]).unwrap());
+    assert!(matches!(scatter_add::scatter_add(&bytes, &idx, 3), Err(Error::UnsupportedDType { .. })));
+}
+
+// ---------------------------------------------------------------------------------------------
+// overlap_add
+
+fn overlap_add_matches_reference(device: Device) {
+    let mut rng = Rng::new(61);
+    for dtype in FLOAT_DTYPES {
+        // (shape, hop): 75 % overlap, hop = frame_len, gaps (hop > frame_len), one frame, batch axes.
+        let cases: [(&[usize], usize); 5] =
+            [(&[2, 9, 64], 16), (&[3, 5, 7], 7), (&[4, 3], 5), (&[1, 33], 4), (&[2, 2, 6, 10], 3)];
+        for (shape, hop) in cases {
+            let nd = shape.len();
+            let frames = on(device, &random_array(&mut rng, dtype, shape));
+            let call = overlap_add::overlap_add_call(&frames, hop).unwrap();
+            assert_eq!(call.variant(), "kiln_overlap_add");
+            let out = run_poisoned(call).remove(0);
+            let out_len = overlap_add::output_len(shape[nd - 2], shape[nd - 1], hop);
+            assert_eq!(out.shape().last(), Some(&out_len));
+            assert_eq!(&out.shape()[..nd - 2], &shape[..nd - 2]);
+            let want = overlap_add::reference(&host_values(&frames), shape[nd - 2], shape[nd - 1], hop);
+            assert_close(&format!("overlap_add {dtype} {shape:?} hop {hop}"), &out, &want, dtype);
+        }
+        // Frames read through a transpose of (frame_len, n_frames).
+        let base = on(device, &random_array(&mut rng, dtype, &[3, 12, 8]));
+        let frames = base.transpose(&[0, 2, 1]).unwrap();
+        let out = overlap_add::overlap_add(&frames, 6).unwrap();
+        assert_close("overlap_add transposed", &out, &overlap_add::reference(&host_values(&frames), 8, 12, 6), dtype);
+    }
+}
+
+fn overlap_add_rejects_bad_input(device: Device) {
+    let mut rng = Rng::new(62);
+    let frames = on(device, &random_array(&mut rng, DType::F32, &[4, 8]));
+    let invalid = matches!(overlap_add::overlap_add(&frames, 0), Err(Error::InvalidArgument { ref op, .. }) if op == "overlap_add");
+    assert!(invalid);
+    let flat = on(device, &random_array(&mut rng, DType::F32, &[8]));
+    assert!(matches!(overlap_add::overlap_add(&flat, 2), Err(Error::ShapeMismatch { .. })));
+    let empty = on(device, &Array::from_f64(DType::F32, &[0, 8], &[]).unwrap());
+    assert!(matches!(overlap_add::overlap_add(&empty, 2), Err(Error::ShapeMismatch { .. })));
+    let ints = on(device, &Array::from_vec(&[2, 2], vec![1i32; 4]).unwrap());
+    assert!(matches!(overlap_add::overlap_add(&ints, 1), Err(Error::UnsupportedDType { .. })));
+}
+
 backend_tests!(
     elementwise_matches_reference,
     elementwise_rejects_bad_input,
     rms_norm_matches_reference,
     residual_rms_norm_matches_reference,
     norms_reject_bad_input,
+    softmax_matches_reference,
+    softmax_rejects_bad_input,
+    rope_matches_reference,
+    rope_rejects_bad_input,
+    scatter_add_matches_reference,
+    scatter_add_rejects_bad_input,
+    overlap_add_matches_reference,
+    overlap_add_rejects_bad_input,
 );
+
+// ---------------------------------------------------------------------------------------------
+// NVRTC: every variant of every op, in every dtype, compiles to sm_90 cubin without a GPU.
+
+fn nvrtc_or_skip() -> bool {
+    match kiln::backend::cuda::nvrtc_version() {
+        Ok(_) => true,
+        Err(e) => {
+            if kiln::config::required_backend().as_deref() == Some("nvrtc") {
+                panic!("KILN_REQUIRE_BACKEND=nvrtc but NVRTC is unavailable: {e}");
+            }
+            eprintln!("skipping NVRTC compilation: {e}");
+            false
+        }
+    }
+}
+
+/// One call per kernel variant for `dtype`, built on host arrays.
+fn every_variant(dtype: DType) -> Vec<OpCall> {
+    let mut rng = Rng::new(71);
+    let mut arr = |shape: &[usize]| random_array(&mut rng, dtype, shape);
+    let mut calls = Vec::new();
+    for op in Unary::ALL {
+        calls.push(elementwise::unary_call(op, &arr(&[64])).unwrap());
+        calls.push(elementwise::unary_call(op, &arr(&[8, 6]).t()).unwrap());
+    }
+    for d in [64, 33, 2048, 2047] {
+        let (x, r, w) = (arr(&[4, d]), arr(&[4, d]), arr(&[d]));
+        calls.push(rms_norm::rms_norm_call(&x, &w, 1e-5).unwrap());
+        calls.push(residual_rms_norm::residual_rms_norm_call(&x, &r, &w, 1e-5).unwrap());
+        calls.push(softmax::softmax_call(&x).unwrap());
+    }
+    for traditional in [false, true] {
+        calls.push(rope::rope_call(&arr(&[2, 4, 64]), 32, traditional, 1e4, 1.0, 0).unwrap());
+    }
+    calls.push(overlap_add::overlap_add_call(&arr(&[2, 5, 16]), 4).unwrap());
+    let idx = Array::from_vec(&[16], (0..16).map(|i| i % 3).collect::<Vec<i32>>()).unwrap();
+    calls.push(scatter_add::scatter_add_call(&arr(&[16, 4]), &idx, 3).unwrap());
+    calls
+}
+
+#[test]
+fn every_op_variant_compiles_with_nvrtc() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let mut calls: Vec<OpCall> = FLOAT_DTYPES.iter().flat_map(|&d| every_variant(d)).collect();
+    let idx = Array::from_vec(&[4], vec![0i64, 1, 1, 0]).unwrap();
+    for values in [Array::from_vec(&[4], vec![1i32, 2, 3, 4]).unwrap(), Array::from_vec(&[4], vec![1u32; 4]).unwrap()] {
+        calls.push(scatter_add::scatter_add_call(&values, &idx, 2).unwrap());
+    }
+    let mut variants = std::collections::BTreeSet::new();
+    for call in &calls {
+        let program = call.program().unwrap();
+        let cubin = kiln::backend::cuda::compile_cubin(&program, (9, 0)).unwrap_or_else(|e| {
+            let source = kiln::backend::cuda::translate(&program).unwrap_or_default();
+            panic!("{}: {e}\n---- generated CUDA ----\n{source}", call.variant())
+        });
+        assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", call.variant());
+        variants.insert(call.variant().to_string());
+    }
+    // 2 elementwise + 4 × 3 row kernels + 2 rope + overlap-add + scatter-add.
+    assert_eq!(variants.len(), 18, "{variants:?}");
+}

@@ -1,1 +1,169 @@
-//! (being written)
+//! Rotary position embedding with `mx.fast.rope` semantics.
+//!
+//! For `x` (..., L, D), position `p = (offset + t) · scale` of row `t` along the second-to-last
+//! axis, and pair `j < dims/2` with `θ = p · base^(−2j/dims)`:
+//! `y[i0] = x[i0] cos θ − x[i1] sin θ`, `y[i1] = x[i1] cos θ + x[i0] sin θ`, where the pair is
+//! `(i0, i1) = (j, j + dims/2)` (half-split, `traditional = false`) or `(2j, 2j + 1)`
+//! (`traditional = true`). Elements `dims..D` are copied unchanged.
+//!
+//! The angle is formed in f32 as MLX does (`exp2` of `−2j/dims · log2 base`, times the
+//! position), so its absolute error grows with the position: about `p · 1e-7` radians. The
+//! f32 checks keep positions below 100; at the anchor's positions (≤ 1024) the f16/bf16
+//! rounding dominates.
+//!
+//! Layout: `x` (..., L, D) of f32/f16/bf16 with at least 2 axes (a non-contiguous input is
+//! copied to row-contiguous first); `dims` even, 2 ≤ dims ≤ D; `base` > 0. Output (..., L, D)
+//! row-contiguous in the dtype of `x`.
+//!
+//! Kernel: one thread per (position t, pair j) and a run of up to 4 rows with that position
+//! (rows of different batch/head entries share `θ`, so each `sin`/`cos` pair serves 4 rows);
+//! consecutive threads take consecutive pairs, so loads and stores are coalesced. Threads past
+//! the pairs copy the tail `dims..D`. Variants: `kiln_rope` and `kiln_rope_traditional`.
+//!
+//! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
+
+use super::util::{cached, check_float, check_nonempty, grid_dim, index_i32, KernelCell, OpCall};
+use crate::array::Array;
+use crate::error::{Error, Result};
+use crate::kernel::{LaunchSpec, MetalKernel};
+
+const OP: &str = "rope";
+
+/// Rows that share one `sin`/`cos` evaluation.
+const ROWS_PER_THREAD: usize = 4;
+
+const SOURCE: &str = r#"
+    uint gid = thread_position_in_grid.x;
+    uint S = uint(slots);
+    uint half_dims = uint(dims) / 2;
+    uint D = uint(d);
+    uint L = uint(len);
+    uint slot = gid % S;
+    uint rest = gid / S;
+    uint t = rest % L;
+    uint first = (rest / L) * R;
+    uint last = metal::min(first + R, uint(n_outer));
+    if (slot < half_dims) {
+        float pos = static_cast<float>(offset + static_cast<int>(t)) * scale;
+        float inv_freq = metal::exp2(-static_cast<float>(2 * slot) / static_cast<float>(dims) * log2_base);
+        float theta = pos * inv_freq;
+        float c = metal::cos(theta);
+        float s = metal::sin(theta);
+        uint i0 = TRADITIONAL ? 2 * slot : slot;
+        uint i1 = TRADITIONAL ? 2 * slot + 1 : slot + half_dims;
+        for (uint o = first; o < last; ++o) {
+            int64_t base = (int64_t(o) * L + t) * D;
+            float x0 = static_cast<float>(x[base + i0]);
+            float x1 = static_cast<float>(x[base + i1]);
+            out[base + i0] = static_cast<T>(x0 * c - x1 * s);
+            out[base + i1] = static_cast<T>(x1 * c + x0 * s);
+        }
+    } else {
+        uint i = uint(dims) + (slot - half_dims);
+        for (uint o = first; o < last; ++o) {
+            int64_t base = (int64_t(o) * L + t) * D;
+            out[base + i] = x[base + i];
+        }
+    }
+"#;
+
+static KERNELS: [KernelCell; 2] = [KernelCell::new(), KernelCell::new()];
+
+fn kernel(traditional: bool) -> Result<&'static MetalKernel> {
+    cached(&KERNELS[usize::from(traditional)], OP, || {
+        let name = if traditional { "kiln_rope_traditional" } else { "kiln_rope" };
+        MetalKernel::new(
+            name,
+            &["x", "dims", "d", "len", "n_outer", "slots", "offset", "scale", "log2_base"],
+            &["out"],
+            SOURCE,
+        )
+    })
+}
+
+/// The validated call (see the module header).
+pub fn rope_call(x: &Array, dims: usize, traditional: bool, base: f32, scale: f32, offset: i32) -> Result<OpCall> {
+    check_float(OP, "x", x)?;
+    check_nonempty(OP, "x", x, 2)?;
+    let nd = x.ndim();
+    let (l, d) = (x.shape()[nd - 2], x.shape()[nd - 1]);
+    if dims < 2 || dims % 2 != 0 || dims > d {
+        return Err(Error::invalid(OP, format!("dims must be even and in 2..={d} (the last axis), got {dims}")));
+    }
+    if !(base > 0.0 && base.is_finite() && scale.is_finite()) {
+        return Err(Error::invalid(
+            OP,
+            format!("base must be finite and positive and scale finite, got {base}, {scale}"),
+        ));
+    }
+    let n_outer = x.size() / (l * d);
+    let slots = dims / 2 + (d - dims);
+    let threads = n_outer.div_ceil(ROWS_PER_THREAD) * l * slots;
+    index_i32(OP, "D", d)?;
+    index_i32(OP, "batch", n_outer)?;
+    let spec = LaunchSpec::new([grid_dim(OP, threads)?, 1, 1], [256, 1, 1])
+        .output(x.shape(), x.dtype())
+        .template("T", x.dtype())
+        .template("TRADITIONAL", traditional)
+        .template("R", ROWS_PER_THREAD as i32);
+    let inputs = vec![
+        x.into(),
+        (dims as i32).into(),
+        (d as i32).into(),
+        index_i32(OP, "L", l)?.into(),
+        (n_outer as i32).into(),
+        (slots as i32).into(),
+        offset.into(),
+        scale.into(),
+        ((base as f64).log2() as f32).into(),
+    ];
+    Ok(OpCall::new(kernel(traditional)?, inputs, spec))
+}
+
+/// Rotates the first `dims` features of `x` (..., L, D) for positions `offset..offset + L`
+/// (times `scale`); the result lives on the device of `x`.
+pub fn rope(x: &Array, dims: usize, traditional: bool, base: f32, scale: f32, offset: i32) -> Result<Array> {
+    rope_call(x, dims, traditional, base, scale, offset)?.run_one()
+}
+
+/// The formula in f64 over values in row-major order of shape (..., `l`, `d`).
+#[allow(clippy::too_many_arguments)]
+pub fn reference(
+    x: &[f64],
+    l: usize,
+    d: usize,
+    dims: usize,
+    traditional: bool,
+    base: f64,
+    scale: f64,
+    offset: i32,
+) -> Vec<f64> {
+    let half = dims / 2;
+    let mut out = x.to_vec();
+    for (row, (xr, yr)) in x.chunks(d).zip(out.chunks_mut(d)).enumerate() {
+        let pos = (offset as f64 + (row % l) as f64) * scale;
+        for j in 0..half {
+            let theta = pos * base.powf(-2.0 * j as f64 / dims as f64);
+            let (s, c) = theta.sin_cos();
+            let (i0, i1) = if traditional { (2 * j, 2 * j + 1) } else { (j, j + half) };
+            yr[i0] = xr[i0] * c - xr[i1] * s;
+            yr[i1] = xr[i1] * c + xr[i0] * s;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reference_rotates_pairs_and_copies_the_tail() {
+        let x = [0.3, -1.2, 2.0, 0.5, 7.0];
+        assert_eq!(super::reference(&x, 1, 5, 4, false, 1e4, 1.0, 0), x.to_vec());
+        let y = super::reference(&x, 1, 5, 4, false, 1e4, 1.0, 3);
+        // Pair 0 (elements 0 and 2) turns by the position itself; the tail is untouched.
+        assert!((y[0] - (0.3 * 3f64.cos() - 2.0 * 3f64.sin())).abs() < 1e-12);
+        assert_eq!(y[4], 7.0);
+        let t = super::reference(&x, 1, 5, 4, true, 1e4, 0.5, 3);
+        assert!((t[1] - (-1.2 * 1.5f64.cos() + 0.3 * 1.5f64.sin())).abs() < 1e-12);
+    }
+}

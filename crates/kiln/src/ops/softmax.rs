@@ -1,1 +1,187 @@
-//! (being written)
+//! Softmax over the last axis, numerically stable:
+//! `y[r, i] = exp(x[r, i] − m_r) / Σ_j exp(x[r, j] − m_r)` with `m_r = max_j x[r, j]`.
+//!
+//! Online form: one pass keeps a running (max m, sum s) per thread — a new block of values
+//! with maximum b turns it into (max(m, b), s · e^{m − max} + Σ e^{x − max}) — so the row is
+//! read once for its statistics and once for the store, at any length (32768 and beyond).
+//! Threads combine their pairs by the same rule: `simd_max` of m, then `simd_sum` of the
+//! rescaled s; across simdgroups one barrier, after which every thread combines the partials
+//! itself. Values of −∞ (masked positions) contribute zero; a row of only −∞ gives NaN, as the
+//! formula does. All arithmetic in f32; one rounding to the dtype on store.
+//!
+//! Layout: `x` (..., D) of f32/f16/bf16, any batch axes (a non-contiguous input is copied to
+//! row-contiguous first); output (..., D) row-contiguous in the dtype of `x`.
+//!
+//! Variant rule (deterministic on D and alignment):
+//! - `simdgroup`: D ≤ 1024 — one simdgroup per row, 4 rows per threadgroup, no barrier.
+//! - `threadgroup`: D > 1024 — one threadgroup per row of about D/8 threads (whole
+//!   simdgroups, at most 1024) looping over the row.
+//!
+//! `vec4` forms load 4 elements at once when D % 4 == 0, D ≥ 8 and `x` is 4-element aligned.
+//!
+//! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
+
+use super::rms_norm::SIMDGROUP_MAX_D;
+use super::util::{
+    cached, check_float, check_nonempty, grid_dim, index_i32, row_index_source, threads_per_row, vec4_aligned,
+    KernelCell, OpCall, SIMD, VEC4_HEADER,
+};
+use crate::array::Array;
+use crate::error::Result;
+use crate::kernel::{LaunchSpec, MetalKernel};
+
+const OP: &str = "softmax";
+
+/// Rows per threadgroup of the simdgroup variant.
+const ROWS_PER_GROUP: usize = 4;
+
+const HEADER: &str = r#"
+// Adds one value to a running (max, sum) pair.
+inline void kiln_online_add(thread float& m, thread float& s, float v) {
+    float nm = metal::max(m, v);
+    if (nm != -INFINITY) {
+        s = s * metal::exp(m - nm) + metal::exp(v - nm);
+        m = nm;
+    }
+}
+"#;
+
+const VEC_SOURCE: &str = r#"
+    %INDEX%
+    uint D = uint(d);
+    const device T* xr = x + int64_t(row) * D;
+    device T* yr = out + int64_t(row) * D;
+    float m = -INFINITY;
+    float s = 0.0f;
+    for (uint c = tid; c < D / 4; c += nt) {
+        float4 v = kiln_load4(xr, c);
+        float nm = metal::max(m, metal::max(metal::max(v.x, v.y), metal::max(v.z, v.w)));
+        if (nm != -INFINITY) {
+            s = s * metal::exp(m - nm) + metal::exp(v.x - nm) + metal::exp(v.y - nm) + metal::exp(v.z - nm) +
+                metal::exp(v.w - nm);
+            m = nm;
+        }
+    }
+    %REDUCE%
+    float inv = 1.0f / s;
+    for (uint c = tid; c < D / 4; c += nt) {
+        float4 v = kiln_load4(xr, c);
+        kiln_store4(yr, c, float4(metal::exp(v.x - m), metal::exp(v.y - m), metal::exp(v.z - m), metal::exp(v.w - m)) * inv);
+    }
+"#;
+
+// Indexes the input directly: inputs under 8 elements live in `constant` space.
+const SCALAR_SOURCE: &str = r#"
+    %INDEX%
+    uint D = uint(d);
+    int64_t base = int64_t(row) * D;
+    float m = -INFINITY;
+    float s = 0.0f;
+    for (uint i = tid; i < D; i += nt) {
+        kiln_online_add(m, s, static_cast<float>(x[base + i]));
+    }
+    %REDUCE%
+    float inv = 1.0f / s;
+    for (uint i = tid; i < D; i += nt) {
+        out[base + i] = static_cast<T>(metal::exp(static_cast<float>(x[base + i]) - m) * inv);
+    }
+"#;
+
+const SIMDGROUP_REDUCE: &str = r#"
+    {
+        float gm = simd_max(m);
+        s = simd_sum(m == -INFINITY ? 0.0f : s * metal::exp(m - gm));
+        m = gm;
+    }
+"#;
+
+// Lane 0 of each simdgroup publishes its pair; after the one barrier every thread combines
+// all pairs in the same order, so every thread holds the same (m, s).
+const THREADGROUP_REDUCE: &str = r#"
+    threadgroup float part_m[32];
+    threadgroup float part_s[32];
+    {
+        float gm = simd_max(m);
+        float gs = simd_sum(m == -INFINITY ? 0.0f : s * metal::exp(m - gm));
+        if (thread_index_in_simdgroup == 0) {
+            part_m[simdgroup_index_in_threadgroup] = gm;
+            part_s[simdgroup_index_in_threadgroup] = gs;
+        }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    m = -INFINITY;
+    for (uint g = 0; g < simdgroups_per_threadgroup; ++g) {
+        m = metal::max(m, part_m[g]);
+    }
+    s = 0.0f;
+    for (uint g = 0; g < simdgroups_per_threadgroup; ++g) {
+        s += part_m[g] == -INFINITY ? 0.0f : part_s[g] * metal::exp(part_m[g] - m);
+    }
+"#;
+
+static KERNELS: [KernelCell; 4] = [KernelCell::new(), KernelCell::new(), KernelCell::new(), KernelCell::new()];
+
+fn kernel(row_per_simdgroup: bool, vec4: bool) -> Result<&'static MetalKernel> {
+    let slot = usize::from(row_per_simdgroup) * 2 + usize::from(vec4);
+    cached(&KERNELS[slot], OP, || {
+        let name = format!(
+            "kiln_softmax_{}{}",
+            if row_per_simdgroup { "simdgroup" } else { "threadgroup" },
+            if vec4 { "_vec4" } else { "" }
+        );
+        let source = if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }
+            .replace("%INDEX%", row_index_source(row_per_simdgroup))
+            .replace("%REDUCE%", if row_per_simdgroup { SIMDGROUP_REDUCE } else { THREADGROUP_REDUCE });
+        Ok(MetalKernel::new(name, &["x", "d"], &["out"], source)?.header(format!("{VEC4_HEADER}{HEADER}")))
+    })
+}
+
+/// The validated call (see the module header for the variant rule).
+pub fn softmax_call(x: &Array) -> Result<OpCall> {
+    check_float(OP, "x", x)?;
+    check_nonempty(OP, "x", x, 1)?;
+    let d = x.shape()[x.ndim() - 1];
+    index_i32(OP, "D", d)?;
+    let rows = x.size() / d;
+    let row_per_simdgroup = d <= SIMDGROUP_MAX_D;
+    let (grid, group) = if row_per_simdgroup {
+        (rows * SIMD, (ROWS_PER_GROUP * SIMD).min(rows * SIMD))
+    } else {
+        let t = threads_per_row(d);
+        (rows * t, t)
+    };
+    let vec4 = d % 4 == 0 && d >= 8 && vec4_aligned(x);
+    let spec = LaunchSpec::new([grid_dim(OP, grid)?, 1, 1], [group as u32, 1, 1])
+        .output(x.shape(), x.dtype())
+        .template("T", x.dtype());
+    Ok(OpCall::new(kernel(row_per_simdgroup, vec4)?, vec![x.into(), (d as i32).into()], spec))
+}
+
+/// Softmax of `x` over its last axis; the result lives on the device of `x`.
+pub fn softmax(x: &Array) -> Result<Array> {
+    softmax_call(x)?.run_one()
+}
+
+/// The formula in f64 over rows of length `d`.
+pub fn reference(x: &[f64], d: usize) -> Vec<f64> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks(d) {
+        let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
+        out.extend(row.iter().map(|v| (v - max).exp() / sum));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reference_rows_sum_to_one_and_ignore_shifts() {
+        let out = super::reference(&[1.0, 2.0, 3.0, 1001.0, 1002.0, 1003.0], 3);
+        assert!((out[..3].iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        assert!((0..3).all(|i| (out[i] - out[i + 3]).abs() < 1e-12));
+        assert!((out[0] - 1f64.exp() / (1f64.exp() + 2f64.exp() + 3f64.exp())).abs() < 1e-12);
+        let masked = super::reference(&[f64::NEG_INFINITY, 0.0], 2);
+        assert_eq!(masked, vec![0.0, 1.0]);
+    }
+}

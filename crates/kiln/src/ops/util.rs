@@ -6,6 +6,7 @@
 use std::sync::OnceLock;
 
 use crate::array::Array;
+use crate::backend::MetalProgram;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -184,6 +185,14 @@ impl OpCall {
             self.spec = self.spec.init_value(f64::NAN);
         }
         self
+    }
+
+    /// The program a backend compiles for this call (Metal source generated for these inputs),
+    /// e.g. to compile it ahead of time.
+    pub fn program(&self) -> Result<MetalProgram> {
+        let arrays: Vec<Array> = self.inputs.iter().map(KernelInput::to_array).collect();
+        let generated = self.kernel.generate(&arrays, &self.spec)?;
+        Ok(self.kernel.program(&generated))
     }
 
     /// Runs the call; the outputs live on the inputs' device.
