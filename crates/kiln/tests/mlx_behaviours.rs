@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_close, random_array, Rng};
+use common::{assert_close, on, random_array, Rng};
 use kiln::{Array, DType, Device, Error, KernelInput, LaunchSpec, MathMode, MetalKernel};
 
 fn values(a: &Array) -> Vec<f64> {
@@ -18,7 +18,7 @@ fn t1_basic_copy(device: Device) {
         MetalKernel::new("basic", &["a"], &["out1"], "uint elem = thread_position_in_grid.x;\nout1[elem] = a[elem];")
             .unwrap();
     let spec = LaunchSpec::new([4, 1, 1], [2, 1, 1]).output(&[2, 2], DType::F32).device(device);
-    let out = k.call(&[(&a).into()], &spec).unwrap();
+    let out = k.call(&[on(device, &a)], &spec).unwrap();
     assert_close("T1 copy", &out[0], &values(&a), DType::F32);
 }
 
@@ -48,7 +48,7 @@ fn t2_args(device: Device) {
         .template("f", 3)
         .template("T", DType::F16)
         .device(device);
-    let inputs: Vec<KernelInput> = vec![(&a).into(), (&b).into(), (&c).into(), d.into()];
+    let inputs: Vec<KernelInput> = vec![on(device, &a), on(device, &b), on(device, &c), d.into()];
     let out = k.call(&inputs, &spec).unwrap();
     let (av, cv) = (values(&a), values(&c));
     let d32 = d as f32 as f64;
@@ -83,7 +83,7 @@ fn t3_strides(device: Device) {
             .output(a.shape(), DType::F32)
             .template("T", DType::F32)
             .device(device);
-        let out = k.call(&[(&a).into()], &spec).unwrap();
+        let out = k.call(&[on(device, &a)], &spec).unwrap();
         assert_close(&format!("T3 contiguous={contiguous}"), &out[0], &want, DType::F32);
     }
 }
@@ -102,7 +102,7 @@ fn t4_helper(device: Device) {
     .unwrap()
     .header(header);
     let spec = LaunchSpec::new([4, 1, 1], [2, 1, 1]).output(&[2, 2], DType::F32).device(device);
-    let out = k.call(&[(&a).into()], &spec).unwrap();
+    let out = k.call(&[on(device, &a)], &spec).unwrap();
     let want: Vec<f64> = values(&a).iter().map(|v| (*v as f32).exp() as f64).collect();
     assert_close("T4 helper", &out[0], &want, DType::F32);
 }
@@ -112,7 +112,7 @@ fn t5_attributes(device: Device) {
     let a = Array::full(DType::F32, &[1, 1], 0.5);
     let k = MetalKernel::new("test_fun", &["a"], &["out"], "out[0] = threads_per_threadgroup.x;").unwrap();
     let spec = LaunchSpec::new([2, 1, 1], [2, 1, 1]).output(&[1, 1], DType::U32).device(device);
-    let out = k.call(&[(&a).into()], &spec).unwrap();
+    let out = k.call(&[on(device, &a)], &spec).unwrap();
     assert_eq!(values(&out[0]), vec![2.0]);
 }
 
@@ -124,7 +124,7 @@ fn t6_caching(device: Device) {
         let src = format!("out[thread_position_in_grid.x] = {value:.1};");
         let k = MetalKernel::new("my_kernel", &["inp"], &["out"], src).unwrap();
         let spec = LaunchSpec::new([32, 1, 1], [32, 1, 1]).output(&[32], DType::F32).device(device);
-        let out = k.call(&[(&a).into()], &spec).unwrap();
+        let out = k.call(&[on(device, &a)], &spec).unwrap();
         assert_eq!(values(&out[0]), vec![value; 32]);
     }
 }
@@ -139,8 +139,8 @@ fn t7_same_name_different_source(device: Device) {
         MetalKernel::new("dup_name", &["inp"], &["out"], "uint i = thread_position_in_grid.x;\nout[i] = inp[i] + 100;")
             .unwrap();
     let spec = LaunchSpec::new([32, 1, 1], [32, 1, 1]).output(&[32], DType::F32).device(device);
-    let o1 = k1.call(&[(&a).into()], &spec).unwrap();
-    let o2 = k2.call(&[(&a).into()], &spec).unwrap();
+    let o1 = k1.call(&[on(device, &a)], &spec).unwrap();
+    let o2 = k2.call(&[on(device, &a)], &spec).unwrap();
     let av = values(&a);
     assert_eq!(values(&o1[0]), av.iter().map(|v| v * 2.0).collect::<Vec<_>>());
     assert_eq!(values(&o2[0]), av.iter().map(|v| v + 100.0).collect::<Vec<_>>());
@@ -154,7 +154,7 @@ fn t9_math_mode(device: Device) {
     for (mode, want) in [(MathMode::Safe, 0.0), (MathMode::Fast, 1.0)] {
         let k = MetalKernel::new("math_mode", &["a"], &["out"], src).unwrap().math_mode(mode);
         let spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32).device(device);
-        let out = k.call(&[(&a).into()], &spec).unwrap();
+        let out = k.call(&[on(device, &a)], &spec).unwrap();
         assert_eq!(values(&out[0]), vec![want; 4], "math mode {mode:?}");
     }
 }
@@ -171,10 +171,10 @@ fn t10_mixed_dtypes(device: Device) {
     let h = Array::full(DType::F16, &[32], 1.5);
     let f = Array::full(DType::F32, &[32], 2.5);
     let oh = k
-        .call(&[(&h).into()], &LaunchSpec::new([32, 1, 1], [32, 1, 1]).output(&[32], DType::F16).device(device))
+        .call(&[on(device, &h)], &LaunchSpec::new([32, 1, 1], [32, 1, 1]).output(&[32], DType::F16).device(device))
         .unwrap();
     let of = k
-        .call(&[(&f).into()], &LaunchSpec::new([32, 1, 1], [32, 1, 1]).output(&[32], DType::F32).device(device))
+        .call(&[on(device, &f)], &LaunchSpec::new([32, 1, 1], [32, 1, 1]).output(&[32], DType::F32).device(device))
         .unwrap();
     let sum: Vec<f64> = values(&oh[0]).iter().zip(values(&of[0])).map(|(a, b)| a + b).collect();
     assert_eq!(sum, vec![8.0; 32]);
@@ -185,12 +185,12 @@ fn t11_invalid_source_is_an_error(device: Device) {
     let bad = MetalKernel::new("bad", &["a"], &["out"], "out[0] = this is not metal;").unwrap();
     let a = Array::full(DType::F32, &[4], 1.0);
     let spec = LaunchSpec::new([1, 1, 1], [1, 1, 1]).output(&[1], DType::F32).device(device);
-    match bad.call(&[(&a).into()], &spec) {
+    match bad.call(&[on(device, &a)], &spec) {
         Err(Error::Compile { log, .. }) => assert!(!log.is_empty()),
         other => panic!("expected a compile error, got {other:?}"),
     }
     let good = MetalKernel::new("good", &["a"], &["out"], "out[0] = a[0] * 6;").unwrap();
-    assert_eq!(values(&good.call(&[(&a).into()], &spec).unwrap()[0]), vec![6.0]);
+    assert_eq!(values(&good.call(&[on(device, &a)], &spec).unwrap()[0]), vec![6.0]);
 }
 
 backend_tests!(

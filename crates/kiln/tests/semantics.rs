@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_close, random_array, Rng};
+use common::{assert_close, on, random_array, Rng};
 use kiln::{Array, DType, Device, Error, LaunchSpec, MathMode, MetalKernel};
 
 fn values(a: &Array) -> Vec<f64> {
@@ -65,7 +65,7 @@ fn builtins_on(device: Device, grid: [u32; 3], tg: [u32; 3]) {
     let total = (grid[0] * grid[1] * grid[2]) as usize;
     let a = Array::full(DType::F32, &[8], 1.0);
     let spec = LaunchSpec::new(grid, tg).output(&[total * FIELDS], DType::U32).device(device);
-    let out = values(&k.call(&[(&a).into()], &spec).unwrap()[0]);
+    let out = values(&k.call(&[on(device, &a)], &spec).unwrap()[0]);
     for z in 0..grid[2] {
         for y in 0..grid[1] {
             for x in 0..grid[0] {
@@ -105,7 +105,7 @@ fn partial_simdgroups_reduce_over_their_lanes(device: Device) {
         .output(&[80], DType::F32)
         .output(&[80], DType::F32)
         .device(device);
-    let out = k.call(&[(&x).into()], &spec).unwrap();
+    let out = k.call(&[on(device, &x)], &spec).unwrap();
     let xv: Vec<f32> = values(&x).iter().map(|&v| v as f32).collect();
     let (mut sum, mut pre, mut mx, mut sh) = (vec![0.0; 80], vec![0.0; 80], vec![0.0; 80], vec![0.0; 80]);
     for g in 0..2 {
@@ -148,7 +148,7 @@ fn divergent_simd_calls_use_active_lanes(device: Device) {
     "#;
     let k = MetalKernel::new("divergent", &["x"], &["out"], src).unwrap();
     let spec = LaunchSpec::new([64, 1, 1], [64, 1, 1]).output(&[64], DType::F32).init_value(-7.0).device(device);
-    let out = values(&k.call(&[(&x).into()], &spec).unwrap()[0]);
+    let out = values(&k.call(&[on(device, &x)], &spec).unwrap()[0]);
     let xv: Vec<f32> = values(&x).iter().map(|&v| v as f32).collect();
     for sg in 0..2 {
         let base = sg * 32;
@@ -184,7 +184,7 @@ fn mem_none_barrier_exchanges_data(device: Device) {
     let k = MetalKernel::new("exchange", &["x"], &["out"], src).unwrap();
     // 192 = 2 full groups of 64 and one of 64; use 150 threads for a partial last group.
     let spec = LaunchSpec::new([150, 1, 1], [64, 1, 1]).output(&[150], DType::F32).device(device);
-    let out = k.call(&[(&x).into()], &spec).unwrap();
+    let out = k.call(&[on(device, &x)], &spec).unwrap();
     let xv = values(&x);
     let want: Vec<f64> = (0..150)
         .map(|i| {
@@ -206,7 +206,7 @@ fn device_atomics_under_contention(device: Device) {
     "#;
     let k = MetalKernel::new("atomics_int", &["x"], &["counts"], src).unwrap().atomic_outputs(true);
     let spec = LaunchSpec::new([4096, 1, 1], [64, 1, 1]).output(&[5], DType::U32).init_value(0.0).device(device);
-    let out = values(&k.call(&[(&x).into()], &spec).unwrap()[0]);
+    let out = values(&k.call(&[on(device, &x)], &spec).unwrap()[0]);
     assert_eq!(out, vec![1024.0, 1024.0, 1024.0, 1024.0, 4095.0]);
 
     // Float atomics through a pointer cast of a plain output.
@@ -216,7 +216,7 @@ fn device_atomics_under_contention(device: Device) {
     "#;
     let k = MetalKernel::new("atomics_float", &["x"], &["out"], src).unwrap();
     let spec = LaunchSpec::new([4096, 1, 1], [128, 1, 1]).output(&[2], DType::F32).init_value(0.0).device(device);
-    let out = k.call(&[(&x).into()], &spec).unwrap();
+    let out = k.call(&[on(device, &x)], &spec).unwrap();
     let xv = values(&x);
     let want = [0, 1].map(|p| xv.iter().skip(p).step_by(2).sum::<f64>());
     // Order of float additions is not fixed under contention; allow rounding of 2048 terms.
@@ -239,7 +239,7 @@ fn threadgroup_atomics_count_the_group(device: Device) {
     let x = Array::full(DType::F32, &[8], 3.0);
     let k = MetalKernel::new("tg_atomics", &["x"], &["out"], src).unwrap();
     let spec = LaunchSpec::new([300, 1, 1], [128, 1, 1]).output(&[300], DType::U32).device(device);
-    let out = values(&k.call(&[(&x).into()], &spec).unwrap()[0]);
+    let out = values(&k.call(&[on(device, &x)], &spec).unwrap()[0]);
     let want: Vec<f64> = (0..300).map(|i| if i < 256 { 128.0 } else { 44.0 }).collect();
     assert_eq!(out, want);
 }
@@ -258,7 +258,7 @@ fn vector_swizzle_writes(device: Device) {
     "#;
     let k = MetalKernel::new("swizzle", &["x"], &["out"], src).unwrap();
     let spec = LaunchSpec::new([16, 1, 1], [8, 1, 1]).output(&[64], DType::F32).device(device);
-    let out = k.call(&[(&x).into()], &spec).unwrap();
+    let out = k.call(&[on(device, &x)], &spec).unwrap();
     let xv = values(&x);
     let mut want = vec![0.0; 64];
     for i in 0..16 {
@@ -283,7 +283,7 @@ fn bfloat_rounds_to_nearest_even(device: Device) {
         MetalKernel::new("to_bf16", &["x"], &["out"], "uint i = thread_position_in_grid.x;\nout[i] = bfloat(x[i]);")
             .unwrap();
     let spec = LaunchSpec::new([64, 1, 1], [32, 1, 1]).output(&[64], DType::BF16).device(device);
-    let out = k.call(&[(&x).into()], &spec).unwrap()[0].to_host().unwrap();
+    let out = k.call(&[on(device, &x)], &spec).unwrap()[0].to_host().unwrap();
     let got: Vec<u16> = out.to_vec::<half::bf16>().unwrap().iter().map(|v| v.to_bits()).collect();
     let want: Vec<u16> = xs.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
     assert_eq!(got, want);
@@ -297,7 +297,7 @@ fn safe_math_keeps_ieee_special_values(device: Device) {
             .unwrap()
             .math_mode(MathMode::Safe);
     let spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32).device(device);
-    let out = values(&k.call(&[(&x).into()], &spec).unwrap()[0]);
+    let out = values(&k.call(&[on(device, &x)], &spec).unwrap()[0]);
     assert_eq!(out[0], 0.0);
     assert_eq!(out[1], 1.0);
     assert!(out[2].is_nan());
@@ -311,7 +311,7 @@ fn fast_math_macro_only_in_fast_mode(device: Device) {
     for (mode, want) in [(MathMode::Safe, 0.0), (MathMode::Relaxed, 0.0), (MathMode::Fast, 1.0)] {
         let k = MetalKernel::new("fastmacro", &["x"], &["out"], src).unwrap().math_mode(mode);
         let spec = LaunchSpec::new([2, 1, 1], [2, 1, 1]).output(&[2], DType::F32).device(device);
-        assert_eq!(values(&k.call(&[(&x).into()], &spec).unwrap()[0]), vec![want; 2], "{mode:?}");
+        assert_eq!(values(&k.call(&[on(device, &x)], &spec).unwrap()[0]), vec![want; 2], "{mode:?}");
     }
 }
 
@@ -324,7 +324,7 @@ fn hanging_kernel_times_out(device: Device) {
         .output(&[1], DType::U32)
         .timeout(Duration::from_millis(300))
         .device(device);
-    match k.call(&[(&x).into()], &spec) {
+    match k.call(&[on(device, &x)], &spec) {
         Err(Error::Timeout { kernel, .. }) => assert_eq!(kernel, "hang"),
         other => panic!("expected a timeout, got {other:?}"),
     }
@@ -342,8 +342,13 @@ backend_tests!(
     bfloat_rounds_to_nearest_even,
     safe_math_keeps_ieee_special_values,
     fast_math_macro_only_in_fast_mode,
-    hanging_kernel_times_out,
 );
+
+// A running CUDA kernel cannot be interrupted from the host, so the timeout is a CPU behaviour.
+#[test]
+fn hanging_kernel_times_out_on_cpu() {
+    hanging_kernel_times_out(Device::Cpu);
+}
 
 // A write past the end of an output is reported as a fault naming that output, and the caller's
 // other data stays intact.
@@ -352,7 +357,7 @@ fn out_of_bounds_output_write_is_a_fault(device: Device) {
     let k =
         MetalKernel::new("oob", &["x"], &["out"], "uint i = thread_position_in_grid.x;\nout[i + 4] = x[i];").unwrap();
     let spec = LaunchSpec::new([16, 1, 1], [8, 1, 1]).output(&[16], DType::F32).device(device);
-    match k.call(&[(&x).into()], &spec) {
+    match k.call(&[on(device, &x)], &spec) {
         Err(Error::KernelFault { kernel, msg }) => {
             assert_eq!(kernel, "oob");
             assert!(msg.contains("output 0") && msg.contains("past the end"), "{msg}");

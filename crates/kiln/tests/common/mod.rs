@@ -69,3 +69,8 @@ macro_rules! backend_tests {
         )*
     };
 }
+
+/// `a` as a kernel input living on `device` (moving arrays between devices is explicit).
+pub fn on(device: Device, a: &Array) -> kiln::KernelInput {
+    kiln::KernelInput::Array(a.to_device(device).expect("move input to the device"))
+}
