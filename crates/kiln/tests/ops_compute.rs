@@ -207,3 +207,119 @@ fn grid_sample_rejects_bad_input(device: Device) {
 }
 
 backend_tests!(grid_sample_matches_reference, grid_sample_vjp_matches_reference, grid_sample_rejects_bad_input);
+
+// ---------------------------------------------------------------------------------------------
+// scaled dot-product attention
+
+use kiln::ops::attention::{self, Mask, Path};
+
+#[derive(Clone, Copy, Debug)]
+enum MaskCase {
+    None,
+    Causal,
+    /// An additive mask of this shape (broadcast to (B, Hq, Tq, Tk)).
+    Additive(&'static [usize]),
+}
+
+/// Broadcasts `values` of `shape` (right-aligned) to `target`.
+fn broadcast(values: &[f64], shape: &[usize], target: [usize; 4]) -> Vec<f64> {
+    let full: Vec<usize> = std::iter::repeat_n(1, 4 - shape.len()).chain(shape.iter().copied()).collect();
+    let mut out = Vec::with_capacity(target.iter().product());
+    for a in 0..target[0] {
+        for b in 0..target[1] {
+            for c in 0..target[2] {
+                for d in 0..target[3] {
+                    let idx = [a, b, c, d];
+                    let flat = (0..4).fold(0, |acc, i| acc * full[i] + if full[i] == 1 { 0 } else { idx[i] });
+                    out.push(values[flat]);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn check_attention(device: Device, dtype: DType, dims: [usize; 6], mask: MaskCase, seed: u64) {
+    let [b, hq, hkv, tq, tk, d] = dims;
+    let mut rng = Rng::new(seed);
+    let (q, qv) = input(&mut rng, device, dtype, &[b, hq, tq, d], 1.0);
+    let (k, kv) = input(&mut rng, device, dtype, &[b, hkv, tk, d], 1.0);
+    let (v, vv) = input(&mut rng, device, dtype, &[b, hkv, tk, d], 1.0);
+    let scale = (1.0 / (d as f64).sqrt()) as f32;
+    let (out, want) = match mask {
+        MaskCase::None | MaskCase::Causal => {
+            let causal = matches!(mask, MaskCase::Causal);
+            let m = if causal { Mask::Causal } else { Mask::None };
+            let out = attention::scaled_dot_product_attention_with(&q, &k, &v, scale, m, Some(f64::NAN)).unwrap();
+            (out, attention::reference(&qv, &kv, &vv, dims, scale as f64, causal, None))
+        }
+        MaskCase::Additive(shape) => {
+            let (m, mv) = input(&mut rng, device, dtype, shape, 2.0);
+            let full = broadcast(&mv, shape, [b, hq, tq, tk]);
+            let out =
+                attention::scaled_dot_product_attention_with(&q, &k, &v, scale, Mask::Additive(&m), Some(f64::NAN))
+                    .unwrap();
+            (out, attention::reference(&qv, &kv, &vv, dims, scale as f64, false, Some(&full)))
+        }
+    };
+    assert_eq!((out.shape(), out.dtype(), out.device()), (q.shape(), dtype, device));
+    let what = format!("attention {dims:?} {mask:?} {dtype} {:?}", attention::path(tq, tk, d, dtype));
+    assert_within(&what, &host_values(&out), &want, tolerance(dtype));
+}
+
+fn attention_matches_reference(device: Device) {
+    // [B, Hq, Hkv, Tq, Tk, D]
+    let cases: [([usize; 6], MaskCase); 9] = [
+        ([2, 4, 2, 13, 13, 64], MaskCase::None),
+        ([2, 4, 2, 13, 13, 64], MaskCase::Causal),
+        ([1, 2, 1, 9, 37, 80], MaskCase::Causal),
+        ([1, 2, 2, 11, 7, 32], MaskCase::Causal),
+        ([2, 2, 1, 10, 21, 48], MaskCase::Additive(&[10, 21])),
+        ([2, 2, 2, 6, 5, 64], MaskCase::Additive(&[2, 1, 6, 5])),
+        ([1, 4, 1, 1, 300, 64], MaskCase::None),
+        ([2, 2, 1, 3, 77, 40], MaskCase::Causal),
+        ([1, 2, 1, 2, 150, 64], MaskCase::Additive(&[1, 2, 2, 150])),
+    ];
+    for dtype in DTYPES {
+        for (seed, (dims, mask)) in cases.iter().enumerate() {
+            check_attention(device, dtype, *dims, *mask, 500 + seed as u64);
+        }
+    }
+    // f32 at D = 128 takes 16-key tiles; D = 256 takes 8.
+    check_attention(device, DType::F32, [1, 1, 1, 10, 40, 128], MaskCase::Causal, 520);
+    check_attention(device, DType::F32, [1, 1, 1, 9, 20, 256], MaskCase::None, 521);
+}
+
+#[test]
+fn attention_path_rule_is_deterministic_and_covers_both_paths() {
+    assert_eq!(attention::path(1, 300, 64, DType::F16), Path::Decode { splits: 5, split_len: 64 });
+    assert_eq!(attention::path(1, 8192, 128, DType::BF16), Path::Decode { splits: 64, split_len: 128 });
+    assert_eq!(attention::path(13, 13, 64, DType::F32), Path::Prefill { keys_per_tile: 32 });
+    assert_eq!(attention::path(10, 40, 128, DType::F32), Path::Prefill { keys_per_tile: 16 });
+    assert_eq!(attention::path(9, 20, 256, DType::F32), Path::Prefill { keys_per_tile: 8 });
+    assert_eq!(attention::path(4096, 4096, 128, DType::BF16), Path::Prefill { keys_per_tile: 32 });
+}
+
+fn attention_rejects_bad_input(device: Device) {
+    let op = "scaled_dot_product_attention";
+    let mut rng = Rng::new(11);
+    let (q, _) = input(&mut rng, device, DType::F32, &[1, 3, 5, 16], 1.0);
+    let (k, _) = input(&mut rng, device, DType::F32, &[1, 2, 5, 16], 1.0);
+    let sdpa = |q: &Array, k: &Array, v: &Array, m: Mask| attention::scaled_dot_product_attention(q, k, v, 0.25, m);
+    assert_op_error("heads not a multiple", op, sdpa(&q, &k, &k, Mask::None));
+    let (q2, _) = input(&mut rng, device, DType::F32, &[1, 2, 5, 16], 1.0);
+    let (kh, _) = input(&mut rng, device, DType::F16, &[1, 2, 5, 16], 1.0);
+    assert_op_error("dtype mismatch", op, sdpa(&q2, &kh, &kh, Mask::None));
+    let (kd, _) = input(&mut rng, device, DType::F32, &[1, 2, 5, 8], 1.0);
+    assert_op_error("head dim mismatch", op, sdpa(&q2, &kd, &kd, Mask::None));
+    let (m_bad, _) = input(&mut rng, device, DType::F32, &[3, 5], 1.0);
+    assert_op_error("mask shape", op, sdpa(&q2, &k, &k, Mask::Additive(&m_bad)));
+    let (q3, _) = input(&mut rng, device, DType::F32, &[2, 5, 16], 1.0);
+    assert_op_error("rank", op, sdpa(&q3, &k, &k, Mask::None));
+    let (big, _) = input(&mut rng, device, DType::F32, &[1, 1, 2, 300], 1.0);
+    assert_op_error("head dim too large", op, sdpa(&big, &big, &big, Mask::None));
+    let empty = Array::from_f64(DType::F32, &[1, 2, 0, 16], &[]).unwrap().to_device(device).unwrap();
+    assert_op_error("empty keys", op, sdpa(&q2, &empty, &empty, Mask::None));
+}
+
+backend_tests!(attention_matches_reference, attention_rejects_bad_input);

@@ -80,21 +80,24 @@ const BACKWARD: &str = r#"
     float fy = iy - fy0;
     float gix = 0.0f;
     float giy = 0.0f;
-    for (int c = sub; c < C; c += P) {
+    // Uniform trip counts and selects instead of lane-dependent branches before the shuffles;
+    // out-of-range lanes and neighbours add exact zeros at a clamped in-bounds address.
+    for (int c0 = 0; c0 < C; c0 += P) {
+        int c = metal::min(c0 + sub, C - 1);
+        bool channel_ok = c0 + sub < C;
         float cot = static_cast<float>(cotangent[point * C + c]);
         for (int dy = 0; dy < 2; ++dy) {
             int yi = y0 + dy;
             float wy = dy ? fy : 1.0f - fy;
             for (int dx = 0; dx < 2; ++dx) {
                 int xi = x0 + dx;
-                if (xi >= 0 && xi < W && yi >= 0 && yi < H) {
-                    float wx = dx ? fx : 1.0f - fx;
-                    int offset = ((b * H + yi) * W + xi) * C + c;
-                    atomic_fetch_add_explicit(&x_grad[offset], wx * wy * cot, memory_order_relaxed);
-                    float xc = static_cast<float>(x[offset]) * cot;
-                    gix += (dx ? wy : -wy) * xc;
-                    giy += (dy ? wx : -wx) * xc;
-                }
+                float wx = dx ? fx : 1.0f - fx;
+                bool ok = channel_ok && xi >= 0 && xi < W && yi >= 0 && yi < H;
+                int offset = ((b * H + metal::clamp(yi, 0, H - 1)) * W + metal::clamp(xi, 0, W - 1)) * C + c;
+                atomic_fetch_add_explicit(&x_grad[offset], metal::select(0.0f, wx * wy * cot, ok), memory_order_relaxed);
+                float xc = static_cast<float>(x[offset]) * cot;
+                gix += metal::select(0.0f, (dx ? wy : -wy) * xc, ok);
+                giy += metal::select(0.0f, (dy ? wx : -wx) * xc, ok);
             }
         }
     }
