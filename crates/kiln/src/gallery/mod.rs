@@ -14,6 +14,7 @@ pub mod exp;
 pub mod gdn_kkt;
 pub mod gelu;
 pub mod grid_sample;
+pub mod grid_sample_cuda;
 pub mod grid_sample_vjp;
 pub mod overlap_add;
 pub mod residual_rms_norm;
