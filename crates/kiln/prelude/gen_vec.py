@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Generates prelude/common/vec.h: the Metal vector types vec<T,N> (N = 2, 3, 4) with their
-constructors, component access, and every swizzle (xyzw and rgba, read by value through
-`v.xy()`, written through `v.xy_ref() = ...`; the lowering rewrites `v.xy` into these calls).
+constructors, component access (`v.x` and `v.r` name the same storage), and every swizzle
+(xyzw and rgba, read by value through `v.xy()`, written through `v.xy_ref() = ...`; the lowering
+rewrites `v.xy` into these calls).
 
 Run from the crate directory:  python3 prelude/gen_vec.py > prelude/common/vec.h
 """
@@ -36,7 +37,9 @@ def struct(n):
     out = []
     align = "4" if n == 3 else str(n)
     out.append(f"template <class T> struct alignas({align} * sizeof(T)) vec<T, {n}> {{")
-    out.append(f"  T {', '.join(comps)};")
+    # `v.r` is `v.x`: both names of a component share storage, so user structs with members
+    # named `r`/`a` need no rewriting.
+    out.append("  " + " ".join(f"union {{ T {c}; T {RGBA[i]}; }};" for i, c in enumerate(comps)))
     out.append("  vec() = default;")
     out.append("  template <class U, class = typename kiln::enable_if<kiln::is_scalar<U>::value>::type>")
     out.append(f"  KILN_HD vec(U s) : {', '.join(f'{c}(T(s))' for c in comps)} {{}}")
@@ -82,7 +85,7 @@ def main():
     print("  T* p[K];")
     print("  KILN_HD operator vec<T, K>() const { vec<T, K> r; for (int i = 0; i < K; ++i) r[i] = *p[i]; return r; }")
     print("  KILN_HD swizzle_ref& operator=(const vec<T, K>& v) { vec<T, K> t = v; for (int i = 0; i < K; ++i) *p[i] = t[i]; return *this; }")
-    for op in "+-*/":
+    for op in ["+", "-", "*", "/", "%", "&", "|", "^", "<<", ">>"]:
         print(f"  KILN_HD swizzle_ref& operator{op}=(const vec<T, K>& v) {{ vec<T, K> t = v; for (int i = 0; i < K; ++i) *p[i] = *p[i] {op} t[i]; return *this; }}")
     print("};")
     print("}  // namespace kiln\n")

@@ -192,10 +192,80 @@ fn threadgroup_arrays_sized_by_expressions_are_shared(device: Device) {
 
 backend_tests!(threadgroup_arrays_sized_by_expressions_are_shared);
 
+// ---- swizzles ------------------------------------------------------------------------------
+
+/// `rgba` swizzles read and written (one to four letters, compound assignment, an overlapping
+/// `u.gr = u.rg`), beside a user struct whose members are named `xy`, `rgb`, `a` and `b` and
+/// are used both inside its member functions and from the kernel.
+fn swizzles_and_struct_members() -> Case {
+    const N4: usize = 40;
+    let mut rng = Rng::new(103);
+    let x = random_array(&mut rng, DType::F32, &[N4 * 4]);
+    let header = r#"
+struct Pt {
+  float2 xy;
+  float a, b;
+  float3 rgb;
+  Pt(float2 v, float s) : xy(v), a(s), b(-s), rgb(v.x, v.y, s) {}
+  float2 shifted() const { return xy + a; }
+  void flip() { xy = xy.yx; }
+};
+"#;
+    let src = r#"
+        uint i = thread_position_in_grid.x;
+        float4 c = float4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]);
+        float4 d = c.rgba;
+        d.bgr = c.rgb * 2.0f;
+        d.a = c.r + c.g;
+        d.g += c.b;
+        Pt p(c.xy, c.a);
+        p.flip();
+        p.xy += float2(1.0f, 2.0f);
+        p.rgb.r = p.a * 3.0f;
+        float2 s = p.shifted();
+        uint2 u = uint2(i, i + 1);
+        u.gr = u.rg;
+        for (int k = 0; k < 4; ++k) {
+            o_color[4 * i + k] = d[k];
+        }
+        o_struct[4 * i] = p.xy.x;
+        o_struct[4 * i + 1] = p.xy[1];
+        o_struct[4 * i + 2] = p.rgb.x + p.rgb.b;
+        o_struct[4 * i + 3] = s.x * s.y + p.b;
+        o_mixed[2 * i] = u.x;
+        o_mixed[2 * i + 1] = dot(c.rgb, c.bgr);
+    "#;
+    let kernel = MetalKernel::new("swizzles", &["x"], &["o_color", "o_struct", "o_mixed"], src).unwrap().header(header);
+    let spec = LaunchSpec::new([N4 as u32, 1, 1], [16, 1, 1])
+        .output(&[N4 * 4], DType::F32)
+        .output(&[N4 * 4], DType::F32)
+        .output(&[N4 * 2], DType::F32);
+    let xv = values(&x);
+    let (mut color, mut strukt, mut mixed) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..N4 {
+        let c: Vec<f64> = xv[4 * i..4 * i + 4].to_vec();
+        color.extend([2.0 * c[2], 2.0 * c[1] + c[2], 2.0 * c[0], c[0] + c[1]]);
+        let (px, py) = (c[1] + 1.0, c[0] + 2.0);
+        strukt.extend([px, py, 4.0 * c[3], (px + c[3]) * (py + c[3]) - c[3]]);
+        mixed.extend([(i + 1) as f64, 2.0 * c[0] * c[2] + c[1] * c[1]]);
+    }
+    Case {
+        name: "swizzles",
+        program: Program::Body { kernel, inputs: vec![x.into()], spec },
+        want: vec![(color, DType::F32), (strukt, DType::F32), (mixed, DType::F32)],
+    }
+}
+
+fn rgba_swizzles_and_swizzle_named_members(device: Device) {
+    run_case(device, swizzles_and_struct_members());
+}
+
+backend_tests!(rgba_swizzles_and_swizzle_named_members);
+
 // ---- every case compiles for CUDA ---------------------------------------------------------
 
 fn all_cases() -> Vec<Case> {
-    vec![mixed_conditionals(), expression_sized_threadgroup_arrays()]
+    vec![mixed_conditionals(), expression_sized_threadgroup_arrays(), swizzles_and_struct_members()]
 }
 
 #[test]

@@ -13,11 +13,17 @@ template <class T, int K> struct swizzle_ref {
   KILN_HD swizzle_ref& operator-=(const vec<T, K>& v) { vec<T, K> t = v; for (int i = 0; i < K; ++i) *p[i] = *p[i] - t[i]; return *this; }
   KILN_HD swizzle_ref& operator*=(const vec<T, K>& v) { vec<T, K> t = v; for (int i = 0; i < K; ++i) *p[i] = *p[i] * t[i]; return *this; }
   KILN_HD swizzle_ref& operator/=(const vec<T, K>& v) { vec<T, K> t = v; for (int i = 0; i < K; ++i) *p[i] = *p[i] / t[i]; return *this; }
+  KILN_HD swizzle_ref& operator%=(const vec<T, K>& v) { vec<T, K> t = v; for (int i = 0; i < K; ++i) *p[i] = *p[i] % t[i]; return *this; }
+  KILN_HD swizzle_ref& operator&=(const vec<T, K>& v) { vec<T, K> t = v; for (int i = 0; i < K; ++i) *p[i] = *p[i] & t[i]; return *this; }
+  KILN_HD swizzle_ref& operator|=(const vec<T, K>& v) { vec<T, K> t = v; for (int i = 0; i < K; ++i) *p[i] = *p[i] | t[i]; return *this; }
+  KILN_HD swizzle_ref& operator^=(const vec<T, K>& v) { vec<T, K> t = v; for (int i = 0; i < K; ++i) *p[i] = *p[i] ^ t[i]; return *this; }
+  KILN_HD swizzle_ref& operator<<=(const vec<T, K>& v) { vec<T, K> t = v; for (int i = 0; i < K; ++i) *p[i] = *p[i] << t[i]; return *this; }
+  KILN_HD swizzle_ref& operator>>=(const vec<T, K>& v) { vec<T, K> t = v; for (int i = 0; i < K; ++i) *p[i] = *p[i] >> t[i]; return *this; }
 };
 }  // namespace kiln
 
 template <class T> struct alignas(2 * sizeof(T)) vec<T, 2> {
-  T x, y;
+  union { T x; T r; }; union { T y; T g; };
   vec() = default;
   template <class U, class = typename kiln::enable_if<kiln::is_scalar<U>::value>::type>
   KILN_HD vec(U s) : x(T(s)), y(T(s)) {}
@@ -89,7 +95,7 @@ template <class T> struct alignas(2 * sizeof(T)) vec<T, 2> {
 };
 
 template <class T> struct alignas(4 * sizeof(T)) vec<T, 3> {
-  T x, y, z;
+  union { T x; T r; }; union { T y; T g; }; union { T z; T b; };
   vec() = default;
   template <class U, class = typename kiln::enable_if<kiln::is_scalar<U>::value>::type>
   KILN_HD vec(U s) : x(T(s)), y(T(s)), z(T(s)) {}
@@ -361,7 +367,7 @@ template <class T> struct alignas(4 * sizeof(T)) vec<T, 3> {
 };
 
 template <class T> struct alignas(4 * sizeof(T)) vec<T, 4> {
-  T x, y, z, w;
+  union { T x; T r; }; union { T y; T g; }; union { T z; T b; }; union { T w; T a; };
   vec() = default;
   template <class U, class = typename kiln::enable_if<kiln::is_scalar<U>::value>::type>
   KILN_HD vec(U s) : x(T(s)), y(T(s)), z(T(s)), w(T(s)) {}

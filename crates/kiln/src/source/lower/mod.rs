@@ -7,6 +7,7 @@
 //! arms); everything else is left to the target's prelude.
 
 mod entry;
+mod members;
 mod rewrite;
 mod ternary;
 pub mod tokens;

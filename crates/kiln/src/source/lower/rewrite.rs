@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use super::entry::{join, parse_params};
+use super::members::{is_swizzle, swizzle_members};
 use super::tokens::{is_float_literal, Kind, Token};
 use super::{Entry, EntryParam, LowerTarget};
 use crate::backend::{ConstantKey, ConstantValue, MetalProgram};
@@ -21,6 +22,9 @@ enum Scope {
 
 /// Attributes C++17 understands; every other `[[...]]` group is removed.
 const STANDARD_ATTRS: [&str; 5] = ["maybe_unused", "fallthrough", "nodiscard", "noreturn", "deprecated"];
+
+/// Operators after a swizzle that make it a write (`v.xy = ...`, `c.bgr *= ...`).
+const ASSIGN_OPS: [&str; 11] = ["=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>="];
 
 /// The result of rewriting: code plus entries and facts the backends need.
 pub struct Rewritten {
@@ -44,8 +48,15 @@ struct Rewriter<'a> {
 
 pub fn rewrite(program: &MetalProgram, target: LowerTarget) -> Result<Rewritten, String> {
     let toks = super::tokens::tokenize(&program.source);
-    let sig = (0..toks.len()).filter(|&i| !toks[i].is_trivia()).collect();
-    let out = toks.iter().map(|t| t.text.clone()).collect();
+    let sig: Vec<usize> = (0..toks.len()).filter(|&i| !toks[i].is_trivia()).collect();
+    let mut out: Vec<String> = toks.iter().map(|t| t.text.clone()).collect();
+    let members = swizzle_members(&toks, &sig);
+    for (k, text) in members.rename {
+        out[sig[k]] = text;
+    }
+    for (k, text) in members.append {
+        out[sig[k]].push_str(&text);
+    }
     let mut rw = Rewriter {
         toks,
         sig,
@@ -70,10 +81,6 @@ fn is_cooperative(ident: &str) -> bool {
             || ident.starts_with("quad_")
             || ident.starts_with("simdgroup_")
             || ident == "threadgroup_barrier")
-}
-
-fn is_swizzle(s: &str) -> bool {
-    (2..=4).contains(&s.len()) && (s.chars().all(|c| "xyzw".contains(c)) || s.chars().all(|c| "rgba".contains(c)))
 }
 
 impl Rewriter<'_> {
@@ -198,8 +205,7 @@ impl Rewriter<'_> {
                     "." | "->" if k + 1 < self.sig.len() => {
                         let next = self.tok(k + 1).clone();
                         if next.kind == Kind::Ident && is_swizzle(&next.text) && !self.tok_is(k + 2, "(") {
-                            let assign = k + 2 < self.sig.len()
-                                && ["=", "+=", "-=", "*=", "/="].contains(&self.tok(k + 2).text.as_str());
+                            let assign = k + 2 < self.sig.len() && ASSIGN_OPS.contains(&self.tok(k + 2).text.as_str());
                             let suffix = if assign { "_ref()" } else { "()" };
                             self.set(k + 1, format!("{}{suffix}", next.text));
                             k += 2;
