@@ -1,7 +1,8 @@
 //! Emulator throughput: emulated threads per second for a barrier-free kernel (plain loop over
 //! each group's threads) and for a kernel with threadgroup barriers and a SIMD reduction
-//! (cooperative fibers). Run with `cargo bench --bench emulator`; compilation is excluded
-//! (one warm-up call), the timed region covers whole calls including output allocation.
+//! (cooperative fibers), in groups of 256 and of 1024 threads. Run with `cargo bench --bench
+//! emulator`; compilation is excluded (one warm-up call), the timed region covers whole calls
+//! including output allocation.
 
 use std::time::Instant;
 
@@ -39,7 +40,7 @@ fn main() {
         r#"
         uint i = thread_position_in_grid.x;
         uint t = thread_index_in_threadgroup;
-        threadgroup float buf[256];
+        threadgroup float buf[1024];
         buf[t] = x[i];
         threadgroup_barrier(mem_flags::mem_threadgroup);
         float v = buf[(t + 1) % threads_per_threadgroup.x];
@@ -51,4 +52,5 @@ fn main() {
     println!("kiln CPU emulator on {} threads", rayon::current_num_threads());
     measure("no barriers (plain loop)", &plain, &x, n, 256);
     measure("2 barriers + simd_sum (fibers)", &barrier, &x, n / 4, 256);
+    measure("same, 1024-thread groups", &barrier, &x, n / 4, 1024);
 }

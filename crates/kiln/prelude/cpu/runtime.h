@@ -1,6 +1,6 @@
 // kiln CPU prelude, part 2: the threadgroup emulator. One call runs a range of threadgroups on
 // the calling OS thread. A group's threads run either as a plain loop (kernels without barriers
-// or collectives) or as cooperative fibers (ucontext, one stack each) scheduled round-robin:
+// or collectives) or as cooperative fibers (one stack each) scheduled round-robin:
 // a barrier releases when every live thread waits at one; a SIMD collective resolves, per
 // simdgroup, for the lanes blocked at the same call site once no thread can run (lanes that
 // returned or took the other branch do not take part). Deterministic by construction.
@@ -9,6 +9,17 @@
 namespace kiln { namespace rt {
 
 struct Cancelled {};
+
+// A suspended fiber: its saved stack pointer (callee-saved registers lie on its stack), or a
+// ucontext where no hand-written switch exists.
+#if KILN_FAST_FIBERS
+struct FiberCtx { void* sp; };
+extern "C" void kiln_fiber_switch(void** save_sp, void* to_sp) __asm__("kiln_fiber_switch");
+inline void fiber_switch(FiberCtx& from, FiberCtx& to) { kiln_fiber_switch(&from.sp, to.sp); }
+#else
+struct FiberCtx { ucontext_t uc; };
+inline void fiber_switch(FiberCtx& from, FiberCtx& to) { swapcontext(&from.uc, &to.uc); }
+#endif
 struct Fault { const char* msg; };
 
 enum State { RUNNABLE = 0, AT_BARRIER = 1, AT_COLLECTIVE = 2, DONE = 3 };
@@ -25,8 +36,9 @@ struct Thread {
   int state;
   const void* site;
   alignas(16) unsigned char slot[SLOT_BYTES];
-  ucontext_t ctx;
+  FiberCtx ctx;
   void* stack;
+  bool started;
 };
 
 typedef void (*Body)(Thread&, void* const* buffers, void* const* tg_mem);
@@ -41,7 +53,7 @@ struct Group {
   void* tg_mem[16];
   Alloc allocs[64];
   int nallocs;
-  ucontext_t sched;
+  FiberCtx sched;
   int aborted;  // 0 running, 1 cancelled, 2 fault
   const char* fault;
   // Per simdgroup: which lanes took part in the last resolved collective and their values.
@@ -49,18 +61,38 @@ struct Group {
   alignas(16) unsigned char snap[32][32][SLOT_BYTES];
 };
 
-extern thread_local Group* g_group;
-extern thread_local Thread* g_thread;
-extern thread_local const volatile int* g_cancel;
+// Internal linkage lets the compiler use one module-base lookup per function for these
+// (the library is loaded with dlopen, so initial-exec TLS is not available).
+static thread_local Group* g_group;
+static thread_local Thread* g_thread;
+static thread_local const volatile int* g_cancel;
 
 inline void poll() {
   if (__builtin_expect(*g_cancel != 0, 0)) throw Cancelled();
 }
 
-// Yields the current fiber back to the group scheduler.
+// Leaves the current fiber for the next runnable thread of the group in index order, or the
+// scheduler when there is none: the same order a scheduler loop would give, with half the
+// switches.
+inline void switch_away(Thread* t) {
+  Group* g = g_group;
+  if (!g->aborted) {
+    for (Thread *u = t + 1, *end = g->threads + g->n; u < end; ++u) {
+      if (u->state != RUNNABLE) continue;
+      g_thread = u;
+      u->started = true;
+      fiber_switch(t->ctx, u->ctx);
+      return;
+    }
+  }
+  fiber_switch(t->ctx, g->sched);
+}
+
+// Suspends the current fiber. A fiber resumed after the group aborted unwinds (its
+// destructors run) instead of continuing.
 inline void yield_to_scheduler() {
-  Thread* t = g_thread;
-  swapcontext(&t->ctx, &g_group->sched);
+  switch_away(g_thread);
+  if (__builtin_expect(g_group->aborted != 0, 0)) throw Cancelled();
   poll();
 }
 

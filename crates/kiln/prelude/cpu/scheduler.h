@@ -4,19 +4,20 @@
 
 namespace kiln { namespace rt {
 
-thread_local Group* g_group;
-thread_local Thread* g_thread;
-thread_local const volatile int* g_cancel;
-
 const size_t STACK_BYTES = 256 * 1024;
 const size_t GUARD_BYTES = 4096;
 
-// Fiber stacks are kept per OS thread and reused across groups; the lowest page of each is a
-// guard so a runaway recursion faults instead of overwriting a neighbour.
-struct StackPool {
+// Per OS thread: the emulated threads' state and their fiber stacks, reused across groups
+// (stack pages are only committed once touched). The lowest page of each stack is a guard so a
+// runaway recursion faults instead of overwriting a neighbour.
+struct Worker {
+  Thread threads[1024];
   void* stacks[1024];
   int count;
-  ~StackPool() {
+  // The group shape the shape-dependent fields of threads[0, shaped) were written for.
+  uint32_t shape[12];
+  uint32_t shaped;
+  ~Worker() {
     for (int i = 0; i < count; ++i) munmap((char*)stacks[i] - GUARD_BYTES, STACK_BYTES + GUARD_BYTES);
   }
   void* get(int i) {
@@ -30,8 +31,7 @@ struct StackPool {
     return stacks[i];
   }
 };
-thread_local StackPool g_stacks;
-thread_local Thread g_threads[1024];
+static thread_local Worker g_worker;
 
 inline void run_one(Thread& t) {
   Group* g = g_group;
@@ -47,10 +47,72 @@ inline void run_one(Thread& t) {
   t.state = DONE;
 }
 
-inline void fiber_main() {
-  run_one(*g_thread);
-  // Returning ends the fiber; uc_link brings control back to the scheduler.
+#if KILN_FAST_FIBERS
+// Saves the callee-saved registers on the current stack, stores the stack pointer to *save_sp,
+// switches to to_sp and restores the registers saved there. MXCSR and the x87 control word are
+// not saved: every fiber runs kernel code that never changes them.
+#if defined(__APPLE__)
+#define KILN_ASM_FN(name) ".private_extern " #name "\n" #name ":\n"
+#define KILN_ASM_END(name)
+#else
+#define KILN_ASM_FN(name) ".globl " #name "\n.hidden " #name "\n.type " #name ",%function\n" #name ":\n"
+#define KILN_ASM_END(name) ".size " #name ", .-" #name "\n"
+#endif
+#if defined(__x86_64__)
+__asm__(".text\n.p2align 4\n" KILN_ASM_FN(kiln_fiber_switch)
+        "pushq %rbp\n pushq %rbx\n pushq %r12\n pushq %r13\n pushq %r14\n pushq %r15\n"
+        "movq %rsp, (%rdi)\n movq %rsi, %rsp\n"
+        "popq %r15\n popq %r14\n popq %r13\n popq %r12\n popq %rbx\n popq %rbp\n ret\n"
+        KILN_ASM_END(kiln_fiber_switch));
+// Words popped by the first switch into a fiber: r15 r14 r13 r12 rbx rbp, the entry as return
+// address, and a null return address for the entry itself (ends backtraces).
+const int FRAME_WORDS = 8, ENTRY_WORD = 6;
+#else
+__asm__(".text\n.p2align 4\n" KILN_ASM_FN(kiln_fiber_switch)
+        "sub sp, sp, #160\n"
+        "stp x19, x20, [sp, #0]\n stp x21, x22, [sp, #16]\n stp x23, x24, [sp, #32]\n"
+        "stp x25, x26, [sp, #48]\n stp x27, x28, [sp, #64]\n stp x29, x30, [sp, #80]\n"
+        "stp d8, d9, [sp, #96]\n stp d10, d11, [sp, #112]\n stp d12, d13, [sp, #128]\n"
+        "stp d14, d15, [sp, #144]\n"
+        "mov x9, sp\n str x9, [x0]\n mov sp, x1\n"
+        "ldp x19, x20, [sp, #0]\n ldp x21, x22, [sp, #16]\n ldp x23, x24, [sp, #32]\n"
+        "ldp x25, x26, [sp, #48]\n ldp x27, x28, [sp, #64]\n ldp x29, x30, [sp, #80]\n"
+        "ldp d8, d9, [sp, #96]\n ldp d10, d11, [sp, #112]\n ldp d12, d13, [sp, #128]\n"
+        "ldp d14, d15, [sp, #144]\n"
+        "add sp, sp, #160\n ret\n"
+        KILN_ASM_END(kiln_fiber_switch));
+// The first switch restores 20 words: x19..x28, x29 (null frame pointer), x30 = the entry, d8..d15.
+const int FRAME_WORDS = 20, ENTRY_WORD = 11;
+#endif
+#undef KILN_ASM_FN
+#undef KILN_ASM_END
+
+// Where a fiber starts: runs its thread, then hands control back for good.
+__attribute__((noinline, noreturn)) inline void fiber_entry() {
+  Thread* t = g_thread;
+  run_one(*t);
+  switch_away(t);
+  __builtin_trap();
 }
+
+inline void fiber_prepare(Thread& t, Group&, size_t top_offset) {
+  uintptr_t top = ((uintptr_t)t.stack + STACK_BYTES - top_offset) & ~(uintptr_t)15;
+  void** frame = (void**)top - FRAME_WORDS;
+  for (int i = 0; i < FRAME_WORDS; ++i) frame[i] = nullptr;
+  frame[ENTRY_WORD] = (void*)&fiber_entry;
+  t.ctx.sp = frame;
+}
+#else
+inline void fiber_entry() { run_one(*g_thread); }  // uc_link returns to the scheduler
+
+inline void fiber_prepare(Thread& t, Group& g, size_t top_offset) {
+  getcontext(&t.ctx.uc);
+  t.ctx.uc.uc_stack.ss_sp = t.stack;
+  t.ctx.uc.uc_stack.ss_size = STACK_BYTES - top_offset;
+  t.ctx.uc.uc_link = &g.sched.uc;
+  makecontext(&t.ctx.uc, (void (*)())fiber_entry, 0);
+}
+#endif
 
 // Resolves, per simdgroup, the collective of the lowest waiting lane for all lanes waiting at
 // the same site. Returns true when any lane was released.
@@ -79,26 +141,39 @@ inline bool resolve_collectives(Group& g) {
   return any;
 }
 
-inline void run_cooperative(Group& g) {
+inline void resume(Group& g, Thread& t) {
+  g_thread = &t;
+  t.started = true;
+  fiber_switch(g.sched, t.ctx);
+}
+
+// After a fault or cancellation, every suspended fiber is resumed once so that it unwinds
+// (yield_to_scheduler throws), leaving no half-run frames on the reused stacks.
+inline void unwind_all(Group& g) {
   for (int i = 0; i < g.n; ++i) {
     Thread& t = g.threads[i];
-    t.stack = g_stacks.get(i);
+    if (t.state == DONE) continue;
+    if (t.started) resume(g, t);
+    t.state = DONE;
+  }
+}
+
+inline void run_cooperative(Group& g, Worker& w) {
+  for (int i = 0; i < g.n; ++i) {
+    Thread& t = g.threads[i];
+    t.stack = w.get(i);
     if (!t.stack) { g.aborted = 2; g.fault = "cannot allocate fiber stacks"; return; }
-    getcontext(&t.ctx);
-    t.ctx.uc_stack.ss_sp = t.stack;
-    t.ctx.uc_stack.ss_size = STACK_BYTES;
-    t.ctx.uc_link = &g.sched;
-    makecontext(&t.ctx, (void (*)())fiber_main, 0);
+    // Staggered stack tops keep the fibers' hot frames out of the same L1 cache sets.
+    fiber_prepare(t, g, (size_t)(i % 64) * 64);
   }
   for (;;) {
     bool ran = false;
     for (int i = 0; i < g.n; ++i) {
       Thread& t = g.threads[i];
       if (t.state != RUNNABLE) continue;
-      g_thread = &t;
-      swapcontext(&g.sched, &t.ctx);
+      resume(g, t);
       ran = true;
-      if (g.aborted) return;
+      if (g.aborted) { unwind_all(g); return; }
     }
     if (ran) continue;
     if (resolve_collectives(g)) continue;
@@ -131,6 +206,8 @@ inline void copy_msg(char* dst, int cap, const char* src) {
 inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin, uint64_t end,
                       char* msg, int msg_cap) {
   g_cancel = d->cancel;
+  Worker& w = g_worker;
+  Thread* threads = w.threads;
   const uint32_t gx = d->groups[0], gy = d->groups[1];
   for (uint64_t lin = begin; lin < end; ++lin) {
     if (*d->cancel) return 1;
@@ -145,7 +222,7 @@ inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t
     const uint n = size.x * size.y * size.z;
     const uint nd = tg.x * tg.y * tg.z;
     Group g;
-    g.threads = g_threads;
+    g.threads = threads;
     g.n = (int)n;
     g.body = body;
     g.buffers = d->buffers;
@@ -157,40 +234,56 @@ inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t
       g.tg_mem[i] = calloc(1, d->tg_sizes[i] + 16);
       if (!g.tg_mem[i]) { copy_msg(msg, msg_cap, "out of memory for threadgroup memory"); return 2; }
     }
+    // Fields shared by every group of the same shape are written only when the shape changes
+    // (consecutive groups mostly share it); the position advances x fastest without divisions.
+    const uint32_t shape[12] = {size.x, size.y, size.z, tg.x, tg.y, tg.z, grid.x, grid.y, grid.z,
+                                d->groups[0], d->groups[1], d->groups[2]};
+    const bool same_shape = w.shaped >= n && __builtin_memcmp(w.shape, shape, sizeof shape) == 0;
+    if (!same_shape) {
+      __builtin_memcpy(w.shape, shape, sizeof shape);
+      w.shaped = n;
+    }
+    uint3 local = uint3(0u);
     for (uint i = 0; i < n; ++i) {
-      Thread& t = g_threads[i];
-      uint3 local = uint3(i % size.x, (i / size.x) % size.y, i / (size.x * size.y));
-      t.thread_position_in_threadgroup = local;
-      t.thread_position_in_grid = gid * tg + local;
+      Thread& t = threads[i];
+      if (!same_shape) {
+        t.threads_per_threadgroup = size;
+        t.dispatch_threads_per_threadgroup = tg;
+        t.threadgroups_per_grid = uint3(d->groups[0], d->groups[1], d->groups[2]);
+        t.threads_per_grid = grid;
+        t.grid_size = grid;
+        t.grid_origin = uint3(0u);
+        t.threads_per_simdgroup = 32;
+        t.thread_execution_width = 32;
+        t.simdgroups_per_threadgroup = (n + 31) / 32;
+        t.dispatch_simdgroups_per_threadgroup = (nd + 31) / 32;
+        t.quadgroups_per_threadgroup = (n + 3) / 4;
+        t.dispatch_quadgroups_per_threadgroup = (nd + 3) / 4;
+        t.thread_position_in_threadgroup = local;
+        t.thread_index_in_threadgroup = i;
+        t.simdgroup_index_in_threadgroup = i / 32;
+        t.thread_index_in_simdgroup = i % 32;
+        t.quadgroup_index_in_threadgroup = i / 4;
+        t.thread_index_in_quadgroup = i % 4;
+        if (++local.x == size.x) {
+          local.x = 0;
+          if (++local.y == size.y) { local.y = 0; ++local.z; }
+        }
+      }
       t.threadgroup_position_in_grid = gid;
-      t.threads_per_threadgroup = size;
-      t.dispatch_threads_per_threadgroup = tg;
-      t.threadgroups_per_grid = uint3(d->groups[0], d->groups[1], d->groups[2]);
-      t.threads_per_grid = grid;
-      t.grid_size = grid;
-      t.grid_origin = uint3(0u);
-      t.thread_index_in_threadgroup = i;
-      t.simdgroup_index_in_threadgroup = i / 32;
-      t.thread_index_in_simdgroup = i % 32;
-      t.threads_per_simdgroup = 32;
-      t.thread_execution_width = 32;
-      t.simdgroups_per_threadgroup = (n + 31) / 32;
-      t.dispatch_simdgroups_per_threadgroup = (nd + 31) / 32;
-      t.quadgroup_index_in_threadgroup = i / 4;
-      t.thread_index_in_quadgroup = i % 4;
-      t.quadgroups_per_threadgroup = (n + 3) / 4;
-      t.dispatch_quadgroups_per_threadgroup = (nd + 3) / 4;
+      t.thread_position_in_grid = gid * tg + t.thread_position_in_threadgroup;
       t.state = RUNNABLE;
       t.site = nullptr;
       t.stack = nullptr;
+      t.started = false;
     }
     g_group = &g;
     if (cooperative) {
-      run_cooperative(g);
+      run_cooperative(g, w);
     } else {
       for (uint i = 0; i < n && !g.aborted; ++i) {
-        g_thread = &g_threads[i];
-        run_one(g_threads[i]);
+        g_thread = &threads[i];
+        run_one(threads[i]);
       }
     }
     g_group = nullptr;
