@@ -160,3 +160,103 @@ template <class T, class I> __attribute__((noinline)) inline T quad_shuffle_up(T
 #undef KILN_SIMD_FN
 #undef KILN_SITE
 }  // namespace metal
+
+// ---- simdgroup matrices -----------------------------------------------------------------------
+// Metal's 8x8 `simdgroup_matrix` in Apple's per-lane layout (the one MLX's steel GEMM reads
+// through `thread_elements()`): lane l holds row (l/4 & 4) + (l/2 % 4), columns
+// (l/4 & 2)*2 + (l%2)*2 and the next one. Loads and stores touch only the lane's own elements;
+// a multiply is a collective of all 32 lanes (the products accumulate in float in k order, as
+// on CUDA). prelude/cuda/matrix.h is the same API with the same layout.
+namespace metal {
+namespace matrix_detail {
+inline uint row(uint l) { return ((l >> 2) & 4u) + ((l >> 1) & 3u); }
+inline uint col(uint l) { return ((l >> 2) & 2u) * 2u + (l & 1u) * 2u; }
+// The lane holding element (r, c): the inverse of row/col.
+inline uint lane(uint r, uint c) {
+  return ((c >> 1) & 1u) | ((r & 1u) << 1) | (((r >> 1) & 1u) << 2) | (((c >> 2) & 1u) << 3) | (((r >> 2) & 1u) << 4);
+}
+inline uint me() { return kiln::rt::g_thread->thread_index_in_simdgroup; }
+}  // namespace matrix_detail
+
+template <class T, int Cols, int Rows> struct simdgroup_matrix {
+  static_assert(Cols == 8 && Rows == 8, "kiln supports 8x8 simdgroup matrices");
+  vec<T, 2> e;
+  simdgroup_matrix() = default;
+  // A diagonal matrix with `d` on the diagonal (Metal's constructor from a scalar).
+  explicit simdgroup_matrix(T d) {
+    uint l = matrix_detail::me(), r = matrix_detail::row(l), c = matrix_detail::col(l);
+    e.x = r == c ? d : T(0);
+    e.y = r == c + 1 ? d : T(0);
+  }
+  vec<T, 2>& thread_elements() { return e; }
+  const vec<T, 2>& thread_elements() const { return e; }
+};
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
+
+template <class T, int Cols, int Rows> inline simdgroup_matrix<T, Cols, Rows> make_filled_simdgroup_matrix(T value) {
+  simdgroup_matrix<T, Cols, Rows> m;
+  m.e = vec<T, 2>(value, value);
+  return m;
+}
+
+// `origin` is (column, row) of the matrix's first element in the source; with `transpose` the
+// 8x8 block read there is transposed.
+template <class T, class U>
+inline void simdgroup_load(simdgroup_matrix<T, 8, 8>& m, const U* src, ulong elements_per_row = 8,
+                           vec<ulong, 2> origin = 0, bool transpose = false) {
+  uint l = matrix_detail::me(), r = matrix_detail::row(l), c = matrix_detail::col(l);
+  const U* base = src + origin.y * elements_per_row + origin.x;
+  for (uint i = 0; i < 2; ++i) {
+    uint rr = transpose ? c + i : r, cc = transpose ? r : c + i;
+    m.e[i] = T(base[rr * elements_per_row + cc]);
+  }
+}
+
+template <class T, class U>
+inline void simdgroup_store(const simdgroup_matrix<T, 8, 8>& m, U* dst, ulong elements_per_row = 8,
+                            vec<ulong, 2> origin = 0, bool transpose = false) {
+  uint l = matrix_detail::me(), r = matrix_detail::row(l), c = matrix_detail::col(l);
+  U* base = dst + origin.y * elements_per_row + origin.x;
+  for (uint i = 0; i < 2; ++i) {
+    uint rr = transpose ? c + i : r, cc = transpose ? r : c + i;
+    base[rr * elements_per_row + cc] = U(m.e[i]);
+  }
+}
+
+namespace matrix_detail {
+template <class TA, class TB, class TC> struct mma_rec { TA a[2]; TB b[2]; TC c[2]; };
+
+// d = a * b + c as one collective at `site`: every lane posts its elements of a, b and c.
+template <class TD, class TA, class TB, class TC>
+inline void mma(simdgroup_matrix<TD, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
+                const simdgroup_matrix<TB, 8, 8>& b, const simdgroup_matrix<TC, 8, 8>* c, const void* site) {
+  typedef mma_rec<TA, TB, TC> Rec;
+  Rec mine = {{a.e.x, a.e.y}, {b.e.x, b.e.y}, {c ? c->e.x : TC(0), c ? c->e.y : TC(0)}};
+  kiln::rt::View w = kiln::rt::post(mine, site);
+  if (w.mask != 0xffffffffu) throw kiln::rt::Fault{"a simdgroup matrix multiply needs all 32 lanes of the simdgroup"};
+  uint r = row(w.lane), c0 = col(w.lane);
+  for (uint i = 0; i < 2; ++i) {
+    uint cc = c0 + i;
+    float acc = float(w.at<Rec>(lane(r, cc)).c[cc & 1u]);
+    for (uint k = 0; k < 8; ++k)
+      acc += float(w.at<Rec>(lane(r, k)).a[k & 1u]) * float(w.at<Rec>(lane(k, cc)).b[cc & 1u]);
+    d.e[i] = TD(acc);
+  }
+}
+}  // namespace matrix_detail
+
+template <class TD, class TA, class TB, class TC>
+__attribute__((noinline)) inline void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
+                                                                    const simdgroup_matrix<TA, 8, 8>& a,
+                                                                    const simdgroup_matrix<TB, 8, 8>& b,
+                                                                    const simdgroup_matrix<TC, 8, 8>& c) {
+  matrix_detail::mma(d, a, b, &c, __builtin_return_address(0));
+}
+template <class TD, class TA, class TB>
+__attribute__((noinline)) inline void simdgroup_multiply(simdgroup_matrix<TD, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
+                                                         const simdgroup_matrix<TB, 8, 8>& b) {
+  matrix_detail::mma(d, a, b, (const simdgroup_matrix<TD, 8, 8>*)nullptr, __builtin_return_address(0));
+}
+}  // namespace metal
