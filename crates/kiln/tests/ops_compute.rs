@@ -323,3 +323,174 @@ fn attention_rejects_bad_input(device: Device) {
 }
 
 backend_tests!(attention_matches_reference, attention_rejects_bad_input);
+
+// ---------------------------------------------------------------------------------------------
+// Cholesky and QR
+
+use kiln::ops::{cholesky, qr};
+
+/// `a (r x k) * b^T (c x k)^T` for row-major matrices.
+fn mul_bt(a: &[f64], b: &[f64], r: usize, c: usize, k: usize) -> Vec<f64> {
+    let mut out = vec![0.0; r * c];
+    for i in 0..r {
+        for j in 0..c {
+            out[i * c + j] = (0..k).map(|p| a[i * k + p] * b[j * k + p]).sum();
+        }
+    }
+    out
+}
+
+fn transpose(a: &[f64], r: usize, c: usize) -> Vec<f64> {
+    (0..c * r).map(|e| a[(e % r) * c + e / r]).collect()
+}
+
+/// A well-conditioned SPD matrix: `M M^T / n + I`.
+fn spd(rng: &mut Rng, n: usize) -> Vec<f64> {
+    let m = rng.normals(n * n, 1.0);
+    let mut a = mul_bt(&m, &m, n, n, n);
+    for (e, v) in a.iter_mut().enumerate() {
+        *v /= n as f64;
+        if e % (n + 1) == 0 {
+            *v += 1.0;
+        }
+    }
+    a
+}
+
+fn batched_input(device: Device, shape: &[usize], values: &[f64]) -> (Array, Vec<f64>) {
+    let host = Array::from_f64(DType::F32, shape, values).unwrap();
+    let rounded = host.to_f64_vec().unwrap();
+    (host.to_device(device).unwrap(), rounded)
+}
+
+fn cholesky_matches_reference_and_reconstructs(device: Device) {
+    // (batch shape, N): tiny, odd, the shared limit, in-place sizes; 1024 only on a GPU.
+    let mut cases: Vec<(Vec<usize>, usize)> =
+        vec![(vec![3], 8), (vec![2, 3], 13), (vec![2], 64), (vec![1], 65), (vec![2], 130)];
+    if device != Device::Cpu {
+        cases.push((vec![2], 1024));
+    }
+    let tol = tolerance(DType::F32);
+    for (seed, (batch, n)) in cases.into_iter().enumerate() {
+        let mut rng = Rng::new(600 + seed as u64);
+        let count: usize = batch.iter().product();
+        let values: Vec<f64> = (0..count).flat_map(|_| spd(&mut rng, n)).collect();
+        let shape: Vec<usize> = batch.iter().copied().chain([n, n]).collect();
+        let (a, av) = batched_input(device, &shape, &values);
+        let l = cholesky::cholesky_with(&a, Some(f64::NAN)).unwrap();
+        assert_eq!((l.shape(), l.device()), (a.shape(), device));
+        let lv = host_values(&l);
+        for b in 0..count {
+            let (am, lm) = (&av[b * n * n..][..n * n], &lv[b * n * n..][..n * n]);
+            let what = format!("cholesky {shape:?} matrix {b} ({:?})", cholesky::variant(n));
+            let want = cholesky::reference(am, n).unwrap();
+            assert_within(&what, lm, &want, tol);
+            assert!((0..n * n).all(|e| e % n <= e / n || lm[e] == 0.0), "{what}: upper triangle not zero");
+            assert_within(&format!("{what} L L^T"), &mul_bt(lm, lm, n, n, n), am, tol);
+        }
+    }
+}
+
+fn cholesky_reports_the_non_spd_matrix(device: Device) {
+    for (n, bad) in [(12, 2), (80, 1)] {
+        let mut rng = Rng::new(700 + n as u64);
+        let mut values: Vec<f64> = (0..3).flat_map(|_| spd(&mut rng, n)).collect();
+        // Matrix `bad` gets a negative pivot in the middle.
+        values[bad * n * n + (n / 2) * (n + 1)] = -5.0;
+        let (a, _) = batched_input(device, &[3, n, n], &values);
+        match cholesky::cholesky(&a) {
+            Err(e @ Error::InvalidArgument { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.starts_with("[cholesky]") && msg.contains(&format!("matrix {bad} ")), "{msg}");
+            }
+            other => panic!("n={n}: expected a non-SPD error, got {other:?}"),
+        }
+        // A NaN is reported too.
+        values[bad * n * n + (n / 2) * (n + 1)] = f64::NAN;
+        let (a, _) = batched_input(device, &[3, n, n], &values);
+        assert!(cholesky::cholesky(&a).is_err(), "n={n}: NaN pivot accepted");
+    }
+}
+
+fn cholesky_rejects_bad_input(device: Device) {
+    let mut rng = Rng::new(13);
+    let (a, _) = input(&mut rng, device, DType::F32, &[2, 4, 5], 1.0);
+    assert_op_error("not square", "cholesky", cholesky::cholesky(&a));
+    let (h, _) = input(&mut rng, device, DType::F16, &[4, 4], 1.0);
+    assert_op_error("f16", "cholesky", cholesky::cholesky(&h));
+    let (v, _) = input(&mut rng, device, DType::F32, &[4], 1.0);
+    assert_op_error("1-D", "cholesky", cholesky::cholesky(&v));
+    let big = Array::full(DType::F32, &[1025, 1025], 1.0).to_device(device).unwrap();
+    assert_op_error("too large", "cholesky", cholesky::cholesky(&big));
+    let empty = Array::from_f64(DType::F32, &[0, 4, 4], &[]).unwrap().to_device(device).unwrap();
+    assert_op_error("empty", "cholesky", cholesky::cholesky(&empty));
+}
+
+/// A random m x n matrix with a strong diagonal, so Q and R are well conditioned.
+fn well_conditioned(rng: &mut Rng, m: usize, n: usize) -> Vec<f64> {
+    let mut a = rng.normals(m * n, 1.0);
+    for j in 0..n {
+        a[j * n + j] += 2.0 * (m as f64).sqrt() * if j % 2 == 0 { 1.0 } else { -1.0 };
+    }
+    a
+}
+
+fn qr_matches_reference_and_reconstructs(device: Device) {
+    // (batch shape, m, n): square and tall, odd sizes, 16 and 64 square, a larger one.
+    let mut cases: Vec<(Vec<usize>, usize, usize)> = vec![
+        (vec![3], 16, 16),
+        (vec![2, 2], 9, 5),
+        (vec![2], 64, 64),
+        (vec![1], 37, 37),
+        (vec![2], 150, 70),
+        (vec![1], 96, 96),
+    ];
+    if device != Device::Cpu {
+        cases.push((vec![2], 1024, 1024));
+    }
+    let tol = tolerance(DType::F32);
+    for (seed, (batch, m, n)) in cases.into_iter().enumerate() {
+        let mut rng = Rng::new(800 + seed as u64);
+        let count: usize = batch.iter().product();
+        let values: Vec<f64> = (0..count).flat_map(|_| well_conditioned(&mut rng, m, n)).collect();
+        let shape: Vec<usize> = batch.iter().copied().chain([m, n]).collect();
+        let (a, av) = batched_input(device, &shape, &values);
+        let (q, r) = qr::qr_with(&a, Some(f64::NAN)).unwrap();
+        let r_shape: Vec<usize> = batch.iter().copied().chain([n, n]).collect();
+        assert_eq!((q.shape(), r.shape(), q.device()), (a.shape(), &r_shape[..], device));
+        let (qv, rv) = (host_values(&q), host_values(&r));
+        for b in 0..count {
+            let am = &av[b * m * n..][..m * n];
+            let (qm, rm) = (&qv[b * m * n..][..m * n], &rv[b * n * n..][..n * n]);
+            let what = format!("qr {shape:?} matrix {b}");
+            let (want_q, want_r) = qr::reference(am, m, n);
+            assert_within(&format!("{what} Q"), qm, &want_q, tol);
+            assert_within(&format!("{what} R"), rm, &want_r, tol);
+            assert!((0..n * n).all(|e| e % n >= e / n || rm[e] == 0.0), "{what}: R not upper triangular");
+            assert_within(&format!("{what} QR"), &mul_bt(qm, &transpose(rm, n, n), m, n, n), am, tol);
+            let qt = transpose(qm, m, n);
+            let eye: Vec<f64> = (0..n * n).map(|e| if e % (n + 1) == 0 { 1.0 } else { 0.0 }).collect();
+            assert_within(&format!("{what} Q^T Q"), &mul_bt(&qt, &qt, n, n, m), &eye, tol);
+        }
+    }
+}
+
+fn qr_rejects_bad_input(device: Device) {
+    let mut rng = Rng::new(17);
+    let (wide, _) = input(&mut rng, device, DType::F32, &[3, 4], 1.0);
+    assert_op_error("m < n", "qr", qr::qr(&wide));
+    let (h, _) = input(&mut rng, device, DType::BF16, &[4, 4], 1.0);
+    assert_op_error("bf16", "qr", qr::qr(&h));
+    let (v, _) = input(&mut rng, device, DType::F32, &[4], 1.0);
+    assert_op_error("1-D", "qr", qr::qr(&v));
+    let empty = Array::from_f64(DType::F32, &[2, 0, 0], &[]).unwrap().to_device(device).unwrap();
+    assert_op_error("empty", "qr", qr::qr(&empty));
+}
+
+backend_tests!(
+    cholesky_matches_reference_and_reconstructs,
+    cholesky_reports_the_non_spd_matrix,
+    cholesky_rejects_bad_input,
+    qr_matches_reference_and_reconstructs,
+    qr_rejects_bad_input
+);
