@@ -494,3 +494,85 @@ backend_tests!(
     qr_matches_reference_and_reconstructs,
     qr_rejects_bad_input
 );
+
+// ---------------------------------------------------------------------------------------------
+// every kernel variant compiles with NVRTC (no GPU needed)
+
+/// Compiles one call's kernel to sm_90 cubin.
+fn assert_nvrtc_compiles(kernel: &kiln::MetalKernel, inputs: &[Array], spec: &kiln::LaunchSpec) {
+    let generated = kernel.generate(inputs, spec).unwrap();
+    let program = kernel.program(&generated);
+    let cubin = kiln::backend::cuda::compile_cubin(&program, (9, 0)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", program.kernel);
+}
+
+fn nvrtc_available() -> bool {
+    match kiln::backend::cuda::nvrtc_version() {
+        Ok(_) => true,
+        Err(e) => {
+            if kiln::config::required_backend().as_deref() == Some("nvrtc") {
+                panic!("KILN_REQUIRE_BACKEND=nvrtc but NVRTC is unavailable: {e}");
+            }
+            eprintln!("skipping NVRTC compilation: {e}");
+            false
+        }
+    }
+}
+
+#[test]
+fn every_compute_kernel_compiles_with_nvrtc() {
+    if !nvrtc_available() {
+        return;
+    }
+    let mut rng = Rng::new(21);
+    let host = Device::Cpu;
+    for dtype in DTYPES {
+        // gdn kkt
+        let (k, _) = input(&mut rng, host, dtype, &[1, 70, 1, 64], 1.0);
+        let (beta, _) = input(&mut rng, host, DType::F32, &[1, 70, 2], 1.0);
+        let (kernel, spec) = gdn_kkt::kernel_and_spec(&k, &beta, &beta).unwrap();
+        assert_nvrtc_compiles(kernel, &[k.clone(), beta.clone(), beta.clone()], &spec);
+        // grid_sample forward and VJP, small and large channel counts
+        for c in [3, 64] {
+            let (x, _) = input(&mut rng, host, dtype, &[1, 4, 4, c], 1.0);
+            let (grid, _) = input(&mut rng, host, dtype, &[1, 2, 2, 2], 0.5);
+            let (cot, _) = input(&mut rng, host, dtype, &[1, 2, 2, c], 1.0);
+            for (i, (kernel, spec)) in grid_sample::kernels_and_specs(&x, &grid).unwrap().into_iter().enumerate() {
+                let inputs =
+                    if i == 0 { vec![x.clone(), grid.clone()] } else { vec![x.clone(), grid.clone(), cot.clone()] };
+                assert_nvrtc_compiles(kernel, &inputs, &spec);
+            }
+        }
+        // attention: prefill (each key tile width) and decode + combine, every mask kind
+        for (tq, tk, d) in [(9, 20, 64), (10, 40, 128), (9, 20, 256), (1, 300, 64), (3, 77, 128)] {
+            let (q, _) = input(&mut rng, host, dtype, &[1, 2, tq, d], 1.0);
+            let (kv, _) = input(&mut rng, host, dtype, &[1, 1, tk, d], 1.0);
+            let (m, _) = input(&mut rng, host, dtype, &[tq, tk], 1.0);
+            for mask in [Mask::None, Mask::Causal, Mask::Additive(&m)] {
+                let calls = attention::launches(&q, &kv, &kv, 0.125, mask).unwrap();
+                let mut carried: Vec<Array> = Vec::new();
+                for (kernel, inputs, spec) in calls {
+                    let mut arrays: Vec<Array> = inputs.iter().map(|i| i.to_array()).collect();
+                    arrays.append(&mut carried);
+                    assert_nvrtc_compiles(kernel, &arrays, &spec);
+                    carried = spec
+                        .output_shapes
+                        .iter()
+                        .zip(&spec.output_dtypes)
+                        .map(|(s, &t)| Array::full(t, s, 0.0))
+                        .collect();
+                }
+            }
+        }
+    }
+    for n in [8, 40, 130] {
+        let a = Array::full(DType::F32, &[2, n, n], 1.0);
+        let (kernel, spec) = cholesky::kernel_and_spec(&a).unwrap();
+        assert_nvrtc_compiles(kernel, &[a], &spec);
+    }
+    for (m, n) in [(16, 16), (150, 70)] {
+        let a = Array::full(DType::F32, &[2, m, n], 1.0);
+        let (kernel, spec) = qr::kernel_and_spec(&a).unwrap();
+        assert_nvrtc_compiles(kernel, &[a], &spec);
+    }
+}
