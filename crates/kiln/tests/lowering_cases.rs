@@ -262,10 +262,205 @@ fn rgba_swizzles_and_swizzle_named_members(device: Device) {
 
 backend_tests!(rgba_swizzles_and_swizzle_named_members);
 
+// ---- C++ idioms of MLX kernels in a full file -------------------------------------------------
+
+const IDIOMS: &str = r#"
+#include <metal_stdlib>
+#include <metal_simdgroup>
+using namespace metal;
+
+#define METAL_FUNC inline __attribute__((always_inline))
+#define MLX_MTL_PRAGMA_UNROLL _Pragma("clang loop unroll(full)")
+
+using idx_t = int64_t;
+typedef float acc_t;
+
+static constant constexpr const int kTable[4] = {1, 2, 3, 5};
+constant constexpr float kScale = 0.5f;
+
+enum class Mode : int { Add = 0, Mul = 1 };
+
+template <typename T, int N>
+METAL_FUNC void load_row(const device T* src, thread T (&arr)[N]) {
+  MLX_MTL_PRAGMA_UNROLL
+  for (int i = 0; i < N; ++i) {
+    arr[i] = src[i];
+  }
+}
+
+template <typename T, int N>
+inline acc_t sum_arr(thread const T (&arr)[N], Mode mode) {
+  acc_t s = mode == Mode::Mul ? 1 : 0;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    s = mode == Mode::Mul ? s * arr[i] : s + arr[i];
+  }
+  return s;
+}
+
+struct Params {
+  int n;
+  float bias;
+};
+
+template <typename T, int N>
+[[kernel]] void idioms(
+    device const T* const x [[buffer(0)]],
+    device float* out [[buffer(1)]],
+    constant Params& p [[buffer(2)]],
+    uint2 gid [[thread_position_in_grid]],
+    uint2 grid [[threads_per_grid]]) {
+  enum { kOut = 6 };
+  const uint row = gid.y * grid.x + gid.x;
+  if (int(row) >= p.n) {
+    return;
+  }
+  thread T vals[N];
+  load_row<T, N>(x + row * N, vals);
+  auto square = [](float v) { return v * v; };
+  idx_t k = kTable[row % 4];
+  float s = sum_arr(vals, Mode::Add);
+  float prod = sum_arr(vals, Mode::Mul);
+  float m = metal::min(s, 1);
+  half4 h = half4(float4(s, m, kScale, square(s)));
+  uint bits = as_type<uint>(float(h.x));
+  device float* o = out + row * kOut;
+  o[0] = s + p.bias;
+  o[1] = prod;
+  o[2] = m * k;
+  o[3] = float(h.w);
+  o[4] = float(bits >> 16);
+  o[5] = metal::max(int(k), 2) + kScale;
+}
+
+template [[host_name("idioms_f32")]] [[kernel]] decltype(idioms<float, 4>) idioms<float, 4>;
+template [[host_name("idioms_f16")]] [[kernel]] decltype(idioms<half, 3>) idioms<half, 3>;
+"#;
+
+/// One full file with the C++ of MLX's kernels: `using`/`typedef` aliases, `static constant
+/// constexpr` tables, an `enum class`, unroll pragmas (`#pragma unroll` and `_Pragma`),
+/// `template <typename T, int N>` helpers taking `thread T (&arr)[N]`, `device const T* const`,
+/// a lambda, `metal::min`/`max` with mixed types, `half4(float4)`, `as_type<uint>` and a
+/// `uint2` grid position, run as two template instantiations.
+fn mlx_idioms(dtype: DType) -> Case {
+    let (w, h) = (5usize, 3usize);
+    let rows = w * h;
+    let n = if dtype == DType::F32 { 4 } else { 3 };
+    let mut rng = Rng::new(104 + n as u64);
+    let x = random_array(&mut rng, dtype, &[rows, n]);
+    let bias = 0.375f32;
+    let mut params = Vec::new();
+    params.extend((rows as i32).to_le_bytes());
+    params.extend(bias.to_le_bytes());
+    let function = if dtype == DType::F32 { "idioms_f32" } else { "idioms_f16" };
+    let launch = LibraryLaunch::new(function, Dispatch::Threads([w as u32, h as u32, 1]), [4, 2, 1]);
+    let xv = values(&x);
+    let table = [1.0f32, 2.0, 3.0, 5.0];
+    let mut want = Vec::new();
+    for r in 0..rows {
+        let v: Vec<f32> = xv[r * n..(r + 1) * n].iter().map(|&v| v as f32).collect();
+        let s: f32 = v.iter().sum();
+        let prod: f32 = v.iter().product();
+        let m = s.min(1.0);
+        let k = table[r % 4];
+        let hx = f16::from_f32(s);
+        let hw = f16::from_f32(s * s);
+        want.extend([s + bias, prod, m * k, hw.to_f32(), (hx.to_f32().to_bits() >> 16) as f32, k.max(2.0) + 0.5]);
+    }
+    let want: Vec<f64> = want.into_iter().map(f64::from).collect();
+    Case {
+        name: function,
+        program: Program::File {
+            library: MetalLibrary::new("idioms", IDIOMS),
+            args: vec![
+                LibraryArg::Array(x),
+                LibraryArg::Output { shape: vec![rows * 6], dtype: DType::F32, init_value: None },
+                LibraryArg::Bytes(params),
+            ],
+            launch,
+        },
+        want: vec![(want, DType::F32)],
+    }
+}
+
+fn mlx_cpp_idioms_in_a_full_file(device: Device) {
+    run_case(device, mlx_idioms(DType::F32));
+    run_case(device, mlx_idioms(DType::F16));
+}
+
+backend_tests!(mlx_cpp_idioms_in_a_full_file);
+
+/// The same idioms in an `mx.fast.metal_kernel` body and header: `MLX_MTL_CONST` and
+/// `MLX_MTL_PRAGMA_UNROLL` from MLX's preamble, a `thread T (&)[N]` helper, a local `using`
+/// alias and `enum`, `metal::min(uint, int)`, `half4(float4)` and `as_type`.
+fn mlx_body_idioms() -> Case {
+    const BN: usize = 4;
+    const THREADS: usize = 48;
+    let mut rng = Rng::new(105);
+    let x = random_array(&mut rng, DType::F16, &[THREADS * BN]);
+    let header = r#"
+template <typename T, int N>
+METAL_FUNC void load_n(const device T* src, thread T (&dst)[N]) {
+  MLX_MTL_PRAGMA_UNROLL
+  for (int i = 0; i < N; i++) {
+    dst[i] = src[i];
+  }
+}
+MLX_MTL_CONST int kMul = 3;
+"#;
+    let src = r#"
+        MLX_MTL_CONST int BN = 4;
+        using U = float;
+        enum : int { kTwo = 2 };
+        uint gid = thread_position_in_grid.x;
+        thread T vals[BN];
+        load_n<T, BN>(inp + gid * BN, vals);
+        U acc = 0;
+        for (int i = 0; i < BN; ++i) {
+            acc += static_cast<U>(vals[i]) * kMul;
+        }
+        uint idx = metal::min(gid, BN - 1);
+        float4 f4 = float4(vals[0], vals[1], vals[2], vals[3]) * 3.0f;
+        half4 h4 = half4(f4);
+        out[gid] = acc + float(h4.w) * kTwo + idx + float(as_type<uint>(float(h4.x)) >> 20);
+    "#;
+    let kernel = MetalKernel::new("body_idioms", &["inp"], &["out"], src).unwrap().header(header);
+    let spec =
+        LaunchSpec::new([THREADS as u32, 1, 1], [16, 1, 1]).template("T", DType::F16).output(&[THREADS], DType::F32);
+    let xv = values(&x);
+    let want = (0..THREADS)
+        .map(|g| {
+            let v = &xv[g * BN..(g + 1) * BN];
+            let acc: f32 = v.iter().map(|&a| a as f32 * 3.0).sum();
+            let hw = f16::from_f32(v[3] as f32 * 3.0).to_f32();
+            let hx = f16::from_f32(v[0] as f32 * 3.0).to_f32();
+            (acc + hw * 2.0 + g.min(BN - 1) as f32 + (hx.to_bits() >> 20) as f32) as f64
+        })
+        .collect();
+    Case {
+        name: "body_idioms",
+        program: Program::Body { kernel, inputs: vec![x.into()], spec },
+        want: vec![(want, DType::F32)],
+    }
+}
+
+fn mlx_cpp_idioms_in_a_body(device: Device) {
+    run_case(device, mlx_body_idioms());
+}
+
+backend_tests!(mlx_cpp_idioms_in_a_body);
+
 // ---- every case compiles for CUDA ---------------------------------------------------------
 
 fn all_cases() -> Vec<Case> {
-    vec![mixed_conditionals(), expression_sized_threadgroup_arrays(), swizzles_and_struct_members()]
+    vec![
+        mixed_conditionals(),
+        expression_sized_threadgroup_arrays(),
+        swizzles_and_struct_members(),
+        mlx_idioms(DType::F32),
+        mlx_idioms(DType::F16),
+        mlx_body_idioms(),
+    ]
 }
 
 #[test]
@@ -287,6 +482,3 @@ fn every_case_compiles_with_nvrtc() {
         assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", case.name);
     }
 }
-
-#[allow(dead_code)]
-fn _uses(_: Dispatch) {}

@@ -4,8 +4,13 @@
 #pragma once
 
 #define METAL_FUNC inline
+// Metal's `static constant constexpr const`; a constexpr value needs no address space here.
+#define MLX_MTL_CONST static constexpr const
+#ifdef KILN_CUDA
+#define MLX_MTL_PRAGMA_UNROLL _Pragma("unroll")
+#else
 #define MLX_MTL_PRAGMA_UNROLL
-#define MLX_MTL_CONST static constant constexpr const
+#endif
 
 struct complex64_t {
   float real;

@@ -226,10 +226,11 @@ impl Rewriter<'_> {
                                 k = next;
                                 continue;
                             }
-                            self.set(k, "KILN_CONSTANT");
+                            let text = self.file_constant(k);
+                            self.set(k, text);
                         } else {
-                            let dup = (k > 0 && self.tok_is(k - 1, "const")) || self.tok_is(k + 1, "const");
-                            self.set(k, if dup { "" } else { "const" });
+                            let (_, has_const, _) = self.specifiers_around(k);
+                            self.set(k, if has_const { "" } else { "const" });
                         }
                     }
                     "threadgroup" => {
@@ -262,6 +263,40 @@ impl Rewriter<'_> {
             k += 1;
         }
         Ok(())
+    }
+
+    /// Whether the declaration specifiers around `k` (`static constant constexpr const`, as in
+    /// MLX's `MLX_MTL_CONST`) hold `static`, `const` and `constexpr`.
+    fn specifiers_around(&self, k: usize) -> (bool, bool, bool) {
+        const SPECIFIERS: [&str; 9] =
+            ["static", "constexpr", "const", "inline", "volatile", "constant", "device", "thread", "extern"];
+        let is_spec = |j: usize| SPECIFIERS.iter().any(|s| self.tok_is(j, s));
+        let mut from = k;
+        while from > 0 && is_spec(from - 1) {
+            from -= 1;
+        }
+        let mut to = k + 1;
+        while to < self.sig.len() && is_spec(to) {
+            to += 1;
+        }
+        let has = |s: &str| (from..to).any(|j| self.tok_is(j, s));
+        (has("static"), has("const"), has("constexpr"))
+    }
+
+    /// File-scope `constant` data: `KILN_CONSTANT` (the target's constant storage, `const`)
+    /// without repeating a `static` or `const` the declaration already has.
+    fn file_constant(&self, k: usize) -> String {
+        let (has_static, has_const, has_constexpr) = self.specifiers_around(k);
+        match self.target {
+            _ if !has_static && !has_const => "KILN_CONSTANT".into(),
+            LowerTarget::Cpu if has_static && has_const => String::new(),
+            LowerTarget::Cpu if has_static => "const".into(),
+            LowerTarget::Cpu => "static".into(),
+            // A constexpr variable is usable in device code as it is.
+            LowerTarget::Cuda if has_constexpr => String::new(),
+            LowerTarget::Cuda if has_const => "__constant__".into(),
+            LowerTarget::Cuda => "__constant__ const".into(),
+        }
     }
 
     /// What a `{` at `k` opens.
