@@ -16,6 +16,7 @@
 //! - decode (Tq <= 4): the keys are split into `NS` ranges of `split_len` keys, one threadgroup
 //!   of 4 simdgroups per (query, range), so long caches fill the GPU; each writes its partial
 //!   (m, l, acc) in f32 and a second kernel merges the ranges.
+//!
 //! Layout: `q` (B, Hq, Tq, D), `k`, `v` (B, Hkv, Tk, D) of f32/f16/bf16 (one dtype), D <= 256;
 //! mask of any float dtype; output (B, Hq, Tq, D) in the input dtype.
 //! Reference: [`reference`], two-pass softmax in f64 on the dtype-rounded inputs.

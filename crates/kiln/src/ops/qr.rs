@@ -9,6 +9,7 @@
 //! 2. R is the upper triangle (zeros below);
 //! 3. Q is formed in place from the stored reflectors, last to first (LAPACK's org2r):
 //!    columns c > j get `H_j`, then column j becomes `e_j - tau v`.
+//!
 //! Reductions use uniform trip counts with selects, never lane-dependent branches, before each
 //! `simd_sum`. Threads per matrix by size ([`threads_for`]).
 //! Layout: `a` (..., m, n) f32, any batch shape, m >= n, 1 <= n <= 1024; outputs Q (..., m, n)
