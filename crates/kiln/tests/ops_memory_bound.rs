@@ -227,21 +227,29 @@ fn softmax_rejects_bad_input(device: Device) {
 fn rope_matches_reference(device: Device) {
     let mut rng = Rng::new(41);
     for dtype in FLOAT_DTYPES {
-        // (shape, dims, traditional, base, scale, offset): batch and head axes, odd L, a rotated
-        // prefix with a copied tail (odd D), a batch count that leaves a partial run of rows.
-        let cases: [(&[usize], usize, bool, f32, f32, i32); 6] = [
-            (&[2, 3, 7, 64], 64, false, 10000.0, 1.0, 0),
-            (&[2, 3, 7, 64], 64, true, 10000.0, 1.0, 5),
-            (&[5, 9, 37], 16, false, 500.0, 0.5, 3),
-            (&[5, 9, 37], 20, true, 10000.0, 2.0, 1),
-            (&[11, 2], 2, false, 10000.0, 1.0, 40),
-            (&[3, 1, 8, 128], 128, false, 1e6, 1.0, 70),
+        // (shape, dims, traditional, base, scale, offset, two pairs per thread): batch and head
+        // axes, odd L, a rotated prefix with a copied tail (odd D, and even D with dims % 4 ==
+        // 2), a batch count that leaves a partial run of rows.
+        let cases: [(&[usize], usize, bool, f32, f32, i32, bool); 8] = [
+            (&[2, 3, 7, 64], 64, false, 10000.0, 1.0, 0, true),
+            (&[2, 3, 7, 64], 64, true, 10000.0, 1.0, 5, true),
+            (&[5, 9, 37], 16, false, 500.0, 0.5, 3, false),
+            (&[5, 9, 37], 20, true, 10000.0, 2.0, 1, false),
+            (&[11, 2], 2, false, 10000.0, 1.0, 40, false),
+            (&[3, 1, 8, 128], 128, false, 1e6, 1.0, 70, true),
+            (&[5, 3, 24], 16, true, 10000.0, 1.0, 2, true),
+            (&[5, 3, 24], 18, false, 10000.0, 1.0, 2, false),
         ];
-        for (shape, dims, traditional, base, scale, offset) in cases {
+        for (shape, dims, traditional, base, scale, offset, pairs) in cases {
             let nd = shape.len();
             let x = on(device, &random_array(&mut rng, dtype, shape));
             let call = rope::rope_call(&x, dims, traditional, base, scale, offset).unwrap();
-            assert_eq!(call.variant(), if traditional { "kiln_rope_traditional" } else { "kiln_rope" });
+            let variant = format!(
+                "kiln_rope{}{}",
+                if traditional { "_traditional" } else { "" },
+                if pairs { "_pairs" } else { "" }
+            );
+            assert_eq!(call.variant(), variant);
             let out = run_poisoned(call).remove(0);
             let want = rope::reference(
                 &host_values(&x),
@@ -437,6 +445,7 @@ fn every_variant(dtype: DType) -> Vec<OpCall> {
     }
     for traditional in [false, true] {
         calls.push(rope::rope_call(&arr(&[2, 4, 64]), 32, traditional, 1e4, 1.0, 0).unwrap());
+        calls.push(rope::rope_call(&arr(&[2, 4, 66]), 30, traditional, 1e4, 1.0, 0).unwrap());
     }
     calls.push(overlap_add::overlap_add_call(&arr(&[2, 5, 16]), 4).unwrap());
     let idx = Array::from_vec(&[16], (0..16).map(|i| i % 3).collect::<Vec<i32>>()).unwrap();
@@ -464,6 +473,6 @@ fn every_op_variant_compiles_with_nvrtc() {
         assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", call.variant());
         variants.insert(call.variant().to_string());
     }
-    // 2 elementwise + 4 × 3 row kernels + 2 rope + overlap-add + scatter-add.
-    assert_eq!(variants.len(), 18, "{variants:?}");
+    // 2 elementwise + 4 × 3 row kernels + 4 rope + overlap-add + scatter-add.
+    assert_eq!(variants.len(), 20, "{variants:?}");
 }

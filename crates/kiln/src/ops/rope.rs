@@ -18,11 +18,14 @@
 //! Kernel: one thread per (position t, pair j) and a run of up to 4 rows with that position
 //! (rows of different batch/head entries share `θ`, so each `sin`/`cos` pair serves 4 rows);
 //! consecutive threads take consecutive pairs, so loads and stores are coalesced. Threads past
-//! the pairs copy the tail `dims..D`. Variants: `kiln_rope` and `kiln_rope_traditional`.
+//! the pairs copy the tail `dims..D`. Variant rule: when dims % 4 == 0, D % 4 == 0 and `x` is
+//! 4-element aligned, each thread takes two adjacent pairs with vector loads
+//! (`kiln_rope_pairs`, `kiln_rope_traditional_pairs`); otherwise one pair with scalar loads
+//! (`kiln_rope`, `kiln_rope_traditional`).
 //!
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::util::{cached, check_float, check_nonempty, grid_dim, index_i32, KernelCell, OpCall};
+use super::util::{cached, check_float, check_nonempty, grid_dim, index_i32, vec4_aligned, KernelCell, OpCall};
 use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};
@@ -67,16 +70,77 @@ const SOURCE: &str = r#"
     }
 "#;
 
-static KERNELS: [KernelCell; 2] = [KernelCell::new(), KernelCell::new()];
+// Two adjacent pairs per thread: pairs (j, j + 1) with j = 2·slot, loaded as two `vec<T, 2>`
+// (half-split) or one `vec<T, 4>` (traditional); the tail is copied two elements at a time.
+const PAIRS_SOURCE: &str = r#"
+    uint gid = thread_position_in_grid.x;
+    uint S = uint(slots);
+    uint half_dims = uint(dims) / 2;
+    uint D = uint(d);
+    uint L = uint(len);
+    uint slot = gid % S;
+    uint rest = gid / S;
+    uint t = rest % L;
+    uint first = (rest / L) * R;
+    uint last = metal::min(first + R, uint(n_outer));
+    if (slot < half_dims / 2) {
+        uint j = 2 * slot;
+        float pos = static_cast<float>(offset + static_cast<int>(t)) * scale;
+        float th0 = pos * metal::exp2(-static_cast<float>(2 * j) / static_cast<float>(dims) * log2_base);
+        float th1 = pos * metal::exp2(-static_cast<float>(2 * j + 2) / static_cast<float>(dims) * log2_base);
+        float c0 = metal::cos(th0);
+        float s0 = metal::sin(th0);
+        float c1 = metal::cos(th1);
+        float s1 = metal::sin(th1);
+        for (uint o = first; o < last; ++o) {
+            int64_t base = (int64_t(o) * L + t) * D;
+            if (TRADITIONAL) {
+                const device vec<T, 4>* xv = (const device vec<T, 4>*)(x + base + 2 * j);
+                vec<T, 4> v = xv[0];
+                float a0 = static_cast<float>(v.x);
+                float b0 = static_cast<float>(v.y);
+                float a1 = static_cast<float>(v.z);
+                float b1 = static_cast<float>(v.w);
+                device vec<T, 4>* ov = (device vec<T, 4>*)(out + base + 2 * j);
+                ov[0] = vec<T, 4>(static_cast<T>(a0 * c0 - b0 * s0), static_cast<T>(b0 * c0 + a0 * s0),
+                                  static_cast<T>(a1 * c1 - b1 * s1), static_cast<T>(b1 * c1 + a1 * s1));
+            } else {
+                vec<T, 2> va = ((const device vec<T, 2>*)(x + base + j))[0];
+                vec<T, 2> vb = ((const device vec<T, 2>*)(x + base + half_dims + j))[0];
+                float a0 = static_cast<float>(va.x);
+                float a1 = static_cast<float>(va.y);
+                float b0 = static_cast<float>(vb.x);
+                float b1 = static_cast<float>(vb.y);
+                ((device vec<T, 2>*)(out + base + j))[0] =
+                    vec<T, 2>(static_cast<T>(a0 * c0 - b0 * s0), static_cast<T>(a1 * c1 - b1 * s1));
+                ((device vec<T, 2>*)(out + base + half_dims + j))[0] =
+                    vec<T, 2>(static_cast<T>(b0 * c0 + a0 * s0), static_cast<T>(b1 * c1 + a1 * s1));
+            }
+        }
+    } else {
+        uint i = uint(dims) + 2 * (slot - half_dims / 2);
+        for (uint o = first; o < last; ++o) {
+            int64_t base = (int64_t(o) * L + t) * D;
+            ((device vec<T, 2>*)(out + base + i))[0] = ((const device vec<T, 2>*)(x + base + i))[0];
+        }
+    }
+"#;
 
-fn kernel(traditional: bool) -> Result<&'static MetalKernel> {
-    cached(&KERNELS[usize::from(traditional)], OP, || {
-        let name = if traditional { "kiln_rope_traditional" } else { "kiln_rope" };
+static KERNELS: [KernelCell; 4] = [KernelCell::new(), KernelCell::new(), KernelCell::new(), KernelCell::new()];
+
+fn kernel(traditional: bool, two_pairs: bool) -> Result<&'static MetalKernel> {
+    cached(&KERNELS[usize::from(traditional) + 2 * usize::from(two_pairs)], OP, || {
+        let name = match (traditional, two_pairs) {
+            (false, false) => "kiln_rope",
+            (true, false) => "kiln_rope_traditional",
+            (false, true) => "kiln_rope_pairs",
+            (true, true) => "kiln_rope_traditional_pairs",
+        };
         MetalKernel::new(
             name,
             &["x", "dims", "d", "len", "n_outer", "slots", "offset", "scale", "log2_base"],
             &["out"],
-            SOURCE,
+            if two_pairs { PAIRS_SOURCE } else { SOURCE },
         )
     })
 }
@@ -97,7 +161,10 @@ pub fn rope_call(x: &Array, dims: usize, traditional: bool, base: f32, scale: f3
         ));
     }
     let n_outer = x.size() / (l * d);
-    let slots = dims / 2 + (d - dims);
+    // Two pairs per thread need 4-element alignment of every row (inputs under 8 elements live
+    // in `constant` space, where vector casts do not apply).
+    let two_pairs = dims % 4 == 0 && d % 4 == 0 && vec4_aligned(x) && x.size() >= 8;
+    let slots = if two_pairs { dims / 4 + (d - dims) / 2 } else { dims / 2 + (d - dims) };
     let threads = n_outer.div_ceil(ROWS_PER_THREAD) * l * slots;
     index_i32(OP, "D", d)?;
     index_i32(OP, "batch", n_outer)?;
@@ -117,7 +184,7 @@ pub fn rope_call(x: &Array, dims: usize, traditional: bool, base: f32, scale: f3
         scale.into(),
         ((base as f64).log2() as f32).into(),
     ];
-    Ok(OpCall::new(kernel(traditional)?, inputs, spec))
+    Ok(OpCall::new(kernel(traditional, two_pairs)?, inputs, spec))
 }
 
 /// Rotates the first `dims` features of `x` (..., L, D) for positions `offset..offset + L`
