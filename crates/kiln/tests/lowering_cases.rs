@@ -79,7 +79,8 @@ const N: usize = 96;
 
 /// `?:` whose arms differ in type with half or bfloat on one side: Metal's usual arithmetic
 /// conversions (float beats half, half beats int, half with bfloat is float), nested
-/// conditionals, a conditional used as an lvalue and one with `void` arms.
+/// conditionals, a conditional used as an lvalue, one with `void` arms, ones in constant
+/// expressions (an array size) and one choosing between pointers.
 fn mixed_conditionals() -> Case {
     let mut rng = Rng::new(101);
     let x = random_array(&mut rng, DType::F16, &[N]);
@@ -101,7 +102,12 @@ fn mixed_conditionals() -> Case {
         (v > 0 ? a : c) = v;
         int hits = 0;
         v > 0.5f ? (void)(hits += 2) : (void)(hits += 1);
-        o_lvalue[i] = a - c + hits;
+        constexpr int kM = 3;
+        constexpr int kSel = kM > 2 ? kM : 2;
+        thread float buf[kSel > 2 ? kSel : 2];
+        const device float* src = (i & 2) ? &f[0] : &f[1];
+        buf[kSel - 1] = *src;
+        o_lvalue[i] = a - c + hits + buf[2];
     "#;
     let outs = ["o_float", "o_relu", "o_int", "o_bf", "o_nested", "o_lvalue"];
     let kernel = MetalKernel::new("mixed_conditionals", &["flag", "scale", "x", "f", "b"], &outs, src).unwrap();
@@ -124,7 +130,8 @@ fn mixed_conditionals() -> Case {
         } else {
             n
         });
-        want[5].push(v.abs() + if v > 0.5 { 2.0 } else { 1.0 });
+        let picked = if i & 2 != 0 { fv[0] } else { fv[1] };
+        want[5].push(v.abs() + if v > 0.5 { 2.0 } else { 1.0 } + picked);
     }
     let dtypes = [DType::F32, DType::F16, DType::F16, DType::F32, DType::F32, DType::F32];
     Case {
@@ -449,6 +456,84 @@ fn mlx_cpp_idioms_in_a_body(device: Device) {
 }
 
 backend_tests!(mlx_cpp_idioms_in_a_body);
+
+const ROW_REDUCE: &str = r#"
+#include <metal_stdlib>
+using namespace metal;
+
+struct Accum {
+  static constexpr constant int kLanes = 32;
+  float s = 0.0f;
+  void add(thread const float& v) { s += v; }
+};
+
+template <typename T, int N_READS = 4>
+[[kernel]] void row_sum(
+    const device T* in [[buffer(0)]],
+    device T* out [[buffer(1)]],
+    constant int& row_size [[buffer(2)]],
+    uint gid [[threadgroup_position_in_grid]],
+    uint lid [[thread_position_in_threadgroup]],
+    uint lsize [[threads_per_threadgroup]],
+    uint simd_lane_id [[thread_index_in_simdgroup]],
+    uint simd_group_id [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float local_sums[Accum::kLanes];
+  Accum acc;
+  const device T* row = in + gid * row_size;
+  for (int i = lid * N_READS; i < row_size; i += lsize * N_READS) {
+#pragma clang loop unroll(full)
+    for (int j = 0; j < N_READS && i + j < row_size; j++) {
+      acc.add(static_cast<float>(row[i + j]));
+    }
+  }
+  float total = simd_sum(acc.s);
+  if (simd_lane_id == 0) {
+    local_sums[simd_group_id] = total;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (simd_group_id == 0) {
+    total = lid < (lsize + 31) / 32 ? local_sums[simd_lane_id] : 0;
+    total = simd_sum(total);
+    if (lid == 0) {
+      out[gid] = static_cast<T>(total);
+    }
+  }
+}
+
+template [[host_name("row_sum_bf16")]] [[kernel]] decltype(row_sum<bfloat>) row_sum<bfloat>;
+"#;
+
+/// MLX's row reduction shape: `N_READS` reads per thread, `simd_sum`, a threadgroup array
+/// sized by a struct's `static constexpr constant` member, a conditional choosing a partial
+/// sum or `0`, a struct with a default member initialiser and a `thread const float&`
+/// parameter, and a `bfloat` instantiation with partial simdgroups (80 threads).
+fn mlx_row_reduce() -> Case {
+    let (rows, cols) = (6usize, 1000usize);
+    let mut rng = Rng::new(106);
+    let x = random_array(&mut rng, DType::BF16, &[rows, cols]);
+    let xv = values(&x);
+    let want = (0..rows).map(|r| xv[r * cols..(r + 1) * cols].iter().sum()).collect();
+    let launch = LibraryLaunch::new("row_sum_bf16", Dispatch::Threadgroups([rows as u32, 1, 1]), [80, 1, 1]);
+    Case {
+        name: "row_sum_bf16",
+        program: Program::File {
+            library: MetalLibrary::new("row_reduce", ROW_REDUCE),
+            args: vec![
+                LibraryArg::Array(x),
+                LibraryArg::Output { shape: vec![rows], dtype: DType::BF16, init_value: None },
+                LibraryArg::Bytes((cols as i32).to_le_bytes().to_vec()),
+            ],
+            launch,
+        },
+        want: vec![(want, DType::BF16)],
+    }
+}
+
+fn mlx_row_reduction_in_a_full_file(device: Device) {
+    run_case(device, mlx_row_reduce());
+}
+
+backend_tests!(mlx_row_reduction_in_a_full_file);
 
 // ---- every case compiles for CUDA ---------------------------------------------------------
 
