@@ -2,7 +2,8 @@
 //! each group's threads) and for a kernel with threadgroup barriers and a SIMD reduction
 //! (cooperative fibers), in groups of 256 and of 1024 threads. Run with `cargo bench --bench
 //! emulator`; compilation is excluded (one warm-up call), the timed region covers whole calls
-//! including output allocation.
+//! including output allocation. Besides wall-clock throughput it prints threads per CPU-second
+//! of the whole process (Linux), which stays comparable on a machine shared with other work.
 
 use std::time::Instant;
 
@@ -14,13 +15,26 @@ fn measure(name: &str, kernel: &MetalKernel, x: &Array, threads: u32, tg: u32) {
     kernel.call(&inputs, &spec).expect("warm-up run");
     let mut iters = 0u32;
     let start = Instant::now();
+    let cpu_start = process_cpu_seconds();
     while iters < 3 || start.elapsed().as_secs_f64() < 2.0 {
         kernel.call(&inputs, &spec).expect("run");
         iters += 1;
     }
     let secs = start.elapsed().as_secs_f64();
-    let rate = threads as f64 * iters as f64 / secs;
-    println!("{name:<40} {threads:>9} threads x {iters:>4} runs: {:>8.2} M threads/s", rate / 1e6);
+    let done = threads as f64 * iters as f64;
+    let per_cpu = match (cpu_start, process_cpu_seconds()) {
+        (Some(a), Some(b)) if b > a => format!(", {:>7.2} M threads/CPU-s", done / (b - a) / 1e6),
+        _ => String::new(),
+    };
+    println!("{name:<34} {threads:>8} threads x {iters:>4} runs: {:>7.2} M threads/s{per_cpu}", done / secs / 1e6);
+}
+
+/// User plus system time of this process from /proc/self/stat (clock ticks of 1/100 s).
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }
 
 fn main() {

@@ -58,9 +58,11 @@ pub fn compiler_identity(cxx: &str) -> Result<String> {
 }
 
 /// Compiler flags for a math mode. Safe keeps IEEE semantics; only fast defines
-/// `__FAST_MATH__` (via -ffast-math).
+/// `__FAST_MATH__` (via -ffast-math). Inline functions are hidden so the runtime's calls to
+/// each other stay direct instead of going through the PLT.
 pub fn flags(mode: MathMode) -> Vec<&'static str> {
-    let mut f = vec!["-std=c++17", "-O2", "-shared", "-fPIC", "-fno-strict-aliasing", "-w"];
+    let mut f =
+        vec!["-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility-inlines-hidden", "-fno-strict-aliasing", "-w"];
     match mode {
         MathMode::Safe => f.extend(["-fno-fast-math", "-ffp-contract=off"]),
         MathMode::Relaxed => {

@@ -100,3 +100,6 @@ impl Backend for CpuBackend {
         exec::run(&compiled, entry, launch)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,76 @@
+//! Emulator behaviours around stopping a group early: a fault or a timeout while other fibers
+//! of the group are suspended unwinds them, and the same kernel then runs cleanly on the
+//! reused fiber stacks.
+
+use std::time::Duration;
+
+use crate::check::Rng;
+use crate::{Array, DType, Device, Error, LaunchSpec, MetalKernel};
+
+fn values(a: &Array) -> Vec<f64> {
+    a.to_f64_vec().unwrap()
+}
+
+#[test]
+fn fault_with_suspended_fibers_leaves_the_kernel_runnable() {
+    let mut rng = Rng::new(21);
+    let x = rng.uniform(0.5, 2.0) as f32;
+    let src = r#"
+        threadgroup float buf[64];
+        buf[thread_index_in_threadgroup] = x[0];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        simdgroup_float8x8 m = make_filled_simdgroup_matrix<float, 8, 8>(buf[0]), p;
+        simdgroup_multiply(p, m, m);
+        simdgroup_store(p, out, 8);
+    "#;
+    let k = MetalKernel::new("cpu_fault_then_run", &["x"], &["out"], src).unwrap();
+    let input = Array::from_vec(&[1], vec![x]).unwrap();
+    // 48 threads: the second simdgroup has 16 lanes, so its multiply faults in its first lane
+    // while the other 15 are still suspended at the collective.
+    let partial = LaunchSpec::new([48, 1, 1], [48, 1, 1]).output(&[64], DType::F32).device(Device::Cpu);
+    match k.call(&[(&input).into()], &partial) {
+        Err(Error::KernelFault { kernel, msg }) => {
+            assert_eq!(kernel, "cpu_fault_then_run");
+            assert!(msg.contains("all 32 lanes"), "{msg}");
+        }
+        other => panic!("expected a kernel fault, got {other:?}"),
+    }
+    let full = LaunchSpec::new([64, 1, 1], [64, 1, 1]).output(&[64], DType::F32).device(Device::Cpu);
+    let out = values(&k.call(&[(&input).into()], &full).unwrap()[0]);
+    let want = 8.0 * (x as f64) * (x as f64);
+    for v in out {
+        assert!((v - want).abs() <= 1e-6 * want, "{v} vs {want}");
+    }
+}
+
+#[test]
+fn timeout_with_fibers_at_a_barrier_leaves_the_kernel_runnable() {
+    let mut rng = Rng::new(22);
+    let xs: Vec<f32> = (0..8).map(|_| rng.uniform(0.5, 2.0) as f32).collect();
+    // Thread 0 spins while x[0] > 0; the others wait at the barrier meanwhile.
+    let src = r#"
+        uint t = thread_index_in_threadgroup;
+        threadgroup float buf[128];
+        uint n = 0;
+        if (t == 0) { while (x[0] > 0.0f) { n++; } }
+        buf[t] = x[t % 8] + float(n);
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[thread_position_in_grid.x] = buf[(t + 1) % threads_per_threadgroup.x];
+    "#;
+    let k = MetalKernel::new("cpu_timeout_then_run", &["x"], &["out"], src).unwrap();
+    let spin = Array::from_vec(&[8], xs.clone()).unwrap();
+    let spec = LaunchSpec::new([256, 1, 1], [128, 1, 1])
+        .output(&[256], DType::F32)
+        .timeout(Duration::from_millis(200))
+        .device(Device::Cpu);
+    match k.call(&[(&spin).into()], &spec) {
+        Err(Error::Timeout { kernel, .. }) => assert_eq!(kernel, "cpu_timeout_then_run"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let mut neg = xs.clone();
+    neg[0] = -neg[0];
+    let run = Array::from_vec(&[8], neg.clone()).unwrap();
+    let out = values(&k.call(&[(&run).into()], &spec).unwrap()[0]);
+    let want: Vec<f64> = (0..256).map(|i| neg[((i % 128 + 1) % 128) % 8] as f64).collect();
+    assert_eq!(out, want);
+}
