@@ -103,10 +103,15 @@ pub fn bench(args: BenchArgs, device: kiln::Device) -> kiln::Result<()> {
                 ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed} {msg}")
                     .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
-            let r = bench::run(all, &opts, &mut |id, i, total| {
+            let r = bench::run(all, &opts, &mut |id, i, total, done| {
                 bar.set_length(total as u64);
                 bar.set_position(i as u64);
                 bar.set_message(id.to_string());
+                // One line per finished case, so an interrupted run still leaves its numbers.
+                if let Some(c) = done {
+                    let ms = c.median_ms.map_or("-".to_string(), |v| format!("{v:.4} ms"));
+                    bar.suspend(|| eprintln!("[{i}/{total}] {id}: {ms} {:?} {}", c.status, c.note));
+                }
             })?;
             bar.finish_and_clear();
             r

@@ -149,8 +149,11 @@ fn kernel_faults_are_typed_errors() {
         "device float* p = (device float*)0x10;\np[thread_position_in_grid.x] = 1.0f;\nout[0] = p[1];\n",
     )
     .unwrap();
-    let err =
-        fault.call(&[], &LaunchSpec::new([32, 1, 1], [32, 1, 1]).output(&[1], DType::F32).device(dev)).unwrap_err();
+    // Launches are asynchronous: the fault surfaces at the call or when the output is read.
+    let err = fault
+        .call(&[], &LaunchSpec::new([32, 1, 1], [32, 1, 1]).output(&[1], DType::F32).device(dev))
+        .and_then(|outs| outs[0].to_host())
+        .unwrap_err();
     assert!(matches!(err, Error::KernelFault { .. }), "{err}");
     // Where CUDA allows it (a reset primary context), the next call runs on a fresh context.
     let k = MetalKernel::new("noop", &[], &["out"], "out[0] = 1.0f;\n").unwrap();

@@ -8,8 +8,8 @@ use crate::array::Array;
 use crate::check::{rel_l2, tolerance, Rng};
 use crate::device::Device;
 use crate::dtype::DType;
-use crate::error::Result;
-use crate::gallery;
+use crate::error::{Error, Result};
+use crate::kernel::{KernelInput, LaunchSpec, MetalKernel};
 use crate::ops;
 use crate::ops::elementwise::Unary;
 
@@ -43,6 +43,18 @@ pub fn all() -> Vec<Case> {
     v
 }
 
+// A hash of the element index and seed, generated where the array lives: inputs of hundreds of
+// millions of elements cost milliseconds instead of host seconds.
+const FILL_SOURCE: &str = r#"
+    uint i = thread_position_in_grid.x;
+    uint h = (i * 0x9E3779B9u) ^ static_cast<uint>(seed);
+    h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
+    float u = static_cast<float>(h >> 8) * (1.0f / 16777216.0f);
+    out[i] = static_cast<T>(lo + (hi - lo) * u);
+"#;
+
+static FILL: std::sync::OnceLock<std::result::Result<MetalKernel, String>> = std::sync::OnceLock::new();
+
 /// A random input of `shape` on `device`, uniform in [lo, hi), and the values it holds.
 pub fn input(
     device: Device,
@@ -52,10 +64,30 @@ pub fn input(
     lo: f64,
     hi: f64,
 ) -> Result<(Array, Vec<f64>)> {
-    let n = shape.iter().product();
-    let host = Array::from_f64(dtype, shape, &rng.uniforms(n, lo, hi))?;
-    let values = host.to_f64_vec()?;
-    Ok((host.to_device(device)?, values))
+    let a = device_input(device, dtype, shape, rng, lo, hi)?;
+    let values = host_values(&a)?;
+    Ok((a, values))
+}
+
+/// A random input of `shape` on `device`, uniform in [lo, hi) (never all zeros).
+pub fn device_input(device: Device, dtype: DType, shape: &[usize], rng: &mut Rng, lo: f64, hi: f64) -> Result<Array> {
+    let kernel = FILL
+        .get_or_init(|| {
+            MetalKernel::new("bench_fill", &["seed", "lo", "hi"], &["out"], FILL_SOURCE).map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|m| Error::invalid("bench", m.clone()))?;
+    let n: usize = shape.iter().product();
+    let grid = u32::try_from(n).map_err(|_| Error::invalid("bench", format!("{n} elements exceed one fill")))?;
+    let spec = LaunchSpec::new([grid, 1, 1], [256, 1, 1]).output(shape, dtype).template("T", dtype).device(device);
+    let seed = (rng.next_u64() & 0x7fff_ffff) as i64;
+    let mut outs = kernel.call(&[KernelInput::Int(seed), KernelInput::Float(lo), KernelInput::Float(hi)], &spec)?;
+    outs.pop().ok_or_else(|| Error::invalid("bench", "fill returned no output"))
+}
+
+/// The values of a device array (waits for it).
+pub fn host_values(a: &Array) -> Result<Vec<f64>> {
+    a.to_host()?.to_f64_vec()
 }
 
 /// Every `step`-th index below `n`, at most about `max` of them.
@@ -72,12 +104,13 @@ fn unary(op: &'static str, dtype: DType, flops_per_element: f64, which: Unary) -
         bytes: 2.0 * (n * dtype.size()) as f64,
         flops: flops_per_element * n as f64,
         prepare: Box::new(move |device, seed| {
-            let (x, xv) = input(device, dtype, &[n], &mut Rng::new(seed), -4.0, 4.0)?;
+            let x = device_input(device, dtype, &[n], &mut Rng::new(seed), -4.0, 4.0)?;
             let run_x = x.clone();
             Ok(Prepared {
                 run: Box::new(move || Ok(vec![ops::elementwise::unary(which, &run_x)?])),
                 error: Box::new(move |outs| {
                     let out = outs[0].to_f64_vec()?;
+                    let xv = host_values(&x)?;
                     let (got, want): (Vec<f64>, Vec<f64>) =
                         sample(n, 1 << 20).map(|i| (out[i], ops::elementwise::reference_one(which, xv[i]))).unzip();
                     Ok(rel_l2(&got, &want))
@@ -171,7 +204,6 @@ fn residual_rms_norm(dtype: DType, d: usize) -> Case {
 
 fn softmax(dtype: DType, d: usize) -> Case {
     let rows = ROWS;
-    let threads = if d >= 4096 { 1024 } else { 256 };
     Case {
         op: "softmax",
         shape: format!("{rows}x{d}"),
@@ -182,10 +214,10 @@ fn softmax(dtype: DType, d: usize) -> Case {
             let (x, xv) = input(device, dtype, &[rows, d], &mut Rng::new(seed), -4.0, 4.0)?;
             let rx = x.clone();
             Ok(Prepared {
-                run: Box::new(move || Ok(vec![gallery::softmax::softmax(&rx, threads)?])),
+                run: Box::new(move || Ok(vec![ops::softmax::softmax(&rx)?])),
                 error: Box::new(move |outs| {
                     let out = outs[0].to_f64_vec()?;
-                    Ok(row_error(&out, &xv, d, |row, _| gallery::softmax::reference(row, d)))
+                    Ok(row_error(&out, &xv, d, |row, _| ops::softmax::reference(row, d)))
                 }),
                 tolerance: tolerance(dtype),
             })

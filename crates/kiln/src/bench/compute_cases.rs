@@ -2,14 +2,199 @@
 //! benchmark shapes, so each is checked on a prefix that is a whole problem of its own (the
 //! first batch, or the first chunks of the first batch).
 
-use super::cases::input;
+use super::cases::{device_input, host_values, input};
 use super::{Case, Prepared};
+use crate::array::{Array, SliceArg};
 use crate::check::{rel_l2, tolerance, Rng};
 use crate::dtype::DType;
+use crate::error::Result;
 use crate::ops;
+use crate::ops::attention::Mask;
 
 pub fn all() -> Vec<Case> {
-    vec![grid_sample(false), grid_sample(true), gdn_kkt()]
+    let mut v = vec![rope(), scatter_add()];
+    v.push(attention("attention_causal", [4, 32, 4096, 4096, 128], true));
+    v.push(attention("attention", [4, 32, 4096, 4096, 128], false));
+    v.push(attention("attention_decode", [32, 32, 1, 8192, 128], false));
+    v.extend([grid_sample(false), grid_sample(true), gdn_kkt()]);
+    for (b, n) in [(65536, 16), (8192, 64), (64, 1024)] {
+        v.push(cholesky(b, n));
+    }
+    for (b, n) in [(8192, 64), (16, 1024)] {
+        v.push(qr(b, n));
+    }
+    v
+}
+
+/// The values of the first `count` entries along axis 0 of a device array.
+fn head_values(a: &Array, count: usize) -> Result<Vec<f64>> {
+    host_values(&a.slice(&[SliceArg { start: Some(0), stop: Some(count as isize), step: 1 }])?)
+}
+
+fn rope() -> Case {
+    let shape = [32, 32, 1024, 128];
+    let n: usize = shape.iter().product();
+    let (l, d) = (1024, 128);
+    Case {
+        op: "rope",
+        shape: "32x32x1024x128".into(),
+        dtype: DType::BF16,
+        bytes: (2 * n * 2) as f64,
+        flops: (6 * n / 2) as f64,
+        prepare: Box::new(move |device, seed| {
+            let x = device_input(device, DType::BF16, &shape, &mut Rng::new(seed), -2.0, 2.0)?;
+            let rx = x.clone();
+            Ok(Prepared {
+                run: Box::new(move || Ok(vec![ops::rope::rope(&rx, d, false, 1e4, 1.0, 0)?])),
+                error: Box::new(move |outs| {
+                    // The first head of the first batch: positions 0..l.
+                    let xv = head_values(&x, 1)?;
+                    let out = outs[0].to_f64_vec()?;
+                    let want = ops::rope::reference(&xv[..l * d], l, d, d, false, 1e4, 1.0, 0);
+                    Ok(rel_l2(&out[..l * d], &want))
+                }),
+                tolerance: tolerance(DType::BF16),
+            })
+        }),
+    }
+}
+
+fn scatter_add() -> Case {
+    let (n, bins) = (64usize << 20, 32768);
+    Case {
+        op: "scatter_add",
+        shape: format!("{n}x{bins}"),
+        dtype: DType::F32,
+        bytes: (n * 4 + n * 4 + bins * 4) as f64,
+        flops: n as f64,
+        prepare: Box::new(move |device, seed| {
+            let mut rng = Rng::new(seed);
+            let values = device_input(device, DType::F32, &[n], &mut rng, -1.0, 1.0)?;
+            let idx: Vec<f64> = (0..n).map(|_| (rng.next_u64() % bins as u64) as f64).collect();
+            let indices = Array::from_f64(DType::I32, &[n], &idx)?.to_device(device)?;
+            let (rv, ri) = (values.clone(), indices.clone());
+            Ok(Prepared {
+                run: Box::new(move || Ok(vec![ops::scatter_add::scatter_add(&rv, &ri, bins)?])),
+                error: Box::new(move |outs| {
+                    let iv: Vec<i64> = idx.iter().map(|&v| v as i64).collect();
+                    let want = ops::scatter_add::reference(&host_values(&values)?, &iv, 1, bins);
+                    Ok(rel_l2(&outs[0].to_f64_vec()?, &want))
+                }),
+                tolerance: tolerance(DType::F32),
+            })
+        }),
+    }
+}
+
+/// `[B, H, Tq, Tk, D]`, bf16, as many key/value heads as query heads.
+fn attention(op: &'static str, dims: [usize; 5], causal: bool) -> Case {
+    let [b, h, tq, tk, d] = dims;
+    let pairs = if causal { (tq * tk) as f64 / 2.0 } else { (tq * tk) as f64 };
+    Case {
+        op,
+        shape: format!("{b}x{h}x{tq}x{tk}x{d}"),
+        dtype: DType::BF16,
+        bytes: (2 * (2 * b * h * tq * d + 2 * b * h * tk * d)) as f64,
+        flops: 4.0 * (b * h * d) as f64 * pairs,
+        prepare: Box::new(move |device, seed| {
+            let mut rng = Rng::new(seed);
+            let dt = DType::BF16;
+            let q = device_input(device, dt, &[b, h, tq, d], &mut rng, -1.0, 1.0)?;
+            let k = device_input(device, dt, &[b, h, tk, d], &mut rng, -1.0, 1.0)?;
+            let v = device_input(device, dt, &[b, h, tk, d], &mut rng, -1.0, 1.0)?;
+            let scale = 1.0 / (d as f32).sqrt();
+            let (rq, rk, rv) = (q.clone(), k.clone(), v.clone());
+            let mask = move || if causal { Mask::Causal } else { Mask::None };
+            Ok(Prepared {
+                run: Box::new(move || {
+                    Ok(vec![ops::attention::scaled_dot_product_attention(&rq, &rk, &rv, scale, mask())?])
+                }),
+                error: Box::new(move |outs| {
+                    // Batch 0, head 0; for long prefill only the first 256 and last 256 queries.
+                    let (qv, kv, vv) = (head_values(&q, 1)?, head_values(&k, 1)?, head_values(&v, 1)?);
+                    let want = ops::attention::reference(
+                        &qv[..tq * d],
+                        &kv[..tk * d],
+                        &vv[..tk * d],
+                        [1, 1, 1, tq, tk, d],
+                        scale as f64,
+                        causal,
+                        None,
+                    );
+                    let out = outs[0].to_f64_vec()?;
+                    Ok(rel_l2(&out[..tq * d], &want))
+                }),
+                tolerance: tolerance(dt),
+            })
+        }),
+    }
+}
+
+/// Symmetric with a dominant diagonal, hence positive definite.
+fn spd(rng: &mut Rng, b: usize, n: usize) -> Vec<f64> {
+    let mut a = vec![0.0; b * n * n];
+    for m in a.chunks_mut(n * n) {
+        for i in 0..n {
+            for j in 0..i {
+                let v = rng.uniform(-1.0, 1.0);
+                m[i * n + j] = v;
+                m[j * n + i] = v;
+            }
+            m[i * n + i] = n as f64 + rng.uniform(0.0, 1.0);
+        }
+    }
+    a
+}
+
+fn cholesky(b: usize, n: usize) -> Case {
+    Case {
+        op: "cholesky",
+        shape: format!("{b}x{n}x{n}"),
+        dtype: DType::F32,
+        bytes: (2 * b * n * n * 4) as f64,
+        flops: (b * n * n * n) as f64 / 3.0,
+        prepare: Box::new(move |device, seed| {
+            let host = spd(&mut Rng::new(seed), b, n);
+            let a = Array::from_f64(DType::F32, &[b, n, n], &host)?.to_device(device)?;
+            let first: Vec<f64> = host[..n * n].iter().map(|&v| v as f32 as f64).collect();
+            Ok(Prepared {
+                run: Box::new(move || Ok(vec![ops::cholesky::cholesky(&a)?])),
+                error: Box::new(move |outs| {
+                    let out = outs[0].to_f64_vec()?;
+                    let Some(want) = ops::cholesky::reference(&first, n) else { return Ok(f64::INFINITY) };
+                    Ok(rel_l2(&out[..n * n], &want))
+                }),
+                tolerance: tolerance(DType::F32),
+            })
+        }),
+    }
+}
+
+fn qr(b: usize, n: usize) -> Case {
+    Case {
+        op: "qr",
+        shape: format!("{b}x{n}x{n}"),
+        dtype: DType::F32,
+        bytes: (3 * b * n * n * 4) as f64,
+        flops: (4 * b * n * n * n) as f64 / 3.0,
+        prepare: Box::new(move |device, seed| {
+            let (a, av) = input(device, DType::F32, &[b, n, n], &mut Rng::new(seed), -1.0, 1.0)?;
+            let first = av[..n * n].to_vec();
+            drop(av);
+            Ok(Prepared {
+                run: Box::new(move || {
+                    let (q, r) = ops::qr::qr(&a)?;
+                    Ok(vec![q, r])
+                }),
+                error: Box::new(move |outs| {
+                    let (wq, wr) = ops::qr::reference(&first, n, n);
+                    let (q, r) = (outs[0].to_f64_vec()?, outs[1].to_f64_vec()?);
+                    Ok(rel_l2(&q[..n * n], &wq).max(rel_l2(&r[..n * n], &wr)))
+                }),
+                tolerance: tolerance(DType::F32),
+            })
+        }),
+    }
 }
 
 /// x (B, H, W, C), grid (B, gH, gW, 2): the MLX documentation's case.
@@ -29,9 +214,10 @@ fn grid_sample(vjp: bool) -> Case {
         prepare: Box::new(move |device, seed| {
             let mut rng = Rng::new(seed);
             let dt = DType::F32;
-            let (x, xv) = input(device, dt, &[b, h, w, c], &mut rng, -1.0, 1.0)?;
+            let x = device_input(device, dt, &[b, h, w, c], &mut rng, -1.0, 1.0)?;
             // Slightly beyond [-1, 1] so the zero padding is exercised.
             let (grid, gv) = input(device, dt, &[b, gh, gw, 2], &mut rng, -1.05, 1.05)?;
+            let xv = head_values(&x, 1)?;
             let one = [1, h, w, c, gh, gw];
             let (xn, gn) = (h * w * c, gh * gw * 2);
             if !vjp {

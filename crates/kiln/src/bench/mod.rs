@@ -161,13 +161,17 @@ pub fn median(v: &[f64]) -> f64 {
 }
 
 /// Runs `cases` (those matching the filter) and the copy roofline; `progress` hears each case
-/// id as it starts, with its position and the total.
-pub fn run(cases: Vec<Case>, opts: &Options, progress: &mut dyn FnMut(&str, usize, usize)) -> Result<Report> {
+/// id as it starts (with its position and the total) and again with its result.
+pub fn run(
+    cases: Vec<Case>,
+    opts: &Options,
+    progress: &mut dyn FnMut(&str, usize, usize, Option<&CaseResult>),
+) -> Result<Report> {
     let clock = Clock::for_device(opts.device)?;
     let cases: Vec<Case> =
         cases.into_iter().filter(|c| opts.filter.as_deref().map_or(true, |f| c.id().contains(f))).collect();
     let total = cases.len() + 1;
-    progress("copy roofline", 0, total);
+    progress("copy roofline", 0, total, None);
     let copy_ms = median(&clock.copy(opts.copy_bytes, 20)?);
     let copy_gbs = 2.0 * opts.copy_bytes as f64 / (copy_ms * 1e-3) / 1e9;
     let mut report = Report::new(clock.device_name(), opts.device, opts.commit.clone(), copy_gbs);
@@ -185,9 +189,12 @@ pub fn run(cases: Vec<Case>, opts: &Options, progress: &mut dyn FnMut(&str, usiz
         note: "device-to-device copy: the roofline".into(),
     });
     for (i, case) in cases.iter().enumerate() {
-        progress(&case.id(), i + 1, total);
+        progress(&case.id(), i + 1, total, None);
         let result = run_case(&clock, case, opts, 0x6b69_6c6e ^ i as u64);
         report.cases.push(CaseResult::of(case, result, copy_gbs));
+        if let Some(last) = report.cases.last() {
+            progress(&case.id(), i + 1, total, Some(last));
+        }
         // A fault leaves nothing queued behind it; later cases start clean.
         let _ = clock.synchronize();
     }

@@ -2,21 +2,32 @@
 //! that makes a view row-contiguous on the device.
 
 use std::any::Any;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use cudarc::driver::{result as drv, CudaSlice, CudaStream, DevicePtr};
 
+use super::pool::{size_class, BlockPool};
 use super::{driver_error, CudaBackend};
 use crate::array::{Array, HostBuffer};
 use crate::device::{Device, DeviceBuffer};
 use crate::dtype::{f64_to_element_bytes, DType};
 use crate::error::{Error, Result};
 
-/// Device memory owned by the CUDA backend.
+/// Device memory owned by the CUDA backend; its block returns to the backend's pool on drop.
 pub struct CudaBuffer {
-    pub(super) slice: CudaSlice<u8>,
+    pub(super) slice: ManuallyDrop<CudaSlice<u8>>,
     pub(super) ordinal: usize,
     pub(super) len: usize,
+    pool: Arc<BlockPool>,
+}
+
+impl Drop for CudaBuffer {
+    fn drop(&mut self) {
+        // SAFETY: `slice` is taken exactly once, here, and never used afterwards.
+        let block = unsafe { ManuallyDrop::take(&mut self.slice) };
+        self.pool.give(block);
+    }
 }
 
 impl std::fmt::Debug for CudaBuffer {
@@ -85,10 +96,17 @@ extern "C" __global__ void kiln_gather(const __grid_constant__ GatherArgs a) {
 "#;
 
 impl CudaBackend {
-    /// Allocates `len` bytes (at least one, so every buffer has an address).
+    /// Allocates `len` bytes (at least one, so every buffer has an address), from the pool of
+    /// freed blocks when one of its size class is there.
     pub(super) fn alloc(&self, what: &str, len: usize) -> Result<CudaBuffer> {
+        let class = size_class(len);
+        let wrap =
+            |slice| CudaBuffer { slice: ManuallyDrop::new(slice), ordinal: self.ordinal, len, pool: self.pool.clone() };
+        if let Some(block) = self.pool.take(class) {
+            return Ok(wrap(block));
+        }
         // SAFETY: the memory is uninitialised; every caller fills or overwrites it before use.
-        let slice = unsafe { self.stream.alloc::<u8>(len.max(1)) }.map_err(|e| {
+        let slice = unsafe { self.stream.alloc::<u8>(class) }.map_err(|e| {
             let msg = if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
                 format!("out of device memory allocating {len} bytes")
             } else {
@@ -96,7 +114,7 @@ impl CudaBackend {
             };
             Error::Driver { backend: "cuda", kernel: what.to_string(), msg }
         })?;
-        Ok(CudaBuffer { slice, ordinal: self.ordinal, len })
+        Ok(wrap(slice))
     }
 
     /// A fresh row-contiguous device array holding `bytes`.

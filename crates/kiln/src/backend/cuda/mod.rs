@@ -16,6 +16,7 @@ mod custom;
 mod dispatch;
 mod libs;
 mod memory;
+mod pool;
 mod programs;
 mod timing;
 
@@ -47,6 +48,7 @@ pub struct CudaBackend {
     arch: Arch,
     modules: Mutex<HashMap<String, Arc<LoadedModule>>>,
     programs: ProgramTable,
+    pool: Arc<pool::BlockPool>,
 }
 
 /// A loaded cubin and its functions, with the dynamic shared memory limit already raised.
@@ -234,6 +236,7 @@ impl CudaBackend {
             arch: (major as u32, minor as u32),
             modules: Mutex::new(HashMap::new()),
             programs: ProgramTable::default(),
+            pool: Arc::default(),
         })
     }
 
