@@ -23,9 +23,12 @@ pub(super) fn size_class(len: usize) -> usize {
     }
 }
 
+/// Free blocks by size class, and the bytes they hold.
+type FreeBlocks = (HashMap<usize, Vec<CudaSlice<u8>>>, usize);
+
 #[derive(Default)]
 pub(super) struct BlockPool {
-    free: Mutex<(HashMap<usize, Vec<CudaSlice<u8>>>, usize)>,
+    free: Mutex<FreeBlocks>,
 }
 
 impl BlockPool {
