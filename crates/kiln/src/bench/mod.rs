@@ -160,11 +160,11 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
-/// Runs `cases` (those matching the filter) and the copy roofline; `progress` hears each case
-/// id as it starts (with its position and the total) and again with its result.
 /// Hears a case id, its position, the total, and (once it ran) its result.
 pub type Progress<'a> = dyn FnMut(&str, usize, usize, Option<&CaseResult>) + 'a;
 
+/// Runs `cases` (those matching the filter) and the copy roofline; `progress` hears each case
+/// id as it starts (with its position and the total) and again with its result.
 pub fn run(cases: Vec<Case>, opts: &Options, progress: &mut Progress<'_>) -> Result<Report> {
     let clock = Clock::for_device(opts.device)?;
     let cases: Vec<Case> =
