@@ -549,6 +549,19 @@ fn all_cases() -> Vec<Case> {
 }
 
 #[test]
+fn lowering_keeps_every_line_where_it_was() {
+    use kiln::source::lower::{lower, LowerTarget};
+    for case in all_cases() {
+        let program = program_of(&case);
+        for target in [LowerTarget::Cpu, LowerTarget::Cuda] {
+            let module = lower(&program, target).unwrap();
+            let (got, want) = (module.code.lines().count(), program.source.lines().count());
+            assert_eq!(got, want, "{} for {target:?}: line count changed", case.name);
+        }
+    }
+}
+
+#[test]
 fn every_case_compiles_with_nvrtc() {
     use kiln::backend::cuda;
     if let Err(e) = cuda::nvrtc_version() {
