@@ -112,14 +112,19 @@ template <class T> KILN_HD T simd_broadcast_first(T v) {
   unsigned mask = __activemask();
   return kiln::shfl(mask, v, __ffs(mask) - 1);
 }
-// Lanes whose source falls outside the SIMD group keep their own value.
+// Lanes whose source falls outside the SIMD group, or on a lane that is not active (past the
+// end of a partial group, or in the other branch), keep their own value.
 template <class T, class I> KILN_HD T simd_shuffle_down(T v, I delta) {
+  unsigned mask = __activemask();
   unsigned src = kiln::lane_id() + static_cast<unsigned>(delta);
-  return kiln::shfl(__activemask(), v, static_cast<int>(src < 32u ? src : kiln::lane_id()));
+  bool ok = src < 32u && ((mask >> src) & 1u);
+  return kiln::shfl(mask, v, static_cast<int>(ok ? src : kiln::lane_id()));
 }
 template <class T, class I> KILN_HD T simd_shuffle_up(T v, I delta) {
+  unsigned mask = __activemask();
   int src = static_cast<int>(kiln::lane_id()) - static_cast<int>(delta);
-  return kiln::shfl(__activemask(), v, src >= 0 ? src : static_cast<int>(kiln::lane_id()));
+  bool ok = src >= 0 && ((mask >> src) & 1u);
+  return kiln::shfl(mask, v, ok ? src : static_cast<int>(kiln::lane_id()));
 }
 template <class T, class I> KILN_HD T simd_shuffle_xor(T v, I m) {
   return kiln::shfl(__activemask(), v, static_cast<int>((kiln::lane_id() ^ static_cast<unsigned>(m)) & 31u));
@@ -193,11 +198,17 @@ template <class T, class I> KILN_HD T quad_shuffle_xor(T v, I m) {
   return kiln::shfl(__activemask(), v, static_cast<int>(kiln::lane_id() ^ (static_cast<unsigned>(m) & 3u)));
 }
 template <class T, class I> KILN_HD T quad_shuffle_down(T v, I delta) {
+  unsigned mask = __activemask();
   unsigned q = (kiln::lane_id() & 3u) + static_cast<unsigned>(delta);
-  return kiln::shfl(__activemask(), v, static_cast<int>(q < 4u ? kiln::lane_id() + delta : kiln::lane_id()));
+  unsigned src = kiln::lane_id() + static_cast<unsigned>(delta);
+  bool ok = q < 4u && ((mask >> src) & 1u);
+  return kiln::shfl(mask, v, static_cast<int>(ok ? src : kiln::lane_id()));
 }
 template <class T, class I> KILN_HD T quad_shuffle_up(T v, I delta) {
+  unsigned mask = __activemask();
   int q = static_cast<int>(kiln::lane_id() & 3u) - static_cast<int>(delta);
-  return kiln::shfl(__activemask(), v, q >= 0 ? static_cast<int>(kiln::lane_id()) - static_cast<int>(delta) : static_cast<int>(kiln::lane_id()));
+  int src = static_cast<int>(kiln::lane_id()) - static_cast<int>(delta);
+  bool ok = q >= 0 && ((mask >> src) & 1u);
+  return kiln::shfl(mask, v, ok ? src : static_cast<int>(kiln::lane_id()));
 }
 }  // namespace metal

@@ -314,6 +314,7 @@ fn builtin_value(attribute: &str, ty: &str) -> String {
         "thread_index_in_quadgroup" => scalar_of(ty, "(lin & 3u)"),
         "quadgroup_index_in_threadgroup" => scalar_of(ty, "(lin >> 2)"),
         "quadgroups_per_threadgroup" => scalar_of(ty, "((ntg + 3u) >> 2)"),
+        "dispatch_quadgroups_per_threadgroup" => scalar_of(ty, "((ux * uy * uz + 3u) >> 2)"),
         // Unknown builtins surface as a compile error naming the attribute.
         other => format!("kiln_unsupported_builtin_{other}"),
     }
