@@ -48,6 +48,16 @@ template <class T> struct is_arith {
   static constexpr bool value = is_integral<T>::value || is_builtin_float<typename remove_cv<T>::type>::value;
 };
 
+// On CUDA devices the conversions use the hardware's round-to-nearest-even instructions
+// (cvt.rn.f16.f32 from sm_53, cvt.rn.bf16.f32 from sm_80); NaNs keep the software path so
+// their bits match the CPU emulator's exactly.
+#if defined(KILN_CUDA) && defined(__CUDA_ARCH__)
+#define KILN_HW_F16 1
+#if __CUDA_ARCH__ >= 800
+#define KILN_HW_BF16 1
+#endif
+#endif
+
 union f32_bits { float f; uint u; };
 KILN_HD inline uint f2u(float f) { f32_bits b; b.f = f; return b.u; }
 KILN_HD inline float u2f(uint u) { f32_bits b; b.u = u; return b.f; }
@@ -55,6 +65,13 @@ KILN_HD inline float u2f(uint u) { f32_bits b; b.u = u; return b.f; }
 // IEEE binary16 from binary32, round to nearest even, with subnormals, infinities and NaN.
 KILN_HD inline ushort f32_to_f16(float f) {
   uint x = f2u(f);
+#ifdef KILN_HW_F16
+  if ((x & 0x7fffffffu) <= 0x7f800000u) {
+    ushort r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
+  }
+#endif
   uint sign = (x >> 16) & 0x8000u;
   uint exp = (x >> 23) & 0xffu;
   uint man = x & 0x7fffffu;
@@ -78,6 +95,13 @@ KILN_HD inline ushort f32_to_f16(float f) {
 }
 
 KILN_HD inline float f16_to_f32(ushort h) {
+#ifdef KILN_HW_F16
+  if (((uint)h & 0x7c00u) != 0x7c00u || ((uint)h & 0x3ffu) == 0u) {
+    float r;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(h));
+    return r;
+  }
+#endif
   uint sign = ((uint)h & 0x8000u) << 16;
   uint exp = ((uint)h >> 10) & 0x1fu;
   uint man = (uint)h & 0x3ffu;
@@ -94,6 +118,11 @@ KILN_HD inline float f16_to_f32(ushort h) {
 KILN_HD inline ushort f32_to_bf16(float f) {
   uint x = f2u(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort)((x >> 16) | 0x40u);
+#ifdef KILN_HW_BF16
+  ushort r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  return r;
+#endif
   x += 0x7fffu + ((x >> 16) & 1u);
   return (ushort)(x >> 16);
 }
