@@ -25,20 +25,23 @@ struct Fault { const char* msg; };
 enum State { RUNNABLE = 0, AT_BARRIER = 1, AT_COLLECTIVE = 2, DONE = 3 };
 const int SLOT_BYTES = 32;
 
+// The fields the scheduler touches and those rewritten for every group come first, so that
+// starting a group and switching fibers touch few cache lines per thread.
 struct Thread {
-  uint3 thread_position_in_grid, thread_position_in_threadgroup, threadgroup_position_in_grid;
+  int state;
+  bool started;
+  const void* site;
+  FiberCtx ctx;
+  void* stack;
+  uint3 thread_position_in_grid, threadgroup_position_in_grid;
+  alignas(16) unsigned char slot[SLOT_BYTES];
+  uint3 thread_position_in_threadgroup;
   uint3 threads_per_threadgroup, dispatch_threads_per_threadgroup, threadgroups_per_grid;
   uint3 threads_per_grid, grid_size, grid_origin;
   uint thread_index_in_threadgroup, simdgroup_index_in_threadgroup, thread_index_in_simdgroup;
   uint threads_per_simdgroup, thread_execution_width, simdgroups_per_threadgroup;
   uint dispatch_simdgroups_per_threadgroup, quadgroup_index_in_threadgroup, thread_index_in_quadgroup;
   uint quadgroups_per_threadgroup, dispatch_quadgroups_per_threadgroup;
-  int state;
-  const void* site;
-  alignas(16) unsigned char slot[SLOT_BYTES];
-  FiberCtx ctx;
-  void* stack;
-  bool started;
 };
 
 typedef void (*Body)(Thread&, void* const* buffers, void* const* tg_mem);
@@ -61,25 +64,30 @@ struct Group {
   alignas(16) unsigned char snap[32][32][SLOT_BYTES];
 };
 
-// Internal linkage lets the compiler use one module-base lookup per function for these
-// (the library is loaded with dlopen, so initial-exec TLS is not available).
-static thread_local Group* g_group;
-static thread_local Thread* g_thread;
-static thread_local const volatile int* g_cancel;
+// The group and thread running on this OS thread. Functions look it up once and keep the
+// reference across fiber switches (a group never leaves its OS thread): a TLS lookup in a
+// dlopen'ed library is a call. Internal linkage keeps that call to one per function.
+struct Current {
+  Group* group;
+  Thread* thread;
+  const volatile int* cancel;
+};
+static thread_local Current g_cur;
 
-inline void poll() {
-  if (__builtin_expect(*g_cancel != 0, 0)) throw Cancelled();
+inline void poll(const Current& c) {
+  if (__builtin_expect(*c.cancel != 0, 0)) throw Cancelled();
 }
+inline void poll() { poll(g_cur); }
 
 // Leaves the current fiber for the next runnable thread of the group in index order, or the
 // scheduler when there is none: the same order a scheduler loop would give, with half the
 // switches.
-inline void switch_away(Thread* t) {
-  Group* g = g_group;
+inline void switch_away(Current& c, Thread* t) {
+  Group* g = c.group;
   if (!g->aborted) {
     for (Thread *u = t + 1, *end = g->threads + g->n; u < end; ++u) {
       if (u->state != RUNNABLE) continue;
-      g_thread = u;
+      c.thread = u;
       u->started = true;
       fiber_switch(t->ctx, u->ctx);
       return;
@@ -90,17 +98,18 @@ inline void switch_away(Thread* t) {
 
 // Suspends the current fiber. A fiber resumed after the group aborted unwinds (its
 // destructors run) instead of continuing.
-inline void yield_to_scheduler() {
-  switch_away(g_thread);
-  if (__builtin_expect(g_group->aborted != 0, 0)) throw Cancelled();
-  poll();
+inline void yield_to_scheduler(Current& c) {
+  switch_away(c, c.thread);
+  if (__builtin_expect(c.group->aborted != 0, 0)) throw Cancelled();
+  poll(c);
 }
 
 inline void barrier() {
-  if (!g_thread->stack) throw Fault{"a barrier ran in a kernel compiled without cooperative threads"};
-  poll();
-  g_thread->state = AT_BARRIER;
-  yield_to_scheduler();
+  Current& c = g_cur;
+  if (!c.thread->stack) throw Fault{"a barrier ran in a kernel compiled without cooperative threads"};
+  poll(c);
+  c.thread->state = AT_BARRIER;
+  yield_to_scheduler(c);
 }
 
 // What a lane sees after a collective resolves: the values of the active lanes of its
@@ -121,15 +130,16 @@ struct View {
 // out-of-line functions that pass their own return address as the site, so one call in the
 // kernel is one site even if the optimiser duplicates code around it.
 __attribute__((noinline)) inline View post_bytes(const void* bytes, unsigned size, const void* site) {
-  Thread* t = g_thread;
+  Current& c = g_cur;
+  Thread* t = c.thread;
   if (!t->stack) throw Fault{"a SIMD collective ran in a kernel compiled without cooperative threads"};
-  poll();
+  poll(c);
   __builtin_memcpy(t->slot, bytes, size);
   t->site = site;
   t->state = AT_COLLECTIVE;
-  yield_to_scheduler();
+  yield_to_scheduler(c);
   uint sg = t->simdgroup_index_in_threadgroup;
-  return View{g_group->snap[sg], g_group->active[sg], t->thread_index_in_simdgroup};
+  return View{c.group->snap[sg], c.group->active[sg], t->thread_index_in_simdgroup};
 }
 
 template <class T> __attribute__((always_inline)) inline View post(const T& v, const void* site) {
@@ -140,7 +150,7 @@ template <class T> __attribute__((always_inline)) inline View post(const T& v, c
 // Per-group storage for a `threadgroup` declaration, keyed by declaration site and type.
 template <class T, int Site> inline T* tg_alloc() {
   static char key;
-  Group* g = g_group;
+  Group* g = g_cur.group;
   for (int i = 0; i < g->nallocs; ++i)
     if (g->allocs[i].key == &key) return (T*)g->allocs[i].mem;
   if (g->nallocs == 64) throw Fault{"more than 64 threadgroup declarations in one kernel"};

@@ -34,7 +34,7 @@ struct Worker {
 static thread_local Worker g_worker;
 
 inline void run_one(Thread& t) {
-  Group* g = g_group;
+  Group* g = g_cur.group;
   try {
     g->body(t, g->buffers, g->tg_mem);
   } catch (const Cancelled&) {
@@ -89,9 +89,10 @@ const int FRAME_WORDS = 20, ENTRY_WORD = 11;
 
 // Where a fiber starts: runs its thread, then hands control back for good.
 __attribute__((noinline, noreturn)) inline void fiber_entry() {
-  Thread* t = g_thread;
+  Current& c = g_cur;
+  Thread* t = c.thread;
   run_one(*t);
-  switch_away(t);
+  switch_away(c, t);
   __builtin_trap();
 }
 
@@ -103,7 +104,7 @@ inline void fiber_prepare(Thread& t, Group&, size_t top_offset) {
   t.ctx.sp = frame;
 }
 #else
-inline void fiber_entry() { run_one(*g_thread); }  // uc_link returns to the scheduler
+inline void fiber_entry() { run_one(*g_cur.thread); }  // uc_link returns to the scheduler
 
 inline void fiber_prepare(Thread& t, Group& g, size_t top_offset) {
   getcontext(&t.ctx.uc);
@@ -142,7 +143,7 @@ inline bool resolve_collectives(Group& g) {
 }
 
 inline void resume(Group& g, Thread& t) {
-  g_thread = &t;
+  g_cur.thread = &t;
   t.started = true;
   fiber_switch(g.sched, t.ctx);
 }
@@ -205,7 +206,7 @@ inline void copy_msg(char* dst, int cap, const char* src) {
 // message in `msg`).
 inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin, uint64_t end,
                       char* msg, int msg_cap) {
-  g_cancel = d->cancel;
+  g_cur.cancel = d->cancel;
   Worker& w = g_worker;
   Thread* threads = w.threads;
   const uint32_t gx = d->groups[0], gy = d->groups[1];
@@ -244,6 +245,7 @@ inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t
       w.shaped = n;
     }
     uint3 local = uint3(0u);
+    const uint base_x = gid.x * tg.x, base_y = gid.y * tg.y, base_z = gid.z * tg.z;
     for (uint i = 0; i < n; ++i) {
       Thread& t = threads[i];
       if (!same_shape) {
@@ -270,24 +272,29 @@ inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t
           if (++local.y == size.y) { local.y = 0; ++local.z; }
         }
       }
-      t.threadgroup_position_in_grid = gid;
-      t.thread_position_in_grid = gid * tg + t.thread_position_in_threadgroup;
+      // Component by component: whole-vector temporaries here cost store-forwarding stalls.
+      t.threadgroup_position_in_grid.x = gid.x;
+      t.threadgroup_position_in_grid.y = gid.y;
+      t.threadgroup_position_in_grid.z = gid.z;
+      t.thread_position_in_grid.x = base_x + t.thread_position_in_threadgroup.x;
+      t.thread_position_in_grid.y = base_y + t.thread_position_in_threadgroup.y;
+      t.thread_position_in_grid.z = base_z + t.thread_position_in_threadgroup.z;
       t.state = RUNNABLE;
       t.site = nullptr;
       t.stack = nullptr;
       t.started = false;
     }
-    g_group = &g;
+    g_cur.group = &g;
     if (cooperative) {
       run_cooperative(g, w);
     } else {
       for (uint i = 0; i < n && !g.aborted; ++i) {
-        g_thread = &threads[i];
+        g_cur.thread = &threads[i];
         run_one(threads[i]);
       }
     }
-    g_group = nullptr;
-    g_thread = nullptr;
+    g_cur.group = nullptr;
+    g_cur.thread = nullptr;
     for (int i = 0; i < g.nallocs; ++i) free(g.allocs[i].mem);
     for (uint32_t i = 0; i < 16; ++i) free(g.tg_mem[i]);
     if (g.aborted == 1) return 1;

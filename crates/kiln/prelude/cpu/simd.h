@@ -70,20 +70,20 @@ template <class T, class I> __attribute__((noinline)) inline T simd_broadcast(T 
   return kiln_shuffle(v, (int)lane, KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T simd_shuffle_up(T v, I delta) {
-  return kiln_shuffle(v, (int)kiln::rt::g_thread->thread_index_in_simdgroup - (int)delta, KILN_SITE);
+  return kiln_shuffle(v, (int)kiln::rt::g_cur.thread->thread_index_in_simdgroup - (int)delta, KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T simd_shuffle_down(T v, I delta) {
-  int src = (int)kiln::rt::g_thread->thread_index_in_simdgroup + (int)delta;
+  int src = (int)kiln::rt::g_cur.thread->thread_index_in_simdgroup + (int)delta;
   return kiln_shuffle(v, src >= 32 ? -1 : src, KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T simd_shuffle_xor(T v, I mask) {
-  return kiln_shuffle(v, (int)((kiln::rt::g_thread->thread_index_in_simdgroup ^ (uint)mask) & 31u), KILN_SITE);
+  return kiln_shuffle(v, (int)((kiln::rt::g_cur.thread->thread_index_in_simdgroup ^ (uint)mask) & 31u), KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T simd_shuffle_rotate_down(T v, I delta) {
-  return kiln_shuffle(v, (int)((kiln::rt::g_thread->thread_index_in_simdgroup + (uint)delta) & 31u), KILN_SITE);
+  return kiln_shuffle(v, (int)((kiln::rt::g_cur.thread->thread_index_in_simdgroup + (uint)delta) & 31u), KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T simd_shuffle_rotate_up(T v, I delta) {
-  return kiln_shuffle(v, (int)((kiln::rt::g_thread->thread_index_in_simdgroup - (uint)delta) & 31u), KILN_SITE);
+  return kiln_shuffle(v, (int)((kiln::rt::g_cur.thread->thread_index_in_simdgroup - (uint)delta) & 31u), KILN_SITE);
 }
 KILN_SIMD_FN T simd_broadcast_first(T v) {
   kiln::rt::View w = kiln::rt::post(v, KILN_SITE);
@@ -138,22 +138,22 @@ KILN_QUAD_FOLD(quad_max, v, max(a, b)) KILN_QUAD_FOLD(quad_min, v, min(a, b))
 KILN_QUAD_FOLD(quad_and, v, a & b) KILN_QUAD_FOLD(quad_or, v, a | b) KILN_QUAD_FOLD(quad_xor, v, a ^ b)
 #undef KILN_QUAD_FOLD
 template <class T, class I> __attribute__((noinline)) inline T quad_shuffle(T v, I lane) {
-  return kiln_shuffle(v, (int)((kiln::rt::g_thread->thread_index_in_simdgroup & ~3u) + ((uint)lane & 3u)), KILN_SITE);
+  return kiln_shuffle(v, (int)((kiln::rt::g_cur.thread->thread_index_in_simdgroup & ~3u) + ((uint)lane & 3u)), KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T quad_broadcast(T v, I lane) {
-  return kiln_shuffle(v, (int)((kiln::rt::g_thread->thread_index_in_simdgroup & ~3u) + ((uint)lane & 3u)), KILN_SITE);
+  return kiln_shuffle(v, (int)((kiln::rt::g_cur.thread->thread_index_in_simdgroup & ~3u) + ((uint)lane & 3u)), KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T quad_shuffle_xor(T v, I mask) {
-  uint me = kiln::rt::g_thread->thread_index_in_simdgroup;
+  uint me = kiln::rt::g_cur.thread->thread_index_in_simdgroup;
   return kiln_shuffle(v, (int)((me & ~3u) + ((me ^ (uint)mask) & 3u)), KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T quad_shuffle_down(T v, I delta) {
-  uint me = kiln::rt::g_thread->thread_index_in_simdgroup;
+  uint me = kiln::rt::g_cur.thread->thread_index_in_simdgroup;
   uint src = (me & 3u) + (uint)delta;
   return kiln_shuffle(v, src >= 4 ? -1 : (int)((me & ~3u) + src), KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T quad_shuffle_up(T v, I delta) {
-  uint me = kiln::rt::g_thread->thread_index_in_simdgroup;
+  uint me = kiln::rt::g_cur.thread->thread_index_in_simdgroup;
   int src = (int)(me & 3u) - (int)delta;
   return kiln_shuffle(v, src < 0 ? -1 : (int)((me & ~3u) + (uint)src), KILN_SITE);
 }
@@ -175,7 +175,7 @@ inline uint col(uint l) { return ((l >> 2) & 2u) * 2u + (l & 1u) * 2u; }
 inline uint lane(uint r, uint c) {
   return ((c >> 1) & 1u) | ((r & 1u) << 1) | (((r >> 1) & 1u) << 2) | (((c >> 2) & 1u) << 3) | (((r >> 2) & 1u) << 4);
 }
-inline uint me() { return kiln::rt::g_thread->thread_index_in_simdgroup; }
+inline uint me() { return kiln::rt::g_cur.thread->thread_index_in_simdgroup; }
 }  // namespace matrix_detail
 
 template <class T, int Cols, int Rows> struct simdgroup_matrix {
