@@ -393,7 +393,7 @@ fn plan(q: &Array, k: &Array, v: &Array, mask: Mask) -> Result<Plan> {
         dims: [b, hq, hkv, tq, tk, d],
         mask_kind,
         mask: mask_arr,
-        strides: Array::from_vec(&[4], strides.to_vec())?,
+        strides: Array::from_vec(&[4], strides.to_vec())?.to_device(device)?,
     })
 }
 
