@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <sys/mman.h>
+#include <signal.h>
 // Fibers switch with a few instructions on x86-64 (System V) and aarch64; elsewhere ucontext.
 #if (defined(__x86_64__) && !defined(_WIN32)) || defined(__aarch64__)
 #define KILN_FAST_FIBERS 1

@@ -303,5 +303,114 @@ inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t
   return 0;
 }
 
+// ---- checked mode ----------------------------------------------------------------------------
+// The host surrounds every buffer of a checked launch with PROT_NONE guard ranges. A fault in a
+// guard is recorded (first one wins), the guard is opened so the access completes, and the
+// launch is cancelled: the kernel stops at its next poll and the host reports the buffer. Every
+// library installs its handler once and passes faults it does not own to the previous one.
+
+struct Guard {
+  uint64_t begin, end;  // 64 KiB aligned
+};
+struct CheckedLaunch {
+  const Guard* guards;
+  uint32_t n_guards;
+  int32_t hit;  // index of the first guard touched, -1 while none
+  uint64_t addr;
+  volatile int* cancel;
+};
+
+const int CHECKED_SLOTS = 64;
+static CheckedLaunch* g_checked[CHECKED_SLOTS];
+static struct sigaction g_prev_segv, g_prev_bus;
+// Internal linkage throughout: a function-local static of an inline function would be one
+// object shared by every kernel library in the process.
+static int g_handler_state;  // 0 not installed, 1 installing, 2 installed
+
+static bool claim_fault(uintptr_t a) {
+  for (int s = 0; s < CHECKED_SLOTS; ++s) {
+    CheckedLaunch* l = __atomic_load_n(&g_checked[s], __ATOMIC_ACQUIRE);
+    if (!l) continue;
+    for (uint32_t i = 0; i < l->n_guards; ++i) {
+      const Guard& gd = l->guards[i];
+      if (a < gd.begin || a >= gd.end) continue;
+      int32_t none = -1;
+      if (__atomic_compare_exchange_n(&l->hit, &none, (int32_t)i, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        __atomic_store_n(&l->addr, (uint64_t)a, __ATOMIC_SEQ_CST);
+      __atomic_store_n(l->cancel, 2, __ATOMIC_SEQ_CST);
+      return mprotect((void*)gd.begin, gd.end - gd.begin, PROT_READ | PROT_WRITE) == 0;
+    }
+  }
+  return false;
+}
+
+static void on_fault(int sig, siginfo_t* info, void* uc) {
+  if (claim_fault((uintptr_t)info->si_addr)) return;
+  struct sigaction* prev = sig == SIGSEGV ? &g_prev_segv : &g_prev_bus;
+  if (prev->sa_flags & SA_SIGINFO) {
+    if (prev->sa_sigaction) { prev->sa_sigaction(sig, info, uc); return; }
+  } else if (prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
+    prev->sa_handler(sig);
+    return;
+  }
+  // Not ours and no handler before us: the default action, once the access repeats.
+  signal(sig, SIG_DFL);
+}
+
+static int install_fault_handler() {
+  int zero = 0;
+  if (__atomic_compare_exchange_n(&g_handler_state, &zero, 1, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    struct sigaction sa;
+    __builtin_memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGSEGV, &sa, &g_prev_segv) != 0 || sigaction(SIGBUS, &sa, &g_prev_bus) != 0) {
+      __atomic_store_n(&g_handler_state, 0, __ATOMIC_SEQ_CST);
+      return 1;
+    }
+    __atomic_store_n(&g_handler_state, 2, __ATOMIC_SEQ_CST);
+  }
+  for (;;) {
+    int st = __atomic_load_n(&g_handler_state, __ATOMIC_SEQ_CST);
+    if (st == 2) return 0;
+    if (st == 0) return 1;  // the installing thread failed
+  }
+}
+
 }  // namespace rt
 }  // namespace kiln
+
+// Arms the guards of a checked launch: 0 ok, 1 no handler, 2 no free slot, 3 mprotect failed.
+extern "C" int kiln_checked_begin(kiln::rt::CheckedLaunch* l) {
+  using namespace kiln::rt;
+  if (install_fault_handler()) return 1;
+  int slot = -1;
+  for (int s = 0; s < CHECKED_SLOTS && slot < 0; ++s) {
+    CheckedLaunch* none = nullptr;
+    if (__atomic_compare_exchange_n(&g_checked[s], &none, l, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) slot = s;
+  }
+  if (slot < 0) return 2;
+  for (uint32_t i = 0; i < l->n_guards; ++i) {
+    if (mprotect((void*)l->guards[i].begin, l->guards[i].end - l->guards[i].begin, PROT_NONE) != 0) {
+      for (uint32_t j = 0; j < i; ++j)
+        mprotect((void*)l->guards[j].begin, l->guards[j].end - l->guards[j].begin, PROT_READ | PROT_WRITE);
+      __atomic_store_n(&g_checked[slot], (CheckedLaunch*)nullptr, __ATOMIC_SEQ_CST);
+      return 3;
+    }
+  }
+  return 0;
+}
+
+// Disarms the guards (they become ordinary memory again) and frees the slot.
+extern "C" int kiln_checked_end(kiln::rt::CheckedLaunch* l) {
+  using namespace kiln::rt;
+  int rc = 0;
+  for (uint32_t i = 0; i < l->n_guards; ++i)
+    if (mprotect((void*)l->guards[i].begin, l->guards[i].end - l->guards[i].begin, PROT_READ | PROT_WRITE) != 0) rc = 3;
+  for (int s = 0; s < CHECKED_SLOTS; ++s) {
+    CheckedLaunch* mine = l;
+    __atomic_compare_exchange_n(&g_checked[s], &mine, (CheckedLaunch*)nullptr, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  }
+  return rc;
+}

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
 
+use super::checked::CheckedLaunch;
 use super::exec::LaunchDesc;
 use crate::config;
 use crate::error::{Error, Result};
@@ -20,11 +21,16 @@ use crate::kernel::MathMode;
 /// 2 fault (message in `msg`).
 pub type RunFn = unsafe extern "C" fn(i32, *const LaunchDesc, u64, u64, *mut c_char, i32) -> i32;
 
-/// A loaded kernel library. Libraries are never unloaded: kernels may be called again and
-/// unloading code that other threads could still be running is not worth the risk.
+/// `kiln_checked_begin` / `kiln_checked_end`: arm or disarm the guards of a checked launch.
+pub type CheckedFn = unsafe extern "C" fn(*mut CheckedLaunch) -> i32;
+
+/// A loaded kernel library. Libraries are never unloaded: kernels may be called again, other
+/// threads could still be running their code, and their fault handlers stay chained.
 pub struct Compiled {
     _lib: libloading::Library,
     pub run: RunFn,
+    pub checked_begin: Option<CheckedFn>,
+    pub checked_end: Option<CheckedFn>,
 }
 
 fn loaded() -> &'static Mutex<HashMap<String, Arc<Compiled>>> {
@@ -148,5 +154,9 @@ fn load(kernel: &str, so: &Path) -> Result<Compiled> {
     let run: RunFn = unsafe { lib.get::<RunFn>(b"kiln_run\0") }
         .map(|s| *s)
         .map_err(|e| fault(format!("{} has no kiln_run: {e}", so.display())))?;
-    Ok(Compiled { _lib: lib, run })
+    // SAFETY: both symbols, where present, have exactly the CheckedFn signature.
+    let checked_begin = unsafe { lib.get::<CheckedFn>(b"kiln_checked_begin\0") }.ok().map(|s| *s);
+    // SAFETY: as above.
+    let checked_end = unsafe { lib.get::<CheckedFn>(b"kiln_checked_end\0") }.ok().map(|s| *s);
+    Ok(Compiled { _lib: lib, run, checked_begin, checked_end })
 }

@@ -6,7 +6,8 @@
 //! Out-of-bounds writes to outputs are caught by red zones: each output is allocated with
 //! `RED_ZONE` canary bytes on both sides, checked after the run, and a changed canary is an
 //! `Error::KernelFault` naming the output. Writes further out than the red zone, and
-//! out-of-bounds reads, are not detected.
+//! out-of-bounds reads, are detected only in checked mode (see `checked`), which copies the
+//! inputs and places every buffer between guard pages.
 
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -14,6 +15,7 @@ use std::sync::{mpsc, Mutex};
 
 use rayon::prelude::*;
 
+use super::checked::{self, CheckedLaunch, Guard, GuardedBuf};
 use super::compile::Compiled;
 use crate::array::{Array, HostBuffer};
 use crate::backend::{Binding, Dispatch, Launch};
@@ -47,33 +49,90 @@ const CANARY: u8 = 0xA5;
 /// Largest threadgroup the emulator runs (Metal's limit).
 const MAX_GROUP: u64 = 1024;
 
-pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>) -> Result<Vec<Array>> {
+/// Storage of one binding for the duration of a launch.
+enum Storage {
+    /// The caller's input array, bound in place.
+    InPlace,
+    Host(HostBuffer),
+    Guarded(GuardedBuf),
+}
+
+/// What a buffer is, for messages.
+#[derive(Clone, Copy)]
+enum Role {
+    Input(usize),
+    Output(usize),
+}
+
+/// The canary bytes before and after an output's data, and the data itself.
+fn output_parts(storage: &mut Storage, n: usize) -> Option<(&[u8], &[u8], &[u8])> {
+    let (all, off): (&[u8], usize) = match storage {
+        Storage::Host(buf) => (buf.bytes(), RED_ZONE),
+        Storage::Guarded(buf) => {
+            let off = buf.data_offset();
+            (buf.between_guards(), off)
+        }
+        Storage::InPlace => return None,
+    };
+    Some((&all[..off], &all[off..off + n], &all[off + n..]))
+}
+
+pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool) -> Result<Vec<Array>> {
     let kernel = &launch.program.kernel;
     let (grid, tg, groups) = geometry(launch)?;
-    let mut owned: Vec<HostBuffer> = Vec::new();
-    let mut outputs = Vec::new();
-    let mut inputs: Vec<Option<(usize, usize)>> = Vec::new();
+    let mut storage: Vec<Storage> = Vec::new();
+    let mut roles: Vec<Option<Role>> = Vec::new();
+    let (mut n_in, mut n_out) = (0, 0);
     for binding in &launch.bindings {
         match binding {
             Binding::Array(a) => {
-                if a.host_buffer().is_none() {
+                let Some(host) = a.host_buffer() else {
                     return Err(Error::invalid(
                         kernel.clone(),
                         format!("input lives on {}; the CPU backend needs host arrays", a.device()),
                     ));
+                };
+                if checked {
+                    let size = a.dtype().size();
+                    let (lo, hi) = checked::reach(a.shape(), a.strides(), size);
+                    let start = (a.offset() * size) as isize + lo;
+                    let end = (a.offset() * size) as isize + hi;
+                    let bytes = host.bytes();
+                    if start < 0 || end as usize > bytes.len() {
+                        return Err(Error::invalid(kernel.clone(), format!("input {n_in} reaches outside its buffer")));
+                    }
+                    let mut buf = GuardedBuf::new(kernel, (hi - lo) as usize)?;
+                    let d0 = buf.data_offset();
+                    buf.between_guards()[d0..d0 + (hi - lo) as usize]
+                        .copy_from_slice(&bytes[start as usize..end as usize]);
+                    storage.push(Storage::Guarded(buf));
+                } else {
+                    storage.push(Storage::InPlace);
                 }
-                inputs.push(Some((a.offset() * a.dtype().size(), 0)));
+                roles.push(Some(Role::Input(n_in)));
+                n_in += 1;
             }
             Binding::Bytes(bytes) => {
-                owned.push(HostBuffer::from_bytes(bytes));
-                inputs.push(None);
+                storage.push(Storage::Host(HostBuffer::from_bytes(bytes)));
+                roles.push(None);
             }
             Binding::Output(spec) => {
                 let n: usize = spec.shape.iter().product::<usize>() * spec.dtype.size();
-                let mut buf = HostBuffer::zeroed(n + 2 * RED_ZONE);
-                let bytes = buf.bytes_mut();
-                bytes.fill(CANARY);
-                let body = &mut bytes[RED_ZONE..RED_ZONE + n];
+                let mut s = if checked {
+                    Storage::Guarded(GuardedBuf::new(kernel, n)?)
+                } else {
+                    Storage::Host(HostBuffer::zeroed(n + 2 * RED_ZONE))
+                };
+                let (all, off) = match &mut s {
+                    Storage::Host(buf) => (buf.bytes_mut(), RED_ZONE),
+                    Storage::Guarded(buf) => {
+                        let off = buf.data_offset();
+                        (buf.between_guards(), off)
+                    }
+                    Storage::InPlace => (&mut [][..], 0),
+                };
+                all.fill(CANARY);
+                let body = &mut all[off..off + n];
                 match spec.init_value {
                     Some(v) => {
                         let one = f64_to_element_bytes(v, spec.dtype);
@@ -83,30 +142,45 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>) -> Result<Vec
                     }
                     None => body.fill(0xFF),
                 }
-                owned.push(buf);
-                outputs.push(owned.len() - 1);
-                inputs.push(None);
+                storage.push(s);
+                roles.push(Some(Role::Output(n_out)));
+                n_out += 1;
             }
         }
     }
-    // Pointers are taken only now that `owned` no longer grows.
+    // Pointers are taken only now that `storage` no longer grows.
     let mut ptrs: Vec<*mut c_void> = Vec::with_capacity(launch.bindings.len());
-    let mut next_owned = 0;
-    for (binding, input) in launch.bindings.iter().zip(&inputs) {
-        match (binding, input) {
-            (Binding::Array(a), Some((offset, _))) => {
+    let mut guards: Vec<Guard> = Vec::new();
+    let mut guarded: Vec<(usize, u64, usize)> = Vec::new();
+    for (slot, (binding, s)) in launch.bindings.iter().zip(&mut storage).enumerate() {
+        let ptr = match (binding, s) {
+            (Binding::Array(a), Storage::InPlace) => {
                 let bytes = a.host_buffer().map(|b| b.bytes()).unwrap_or(&[]);
-                // SAFETY: `offset` is the array's element offset within its own buffer, so the
+                // SAFETY: the offset is the array's element offset within its own buffer, so the
                 // pointer stays inside (or one past) the allocation the array holds alive.
-                ptrs.push(unsafe { bytes.as_ptr().add(*offset) } as *mut c_void);
+                unsafe { bytes.as_ptr().add(a.offset() * a.dtype().size()) as *mut c_void }
             }
-            (binding, _) => {
-                let buf = &mut owned[next_owned];
-                next_owned += 1;
+            (Binding::Array(a), Storage::Guarded(buf)) => {
+                let size = a.dtype().size();
+                let (lo, _) = checked::reach(a.shape(), a.strides(), size);
+                guards.extend(buf.guards());
+                guarded.push((slot, buf.data_addr(), buf.len()));
+                // SAFETY: the data holds the view's whole reach, which starts `-lo` bytes before
+                // the view's first element.
+                unsafe { buf.data_ptr().offset(-lo) as *mut c_void }
+            }
+            (_, Storage::Guarded(buf)) => {
+                guards.extend(buf.guards());
+                guarded.push((slot, buf.data_addr(), buf.len()));
+                buf.data_ptr() as *mut c_void
+            }
+            (binding, Storage::Host(buf)) => {
                 let skip = if matches!(binding, Binding::Output(_)) { RED_ZONE } else { 0 };
-                ptrs.push(buf.bytes_mut()[skip..].as_mut_ptr() as *mut c_void);
+                buf.bytes_mut()[skip..].as_mut_ptr() as *mut c_void
             }
-        }
+            (_, Storage::InPlace) => std::ptr::null_mut(),
+        };
+        ptrs.push(ptr);
     }
     let tg_sizes: Vec<u64> = launch.threadgroup_memory.iter().map(|&s| s as u64).collect();
     if tg_sizes.len() > 16 {
@@ -123,10 +197,135 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>) -> Result<Vec
         tg,
         groups,
     };
-    let total = groups.iter().map(|&g| g as u64).product::<u64>();
+    let mut watch = CheckedLaunch {
+        guards: guards.as_ptr(),
+        n_guards: guards.len() as u32,
+        hit: -1,
+        addr: 0,
+        cancel: cancel.as_ptr(),
+    };
+    let armed = if checked { Some(Armed::new(compiled, kernel, &mut watch)?) } else { None };
+    let (fault, timed_out) = execute(compiled, entry, &desc, &cancel, launch.timeout);
+    if let Some(armed) = armed {
+        armed.disarm()?;
+    }
+    if let Ok(hit) = usize::try_from(watch.hit) {
+        let (slot, data, len) = guarded[hit / 2];
+        let role = roles[slot].map_or("buffer".to_string(), describe);
+        let place = if hit % 2 == 0 {
+            format!("{} bytes before the start", data.saturating_sub(watch.addr))
+        } else {
+            format!("byte {} past the end", watch.addr.saturating_sub(data + len as u64))
+        };
+        return Err(Error::KernelFault {
+            kernel: kernel.clone(),
+            msg: format!("out-of-bounds access to {role} (buffer slot {slot}, {len} bytes): {place}"),
+        });
+    }
+    if let Some(msg) = fault {
+        return Err(Error::KernelFault { kernel: kernel.clone(), msg });
+    }
+    if timed_out {
+        return Err(Error::Timeout {
+            kernel: kernel.clone(),
+            seconds: launch.timeout.map_or(0.0, |t| t.as_secs_f64()),
+        });
+    }
+    let mut result = Vec::new();
+    for (slot, (binding, s)) in launch.bindings.iter().zip(&mut storage).enumerate() {
+        let Binding::Output(spec) = binding else { continue };
+        let k = result.len();
+        let n = spec.shape.iter().product::<usize>() * spec.dtype.size();
+        let Some((before, body, after)) = output_parts(s, n) else { continue };
+        let before_hit = before.iter().rposition(|&b| b != CANARY).map(|p| before.len() - p);
+        let after_hit = after.iter().position(|&b| b != CANARY).map(|p| p + 1);
+        let side = match (before_hit, after_hit) {
+            (Some(d), _) => Some(("before the start", d)),
+            (None, Some(d)) => Some(("past the end", d)),
+            (None, None) => None,
+        };
+        if let Some((side, dist)) = side {
+            return Err(Error::KernelFault {
+                kernel: kernel.clone(),
+                msg: format!(
+                    "out-of-bounds write to output {k} (buffer slot {slot}, {n} bytes): up to {dist} bytes {side}"
+                ),
+            });
+        }
+        result.push(Array::from_host(HostBuffer::from_bytes(body), spec.dtype, &spec.shape));
+    }
+    Ok(result)
+}
+
+fn describe(role: Role) -> String {
+    match role {
+        Role::Input(k) => format!("input {k}"),
+        Role::Output(k) => format!("output {k}"),
+    }
+}
+
+/// The guards of a checked launch, protected from `new` until `disarm` (or drop).
+struct Armed<'a> {
+    compiled: &'a Compiled,
+    watch: *mut CheckedLaunch,
+    live: bool,
+}
+
+impl<'a> Armed<'a> {
+    fn new(compiled: &'a Compiled, kernel: &str, watch: &mut CheckedLaunch) -> Result<Armed<'a>> {
+        let fault = |msg: String| Error::Driver { backend: "cpu", kernel: kernel.to_string(), msg };
+        let (Some(begin), Some(_)) = (compiled.checked_begin, compiled.checked_end) else {
+            return Err(fault("the kernel library has no checked mode".into()));
+        };
+        // SAFETY: `watch` and the guard ranges it lists outlive this value, which disarms them
+        // before the buffers are dropped; the ranges are whole granules of our own allocations.
+        let rc = unsafe { begin(watch) };
+        if rc != 0 {
+            return Err(fault(format!("cannot arm the guard pages of a checked launch (code {rc})")));
+        }
+        Ok(Armed { compiled, watch, live: true })
+    }
+
+    fn disarm(mut self) -> Result<()> {
+        self.live = false;
+        let rc = match self.compiled.checked_end {
+            // SAFETY: `watch` is the record armed in `new`, still alive (see there).
+            Some(end) => unsafe { end(self.watch) },
+            None => 0,
+        };
+        if rc != 0 {
+            return Err(Error::Driver {
+                backend: "cpu",
+                kernel: String::new(),
+                msg: "cannot disarm guard pages".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Armed<'_> {
+    fn drop(&mut self) {
+        if let (true, Some(end)) = (self.live, self.compiled.checked_end) {
+            // SAFETY: as in `disarm`; reached only when the launch unwinds before disarming.
+            unsafe { end(self.watch) };
+        }
+    }
+}
+
+/// Runs every group over the rayon pool; returns the first fault message and whether the
+/// timeout stopped the kernel.
+fn execute(
+    compiled: &Compiled,
+    entry: usize,
+    desc: &LaunchDesc,
+    cancel: &AtomicI32,
+    timeout: Option<std::time::Duration>,
+) -> (Option<String>, bool) {
+    let total = desc.groups.iter().map(|&g| g as u64).product::<u64>();
     let fault: Mutex<Option<String>> = Mutex::new(None);
     let timed_out = AtomicI32::new(0);
-    let shared = Shared(&desc);
+    let shared = Shared(desc);
     let work = || {
         let per_chunk = (total / (rayon::current_num_threads() as u64 * 8)).max(1);
         let chunks = total.div_ceil(per_chunk);
@@ -147,11 +346,11 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>) -> Result<Vec
             }
         });
     };
-    match launch.timeout {
+    match timeout {
         None => work(),
         Some(limit) => {
             let (done_tx, done_rx) = mpsc::channel::<()>();
-            let (timed_out, cancel) = (&timed_out, &cancel);
+            let timed_out = &timed_out;
             std::thread::scope(|s| {
                 s.spawn(move || {
                     if done_rx.recv_timeout(limit).is_err() {
@@ -164,41 +363,8 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>) -> Result<Vec
             });
         }
     }
-    if let Some(msg) = fault.lock().ok().and_then(|mut f| f.take()) {
-        return Err(Error::KernelFault { kernel: kernel.clone(), msg });
-    }
-    if timed_out.load(Ordering::SeqCst) != 0 {
-        return Err(Error::Timeout {
-            kernel: kernel.clone(),
-            seconds: launch.timeout.map_or(0.0, |t| t.as_secs_f64()),
-        });
-    }
-    let mut result = Vec::new();
-    let specs = launch.bindings.iter().enumerate().filter_map(|(slot, b)| match b {
-        Binding::Output(s) => Some((slot, s)),
-        _ => None,
-    });
-    for (k, ((slot, spec), idx)) in specs.zip(outputs).enumerate() {
-        let bytes = owned[idx].bytes();
-        let n = bytes.len() - 2 * RED_ZONE;
-        let before = bytes[..RED_ZONE].iter().rposition(|&b| b != CANARY).map(|p| RED_ZONE - p);
-        let after = bytes[RED_ZONE + n..].iter().position(|&b| b != CANARY).map(|p| p + 1);
-        if before.is_some() || after.is_some() {
-            let (side, dist) = match (before, after) {
-                (Some(d), _) => ("before the start", d),
-                (None, Some(d)) => ("past the end", d),
-                (None, None) => ("", 0),
-            };
-            return Err(Error::KernelFault {
-                kernel: kernel.clone(),
-                msg: format!(
-                    "out-of-bounds write to output {k} (buffer slot {slot}, {n} bytes): up to {dist} bytes {side}"
-                ),
-            });
-        }
-        result.push(Array::from_host(HostBuffer::from_bytes(&bytes[RED_ZONE..RED_ZONE + n]), spec.dtype, &spec.shape));
-    }
-    Ok(result)
+    let fault = fault.lock().ok().and_then(|mut f| f.take());
+    (fault, timed_out.load(Ordering::SeqCst) != 0)
 }
 
 /// (threads per dimension, threads per group, groups per dimension) of a dispatch.

@@ -5,10 +5,18 @@
 //!
 //! Outputs without `init_value` are poisoned with 0xFF bytes (NaN for float types) so unwritten
 //! elements are visible. Inputs are bound in place with their true strides.
+//!
+//! Checked mode (`CpuBackend::checked`, or `CheckedScope` for kernels launched from the current
+//! thread through `MetalKernel::call` and friends) also catches out-of-bounds reads of inputs
+//! and writes beyond the red zones: every buffer is copied between guard pages and the first
+//! access to a guard is an `Error::KernelFault` naming the buffer. It costs a copy of each input
+//! and a few system calls per launch.
 
+mod checked;
 mod compile;
 mod exec;
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use super::{Backend, BackendStatus, Launch, MetalProgram};
@@ -25,11 +33,12 @@ pub use compile::flags as compile_flags;
 #[derive(Clone, Debug)]
 pub struct CpuBackend {
     cxx: String,
+    checked: bool,
 }
 
 impl Default for CpuBackend {
     fn default() -> Self {
-        CpuBackend { cxx: config::host_cxx() }
+        CpuBackend { cxx: config::host_cxx(), checked: false }
     }
 }
 
@@ -38,7 +47,35 @@ impl CpuBackend {
     pub fn with_compiler(cxx: impl Into<String>) -> Result<CpuBackend> {
         let cxx = cxx.into();
         compile::compiler_identity(&cxx)?;
-        Ok(CpuBackend { cxx })
+        Ok(CpuBackend { cxx, checked: false })
+    }
+
+    /// This backend with checked mode on or off (see the module documentation).
+    pub fn checked(mut self, on: bool) -> CpuBackend {
+        self.checked = on;
+        self
+    }
+}
+
+thread_local! {
+    static CHECKED_SCOPES: Cell<u32> = const { Cell::new(0) };
+}
+
+/// While a value lives, CPU launches made from this thread run in checked mode. Other threads
+/// are not affected.
+#[derive(Debug)]
+pub struct CheckedScope(());
+
+impl CheckedScope {
+    pub fn enter() -> CheckedScope {
+        CHECKED_SCOPES.with(|n| n.set(n.get() + 1));
+        CheckedScope(())
+    }
+}
+
+impl Drop for CheckedScope {
+    fn drop(&mut self) {
+        CHECKED_SCOPES.with(|n| n.set(n.get().saturating_sub(1)));
     }
 }
 
@@ -97,7 +134,8 @@ impl Backend for CpuBackend {
         })?;
         let tu = translation_unit(program, &module)?;
         let compiled = compile::compile(&self.cxx, &program.kernel, &tu, program.math_mode)?;
-        exec::run(&compiled, entry, launch)
+        let checked = self.checked || CHECKED_SCOPES.with(|n| n.get() > 0);
+        exec::run(&compiled, entry, launch, checked)
     }
 }
 

@@ -74,3 +74,63 @@ fn timeout_with_fibers_at_a_barrier_leaves_the_kernel_runnable() {
     let want: Vec<f64> = (0..256).map(|i| neg[((i % 128 + 1) % 128) % 8] as f64).collect();
     assert_eq!(out, want);
 }
+
+/// Runs `src` (reading `x`, writing `out`, both f32 of `n` elements) in checked mode.
+fn run_checked(name: &str, src: &str, x: &[f32]) -> crate::Result<Vec<f64>> {
+    let _checked = super::CheckedScope::enter();
+    let k = MetalKernel::new(name, &["x"], &["out"], src).unwrap();
+    let n = x.len();
+    let input = Array::from_vec(&[n], x.to_vec()).unwrap();
+    let spec = LaunchSpec::new([n as u32, 1, 1], [32, 1, 1]).output(&[n], DType::F32).device(Device::Cpu);
+    Ok(values(&k.call(&[(&input).into()], &spec)?[0]))
+}
+
+fn random_f32(seed: u64, n: usize) -> Vec<f32> {
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| rng.normal() as f32).collect()
+}
+
+#[test]
+fn checked_mode_runs_in_bounds_kernels_unchanged() {
+    let x = random_f32(23, 64);
+    let src = "uint i = thread_position_in_grid.x;\nout[i] = 2.0f * x[63 - i] + x[i];";
+    let out = run_checked("cpu_checked_ok", src, &x).unwrap();
+    let want: Vec<f64> = (0..64).map(|i| (2.0f32 * x[63 - i] + x[i]) as f64).collect();
+    assert_eq!(out, want);
+}
+
+#[test]
+fn checked_mode_reports_an_out_of_bounds_read_naming_the_input() {
+    let x = random_f32(24, 64);
+    let src = "uint i = thread_position_in_grid.x;\nout[i] = x[i + 1];";
+    match run_checked("cpu_checked_read", src, &x) {
+        Err(Error::KernelFault { kernel, msg }) => {
+            assert_eq!(kernel, "cpu_checked_read");
+            assert!(msg.contains("input 0") && msg.contains("byte 0 past the end"), "{msg}");
+        }
+        other => panic!("expected a kernel fault, got {other:?}"),
+    }
+    // Without checked mode the same read goes unnoticed.
+    let k = MetalKernel::new("cpu_checked_read", &["x"], &["out"], src).unwrap();
+    let input = Array::from_vec(&[64], x).unwrap();
+    let spec = LaunchSpec::new([64, 1, 1], [32, 1, 1]).output(&[64], DType::F32).device(Device::Cpu);
+    assert!(k.call(&[(&input).into()], &spec).is_ok());
+}
+
+#[test]
+fn checked_mode_reports_writes_beyond_the_red_zones() {
+    let x = random_f32(25, 64);
+    for (name, index, side) in [
+        ("cpu_checked_far_before", "int(i) - 20000", "before the start"),
+        ("cpu_checked_far_after", "int(i) + 5000", "past the end"),
+    ] {
+        let src = format!("uint i = thread_position_in_grid.x;\nout[{index}] = x[i];");
+        match run_checked(name, &src, &x) {
+            Err(Error::KernelFault { kernel, msg }) => {
+                assert_eq!(kernel, name);
+                assert!(msg.contains("output 0") && msg.contains(side), "{msg}");
+            }
+            other => panic!("{name}: expected a kernel fault, got {other:?}"),
+        }
+    }
+}

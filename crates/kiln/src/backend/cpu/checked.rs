@@ -1,0 +1,126 @@
+//! Checked mode: every input and output of a launch lives in its own allocation between two
+//! guard ranges that the kernel library protects (`kiln_checked_begin`) for the duration of
+//! the run, so a read or write beyond a buffer faults; the library's signal handler records the
+//! first such access and cancels the launch, and the host reports it as `Error::KernelFault`
+//! naming the buffer.
+//!
+//! Layout of one allocation (64 KiB granules, so it works for any page size up to 64 KiB):
+//! `[guard][slack][data][guard]`. The data ends at the trailing guard (rounded down to 16 bytes,
+//! so vector loads stay aligned): an access past the end faults unless it lands in those
+//! alignment bytes. Before the start, accesses within the slack (less than 64 KiB) are caught
+//! only for outputs, whose slack is filled with canaries like their red zones.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+
+use crate::error::{Error, Result};
+
+/// Guard size and alignment.
+pub const GRANULE: usize = 64 * 1024;
+/// Alignment of the data start (what any vector type of the prelude needs).
+const DATA_ALIGN: usize = 16;
+
+/// One protected range (mirrors `kiln::rt::Guard`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Guard {
+    pub begin: u64,
+    pub end: u64,
+}
+
+/// What the library's fault handler reads and writes (mirrors `kiln::rt::CheckedLaunch`).
+#[repr(C)]
+pub struct CheckedLaunch {
+    pub guards: *const Guard,
+    pub n_guards: u32,
+    pub hit: i32,
+    pub addr: u64,
+    pub cancel: *mut i32,
+}
+
+/// A guarded allocation holding `len` bytes of data.
+pub struct GuardedBuf {
+    base: *mut u8,
+    layout: Layout,
+    data: usize,
+    len: usize,
+}
+
+// SAFETY: the allocation is owned exclusively by this value; moving it between threads moves
+// that ownership. Kernels write to it only while the launch that owns it runs.
+unsafe impl Send for GuardedBuf {}
+
+impl GuardedBuf {
+    /// A zeroed allocation with `len` data bytes placed against the trailing guard.
+    pub fn new(kernel: &str, len: usize) -> Result<GuardedBuf> {
+        let middle = (len + DATA_ALIGN).div_ceil(GRANULE) * GRANULE;
+        let size = middle + 2 * GRANULE;
+        let layout = Layout::from_size_align(size, GRANULE)
+            .map_err(|e| Error::invalid(kernel.to_string(), format!("checked buffer of {len} bytes: {e}")))?;
+        // SAFETY: the layout has a non-zero size (at least three granules).
+        let base = unsafe { alloc_zeroed(layout) };
+        if base.is_null() {
+            return Err(Error::invalid(kernel.to_string(), format!("cannot allocate a checked buffer of {len} bytes")));
+        }
+        let data = (GRANULE + middle - len) & !(DATA_ALIGN - 1);
+        Ok(GuardedBuf { base, layout, data, len })
+    }
+
+    /// Where the kernel's pointer to the data starts.
+    pub fn data_ptr(&mut self) -> *mut u8 {
+        // SAFETY: `data + len` lies within the allocation's middle part (see `new`).
+        unsafe { self.base.add(self.data) }
+    }
+
+    pub fn data_addr(&self) -> u64 {
+        self.base as u64 + self.data as u64
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The two guard ranges: before the data and after it.
+    pub fn guards(&self) -> [Guard; 2] {
+        let b = self.base as u64;
+        let size = self.layout.size() as u64;
+        [Guard { begin: b, end: b + GRANULE as u64 }, Guard { begin: b + size - GRANULE as u64, end: b + size }]
+    }
+
+    /// Everything between the guards: slack before, data, and alignment bytes after.
+    pub fn between_guards(&mut self) -> &mut [u8] {
+        let n = self.layout.size() - 2 * GRANULE;
+        // SAFETY: the middle part is inside the allocation, initialised (zeroed) and not
+        // protected while the host holds `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(GRANULE), n) }
+    }
+
+    /// Offset of the data within `between_guards()`.
+    pub fn data_offset(&self) -> usize {
+        self.data - GRANULE
+    }
+}
+
+impl Drop for GuardedBuf {
+    fn drop(&mut self) {
+        // SAFETY: `base` came from `alloc_zeroed` with this layout and is freed once; the guards
+        // were unprotected by `kiln_checked_end` before any buffer is dropped.
+        unsafe { dealloc(self.base, self.layout) }
+    }
+}
+
+/// The byte range `[lo, hi)` a strided view can reach relative to its first element.
+pub fn reach(shape: &[usize], strides: &[isize], elem: usize) -> (isize, isize) {
+    if shape.contains(&0) {
+        return (0, 0);
+    }
+    let (mut lo, mut hi) = (0isize, 0isize);
+    for (&n, &s) in shape.iter().zip(strides) {
+        let span = (n as isize - 1) * s;
+        if span < 0 {
+            lo += span;
+        } else {
+            hi += span;
+        }
+    }
+    (lo * elem as isize, (hi + 1) * elem as isize)
+}
