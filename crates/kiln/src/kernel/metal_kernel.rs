@@ -44,16 +44,53 @@ pub struct MetalKernel {
 /// Everything the generated source depends on besides the kernel's own fields: per input its
 /// dtype, rank and whether it is small (fewer than 8 elements, bound in `constant` space), the
 /// template and the output dtypes.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Signature {
     inputs: Vec<(DType, usize, bool)>,
     template: Vec<(String, TemplateArg)>,
     outputs: Vec<DType>,
 }
 
+impl Signature {
+    fn of(arrays: &[Array], spec: &LaunchSpec) -> Self {
+        Signature {
+            inputs: arrays.iter().map(|a| (a.dtype(), a.ndim(), a.size() < 8)).collect(),
+            template: spec.template.clone(),
+            outputs: spec.output_dtypes.clone(),
+        }
+    }
+
+    /// Whether this is the signature of `arrays` and `spec`, without building theirs.
+    fn matches(&self, arrays: &[Array], spec: &LaunchSpec) -> bool {
+        self.inputs.len() == arrays.len()
+            && self
+                .inputs
+                .iter()
+                .zip(arrays)
+                .all(|(&(d, n, s), a)| d == a.dtype() && n == a.ndim() && s == (a.size() < 8))
+            && self.template == spec.template
+            && self.outputs == spec.output_dtypes
+    }
+}
+
+/// A cheap hash of what a signature holds, computed from the call's own arguments.
+fn signature_hash(arrays: &[Array], spec: &LaunchSpec) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for a in arrays {
+        (a.dtype(), a.ndim(), a.size() < 8).hash(&mut h);
+    }
+    spec.template.hash(&mut h);
+    spec.output_dtypes.hash(&mut h);
+    h.finish()
+}
+
 /// Generated sources and programs by call signature. Builder methods start a fresh table, so a
 /// kernel changed after cloning never sees its original's programs.
-type Memo = Arc<Mutex<HashMap<Signature, Arc<(GeneratedSource, MetalProgram)>>>>;
+type Memo = Arc<Mutex<HashMap<u64, Vec<(Signature, Arc<Generated>)>>>>;
+
+/// The generated source of one signature and the program compiled from it.
+type Generated = (GeneratedSource, MetalProgram);
 
 /// The Metal source generated for one call, with its mangled entry name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -228,20 +265,19 @@ impl MetalKernel {
     }
 
     /// The generated source and program for this call, from the memo when seen before.
-    fn generate_memoised(&self, arrays: &[Array], spec: &LaunchSpec) -> Result<Arc<(GeneratedSource, MetalProgram)>> {
-        let signature = Signature {
-            inputs: arrays.iter().map(|a| (a.dtype(), a.ndim(), a.size() < 8)).collect(),
-            template: spec.template.clone(),
-            outputs: spec.output_dtypes.clone(),
-        };
+    fn generate_memoised(&self, arrays: &[Array], spec: &LaunchSpec) -> Result<Arc<Generated>> {
+        let hash = signature_hash(arrays, spec);
         let poisoned = || Error::invalid(self.op(), "source memo lock poisoned");
-        if let Some(hit) = self.memo.lock().map_err(|_| poisoned())?.get(&signature) {
-            return Ok(hit.clone());
+        if let Some(bucket) = self.memo.lock().map_err(|_| poisoned())?.get(&hash) {
+            if let Some((_, hit)) = bucket.iter().find(|(sig, _)| sig.matches(arrays, spec)) {
+                return Ok(hit.clone());
+            }
         }
         let generated = self.generate(arrays, spec)?;
         let program = self.program(&generated);
         let entry = Arc::new((generated, program));
-        self.memo.lock().map_err(|_| poisoned())?.insert(signature, entry.clone());
+        let mut memo = self.memo.lock().map_err(|_| poisoned())?;
+        memo.entry(hash).or_default().push((Signature::of(arrays, spec), entry.clone()));
         Ok(entry)
     }
 

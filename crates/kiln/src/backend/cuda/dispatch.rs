@@ -28,6 +28,11 @@ const MAX_GRID: [u32; 3] = [i32::MAX as u32, 65535, 65535];
 
 /// The regions that realise a dispatch of `grid` threads in groups of `tg` (already clamped).
 pub fn thread_regions(grid: [u32; 3], tg: [u32; 3]) -> Vec<Region> {
+    // The common case, a grid of whole groups within CUDA's limits, is one region.
+    let groups = [0, 1, 2].map(|d| grid[d] / tg[d].max(1));
+    if (0..3).all(|d| grid[d] % tg[d].max(1) == 0 && groups[d] > 0 && groups[d] <= MAX_GRID[d]) {
+        return vec![Region { origin: [0; 3], groups, block: tg }];
+    }
     // Per dimension: (first group, group count, block size) of the full and the partial part.
     let parts: Vec<Vec<(u32, u32, u32)>> = (0..3)
         .map(|d| {
