@@ -168,7 +168,7 @@ pub type Progress<'a> = dyn FnMut(&str, usize, usize, Option<&CaseResult>) + 'a;
 pub fn run(cases: Vec<Case>, opts: &Options, progress: &mut Progress<'_>) -> Result<Report> {
     let clock = Clock::for_device(opts.device)?;
     let cases: Vec<Case> =
-        cases.into_iter().filter(|c| opts.filter.as_deref().map_or(true, |f| c.id().contains(f))).collect();
+        cases.into_iter().filter(|c| opts.filter.as_deref().is_none_or(|f| c.id().contains(f))).collect();
     let total = cases.len() + 1;
     progress("copy roofline", 0, total, None);
     let copy_ms = median(&clock.copy(opts.copy_bytes, 20)?);
