@@ -142,7 +142,8 @@ def cases():
         grid = rand((8, 256, 256, 2), "float32")
         if not vjp:
             f = lambda x, g: F.grid_sample(x, g, mode="bilinear", padding_mode="zeros", align_corners=False)
-            return None, (lambda g: (lambda: g(x, grid))), f, (lambda o: 0.0)
+            ref = f(x[:1].double(), grid[:1].double())
+            return None, (lambda g: (lambda: g(x, grid))), f, (lambda o: rel_l2(o[:1], ref))
         xg, gg = x.clone().requires_grad_(), grid.clone().requires_grad_()
         y = F.grid_sample(xg, gg, align_corners=False)
         cot = torch.randn_like(y)
@@ -234,11 +235,9 @@ def main():
             o = fn()
             err = check(o)
             entry["error"] = err
-            if not (err <= tol * 4):  # peers compute in their own precision; only gross errors refuse a time
-                entry["status"] = "wrong"
-            else:
-                entry["median_ms"] = timed(fn, args.time_per_case)
-                entry["status"] = "ok"
+            # A peer is the baseline: it is timed either way, and marked wrong past the tolerance.
+            entry["median_ms"] = timed(fn, args.time_per_case)
+            entry["status"] = "ok" if err <= tol else "wrong"
             print(f"{impl:14} {cid:52} {entry['median_ms'] or float('nan'):10.4f} ms  err {err:.1e}  ({time.time() - t0:.1f}s)", flush=True)
         except Exception as e:  # a peer that cannot run a case is reported, not fatal
             entry["note"] = f"{impl}: {type(e).__name__}: {str(e)[:200]}"
