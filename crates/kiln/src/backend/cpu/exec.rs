@@ -267,12 +267,13 @@ fn describe(role: Role) -> String {
 /// The guards of a checked launch, protected from `new` until `disarm` (or drop).
 struct Armed<'a> {
     compiled: &'a Compiled,
+    kernel: &'a str,
     watch: *mut CheckedLaunch,
     live: bool,
 }
 
 impl<'a> Armed<'a> {
-    fn new(compiled: &'a Compiled, kernel: &str, watch: &mut CheckedLaunch) -> Result<Armed<'a>> {
+    fn new(compiled: &'a Compiled, kernel: &'a str, watch: &mut CheckedLaunch) -> Result<Armed<'a>> {
         let fault = |msg: String| Error::Driver { backend: "cpu", kernel: kernel.to_string(), msg };
         let (Some(begin), Some(_)) = (compiled.checked_begin, compiled.checked_end) else {
             return Err(fault("the kernel library has no checked mode".into()));
@@ -283,7 +284,7 @@ impl<'a> Armed<'a> {
         if rc != 0 {
             return Err(fault(format!("cannot arm the guard pages of a checked launch (code {rc})")));
         }
-        Ok(Armed { compiled, watch, live: true })
+        Ok(Armed { compiled, kernel, watch, live: true })
     }
 
     fn disarm(mut self) -> Result<()> {
