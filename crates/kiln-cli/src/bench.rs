@@ -78,6 +78,11 @@ pub fn bench(args: BenchArgs, device: kiln::Device) -> kiln::Result<()> {
             "host cost on {}: cached call {:.2} us queued ({:.2} us with the final wait, {} calls); cold compile {:.1} ms; first call of a fixed kernel {:.2} ms",
             cost.device, cost.cached_call_us, cost.cached_call_with_sync_us, cost.calls, cost.cold_compile_ms, cost.first_call_fixed_ms
         );
+        if let (Some(bare), Some(args)) = (cost.bare_launch_us, cost.bare_launch_kiln_args_us) {
+            println!(
+                "driver floor: bare cuLaunchKernel {bare:.2} us, with a KilnArgs-sized parameter block {args:.2} us"
+            );
+        }
         if let Some(json) = &args.json {
             let text = serde_json::to_string_pretty(&cost).unwrap_or_default();
             write(&json.with_extension("host.json"), &text)?;

@@ -27,6 +27,10 @@ pub struct HostCost {
     /// First call in this process of a fixed kernel; a disk-cache hit when an earlier process
     /// compiled it (run the measurement twice).
     pub first_call_fixed_ms: f64,
+    /// The driver's floor: a bare launch of an empty kernel without parameters, and with a
+    /// parameter block the size of kiln's (CUDA only).
+    pub bare_launch_us: Option<f64>,
+    pub bare_launch_kiln_args_us: Option<f64>,
 }
 
 const BODY: &str = "out[0] = inp[0] + static_cast<T>(1);";
@@ -73,7 +77,20 @@ pub fn measure(device: Device, calls: usize) -> Result<HostCost> {
     wait(&last)?;
     let total = t.elapsed().as_secs_f64();
     let n = calls.max(1) as f64;
+    let check = last.first().map(|a| a.to_host().and_then(|h| h.to_f64_vec())).transpose()?;
+    if check.as_deref() != Some(&[1.5][..]) {
+        return Err(crate::error::Error::invalid("bench", format!("the timed kernel returned {check:?}, not [1.5]")));
+    }
+    let (bare_launch_us, bare_launch_kiln_args_us) = match device {
+        Device::Cuda(i) => {
+            let b = backend::cuda::cuda_backend(i)?;
+            (Some(b.bare_launch_us(calls, 0)?), Some(b.bare_launch_us(calls, 1376)?))
+        }
+        _ => (None, None),
+    };
     Ok(HostCost {
+        bare_launch_us,
+        bare_launch_kiln_args_us,
         device: device.to_string(),
         calls,
         cached_call_us: queued / n * 1e6,

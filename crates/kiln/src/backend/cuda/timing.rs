@@ -30,6 +30,44 @@ impl CudaBackend {
         self.ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE).unwrap_or(0).max(0) as usize
     }
 
+    /// Mean host microseconds of one bare `cuLaunchKernel` of an empty kernel, over `calls`
+    /// launches, with a parameter block of `param_bytes` (0, or the 1376 bytes of `KilnArgs`):
+    /// the driver's floor under a kernel call.
+    pub fn bare_launch_us(&self, calls: usize, param_bytes: usize) -> Result<f64> {
+        const SOURCE: &str = r#"
+struct KilnNopArgs { unsigned long long w[172]; };
+extern "C" __global__ void kiln_nop() {}
+extern "C" __global__ void kiln_nop_args(const __grid_constant__ KilnNopArgs a) {
+  if (a.w[0] == 1ull) *(int*)a.w[1] = 1;
+}
+"#;
+        let big = param_bytes > 0;
+        let func = self.helper_function("bare launch", SOURCE, if big { "kiln_nop_args" } else { "kiln_nop" })?;
+        self.ctx.bind_to_thread().map_err(|e| self.fail("bare launch", "binding the context", e))?;
+        let mut words = [0u64; 172];
+        let mut params: Vec<*mut std::ffi::c_void> =
+            if big { vec![words.as_mut_ptr() as *mut std::ffi::c_void] } else { Vec::new() };
+        let mut launch = || {
+            // SAFETY: the entry takes no parameter, or one 1376-byte struct that `words` holds;
+            // the driver copies it at the call.
+            unsafe {
+                drv::launch_kernel(func.cu_function(), (1, 1, 1), (1, 1, 1), 0, self.stream.cu_stream(), &mut params)
+            }
+            .map_err(|e| self.fail("bare launch", "launch", e))
+        };
+        for _ in 0..100 {
+            launch()?;
+        }
+        self.synchronize_all()?;
+        let t = std::time::Instant::now();
+        for _ in 0..calls {
+            launch()?;
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6 / calls.max(1) as f64;
+        self.synchronize_all()?;
+        Ok(us)
+    }
+
     /// A timer whose runs start from a cold L2 when `flush` is set.
     pub fn timer(&self, flush: bool) -> Result<DeviceTimer<'_>> {
         let flush = if flush {
