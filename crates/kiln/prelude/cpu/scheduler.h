@@ -288,7 +288,9 @@ inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t
     if (cooperative) {
       run_cooperative(g, w);
     } else {
-      for (uint i = 0; i < n && !g.aborted; ++i) {
+      // Polled per thread: after a checked launch opened a guard, later threads must not keep
+      // writing through it.
+      for (uint i = 0; i < n && !g.aborted && !*d->cancel; ++i) {
         g_cur.thread = &threads[i];
         run_one(threads[i]);
       }
