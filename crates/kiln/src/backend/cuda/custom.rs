@@ -1,7 +1,9 @@
 //! Launching `CudaKernel` bodies: MLX's `cuda_kernel` argument marshalling (pointers, then
 //! `Shape`/`Strides`/`ndim` by value) and its ceil-div launch geometry.
 
-use super::CudaBackend;
+use std::sync::Arc;
+
+use super::{CudaBackend, LoadedModule};
 use crate::array::Array;
 use crate::backend::Backend;
 use crate::device::Device;
@@ -28,14 +30,31 @@ pub struct CudaKernelCall<'a> {
 }
 
 impl CudaBackend {
+    /// The loaded module of a `CudaKernel` source: looked up by the user's text (a few KB), so
+    /// a repeated call neither rebuilds nor rehashes the ~100 KB translation unit.
+    fn custom_module(&self, kernel: &str, user_source: &str) -> Result<Arc<LoadedModule>> {
+        let hash = super::programs::fx(0, user_source.as_bytes());
+        let poisoned = || Error::invalid(kernel, "CudaKernel module table lock poisoned");
+        if let Some(bucket) = self.custom_modules.lock().map_err(|_| poisoned())?.get(&hash) {
+            if let Some((_, m)) = bucket.iter().find(|(s, _)| s == user_source) {
+                return Ok(m.clone());
+            }
+        }
+        let source = format!("{}\n{}", prelude(), user_source);
+        let module = self.module(kernel, &source, MathMode::Safe)?;
+        let mut table = self.custom_modules.lock().map_err(|_| poisoned())?;
+        table.entry(hash).or_default().push((user_source.to_string(), module.clone()));
+        Ok(module)
+    }
+
     /// Compiles (cached) and runs a `CudaKernel` call.
     pub fn run_cuda_kernel(&self, call: &CudaKernelCall<'_>) -> Result<Vec<Array>> {
         let kernel = call.kernel;
         if call.threadgroup.contains(&0) {
             return Err(Error::invalid(kernel, format!("threadgroup {:?} has a zero dimension", call.threadgroup)));
         }
-        let source = format!("{}\n{}", prelude(), call.source);
-        let func = self.function(kernel, &source, &call.entry, MathMode::Safe, call.shared_memory)?;
+        let module = self.custom_module(kernel, &call.source)?;
+        let func = self.entry(kernel, &module, &call.entry, call.shared_memory)?;
         let mut params: Vec<Vec<u8>> = Vec::new();
         let mut keep = Vec::new();
         for (a, info) in call.inputs.iter().zip(&call.shape_info) {

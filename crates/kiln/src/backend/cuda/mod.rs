@@ -49,7 +49,12 @@ pub struct CudaBackend {
     modules: Mutex<HashMap<String, Arc<LoadedModule>>>,
     programs: ProgramTable,
     pool: Arc<pool::BlockPool>,
+    /// `CudaKernel` modules by the user's source, bucketed by its hash.
+    custom_modules: Mutex<HashMap<u64, Vec<CustomModule>>>,
 }
+
+/// A `CudaKernel` source and its loaded module.
+type CustomModule = (String, Arc<LoadedModule>);
 
 /// A loaded cubin and its functions, with the dynamic shared memory limit already raised.
 struct LoadedModule {
@@ -237,6 +242,7 @@ impl CudaBackend {
             modules: Mutex::new(HashMap::new()),
             programs: ProgramTable::default(),
             pool: Arc::default(),
+            custom_modules: Mutex::new(HashMap::new()),
         })
     }
 

@@ -102,7 +102,7 @@ pub(super) fn fingerprint(p: &MetalProgram) -> u64 {
 
 /// FxHash-style mixing, eight bytes at a time (a lookup key only: collisions are resolved by
 /// comparing content).
-fn fx(mut h: u64, bytes: &[u8]) -> u64 {
+pub(super) fn fx(mut h: u64, bytes: &[u8]) -> u64 {
     const K: u64 = 0x517c_c1b7_2722_0a95;
     let mut chunks = bytes.chunks_exact(8);
     for c in &mut chunks {
