@@ -307,16 +307,16 @@ impl MetalKernel {
                 array = backend.row_contiguous(&array)?;
             }
             let info = if array.ndim() == 0 { ShapeInfo::default() } else { *info };
-            let (shape, strides) = (array.shape().to_vec(), array.strides().to_vec());
+            let shape_bytes =
+                info.shape.then(|| array.shape().iter().flat_map(|&n| (n as i32).to_le_bytes()).collect());
+            let stride_bytes =
+                info.strides.then(|| array.strides().iter().flat_map(|&s| (s as i64).to_le_bytes()).collect());
+            let ndim = array.ndim() as i32;
             bindings.push(Binding::Array(array));
-            if info.shape {
-                bindings.push(Binding::Bytes(shape.iter().flat_map(|&n| (n as i32).to_le_bytes()).collect()));
-            }
-            if info.strides {
-                bindings.push(Binding::Bytes(strides.iter().flat_map(|&s| (s as i64).to_le_bytes()).collect()));
-            }
+            bindings.extend(shape_bytes.map(Binding::Bytes));
+            bindings.extend(stride_bytes.map(Binding::Bytes));
             if info.ndim {
-                bindings.push(Binding::Bytes((shape.len() as i32).to_le_bytes().to_vec()));
+                bindings.push(Binding::Bytes(ndim.to_le_bytes().to_vec()));
             }
         }
         for (shape, &dtype) in spec.output_shapes.iter().zip(&spec.output_dtypes) {
