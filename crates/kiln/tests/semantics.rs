@@ -330,7 +330,58 @@ fn hanging_kernel_times_out(device: Device) {
     }
 }
 
+// Lanes that leave a lane-dependent branch or conditional meet again at the collective that
+// follows, however the compiler lays out the code after the branch.
+fn collectives_after_divergent_branches_see_every_lane(device: Device) {
+    let mut rng = Rng::new(17);
+    let x = random_array(&mut rng, DType::F32, &[96]);
+    let src = r#"
+        uint i = thread_position_in_grid.x;
+        bool valid = x[i] > 0.0f;
+        float v = valid ? x[i] : -INFINITY;
+        float m = simd_max(v);
+        float w;
+        if (valid) {
+            w = x[i] * 2.0f;
+        } else {
+            w = 0.0f;
+        }
+        float s = simd_sum(w);
+        uint lane = thread_index_in_simdgroup;
+        uint src_lane = valid ? (lane + 1) % 32 : (lane + 31) % 32;
+        float sh = simd_shuffle(x[i], src_lane);
+        mx[i] = m;
+        sm[i] = s;
+        shf[i] = sh;
+    "#;
+    let k = MetalKernel::new("divergent_then_collective", &["x"], &["mx", "sm", "shf"], src).unwrap();
+    let spec = LaunchSpec::new([96, 1, 1], [96, 1, 1])
+        .output(&[96], DType::F32)
+        .output(&[96], DType::F32)
+        .output(&[96], DType::F32)
+        .device(device);
+    let out = k.call(&[on(device, &x)], &spec).unwrap();
+    let xv: Vec<f32> = values(&x).iter().map(|&v| v as f32).collect();
+    let (mut mx, mut sm, mut shf) = (vec![0.0; 96], vec![0.0; 96], vec![0.0; 96]);
+    for sg in 0..3 {
+        let lanes = sg * 32..sg * 32 + 32;
+        let m = lanes.clone().map(|i| if xv[i] > 0.0 { xv[i] } else { f32::NEG_INFINITY }).fold(f32::MIN, f32::max);
+        let s: f32 = lanes.clone().map(|i| if xv[i] > 0.0 { xv[i] * 2.0 } else { 0.0 }).sum();
+        for i in lanes {
+            let lane = i % 32;
+            let src = if xv[i] > 0.0 { (lane + 1) % 32 } else { (lane + 31) % 32 };
+            mx[i] = m as f64;
+            sm[i] = s as f64;
+            shf[i] = xv[sg * 32 + src] as f64;
+        }
+    }
+    assert_eq!(values(&out[0]), mx, "simd_max after a conditional");
+    assert_close("simd_sum after an if/else", &out[1], &sm, DType::F32);
+    assert_eq!(values(&out[2]), shf, "simd_shuffle with a lane-dependent source");
+}
+
 backend_tests!(
+    collectives_after_divergent_branches_see_every_lane,
     builtins_on_partial_1d_grid,
     builtins_on_partial_3d_grid,
     partial_simdgroups_reduce_over_their_lanes,

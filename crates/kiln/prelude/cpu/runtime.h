@@ -31,6 +31,8 @@ struct Thread {
   int state;
   bool started;
   const void* site;
+  // The source call site of the next collective, set by the lowering's site tags.
+  const void* pending_site;
   FiberCtx ctx;
   void* stack;
   uint3 thread_position_in_grid, threadgroup_position_in_grid;
@@ -126,15 +128,20 @@ struct View {
   bool has(uint l) const { return l < 32 && ((mask >> l) & 1u); }
 };
 
-// Posts `bytes` and blocks until the collective at `site` resolves. Collectives are
-// out-of-line functions that pass their own return address as the site, so one call in the
-// kernel is one site even if the optimiser duplicates code around it.
+// Posts `bytes` and blocks until the collective at `site` resolves. The lowering tags every
+// collective call in the kernel's source with its call site (`pending_site`), so lanes that
+// reach one source call through code the optimiser duplicated still meet; untagged calls
+// (inside the prelude) fall back to the out-of-line function's return address.
 __attribute__((noinline)) inline View post_bytes(const void* bytes, unsigned size, const void* site) {
   Current& c = g_cur;
   Thread* t = c.thread;
   if (!t->stack) throw Fault{"a SIMD collective ran in a kernel compiled without cooperative threads"};
   poll(c);
   __builtin_memcpy(t->slot, bytes, size);
+  if (t->pending_site) {
+    site = t->pending_site;
+    t->pending_site = nullptr;
+  }
   t->site = site;
   t->state = AT_COLLECTIVE;
   yield_to_scheduler(c);

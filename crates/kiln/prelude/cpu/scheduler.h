@@ -281,6 +281,7 @@ inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t
       t.thread_position_in_grid.z = base_z + t.thread_position_in_threadgroup.z;
       t.state = RUNNABLE;
       t.site = nullptr;
+      t.pending_site = nullptr;
       t.stack = nullptr;
       t.started = false;
     }

@@ -260,3 +260,36 @@ __attribute__((noinline)) inline void simdgroup_multiply(simdgroup_matrix<TD, 8,
   matrix_detail::mma(d, a, b, (const simdgroup_matrix<TD, 8, 8>*)nullptr, __builtin_return_address(0));
 }
 }  // namespace metal
+
+// Source call sites: the lowering passes `kiln::site_tag<N>{}` as the first argument of every
+// collective written in the kernel's source; the overloads below mark the thread's next post
+// with a per-site address and call the collective itself.
+namespace kiln {
+template <int S> struct site_tag {};
+template <int S> inline const char site_marker = 0;
+template <int S> __attribute__((always_inline)) inline void at_site() { rt::g_cur.thread->pending_site = &site_marker<S>; }
+}  // namespace kiln
+
+namespace metal {
+#define KILN_SITED(NAME)                                                                                 \
+  template <int S, class... A>                                                                          \
+  __attribute__((always_inline)) inline auto NAME(kiln::site_tag<S>, A&&... a)->decltype(NAME(static_cast<A&&>(a)...)) { \
+    kiln::at_site<S>();                                                                                 \
+    return NAME(static_cast<A&&>(a)...);                                                                \
+  }
+KILN_SITED(simd_sum) KILN_SITED(simd_product) KILN_SITED(simd_max) KILN_SITED(simd_min)
+KILN_SITED(simd_and) KILN_SITED(simd_or) KILN_SITED(simd_xor)
+KILN_SITED(simd_prefix_inclusive_sum) KILN_SITED(simd_prefix_exclusive_sum)
+KILN_SITED(simd_prefix_inclusive_product) KILN_SITED(simd_prefix_exclusive_product)
+KILN_SITED(simd_shuffle) KILN_SITED(simd_shuffle_down) KILN_SITED(simd_shuffle_up) KILN_SITED(simd_shuffle_xor)
+KILN_SITED(simd_shuffle_rotate_down) KILN_SITED(simd_shuffle_rotate_up)
+KILN_SITED(simd_broadcast) KILN_SITED(simd_broadcast_first)
+KILN_SITED(simd_ballot) KILN_SITED(simd_all) KILN_SITED(simd_any) KILN_SITED(simd_is_first)
+KILN_SITED(simd_active_threads_mask)
+KILN_SITED(quad_sum) KILN_SITED(quad_product) KILN_SITED(quad_max) KILN_SITED(quad_min)
+KILN_SITED(quad_and) KILN_SITED(quad_or) KILN_SITED(quad_xor)
+KILN_SITED(quad_shuffle) KILN_SITED(quad_shuffle_down) KILN_SITED(quad_shuffle_up) KILN_SITED(quad_shuffle_xor)
+KILN_SITED(quad_broadcast)
+KILN_SITED(simdgroup_barrier) KILN_SITED(simdgroup_multiply) KILN_SITED(simdgroup_multiply_accumulate)
+#undef KILN_SITED
+}  // namespace metal

@@ -24,6 +24,50 @@ enum Scope {
 const STANDARD_ATTRS: [&str; 5] = ["maybe_unused", "fallthrough", "nodiscard", "noreturn", "deprecated"];
 
 /// Operators after a swizzle that make it a write (`v.xy = ...`, `c.bgr *= ...`).
+/// The collectives whose calls carry a `kiln::site_tag` on the CPU (the overloads in
+/// prelude/cpu/simd.h, `KILN_SITED`).
+pub const SITED_COLLECTIVES: [&str; 39] = [
+    "simd_sum",
+    "simd_product",
+    "simd_max",
+    "simd_min",
+    "simd_and",
+    "simd_or",
+    "simd_xor",
+    "simd_prefix_inclusive_sum",
+    "simd_prefix_exclusive_sum",
+    "simd_prefix_inclusive_product",
+    "simd_prefix_exclusive_product",
+    "simd_shuffle",
+    "simd_shuffle_down",
+    "simd_shuffle_up",
+    "simd_shuffle_xor",
+    "simd_shuffle_rotate_down",
+    "simd_shuffle_rotate_up",
+    "simd_broadcast",
+    "simd_broadcast_first",
+    "simd_ballot",
+    "simd_all",
+    "simd_any",
+    "simd_is_first",
+    "simd_active_threads_mask",
+    "quad_sum",
+    "quad_product",
+    "quad_max",
+    "quad_min",
+    "quad_and",
+    "quad_or",
+    "quad_xor",
+    "quad_shuffle",
+    "quad_shuffle_down",
+    "quad_shuffle_up",
+    "quad_shuffle_xor",
+    "quad_broadcast",
+    "simdgroup_barrier",
+    "simdgroup_multiply",
+    "simdgroup_multiply_accumulate",
+];
+
 const ASSIGN_OPS: [&str; 11] = ["=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>="];
 
 /// The result of rewriting: code plus entries and facts the backends need.
@@ -214,6 +258,12 @@ impl Rewriter<'_> {
                     }
                     _ => {}
                 },
+                Kind::Ident if self.is_sited_collective(k, in_function) => {
+                    // The `(` keeps its token kind, so the bracket count below still sees it.
+                    let sep = if self.tok_is(k + 2, ")") { "" } else { ", " };
+                    self.set(k + 1, format!("(kiln::site_tag<{}>{{}}{sep}", self.next_site));
+                    self.next_site += 1;
+                }
                 Kind::Ident if !prev_member => match t.text.as_str() {
                     "kernel" if !in_function => {
                         pending_kernel = Some(k);
@@ -263,6 +313,20 @@ impl Rewriter<'_> {
             k += 1;
         }
         Ok(())
+    }
+
+    /// A call, in the kernel's source, of a SIMD collective that the CPU prelude groups by
+    /// source call site (`name(` or `metal::name(`, not a member).
+    fn is_sited_collective(&self, k: usize, in_function: bool) -> bool {
+        if self.target != LowerTarget::Cpu || !in_function || !self.tok_is(k + 1, "(") {
+            return false;
+        }
+        if !SITED_COLLECTIVES.contains(&self.tok(k).text.as_str()) {
+            return false;
+        }
+        let member = k > 0 && (self.tok_is(k - 1, ".") || self.tok_is(k - 1, "->"));
+        let qualified = k > 0 && self.tok_is(k - 1, "::");
+        !member && (!qualified || (k > 1 && self.tok_is(k - 2, "metal")))
     }
 
     /// Whether the declaration specifiers around `k` (`static constant constexpr const`, as in
@@ -553,4 +617,18 @@ fn host_name(inner: &str) -> Option<String> {
     let start = rest.find('"')? + 1;
     let len = rest[start..].find('"')?;
     Some(rest[start..start + len].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SITED_COLLECTIVES;
+
+    #[test]
+    fn every_sited_collective_has_a_cpu_overload() {
+        let simd = include_str!("../../../prelude/cpu/simd.h");
+        for name in SITED_COLLECTIVES {
+            assert!(simd.contains(&format!("KILN_SITED({name})")), "{name} has no KILN_SITED overload");
+        }
+        assert_eq!(simd.matches("KILN_SITED(").count() - 1, SITED_COLLECTIVES.len(), "one overload per name");
+    }
 }
