@@ -3,7 +3,7 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `KILN_CACHE_DIR` | where compiled kernels are cached on disk (default: the user cache directory, `~/.cache/kiln`) |
-//! | `KILN_REQUIRE_BACKEND` | tests only: fail instead of skipping when this backend (`cuda`, `cpu`) is unavailable |
+//! | `KILN_REQUIRE_BACKEND` | tests only: fail instead of skipping when this backend (`cuda`, or `nvrtc` for compile-only tests) is unavailable; the CPU backend is always required |
 //! | `CXX` | the host C++ compiler the CPU emulator uses (default `c++`) |
 //! | `KILN_NVRTC_LIBRARY` | a `libnvrtc.so.*` file (or the directory holding it) loaded before the system search, with the `libnvrtc-builtins` beside it; `scripts/install-nvrtc.sh` installs one under `.deps/`. Otherwise NVRTC and the driver are found by the dynamic loader (`LD_LIBRARY_PATH`, system paths). |
 
