@@ -119,7 +119,7 @@ fn prepare(q: &Array, k: &Array, v: &Array, scale: f32, simdgroups: usize) -> Re
         .template("T", q.dtype())
         .template("D", i32::try_from(d).map_err(|_| Error::shape(op, "head dimension too large"))?)
         .template("SG", simdgroups as i32);
-    Ok(Prepared { kernel, inputs: vec![q.into(), k.into(), v.into(), scale.into()], spec })
+    Ok(Prepared::new(kernel, vec![q.into(), k.into(), v.into(), scale.into()], spec))
 }
 
 /// `softmax(scale * q k^T) v` for `q` (Lq, D), `k`, `v` (Lk, D), `simdgroups` per query row.

@@ -112,7 +112,7 @@ fn prepare(a: &Array, block: usize, threads: usize) -> Result<Prepared> {
         .template("T", a.dtype())
         .template("N", n as i32)
         .template("BLK", block.min(n) as i32);
-    Ok(Prepared { kernel, inputs: vec![a.into()], spec })
+    Ok(Prepared::new(kernel, vec![a.into()], spec))
 }
 
 /// The lower Cholesky factor of each SPD matrix in `a` (B, N, N), in blocks of `block`

@@ -52,7 +52,7 @@ fn prepare(x: &Array, strided: bool) -> Result<Prepared> {
     let spec =
         LaunchSpec::new([dim(op, x.size())?, 1, 1], [256, 1, 1]).output(x.shape(), x.dtype()).template("T", x.dtype());
     let kernel = if strided { strided_kernel()? } else { kernel()? };
-    Ok(Prepared { kernel, inputs: vec![x.into()], spec })
+    Ok(Prepared::new(kernel, vec![x.into()], spec))
 }
 
 /// `exp(x)` elementwise; a non-contiguous `x` is copied to row-contiguous first.

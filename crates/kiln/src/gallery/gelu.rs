@@ -31,7 +31,7 @@ fn prepare(x: &Array) -> Result<Prepared> {
     let spec = LaunchSpec::new([dim("gelu", x.size())?, 1, 1], [256, 1, 1])
         .output(x.shape(), x.dtype())
         .template("T", x.dtype());
-    Ok(Prepared { kernel, inputs: vec![x.into()], spec })
+    Ok(Prepared::new(kernel, vec![x.into()], spec))
 }
 
 /// Tanh-approximated GELU elementwise.

@@ -76,7 +76,7 @@ fn prepare(x: &Array, grid: &Array) -> Result<Prepared> {
     let spec = LaunchSpec::new([dim(op, b * gh * gw * c)?, 1, 1], [256, 1, 1])
         .output(&[b, gh, gw, c], x.dtype())
         .template("T", x.dtype());
-    Ok(Prepared { kernel, inputs: vec![x.into(), grid.into()], spec })
+    Ok(Prepared::new(kernel, vec![x.into(), grid.into()], spec))
 }
 
 /// Samples `x` (B, H, W, C) bilinearly at `grid` (B, gH, gW, 2); returns (B, gH, gW, C).

@@ -94,7 +94,7 @@ fn prepare(x: &Array, grid: &Array, cotangent: &Array) -> Result<Prepared> {
         .output(&[b, gh, gw, 2], DType::F32)
         .template("T", x.dtype())
         .init_value(0.0);
-    Ok(Prepared { kernel, inputs: vec![x.into(), grid.into(), cotangent.into()], spec })
+    Ok(Prepared::new(kernel, vec![x.into(), grid.into(), cotangent.into()], spec))
 }
 
 /// Returns `(x_grad, grid_grad)`, both float32, for the forward `grid_sample(x, grid)` and the

@@ -25,7 +25,7 @@ pub mod silu;
 pub mod softmax;
 
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use crate::check::{rel_l2, tolerance, Rng};
 pub use report::{DemoReport, DemoRow};
@@ -34,7 +34,7 @@ use crate::array::Array;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::{KernelInput, LaunchSpec, MetalKernel};
+use crate::kernel::MetalKernel;
 
 /// The three float dtypes every templated gallery kernel supports.
 pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -153,44 +153,7 @@ pub(crate) fn dim(op: &str, n: usize) -> Result<u32> {
 }
 
 /// A kernel call ready to run: the launcher functions build one, `check` poisons and times it.
-pub(crate) struct Prepared {
-    pub kernel: &'static MetalKernel,
-    pub inputs: Vec<KernelInput>,
-    pub spec: LaunchSpec,
-}
-
-impl Prepared {
-    /// Runs the call and returns its outputs on the launch device.
-    pub fn run(&self) -> Result<Vec<Array>> {
-        self.kernel.call(&self.inputs, &self.spec)
-    }
-
-    /// Runs the call and returns its single output.
-    pub fn run_one(&self) -> Result<Array> {
-        let mut outs = self.run()?;
-        match outs.len() {
-            1 => Ok(outs.remove(0)),
-            n => Err(Error::invalid(self.kernel.name(), format!("expected one output, got {n}"))),
-        }
-    }
-
-    /// Fills every output with NaN before the kernel runs, so an element the kernel fails to
-    /// write can never pass a check.
-    pub fn poisoned(mut self) -> Self {
-        self.spec = self.spec.init_value(f64::NAN);
-        self
-    }
-
-    /// Calls once to compile and warm up, then times a second call including the copy of its
-    /// outputs back to the host; returns the host outputs of the timed call.
-    pub fn timed(&self) -> Result<(Vec<Array>, Duration)> {
-        self.run()?;
-        let start = Instant::now();
-        let outs = self.run()?;
-        let host = outs.iter().map(Array::to_host).collect::<Result<Vec<_>>>()?;
-        Ok((host, start.elapsed()))
-    }
-}
+pub(crate) type Prepared = crate::ops::util::OpCall;
 
 /// A host array of `dtype` from `values` plus the values it actually holds after rounding to
 /// the dtype (what a reference must be fed).

@@ -59,7 +59,7 @@ fn prepare(frames: &Array, hop: usize) -> Result<Prepared> {
     let spec = LaunchSpec::new([dim(op, out_len)?, dim(op, b)?, 1], [64, 2, 1])
         .output(&[b, out_len], frames.dtype())
         .template("T", frames.dtype());
-    Ok(Prepared { kernel, inputs: vec![frames.into(), params.to_device(frames.device())?.into()], spec })
+    Ok(Prepared::new(kernel, vec![frames.into(), params.to_device(frames.device())?.into()], spec))
 }
 
 /// Overlap-adds `frames` (B, n_frames, frame_len) at stride `hop`; returns (B, out_len).

@@ -77,7 +77,7 @@ fn prepare(x: &Array, residual: &Array, w: &Array, eps: f32, threads: usize) -> 
         .output(x.shape(), x.dtype())
         .output(x.shape(), x.dtype())
         .template("T", x.dtype());
-    Ok(Prepared { kernel, inputs: vec![x.into(), residual.into(), w.into(), eps.into()], spec })
+    Ok(Prepared::new(kernel, vec![x.into(), residual.into(), w.into(), eps.into()], spec))
 }
 
 /// Returns `(out, h)`: the normalised rows of `h = x + residual`, and `h` itself.

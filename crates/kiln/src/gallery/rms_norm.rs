@@ -111,7 +111,7 @@ fn prepare(x: &Array, w: &Array, eps: f32, threads: Option<usize>) -> Result<Pre
         }
     };
     let spec = LaunchSpec::new([grid, 1, 1], [group, 1, 1]).output(x.shape(), x.dtype()).template("T", x.dtype());
-    Ok(Prepared { kernel, inputs: vec![x.into(), w.into(), eps.into()], spec })
+    Ok(Prepared::new(kernel, vec![x.into(), w.into(), eps.into()], spec))
 }
 
 /// RMSNorm of each row of `x` (rows, D), one simdgroup per row.

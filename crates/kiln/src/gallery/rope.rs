@@ -60,7 +60,7 @@ fn prepare(x: &Array, offset: i32, threads: usize) -> Result<Prepared> {
     let spec = LaunchSpec::new([dim(op, l * h * threads)?, 1, 1], [threads as u32, 1, 1])
         .output(x.shape(), x.dtype())
         .template("T", x.dtype());
-    Ok(Prepared { kernel, inputs: vec![x.into(), offset.into()], spec })
+    Ok(Prepared::new(kernel, vec![x.into(), offset.into()], spec))
 }
 
 /// Rotates `x` (L, H, D) for positions `offset..offset + L`.

@@ -49,7 +49,7 @@ fn prepare(vals: &Array, indices: &Array, bins: usize) -> Result<Prepared> {
         .output(&[bins, m], DType::F32)
         .template("T", vals.dtype())
         .init_value(0.0);
-    Ok(Prepared { kernel, inputs: vec![vals.into(), indices.into()], spec })
+    Ok(Prepared::new(kernel, vec![vals.into(), indices.into()], spec))
 }
 
 /// Sums the rows of `values` (N, M) into `bins` rows chosen by `indices` (N,); returns (bins, M)

@@ -87,7 +87,7 @@ fn prepare(x: &Array, threads: usize) -> Result<Prepared> {
     let spec = LaunchSpec::new([dim(op, rows * threads)?, 1, 1], [threads as u32, 1, 1])
         .output(x.shape(), x.dtype())
         .template("T", x.dtype());
-    Ok(Prepared { kernel, inputs: vec![x.into()], spec })
+    Ok(Prepared::new(kernel, vec![x.into()], spec))
 }
 
 /// Softmax of each row of `x` (rows, D), one threadgroup of `threads` per row.

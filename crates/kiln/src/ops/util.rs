@@ -158,9 +158,9 @@ pub(crate) fn row_sum_source(row_per_simdgroup: bool, var: &str) -> String {
 /// A validated kernel call: the kernel the variant rule picked, its inputs and its launch.
 #[derive(Clone, Debug)]
 pub struct OpCall {
-    kernel: &'static MetalKernel,
-    inputs: Vec<KernelInput>,
-    spec: LaunchSpec,
+    pub(crate) kernel: &'static MetalKernel,
+    pub(crate) inputs: Vec<KernelInput>,
+    pub(crate) spec: LaunchSpec,
 }
 
 impl OpCall {
@@ -207,6 +207,16 @@ impl OpCall {
             1 => Ok(outs.remove(0)),
             n => Err(Error::invalid(self.kernel.name(), format!("expected one output, got {n}"))),
         }
+    }
+
+    /// Calls once to compile and warm up, then times a second call including the copy of its
+    /// outputs back to the host; returns the host outputs of the timed call.
+    pub fn timed(&self) -> Result<(Vec<Array>, std::time::Duration)> {
+        self.run()?;
+        let start = std::time::Instant::now();
+        let outs = self.run()?;
+        let host = outs.iter().map(Array::to_host).collect::<Result<Vec<_>>>()?;
+        Ok((host, start.elapsed()))
     }
 }
 

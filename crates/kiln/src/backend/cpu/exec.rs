@@ -297,7 +297,7 @@ impl<'a> Armed<'a> {
         if rc != 0 {
             return Err(Error::Driver {
                 backend: "cpu",
-                kernel: String::new(),
+                kernel: self.kernel.to_string(),
                 msg: "cannot disarm guard pages".into(),
             });
         }
