@@ -206,7 +206,35 @@ fn grid_sample_rejects_bad_input(device: Device) {
     assert_op_error("cotangent shape", "grid_sample_vjp", grid_sample::grid_sample_vjp(&x, &grid, &cot_bad));
 }
 
-backend_tests!(grid_sample_matches_reference, grid_sample_vjp_matches_reference, grid_sample_rejects_bad_input);
+/// Wide and tall images: the sampling coordinate reaches ~1000, where its float rounding alone
+/// (~6e-5) would exceed the f32 tolerance, so this checks the fraction is computed accurately.
+fn grid_sample_is_accurate_on_large_images(device: Device) {
+    for (seed, dims) in [[1, 3, 1024, 4, 8, 8], [1, 1000, 3, 4, 8, 8], [2, 2, 1537, 3, 6, 5]].into_iter().enumerate() {
+        let [b, _, _, c, gh, gw] = dims;
+        let mut rng = Rng::new(700 + seed as u64);
+        let [(x, xv), (grid, gv)] = grid_inputs(&mut rng, device, DType::F32, dims);
+        let out = grid_sample::grid_sample_with(&x, &grid, Some(f64::NAN)).unwrap();
+        let want = grid_sample::reference(&xv, &gv, dims);
+        assert_within(&format!("grid_sample {dims:?}"), &host_values(&out), &want, tolerance(DType::F32));
+        let (cot, cv) = input(&mut rng, device, DType::F32, &[b, gh, gw, c], 1.0);
+        let (xg, gg) = grid_sample::grid_sample_vjp(&x, &grid, &cot).unwrap();
+        let (want_x, want_g) = grid_sample::reference_vjp(&xv, &gv, &cv, dims);
+        assert_within(&format!("grid_sample_vjp {dims:?} x_grad"), &host_values(&xg), &want_x, tolerance(DType::F32));
+        assert_within(
+            &format!("grid_sample_vjp {dims:?} grid_grad"),
+            &host_values(&gg),
+            &want_g,
+            tolerance(DType::F32),
+        );
+    }
+}
+
+backend_tests!(
+    grid_sample_matches_reference,
+    grid_sample_vjp_matches_reference,
+    grid_sample_rejects_bad_input,
+    grid_sample_is_accurate_on_large_images
+);
 
 // ---------------------------------------------------------------------------------------------
 // scaled dot-product attention

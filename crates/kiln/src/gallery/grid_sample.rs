@@ -33,12 +33,10 @@ const SOURCE: &str = r#"
     int channel = elem % C;
     int b = point / points_per_batch;
 
-    float ix = ((static_cast<float>(grid[2 * point]) + 1.0f) * W - 1.0f) / 2.0f;
-    float iy = ((static_cast<float>(grid[2 * point + 1]) + 1.0f) * H - 1.0f) / 2.0f;
-    int x0 = static_cast<int>(metal::floor(ix));
-    int y0 = static_cast<int>(metal::floor(iy));
-    float fx = ix - x0;
-    float fy = iy - y0;
+    float fx;
+    float fy;
+    int x0 = source_index(static_cast<float>(grid[2 * point]), W, fx);
+    int y0 = source_index(static_cast<float>(grid[2 * point + 1]), H, fy);
 
     float acc = 0.0f;
     for (int dy = 0; dy < 2; ++dy) {
@@ -72,7 +70,10 @@ pub(crate) fn dims(op: &str, x: &Array, grid: &Array) -> Result<[usize; 6]> {
 fn prepare(x: &Array, grid: &Array) -> Result<Prepared> {
     let op = "grid_sample";
     let [b, _, _, c, gh, gw] = dims(op, x, grid)?;
-    let kernel = cached(&KERNEL, op, || MetalKernel::new("gallery_grid_sample", &["x", "grid"], &["out"], SOURCE))?;
+    let kernel = cached(&KERNEL, op, || {
+        Ok(MetalKernel::new("gallery_grid_sample", &["x", "grid"], &["out"], SOURCE)?
+            .header(crate::ops::grid_sample::HEADER))
+    })?;
     let spec = LaunchSpec::new([dim(op, b * gh * gw * c)?, 1, 1], [256, 1, 1])
         .output(&[b, gh, gw, c], x.dtype())
         .template("T", x.dtype());

@@ -14,6 +14,19 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{CudaKernel, LaunchSpec};
 
+/// The same coordinate split as the Metal kernels' `source_index` (see grid_sample.rs).
+const HEADER: &str = r#"
+__device__ inline int source_index(float u, int size, float& frac) {
+    float hs = 0.5f * size;
+    float f0 = floorf(fmaf(u, hs, hs - 0.5f));
+    float f = fmaf(u, hs, (hs - 0.5f) - f0);
+    float below = f < 0.0f ? 1.0f : 0.0f;
+    float above = f >= 1.0f ? 1.0f : 0.0f;
+    frac = f + below - above;
+    return static_cast<int>(f0 - below + above);
+}
+"#;
+
 const FORWARD: &str = r#"
     size_t elem = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     int H = x_shape[1];
@@ -26,12 +39,10 @@ const FORWARD: &str = r#"
     int channel = elem % C;
     int b = point / points_per_batch;
 
-    float ix = ((grid[2 * point] + 1.0f) * W - 1.0f) / 2.0f;
-    float iy = ((grid[2 * point + 1] + 1.0f) * H - 1.0f) / 2.0f;
-    int x0 = static_cast<int>(floorf(ix));
-    int y0 = static_cast<int>(floorf(iy));
-    float fx = ix - x0;
-    float fy = iy - y0;
+    float fx;
+    float fy;
+    int x0 = source_index(grid[2 * point], W, fx);
+    int y0 = source_index(grid[2 * point + 1], H, fy);
 
     float acc = 0.0f;
     for (int dy = 0; dy < 2; ++dy) {
@@ -62,12 +73,10 @@ const VJP: &str = r#"
     int channel = elem % C_padded;
     int b = point / points_per_batch;
 
-    float ix = ((grid[2 * point] + 1.0f) * W - 1.0f) / 2.0f;
-    float iy = ((grid[2 * point + 1] + 1.0f) * H - 1.0f) / 2.0f;
-    int x0 = static_cast<int>(floorf(ix));
-    int y0 = static_cast<int>(floorf(iy));
-    float fx = ix - x0;
-    float fy = iy - y0;
+    float fx;
+    float fy;
+    int x0 = source_index(grid[2 * point], W, fx);
+    int y0 = source_index(grid[2 * point + 1], H, fy);
 
     float gix = 0.0f;
     float giy = 0.0f;
@@ -129,7 +138,9 @@ pub fn grid_sample_cuda(x: &Array, grid: &Array) -> Result<Array> {
     let op = "grid_sample_cuda";
     check_f32(op, &[x, grid])?;
     let [b, _, _, c, gh, gw] = dims(op, x, grid)?;
-    let k = kernel(&FORWARD_KERNEL, op, || CudaKernel::new("gallery_grid_sample", &["x", "grid"], &["out"], FORWARD))?;
+    let k = kernel(&FORWARD_KERNEL, op, || {
+        Ok(CudaKernel::new("gallery_grid_sample", &["x", "grid"], &["out"], FORWARD)?.header(HEADER))
+    })?;
     let spec = LaunchSpec::new([threads(op, b * gh * gw * c)?, 1, 1], [256, 1, 1]).output(&[b, gh, gw, c], DType::F32);
     let mut out = k.call(&[x.into(), grid.into()], &spec)?;
     out.pop().ok_or_else(|| Error::invalid(op, "the kernel returned no output"))
@@ -144,7 +155,8 @@ pub fn grid_sample_vjp_cuda(x: &Array, grid: &Array, cotangent: &Array) -> Resul
         return Err(Error::shape(op, format!("cotangent {:?} must be {:?}", cotangent.shape(), [b, gh, gw, c])));
     }
     let k = kernel(&VJP_KERNEL, op, || {
-        CudaKernel::new("gallery_grid_sample_vjp", &["x", "grid", "cotangent"], &["x_grad", "grid_grad"], VJP)
+        Ok(CudaKernel::new("gallery_grid_sample_vjp", &["x", "grid", "cotangent"], &["x_grad", "grid_grad"], VJP)?
+            .header(HEADER))
     })?;
     let spec = LaunchSpec::new([threads(op, b * gh * gw * c.div_ceil(32) * 32)?, 1, 1], [256, 1, 1])
         .output(&[b, h, w, c], DType::F32)
@@ -160,9 +172,10 @@ pub fn grid_sample_vjp_cuda(x: &Array, grid: &Array, cotangent: &Array) -> Resul
 /// The CUDA source of both kernels for these inputs (for compile-only checks).
 pub fn cuda_sources(x: &Array, grid: &Array, cotangent: &Array) -> Result<Vec<(String, String)>> {
     let [b, h, w, c, gh, gw] = dims("grid_sample_cuda", x, grid)?;
-    let fwd = CudaKernel::new("gallery_grid_sample", &["x", "grid"], &["out"], FORWARD)?;
+    let fwd = CudaKernel::new("gallery_grid_sample", &["x", "grid"], &["out"], FORWARD)?.header(HEADER);
     let spec = LaunchSpec::new([1, 1, 1], [256, 1, 1]).output(&[b, gh, gw, c], DType::F32);
-    let vjp = CudaKernel::new("gallery_grid_sample_vjp", &["x", "grid", "cotangent"], &["x_grad", "grid_grad"], VJP)?;
+    let vjp = CudaKernel::new("gallery_grid_sample_vjp", &["x", "grid", "cotangent"], &["x_grad", "grid_grad"], VJP)?
+        .header(HEADER);
     let vspec =
         LaunchSpec::new([1, 1, 1], [256, 1, 1]).output(&[b, h, w, c], DType::F32).output(&[b, gh, gw, 2], DType::F32);
     Ok(vec![

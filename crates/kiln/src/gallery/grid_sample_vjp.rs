@@ -40,12 +40,10 @@ const SOURCE: &str = r#"
     int channel = elem % C_padded;
     int b = point / points_per_batch;
 
-    float ix = ((static_cast<float>(grid[2 * point]) + 1.0f) * W - 1.0f) / 2.0f;
-    float iy = ((static_cast<float>(grid[2 * point + 1]) + 1.0f) * H - 1.0f) / 2.0f;
-    int x0 = static_cast<int>(metal::floor(ix));
-    int y0 = static_cast<int>(metal::floor(iy));
-    float fx = ix - x0;
-    float fy = iy - y0;
+    float fx;
+    float fy;
+    int x0 = source_index(static_cast<float>(grid[2 * point]), W, fx);
+    int y0 = source_index(static_cast<float>(grid[2 * point + 1]), H, fy);
 
     float gix = 0.0f;
     float giy = 0.0f;
@@ -87,6 +85,7 @@ fn prepare(x: &Array, grid: &Array, cotangent: &Array) -> Result<Prepared> {
     let c_padded = c.div_ceil(SIMD_WIDTH) * SIMD_WIDTH;
     let kernel = cached(&KERNEL, op, || {
         Ok(MetalKernel::new("gallery_grid_sample_vjp", &["x", "grid", "cotangent"], &["x_grad", "grid_grad"], SOURCE)?
+            .header(crate::ops::grid_sample::HEADER)
             .atomic_outputs(true))
     })?;
     let spec = LaunchSpec::new([dim(op, b * gh * gw * c_padded)?, 1, 1], [256, 1, 1])

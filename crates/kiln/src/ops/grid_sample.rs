@@ -3,7 +3,8 @@
 //!
 //! For output point `(b, gy, gx)` with grid coordinates `(u, v)` in [-1, 1]:
 //! `ix = ((u + 1) W - 1) / 2`, `iy = ((v + 1) H - 1) / 2`, `x0 = floor(ix)`, `fx = ix - x0`
-//! (likewise y), and `out[b, gy, gx, c] = sum over in-bounds neighbours (x0+dx, y0+dy) of
+//! (likewise y; `fx` is computed from `u` with one fused multiply-add, accurate at any image
+//! size), and `out[b, gy, gx, c] = sum over in-bounds neighbours (x0+dx, y0+dy) of
 //! wx * wy * x[b, y0+dy, x0+dx, c]` with `wx = dx ? fx : 1 - fx`. Out-of-bounds neighbours are
 //! never read.
 //! VJP for cotangent `g` (B, gH, gW, C): `x_grad[b, yi, xi, c] += wx wy g[.., c]` (float atomics)
@@ -29,6 +30,22 @@ const OP: &str = "grid_sample";
 const OP_VJP: &str = "grid_sample_vjp";
 const THREADS: u32 = 256;
 
+/// The pixel coordinate `((u + 1) size - 1) / 2` of a grid value as its floor and fraction. The
+/// fraction comes from one fused multiply-add on a number below 1, so it carries the float
+/// rounding of itself (~6e-8), not that of the coordinate (~6e-5 at size 1024), and no
+/// compiler contraction can change it (every product is already an explicit fma).
+pub(crate) const HEADER: &str = r#"
+inline int source_index(float u, int size, thread float& frac) {
+    float hs = 0.5f * size;
+    float f0 = metal::floor(metal::fma(u, hs, hs - 0.5f));
+    float f = metal::fma(u, hs, (hs - 0.5f) - f0);
+    float below = metal::select(0.0f, 1.0f, f < 0.0f);
+    float above = metal::select(0.0f, 1.0f, f >= 1.0f);
+    frac = f + below - above;
+    return static_cast<int>(f0 - below + above);
+}
+"#;
+
 const FORWARD: &str = r#"
     uint elem = thread_position_in_grid.x;
     int H = x_shape[1];
@@ -38,14 +55,10 @@ const FORWARD: &str = r#"
     uint point = elem / C;
     int c = elem % C;
     int b = point / points;
-    float ix = ((static_cast<float>(grid[2 * point]) + 1.0f) * W - 1.0f) * 0.5f;
-    float iy = ((static_cast<float>(grid[2 * point + 1]) + 1.0f) * H - 1.0f) * 0.5f;
-    float fx0 = metal::floor(ix);
-    float fy0 = metal::floor(iy);
-    int x0 = static_cast<int>(fx0);
-    int y0 = static_cast<int>(fy0);
-    float fx = ix - fx0;
-    float fy = iy - fy0;
+    float fx;
+    float fy;
+    int x0 = source_index(static_cast<float>(grid[2 * point]), W, fx);
+    int y0 = source_index(static_cast<float>(grid[2 * point + 1]), H, fy);
     float acc = 0.0f;
     for (int dy = 0; dy < 2; ++dy) {
         int yi = y0 + dy;
@@ -70,14 +83,10 @@ const BACKWARD: &str = r#"
     uint point = elem / P;
     int sub = elem % P;
     int b = point / points;
-    float ix = ((static_cast<float>(grid[2 * point]) + 1.0f) * W - 1.0f) * 0.5f;
-    float iy = ((static_cast<float>(grid[2 * point + 1]) + 1.0f) * H - 1.0f) * 0.5f;
-    float fx0 = metal::floor(ix);
-    float fy0 = metal::floor(iy);
-    int x0 = static_cast<int>(fx0);
-    int y0 = static_cast<int>(fy0);
-    float fx = ix - fx0;
-    float fy = iy - fy0;
+    float fx;
+    float fy;
+    int x0 = source_index(static_cast<float>(grid[2 * point]), W, fx);
+    int y0 = source_index(static_cast<float>(grid[2 * point + 1]), H, fy);
     float gix = 0.0f;
     float giy = 0.0f;
     // Uniform trip counts and selects instead of lane-dependent branches before the shuffles;
@@ -125,13 +134,14 @@ fn cached(cell: &'static Cell, op: &str, build: impl FnOnce() -> Result<MetalKer
 
 fn forward_kernel() -> Result<&'static MetalKernel> {
     static CELL: Cell = OnceLock::new();
-    cached(&CELL, OP, || MetalKernel::new("kiln_grid_sample", &["x", "grid"], &["out"], FORWARD))
+    cached(&CELL, OP, || Ok(MetalKernel::new("kiln_grid_sample", &["x", "grid"], &["out"], FORWARD)?.header(HEADER)))
 }
 
 fn backward_kernel() -> Result<&'static MetalKernel> {
     static CELL: Cell = OnceLock::new();
     cached(&CELL, OP_VJP, || {
         Ok(MetalKernel::new("kiln_grid_sample_vjp", &["x", "grid", "cotangent"], &["x_grad", "grid_grad"], BACKWARD)?
+            .header(HEADER)
             .atomic_outputs(true))
     })
 }
