@@ -16,7 +16,10 @@ pub fn all() -> Vec<Case> {
     v.push(attention("attention_causal", [4, 32, 4096, 4096, 128], true));
     v.push(attention("attention", [4, 32, 4096, 4096, 128], false));
     v.push(attention("attention_decode", [32, 32, 1, 8192, 128], false));
-    v.extend([grid_sample(false), grid_sample(true), gdn_kkt()]);
+    for imp in [GridSampleImpl::Op, GridSampleImpl::DocsMetal, GridSampleImpl::DocsCuda] {
+        v.extend([grid_sample(false, imp), grid_sample(true, imp)]);
+    }
+    v.push(gdn_kkt());
     for (b, n) in [(65536, 16), (8192, 64), (64, 1024)] {
         v.push(cholesky(b, n));
     }
@@ -200,13 +203,52 @@ fn qr(b: usize, n: usize) -> Case {
 /// x (B, H, W, C), grid (B, gH, gW, 2): the MLX documentation's case.
 const GS: [usize; 6] = [8, 1024, 1024, 64, 256, 256];
 
-fn grid_sample(vjp: bool) -> Case {
+/// Which grid_sample runs: the library op, or the MLX documentation's kernels as the gallery
+/// writes them, once in Metal through `MetalKernel` and once in CUDA through `CudaKernel` (same
+/// algorithm), whose ratio is what translating the Metal source costs.
+#[derive(Clone, Copy)]
+enum GridSampleImpl {
+    Op,
+    DocsMetal,
+    DocsCuda,
+}
+
+impl GridSampleImpl {
+    fn forward(self, x: &Array, grid: &Array) -> Result<Array> {
+        match self {
+            GridSampleImpl::Op => ops::grid_sample::grid_sample(x, grid),
+            GridSampleImpl::DocsMetal => crate::gallery::grid_sample::grid_sample(x, grid),
+            GridSampleImpl::DocsCuda => crate::gallery::grid_sample_cuda::grid_sample_cuda(x, grid),
+        }
+    }
+
+    fn vjp(self, x: &Array, grid: &Array, cot: &Array) -> Result<(Array, Array)> {
+        match self {
+            GridSampleImpl::Op => ops::grid_sample::grid_sample_vjp(x, grid, cot),
+            GridSampleImpl::DocsMetal => crate::gallery::grid_sample_vjp::grid_sample_vjp(x, grid, cot),
+            GridSampleImpl::DocsCuda => crate::gallery::grid_sample_cuda::grid_sample_vjp_cuda(x, grid, cot),
+        }
+    }
+
+    fn op(self, vjp: bool) -> &'static str {
+        match (self, vjp) {
+            (GridSampleImpl::Op, false) => "grid_sample",
+            (GridSampleImpl::Op, true) => "grid_sample_vjp",
+            (GridSampleImpl::DocsMetal, false) => "grid_sample_docs_metal",
+            (GridSampleImpl::DocsMetal, true) => "grid_sample_vjp_docs_metal",
+            (GridSampleImpl::DocsCuda, false) => "grid_sample_docs_cuda",
+            (GridSampleImpl::DocsCuda, true) => "grid_sample_vjp_docs_cuda",
+        }
+    }
+}
+
+fn grid_sample(vjp: bool, imp: GridSampleImpl) -> Case {
     let [b, h, w, c, gh, gw] = GS;
     let points = b * gh * gw;
     // Fewest bytes: the grid, the output (or cotangent), and the 4 neighbours of each point.
     let fwd_bytes = 4.0 * (points * 2 + points * c + 4 * points * c) as f64;
     Case {
-        op: if vjp { "grid_sample_vjp" } else { "grid_sample" },
+        op: imp.op(vjp),
         shape: format!("{b}x{h}x{w}x{c}+{b}x{gh}x{gw}x2"),
         dtype: DType::F32,
         bytes: if vjp { 2.0 * fwd_bytes } else { fwd_bytes },
@@ -222,7 +264,7 @@ fn grid_sample(vjp: bool) -> Case {
             let (xn, gn) = (h * w * c, gh * gw * 2);
             if !vjp {
                 return Ok(Prepared {
-                    run: Box::new(move || Ok(vec![ops::grid_sample::grid_sample(&x, &grid)?])),
+                    run: Box::new(move || Ok(vec![imp.forward(&x, &grid)?])),
                     error: Box::new(move |outs| {
                         let out = outs[0].to_f64_vec()?;
                         let want = ops::grid_sample::reference(&xv[..xn], &gv[..gn], one);
@@ -234,7 +276,7 @@ fn grid_sample(vjp: bool) -> Case {
             let (cot, cv) = input(device, dt, &[b, gh, gw, c], &mut rng, -1.0, 1.0)?;
             Ok(Prepared {
                 run: Box::new(move || {
-                    let (xg, gg) = ops::grid_sample::grid_sample_vjp(&x, &grid, &cot)?;
+                    let (xg, gg) = imp.vjp(&x, &grid, &cot)?;
                     Ok(vec![xg, gg])
                 }),
                 error: Box::new(move |outs| {
