@@ -16,6 +16,7 @@ pub mod gelu;
 pub mod grid_sample;
 pub mod grid_sample_cuda;
 pub mod grid_sample_vjp;
+pub mod library;
 pub mod overlap_add;
 pub mod residual_rms_norm;
 pub mod rms_norm;
@@ -71,13 +72,13 @@ pub fn entries() -> Vec<Entry> {
     ]
 }
 
-/// Runs every entry in each of its demo dtypes on `device` and collects the table. A kernel
-/// that fails to run becomes a failed row carrying its error, so one broken kernel does not
-/// hide the others.
+/// Runs every gallery entry, then every library entry, in each of its demo dtypes on `device`
+/// and collects the table. A kernel that fails to run becomes a failed row carrying its error,
+/// so one broken kernel does not hide the others.
 pub fn run_demo(device: Device) -> Result<DemoReport> {
     crate::backend::backend_for(device)?;
     let mut rows = Vec::new();
-    for entry in entries() {
+    for entry in entries().into_iter().chain(library::entries()) {
         for &dtype in entry.demo_dtypes {
             let seed = 0x6b69_6c6e ^ (rows.len() as u64);
             rows.push(DemoRow::from_run(entry.name, dtype, device, (entry.demo)(device, dtype, seed)));
