@@ -224,13 +224,16 @@ fn softmax_rejects_bad_input(device: Device) {
 // ---------------------------------------------------------------------------------------------
 // rope
 
+/// (shape, dims, traditional, base, scale, offset, two pairs per thread)
+type RopeCase = (&'static [usize], usize, bool, f32, f32, i32, bool);
+
 fn rope_matches_reference(device: Device) {
     let mut rng = Rng::new(41);
     for dtype in FLOAT_DTYPES {
         // (shape, dims, traditional, base, scale, offset, two pairs per thread): batch and head
         // axes, odd L, a rotated prefix with a copied tail (odd D, and even D with dims % 4 ==
         // 2), a batch count that leaves a partial run of rows.
-        let cases: [(&[usize], usize, bool, f32, f32, i32, bool); 8] = [
+        let cases: [RopeCase; 8] = [
             (&[2, 3, 7, 64], 64, false, 10000.0, 1.0, 0, true),
             (&[2, 3, 7, 64], 64, true, 10000.0, 1.0, 5, true),
             (&[5, 9, 37], 16, false, 500.0, 0.5, 3, false),
