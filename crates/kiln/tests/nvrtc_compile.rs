@@ -291,3 +291,22 @@ fn every_golden_spec_compiles_to_sm90_cubin() {
     }
     assert!(count >= 20, "only {count} golden specs found");
 }
+
+/// Every kernel the demo runs (the gallery and the library, at the demo's shapes and dtypes) is
+/// recorded while the demo runs on the CPU, then lowered to CUDA and compiled for sm_90.
+#[test]
+fn every_demo_kernel_compiles_to_sm90_cubin() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let (report, programs) = kiln::backend::cpu::record_programs(|| kiln::gallery::run_demo(kiln::Device::Cpu));
+    let report = report.unwrap();
+    assert!(report.all_passed(), "{report}");
+    let mut seen = std::collections::HashSet::new();
+    let unique: Vec<&MetalProgram> =
+        programs.iter().filter(|p| seen.insert((p.function.clone(), p.source.clone()))).collect();
+    assert!(unique.len() >= 25, "only {} distinct demo kernels were recorded", unique.len());
+    for program in unique {
+        assert_compiles(program);
+    }
+}

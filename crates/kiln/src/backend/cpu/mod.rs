@@ -79,6 +79,20 @@ impl Drop for CheckedScope {
     }
 }
 
+thread_local! {
+    static RECORDED: std::cell::RefCell<Option<Vec<MetalProgram>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` and returns, beside its result, every program launched on the CPU backend from
+/// this thread meanwhile (for example to compile a whole demo for another target ahead of time).
+/// A recording inside `f` takes the programs launched within it.
+pub fn record_programs<R>(f: impl FnOnce() -> R) -> (R, Vec<MetalProgram>) {
+    let previous = RECORDED.with(|r| r.replace(Some(Vec::new())));
+    let out = f();
+    let recorded = RECORDED.with(|r| r.replace(previous)).unwrap_or_default();
+    (out, recorded)
+}
+
 /// The CPU backend with the configured compiler.
 pub fn backend() -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(CpuBackend::with_compiler(config::host_cxx())?))
@@ -124,6 +138,11 @@ impl Backend for CpuBackend {
 
     fn launch(&self, launch: &Launch<'_>) -> Result<Vec<Array>> {
         let program = launch.program;
+        RECORDED.with(|r| {
+            if let Some(programs) = r.borrow_mut().as_mut() {
+                programs.push(program.clone());
+            }
+        });
         let module = lower(program, LowerTarget::Cpu)?;
         let entry = module.entries.iter().position(|e| e.host_name == program.function).ok_or_else(|| {
             let names: Vec<&str> = module.entries.iter().map(|e| e.host_name.as_str()).collect();
