@@ -188,10 +188,11 @@ fn gdn_kkt(device: Device) {
 
 fn demo_runs_and_passes_every_entry(device: Device) {
     let report = gallery::run_demo(device).expect("run_demo");
-    let expected: usize = gallery::entries().iter().map(|e| e.demo_dtypes.len()).sum();
+    let all: Vec<gallery::Entry> = gallery::entries().into_iter().chain(gallery::library::entries()).collect();
+    let expected: usize = all.iter().map(|e| e.demo_dtypes.len()).sum();
     assert_eq!(report.rows.len(), expected);
     let table = report.to_string();
-    for entry in gallery::entries() {
+    for entry in all {
         assert!(table.contains(entry.name), "{} missing from\n{table}", entry.name);
     }
     assert!(report.all_passed(), "demo failures:\n{table}");
