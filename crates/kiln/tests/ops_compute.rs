@@ -291,13 +291,13 @@ fn check_attention(device: Device, dtype: DType, dims: [usize; 6], mask: MaskCas
         }
     };
     assert_eq!((out.shape(), out.dtype(), out.device()), (q.shape(), dtype, device));
-    let what = format!("attention {dims:?} {mask:?} {dtype} {:?}", attention::path(tq, tk, d, dtype));
+    let what = format!("attention {dims:?} {mask:?} {dtype} {:?}", attention::path(b * hq, tq, tk, d, dtype));
     assert_within(&what, &host_values(&out), &want, tolerance(dtype));
 }
 
 fn attention_matches_reference(device: Device) {
     // [B, Hq, Hkv, Tq, Tk, D]
-    let cases: [([usize; 6], MaskCase); 9] = [
+    let cases: [([usize; 6], MaskCase); 10] = [
         ([2, 4, 2, 13, 13, 64], MaskCase::None),
         ([2, 4, 2, 13, 13, 64], MaskCase::Causal),
         ([1, 2, 1, 9, 37, 80], MaskCase::Causal),
@@ -307,6 +307,8 @@ fn attention_matches_reference(device: Device) {
         ([1, 4, 1, 1, 300, 64], MaskCase::None),
         ([2, 2, 1, 3, 77, 40], MaskCase::Causal),
         ([1, 2, 1, 2, 150, 64], MaskCase::Additive(&[1, 2, 2, 150])),
+        // Rows of 20 f16/bf16 values are not whole 16-byte chunks: element-wise decode loads.
+        ([1, 2, 2, 1, 130, 20], MaskCase::Causal),
     ];
     for dtype in DTYPES {
         for (seed, (dims, mask)) in cases.iter().enumerate() {
@@ -320,12 +322,16 @@ fn attention_matches_reference(device: Device) {
 
 #[test]
 fn attention_path_rule_is_deterministic_and_covers_both_paths() {
-    assert_eq!(attention::path(1, 300, 64, DType::F16), Path::Decode { splits: 5, split_len: 64 });
-    assert_eq!(attention::path(1, 8192, 128, DType::BF16), Path::Decode { splits: 64, split_len: 128 });
-    assert_eq!(attention::path(13, 13, 64, DType::F32), Path::Prefill { keys_per_tile: 32 });
-    assert_eq!(attention::path(10, 40, 128, DType::F32), Path::Prefill { keys_per_tile: 16 });
-    assert_eq!(attention::path(9, 20, 256, DType::F32), Path::Prefill { keys_per_tile: 8 });
-    assert_eq!(attention::path(4096, 4096, 128, DType::BF16), Path::Prefill { keys_per_tile: 32 });
+    let decode = |splits, split_len, lanes_per_key| Path::Decode { splits, split_len, lanes_per_key };
+    assert_eq!(attention::path(4, 1, 300, 64, DType::F16), decode(5, 64, 8));
+    // The decode bench shape: 1024 rows × 8 ranges fill the GPU; 16 lanes read a 256-byte row.
+    assert_eq!(attention::path(32 * 32, 1, 8192, 128, DType::BF16), decode(8, 1024, 16));
+    assert_eq!(attention::path(1, 1, 8192, 256, DType::F32), decode(128, 64, 32));
+    assert_eq!(attention::path(4, 2, 150, 64, DType::BF16), decode(3, 64, 8));
+    assert_eq!(attention::path(1, 13, 13, 64, DType::F32), Path::Prefill { keys_per_tile: 32 });
+    assert_eq!(attention::path(1, 10, 40, 128, DType::F32), Path::Prefill { keys_per_tile: 16 });
+    assert_eq!(attention::path(1, 9, 20, 256, DType::F32), Path::Prefill { keys_per_tile: 8 });
+    assert_eq!(attention::path(1, 4096, 4096, 128, DType::BF16), Path::Prefill { keys_per_tile: 32 });
 }
 
 fn attention_rejects_bad_input(device: Device) {
@@ -572,7 +578,7 @@ fn every_compute_kernel_compiles_with_nvrtc() {
             }
         }
         // attention: prefill (each key tile width) and decode + combine, every mask kind
-        for (tq, tk, d) in [(9, 20, 64), (10, 40, 128), (9, 20, 256), (1, 300, 64), (3, 77, 128)] {
+        for (tq, tk, d) in [(9, 20, 64), (10, 40, 128), (9, 20, 256), (1, 300, 64), (3, 77, 128), (1, 70, 20)] {
             let (q, _) = input(&mut rng, host, dtype, &[1, 2, tq, d], 1.0);
             let (kv, _) = input(&mut rng, host, dtype, &[1, 1, tk, d], 1.0);
             let (m, _) = input(&mut rng, host, dtype, &[tq, tk], 1.0);

@@ -13,9 +13,12 @@
 //!   scores key `j` over a `32 / BK` share of the head dimension (summed by `simd_shuffle_xor`),
 //!   then the lanes split the head dimension to accumulate `p_j v_j` with `p_j` broadcast by
 //!   `simd_shuffle`. BK = 32, 16 or 8, the largest whose tiles fit the threadgroup budget.
-//! - decode (Tq <= 4): the keys are split into `NS` ranges of `split_len` keys, one threadgroup
-//!   of 4 simdgroups per (query, range), so long caches fill the GPU; each writes its partial
-//!   (m, l, acc) in f32 and a second kernel merges the ranges.
+//! - decode (Tq <= 4): memory-bound, so each key and value row is read once in 16-byte chunks.
+//!   The keys are split into `NS` ranges, one threadgroup of 4 simdgroups per (query, range),
+//!   enough ranges for about 8192 threadgroups. Within it, `LPK` lanes (a stream) score one key
+//!   (a chunk each, summed by `simd_shuffle_xor`), with `U` keys' K and V chunks loaded before
+//!   use; each stream keeps its own (m, l, acc), merged in threadgroup memory into an f32
+//!   partial per range, and a second kernel merges the ranges.
 //!
 //! Layout: `q` (B, Hq, Tq, D), `k`, `v` (B, Hkv, Tk, D) of f32/f16/bf16 (one dtype), D <= 256;
 //! mask of any float dtype; output (B, Hq, Tq, D) in the input dtype.
@@ -39,6 +42,10 @@ pub const MAX_HEAD_DIM: usize = 256;
 const BQ: usize = 8;
 /// Simdgroups per decode threadgroup.
 const DECODE_SG: usize = 4;
+/// Decode threadgroups the key split aims for: many waves on a large GPU, so the last is short.
+const DECODE_THREADGROUPS: usize = 8192;
+/// Shortest decode key range.
+pub const DECODE_MIN_SPLIT: usize = 64;
 /// Threadgroup bytes the prefill key/value tiles may use.
 const TILE_BUDGET: usize = 24 * 1024;
 
@@ -55,17 +62,29 @@ pub enum Mask<'a> {
 /// Which kernel path a shape takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
-    Prefill { keys_per_tile: usize },
-    Decode { splits: usize, split_len: usize },
+    Prefill {
+        keys_per_tile: usize,
+    },
+    /// `lanes_per_key` lanes read one key row in 16-byte chunks.
+    Decode {
+        splits: usize,
+        split_len: usize,
+        lanes_per_key: usize,
+    },
 }
 
-/// The deterministic path rule: decode for at most [`DECODE_MAX_QUERIES`] queries, with key
-/// ranges of at least 64 keys and at most 64 ranges; else prefill with the largest key tile
-/// (32, 16, 8 rows) that fits the budget.
-pub fn path(tq: usize, tk: usize, d: usize, dtype: DType) -> Path {
+/// The deterministic path rule, on `heads` = B·Hq and the shape: decode for at most
+/// [`DECODE_MAX_QUERIES`] queries, the keys split into ranges (multiples of
+/// [`DECODE_MIN_SPLIT`] keys) so that about [`DECODE_THREADGROUPS`] threadgroups fill the GPU;
+/// else prefill with the largest key tile (32, 16, 8 rows) that fits the budget.
+pub fn path(heads: usize, tq: usize, tk: usize, d: usize, dtype: DType) -> Path {
     if tq <= DECODE_MAX_QUERIES {
-        let split_len = tk.div_ceil(64).next_multiple_of(32).max(64);
-        return Path::Decode { splits: tk.div_ceil(split_len), split_len };
+        let rows = heads * tq;
+        let splits = DECODE_THREADGROUPS.div_ceil(rows).clamp(1, tk.div_ceil(DECODE_MIN_SPLIT));
+        let split_len = tk.div_ceil(splits).next_multiple_of(DECODE_MIN_SPLIT);
+        let chunks = (d * dtype.size()).div_ceil(16);
+        let lanes_per_key = chunks.next_power_of_two().min(32);
+        return Path::Decode { splits: tk.div_ceil(split_len), split_len, lanes_per_key };
     }
     let q_bytes = BQ * d * 4;
     let keys_per_tile =
@@ -180,16 +199,57 @@ const PREFILL: &str = r#"
     }
 "#;
 
+/// 16-byte chunks of a key/value row as raw words, and their widening to f32: `E = 16 /
+/// sizeof(T)` elements per chunk. `kiln_word` reads one word element by element (any alignment,
+/// zero past `n`); the fast path reads a whole chunk as one `uint4`.
+const DECODE_HEADER: &str = r#"
+inline uint kiln_word(const device float* p, int i, int n) {
+    return i < n ? as_type<uint>(p[i]) : 0u;
+}
+template <typename T>
+inline uint kiln_word(const device T* p, int i, int n) {
+    vec<T, 2> h(2 * i < n ? p[2 * i] : T(0), 2 * i + 1 < n ? p[2 * i + 1] : T(0));
+    return as_type<uint>(h);
+}
+template <typename T>
+inline uint4 kiln_chunk(const device T* p, int c, int n, bool aligned) {
+    if (aligned) {
+        return ((const device uint4*)p)[c];
+    }
+    return uint4(kiln_word(p, 4 * c, n), kiln_word(p, 4 * c + 1, n), kiln_word(p, 4 * c + 2, n),
+                 kiln_word(p, 4 * c + 3, n));
+}
+inline void kiln_widen(uint4 w, thread float* f, float) {
+    for (int i = 0; i < 4; ++i) {
+        f[i] = as_type<float>(w[i]);
+    }
+}
+template <typename T>
+inline void kiln_widen(uint4 w, thread float* f, T) {
+    for (int i = 0; i < 4; ++i) {
+        vec<T, 2> h = as_type<vec<T, 2>>(w[i]);
+        f[2 * i] = static_cast<float>(h.x);
+        f[2 * i + 1] = static_cast<float>(h.y);
+    }
+}
+"#;
+
 const DECODE: &str = r#"
-    constexpr int DPL = (D + 31) / 32;
-    constexpr int ACC = SG * D;
-    threadgroup float q_s[D];
-    threadgroup float sg_m[SG];
-    threadgroup float sg_l[SG];
-    threadgroup float sg_acc[ACC];
+    // A stream is LPK lanes that score one key at a time, each lane owning CPL 16-byte chunks of
+    // the head dimension; every stream keeps its own (m, l, acc) until the end of the range.
+    constexpr int E = 16 / sizeof(T);
+    constexpr int NC = (D + E - 1) / E;
+    constexpr int CPL = (NC + LPK - 1) / LPK;
+    constexpr int NSTREAM = SG * (32 / LPK);
+    constexpr int STEP = NSTREAM * U;
+    threadgroup float st_m[NSTREAM];
+    threadgroup float st_l[NSTREAM];
+    threadgroup float st_acc[NSTREAM * D];
     int tid = static_cast<int>(thread_index_in_threadgroup);
     int sg = static_cast<int>(simdgroup_index_in_threadgroup);
     int lane = static_cast<int>(thread_index_in_simdgroup);
+    int stream = sg * (32 / LPK) + lane / LPK;
+    int sub = lane % LPK;
     int Hq = q_shape[1];
     int Tq = q_shape[2];
     int Hkv = k_shape[1];
@@ -209,80 +269,109 @@ const DECODE: &str = r#"
     int k_hi = metal::min(kend, k_lo + SPLIT_LEN);
     const device T* kb = k + static_cast<long>(b * Hkv + hk) * Tk * D;
     const device T* vb = v + static_cast<long>(b * Hkv + hk) * Tk * D;
-    for (int d = tid; d < D; d += SG * 32) {
-        q_s[d] = static_cast<float>(q[(static_cast<long>(b * Hq + hq) * Tq + row) * D + d]);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const device T* qr = q + (static_cast<long>(b * Hq + hq) * Tq + row) * D;
 
-    float acc[DPL];
-    for (int c = 0; c < DPL; ++c) {
-        acc[c] = 0.0f;
+    float qf[CPL][E];
+    float acc[CPL][E];
+    for (int cc = 0; cc < CPL; ++cc) {
+        int c = metal::min(sub + cc * LPK, NC - 1);
+        kiln_widen(kiln_chunk(qr, c, D, false), qf[cc], T(0));
+        for (int e = 0; e < E; ++e) {
+            qf[cc][e] = sub + cc * LPK < NC ? qf[cc][e] : 0.0f;
+            acc[cc][e] = 0.0f;
+        }
     }
     float m = -1e30f;
     float l = 0.0f;
-    for (int t0 = k_lo + sg * 32; t0 < k_hi; t0 += SG * 32) {
-        int key = t0 + lane;
-        bool valid = key < k_hi;
-        // Lane-dependent choices are selects, not branches, up to the collectives.
-        int kc = metal::min(key, k_hi - 1);
-        const device T* kr = kb + static_cast<long>(kc) * D;
-        float dot = 0.0f;
-        for (int d = 0; d < D; ++d) {
-            dot += q_s[d] * static_cast<float>(kr[d]);
+    // The loop bounds are uniform over the threadgroup; keys past the range are clamped loads
+    // whose scores are masked to -inf.
+    for (int base = k_lo; base < k_hi; base += STEP) {
+        uint4 kw[U][CPL];
+        uint4 vw[U][CPL];
+        for (int u = 0; u < U; ++u) {
+            int kc = metal::min(base + u * NSTREAM + stream, k_hi - 1);
+            for (int cc = 0; cc < CPL; ++cc) {
+                int c = metal::min(sub + cc * LPK, NC - 1);
+                kw[u][cc] = kiln_chunk(kb + static_cast<long>(kc) * D, c, D, VEC == 1);
+                vw[u][cc] = kiln_chunk(vb + static_cast<long>(kc) * D, c, D, VEC == 1);
+            }
         }
-        float s = dot * scale;
-        if (MASK == 2) {
-            s += static_cast<float>(mask[b * mstr[0] + hq * mstr[1] + row * mstr[2] + kc * mstr[3]]);
+        float s[U];
+        float s_max = -INFINITY;
+        for (int u = 0; u < U; ++u) {
+            float dot = 0.0f;
+            for (int cc = 0; cc < CPL; ++cc) {
+                float kf[E];
+                kiln_widen(kw[u][cc], kf, T(0));
+                for (int e = 0; e < E; ++e) {
+                    dot += qf[cc][e] * kf[e];
+                }
+            }
+            for (int o = LPK / 2; o > 0; o /= 2) {
+                dot += simd_shuffle_xor(dot, static_cast<ushort>(o));
+            }
+            int key = base + u * NSTREAM + stream;
+            float x = dot * scale;
+            if (MASK == 2) {
+                int kc = metal::min(key, k_hi - 1);
+                x += static_cast<float>(mask[b * mstr[0] + hq * mstr[1] + row * mstr[2] + kc * mstr[3]]);
+            }
+            s[u] = metal::select(-INFINITY, x, key < k_hi);
+            s_max = metal::max(s_max, s[u]);
         }
-        s = metal::select(-INFINITY, s, valid);
-        float m_new = metal::max(m, simd_max(s));
-        float p = metal::exp(s - m_new);
+        float m_new = metal::max(m, s_max);
         float corr = metal::exp(m - m_new);
-        l = l * corr + simd_sum(p);
-        int nk = metal::min(32, k_hi - t0);
-        for (int c = 0; c < DPL; ++c) {
-            acc[c] *= corr;
+        l *= corr;
+        for (int cc = 0; cc < CPL; ++cc) {
+            for (int e = 0; e < E; ++e) {
+                acc[cc][e] *= corr;
+            }
         }
-        for (int jj = 0; jj < nk; ++jj) {
-            float pj = simd_shuffle(p, static_cast<ushort>(jj));
-            const device T* vr = vb + static_cast<long>(t0 + jj) * D;
-            for (int c = 0; c < DPL; ++c) {
-                int d = metal::min(c * 32 + lane, D - 1);
-                acc[c] += pj * static_cast<float>(vr[d]);
+        for (int u = 0; u < U; ++u) {
+            float p = metal::exp(s[u] - m_new);
+            l += p;
+            for (int cc = 0; cc < CPL; ++cc) {
+                float vf[E];
+                kiln_widen(vw[u][cc], vf, T(0));
+                for (int e = 0; e < E; ++e) {
+                    acc[cc][e] += p * vf[e];
+                }
             }
         }
         m = m_new;
     }
-    if (lane == 0) {
-        sg_m[sg] = m;
-        sg_l[sg] = l;
+    if (sub == 0) {
+        st_m[stream] = m;
+        st_l[stream] = l;
     }
-    for (int c = 0; c < DPL; ++c) {
-        int d = c * 32 + lane;
-        if (d < D) {
-            sg_acc[sg * D + d] = acc[c];
+    for (int cc = 0; cc < CPL; ++cc) {
+        for (int e = 0; e < E; ++e) {
+            int d = (sub + cc * LPK) * E + e;
+            if (d < D) {
+                st_acc[stream * D + d] = acc[cc][e];
+            }
         }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     float gm = -1e30f;
-    for (int s = 0; s < SG; ++s) {
-        gm = metal::max(gm, sg_m[s]);
+    for (int s = 0; s < NSTREAM; ++s) {
+        gm = metal::max(gm, st_m[s]);
     }
-    long base = (static_cast<long>(b) * Hq * Tq + r) * n_splits + split;
+    long pbase = (static_cast<long>(b) * Hq * Tq + r) * n_splits + split;
     for (int d = tid; d < D; d += SG * 32) {
         float num = 0.0f;
-        for (int s = 0; s < SG; ++s) {
-            num += sg_acc[s * D + d] * metal::exp(sg_m[s] - gm);
+        for (int s = 0; s < NSTREAM; ++s) {
+            num += st_acc[s * D + d] * metal::exp(st_m[s] - gm);
         }
-        part_acc[base * D + d] = num;
+        part_acc[pbase * D + d] = num;
     }
     if (tid == 0) {
         float den = 0.0f;
-        for (int s = 0; s < SG; ++s) {
-            den += sg_l[s] * metal::exp(sg_m[s] - gm);
+        for (int s = 0; s < NSTREAM; ++s) {
+            den += st_l[s] * metal::exp(st_m[s] - gm);
         }
-        part_ml[2 * base] = gm;
-        part_ml[2 * base + 1] = den;
+        part_ml[2 * pbase] = gm;
+        part_ml[2 * pbase + 1] = den;
     }
 "#;
 
@@ -321,7 +410,9 @@ fn prefill_kernel() -> Result<&'static MetalKernel> {
 
 fn decode_kernel() -> Result<&'static MetalKernel> {
     static CELL: Cell = OnceLock::new();
-    cached(&CELL, || MetalKernel::new("kiln_sdpa_decode", &INPUTS, &["part_acc", "part_ml"], DECODE))
+    cached(&CELL, || {
+        Ok(MetalKernel::new("kiln_sdpa_decode", &INPUTS, &["part_acc", "part_ml"], DECODE)?.header(DECODE_HEADER))
+    })
 }
 
 fn combine_kernel() -> Result<&'static MetalKernel> {
@@ -460,7 +551,7 @@ pub fn launches(q: &Array, k: &Array, v: &Array, scale: f32, mask: Mask) -> Resu
             .template("MASK", mask_kind)
             .device(device)
     };
-    match path(tq, tk, d, dtype) {
+    match path(b * hq, tq, tk, d, dtype) {
         Path::Prefill { keys_per_tile } => {
             let tiles = tq.div_ceil(BQ);
             let threads = 32 * BQ;
@@ -472,16 +563,25 @@ pub fn launches(q: &Array, k: &Array, v: &Array, scale: f32, mask: Mask) -> Resu
             .template("BQ", BQ as i32);
             Ok(vec![(prefill_kernel()?, inputs, spec)])
         }
-        Path::Decode { splits, split_len } => {
+        Path::Decode { splits, split_len, lanes_per_key } => {
             let threads = 32 * DECODE_SG;
             let rows = hq * tq;
+            let elems = 16 / dtype.size();
+            let chunks_per_lane = d.div_ceil(elems).div_ceil(lanes_per_key);
+            // Whole 16-byte chunks need rows of whole chunks from an aligned start; copies made
+            // by `ensure_row_contiguous` start aligned.
+            let aligned = d % elems == 0 && [k, v].iter().all(|a| !a.is_row_contiguous() || a.offset() % elems == 0);
             let spec = common(
                 LaunchSpec::new([grid_dim(splits * threads)?, grid_dim(rows)?, grid_dim(b)?], [threads as u32, 1, 1])
                     .output(&[b * rows, splits, d], DType::F32)
                     .output(&[b * rows, splits, 2], DType::F32),
             )
             .template("SG", DECODE_SG as i32)
-            .template("SPLIT_LEN", split_len as i32);
+            .template("SPLIT_LEN", split_len as i32)
+            .template("LPK", lanes_per_key as i32)
+            // Eight (four) keys' chunks of K and V in flight per lane.
+            .template("U", if chunks_per_lane > 1 { 4 } else { 8 })
+            .template("VEC", aligned as i32);
             let combine = LaunchSpec::new([grid_dim(d)?, grid_dim(b * rows)?, 1], [d.min(256) as u32, 1, 1])
                 .output(q.shape(), dtype)
                 .template("T", dtype)
