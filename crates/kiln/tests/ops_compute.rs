@@ -315,8 +315,11 @@ fn attention_matches_reference(device: Device) {
             check_attention(device, dtype, *dims, *mask, 500 + seed as u64);
         }
     }
-    // f32 at D = 128 takes 16-key tiles; D = 256 takes 8.
-    check_attention(device, DType::F32, [1, 1, 1, 10, 40, 128], MaskCase::Causal, 520);
+    // Untiled prefill: f32 at D = 112 takes 16-key tiles; D = 256 takes 8.
+    check_attention(device, DType::F32, [1, 1, 1, 10, 40, 112], MaskCase::Causal, 520);
+    // Tiled prefill over several query and key tiles, D = 128, every mask kind.
+    check_attention(device, DType::BF16, [1, 2, 1, 70, 75, 128], MaskCase::Causal, 522);
+    check_attention(device, DType::F32, [1, 2, 2, 40, 33, 96], MaskCase::Additive(&[40, 33]), 523);
     check_attention(device, DType::F32, [1, 1, 1, 9, 20, 256], MaskCase::None, 521);
 }
 
@@ -328,10 +331,11 @@ fn attention_path_rule_is_deterministic_and_covers_both_paths() {
     assert_eq!(attention::path(32 * 32, 1, 8192, 128, DType::BF16), decode(8, 1024, 16));
     assert_eq!(attention::path(1, 1, 8192, 256, DType::F32), decode(128, 64, 32));
     assert_eq!(attention::path(4, 2, 150, 64, DType::BF16), decode(3, 64, 8));
-    assert_eq!(attention::path(1, 13, 13, 64, DType::F32), Path::Prefill { keys_per_tile: 32 });
-    assert_eq!(attention::path(1, 10, 40, 128, DType::F32), Path::Prefill { keys_per_tile: 16 });
+    assert_eq!(attention::path(1, 13, 13, 64, DType::F32), Path::PrefillTiled);
+    assert_eq!(attention::path(1, 9, 37, 80, DType::F16), Path::Prefill { keys_per_tile: 32 });
+    assert_eq!(attention::path(1, 10, 40, 112, DType::F32), Path::Prefill { keys_per_tile: 16 });
     assert_eq!(attention::path(1, 9, 20, 256, DType::F32), Path::Prefill { keys_per_tile: 8 });
-    assert_eq!(attention::path(1, 4096, 4096, 128, DType::BF16), Path::Prefill { keys_per_tile: 32 });
+    assert_eq!(attention::path(1, 4096, 4096, 128, DType::BF16), Path::PrefillTiled);
 }
 
 fn attention_rejects_bad_input(device: Device) {
@@ -578,7 +582,9 @@ fn every_compute_kernel_compiles_with_nvrtc() {
             }
         }
         // attention: prefill (each key tile width) and decode + combine, every mask kind
-        for (tq, tk, d) in [(9, 20, 64), (10, 40, 128), (9, 20, 256), (1, 300, 64), (3, 77, 128), (1, 70, 20)] {
+        for (tq, tk, d) in
+            [(9, 20, 64), (10, 40, 128), (10, 40, 112), (9, 20, 256), (1, 300, 64), (3, 77, 128), (1, 70, 20)]
+        {
             let (q, _) = input(&mut rng, host, dtype, &[1, 2, tq, d], 1.0);
             let (kv, _) = input(&mut rng, host, dtype, &[1, 1, tk, d], 1.0);
             let (m, _) = input(&mut rng, host, dtype, &[tq, tk], 1.0);

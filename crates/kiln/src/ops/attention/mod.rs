@@ -6,8 +6,13 @@
 //! sees no key (causal with Tq > Tk, or an all `-inf` mask row) yields zeros.
 //! Online softmax: per query a running max `m` (a finite -1e30 start, so a fully masked prefix
 //! merges with weight 0), denominator `l` and weighted sum `acc`, rescaled by `exp(m_old - m_new)`.
-//! Two paths, by a fixed rule on the shape ([`path`]):
-//! - prefill (Tq > 4): a threadgroup of `BQ` simdgroups takes `BQ` consecutive queries of one
+//! Three paths, by a fixed rule on the shape ([`path`]):
+//! - tiled prefill (Tq > 4, D a multiple of 32 up to 128): a threadgroup of 64 threads takes 32
+//!   queries of one head and walks 32-key tiles; Q and K are staged transposed in f32 so that
+//!   each thread computes a 4×4 block of scores from two float4 reads per step, the row softmax
+//!   runs over the 8 lanes sharing the rows, and each thread accumulates 4 queries × D/8 outputs
+//!   from the value tile (staged in the key tile's buffer), `p` broadcast by `simd_shuffle`.
+//! - prefill (other Tq > 4): a threadgroup of `BQ` simdgroups takes `BQ` consecutive queries of one
 //!   head; key/value tiles of `BK` rows are staged in threadgroup memory (keys padded one column
 //!   against bank conflicts) and shared by all its queries. Within a simdgroup, lane `j % BK`
 //!   scores key `j` over a `32 / BK` share of the head dimension (summed by `simd_shuffle_xor`),
@@ -32,6 +37,12 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{KernelInput, LaunchSpec, MetalKernel};
 
+mod decode;
+mod prefill;
+
+use decode::{COMBINE, DECODE, DECODE_HEADER};
+use prefill::{PREFILL, PREFILL_TILED, TILED_HEADER};
+
 const OP: &str = "scaled_dot_product_attention";
 
 /// Queries per head up to which the decode (split-keys) path runs.
@@ -44,6 +55,8 @@ const BQ: usize = 8;
 const DECODE_SG: usize = 4;
 /// Decode threadgroups the key split aims for: many waves on a large GPU, so the last is short.
 const DECODE_THREADGROUPS: usize = 8192;
+/// Largest head dimension of the tiled prefill: its Q and K/V tiles (f32) fill 32 KiB.
+const TILED_MAX_HEAD_DIM: usize = 128;
 /// Shortest decode key range.
 pub const DECODE_MIN_SPLIT: usize = 64;
 /// Threadgroup bytes the prefill key/value tiles may use.
@@ -62,6 +75,8 @@ pub enum Mask<'a> {
 /// Which kernel path a shape takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
+    /// 32 queries × 32 keys per threadgroup of 64 threads, 4×4 scores per thread.
+    PrefillTiled,
     Prefill {
         keys_per_tile: usize,
     },
@@ -86,314 +101,14 @@ pub fn path(heads: usize, tq: usize, tk: usize, d: usize, dtype: DType) -> Path 
         let lanes_per_key = chunks.next_power_of_two().min(32);
         return Path::Decode { splits: tk.div_ceil(split_len), split_len, lanes_per_key };
     }
+    if d % 32 == 0 && d <= TILED_MAX_HEAD_DIM {
+        return Path::PrefillTiled;
+    }
     let q_bytes = BQ * d * 4;
     let keys_per_tile =
         [32, 16, 8].into_iter().find(|bk| bk * (2 * d + 1) * dtype.size() + q_bytes <= TILE_BUDGET).unwrap_or(8);
     Path::Prefill { keys_per_tile }
 }
-
-const PREFILL: &str = r#"
-    constexpr int DPL = (D + 31) / 32;
-    constexpr int KS = D + 1;
-    constexpr int SPLIT = 32 / BK;
-    constexpr int K_TILE = BK * KS;
-    constexpr int V_TILE = BK * D;
-    constexpr int Q_TILE = BQ * D;
-    threadgroup T k_s[K_TILE];
-    threadgroup T v_s[V_TILE];
-    threadgroup float q_s[Q_TILE];
-    int tid = static_cast<int>(thread_index_in_threadgroup);
-    int n_threads = static_cast<int>(threads_per_threadgroup.x);
-    int sg = static_cast<int>(simdgroup_index_in_threadgroup);
-    int lane = static_cast<int>(thread_index_in_simdgroup);
-    int Hq = q_shape[1];
-    int Tq = q_shape[2];
-    int Hkv = k_shape[1];
-    int Tk = k_shape[2];
-    int b = static_cast<int>(threadgroup_position_in_grid.z);
-    int hq = static_cast<int>(threadgroup_position_in_grid.y);
-    int hk = hq / (Hq / Hkv);
-    int q0 = static_cast<int>(threadgroup_position_in_grid.x) * BQ;
-    int row = q0 + sg;
-    bool live = row < Tq;
-    int shift = Tk - Tq;
-    int kend = Tk;
-    int kend_row = Tk;
-    if (MASK == 1) {
-        kend = metal::clamp(metal::min(q0 + BQ, Tq) + shift, 0, Tk);
-        kend_row = metal::clamp(row + shift + 1, 0, Tk);
-    }
-    const device T* kb = k + static_cast<long>(b * Hkv + hk) * Tk * D;
-    const device T* vb = v + static_cast<long>(b * Hkv + hk) * Tk * D;
-    for (int e = tid; e < BQ * D; e += n_threads) {
-        int r = q0 + e / D;
-        q_s[e] = r < Tq ? static_cast<float>(q[(static_cast<long>(b * Hq + hq) * Tq + r) * D + e % D]) : 0.0f;
-    }
-
-    float acc[DPL];
-    for (int c = 0; c < DPL; ++c) {
-        acc[c] = 0.0f;
-    }
-    float m = -1e30f;
-    float l = 0.0f;
-    for (int t0 = 0; t0 < kend; t0 += BK) {
-        int nk = metal::min(BK, kend - t0);
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-        for (int e = tid; e < BK * D; e += n_threads) {
-            int r = e / D;
-            int c = e % D;
-            T kv = T(0);
-            T vv = T(0);
-            if (r < nk) {
-                kv = kb[static_cast<long>(t0 + r) * D + c];
-                vv = vb[static_cast<long>(t0 + r) * D + c];
-            }
-            k_s[r * KS + c] = kv;
-            v_s[r * D + c] = vv;
-        }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-        if (live) {
-            // Lane-dependent choices are selects, not branches, up to the collectives.
-            int j = lane % BK;
-            int part = lane / BK;
-            int key = t0 + j;
-            float s = 0.0f;
-            for (int d = part; d < D; d += SPLIT) {
-                s += q_s[sg * D + d] * static_cast<float>(k_s[j * KS + d]);
-            }
-            for (int o = BK; o < 32; o *= 2) {
-                s += simd_shuffle_xor(s, static_cast<ushort>(o));
-            }
-            s *= scale;
-            bool valid = j < nk && key < kend_row;
-            if (MASK == 2) {
-                int kc = metal::min(key, Tk - 1);
-                s += static_cast<float>(mask[b * mstr[0] + hq * mstr[1] + row * mstr[2] + kc * mstr[3]]);
-            }
-            s = metal::select(-INFINITY, s, valid);
-            float m_new = metal::max(m, simd_max(s));
-            float p = metal::exp(s - m_new);
-            float corr = metal::exp(m - m_new);
-            l = l * corr + simd_sum(metal::select(0.0f, p, part == 0));
-            for (int c = 0; c < DPL; ++c) {
-                acc[c] *= corr;
-            }
-            for (int jj = 0; jj < nk; ++jj) {
-                float pj = simd_shuffle(p, static_cast<ushort>(jj));
-                for (int c = 0; c < DPL; ++c) {
-                    int d = metal::min(c * 32 + lane, D - 1);
-                    acc[c] += pj * static_cast<float>(v_s[jj * D + d]);
-                }
-            }
-            m = m_new;
-        }
-    }
-    if (live) {
-        float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        for (int c = 0; c < DPL; ++c) {
-            int d = c * 32 + lane;
-            if (d < D) {
-                out[(static_cast<long>(b * Hq + hq) * Tq + row) * D + d] = static_cast<T>(acc[c] * inv);
-            }
-        }
-    }
-"#;
-
-/// 16-byte chunks of a key/value row as raw words, and their widening to f32: `E = 16 /
-/// sizeof(T)` elements per chunk. `kiln_word` reads one word element by element (any alignment,
-/// zero past `n`); the fast path reads a whole chunk as one `uint4`.
-const DECODE_HEADER: &str = r#"
-inline uint kiln_word(const device float* p, int i, int n) {
-    return i < n ? as_type<uint>(p[i]) : 0u;
-}
-template <typename T>
-inline uint kiln_word(const device T* p, int i, int n) {
-    vec<T, 2> h(2 * i < n ? p[2 * i] : T(0), 2 * i + 1 < n ? p[2 * i + 1] : T(0));
-    return as_type<uint>(h);
-}
-template <typename T>
-inline uint4 kiln_chunk(const device T* p, int c, int n, bool aligned) {
-    if (aligned) {
-        return ((const device uint4*)p)[c];
-    }
-    return uint4(kiln_word(p, 4 * c, n), kiln_word(p, 4 * c + 1, n), kiln_word(p, 4 * c + 2, n),
-                 kiln_word(p, 4 * c + 3, n));
-}
-inline void kiln_widen(uint4 w, thread float* f, float) {
-    for (int i = 0; i < 4; ++i) {
-        f[i] = as_type<float>(w[i]);
-    }
-}
-template <typename T>
-inline void kiln_widen(uint4 w, thread float* f, T) {
-    for (int i = 0; i < 4; ++i) {
-        vec<T, 2> h = as_type<vec<T, 2>>(w[i]);
-        f[2 * i] = static_cast<float>(h.x);
-        f[2 * i + 1] = static_cast<float>(h.y);
-    }
-}
-"#;
-
-const DECODE: &str = r#"
-    // A stream is LPK lanes that score one key at a time, each lane owning CPL 16-byte chunks of
-    // the head dimension; every stream keeps its own (m, l, acc) until the end of the range.
-    constexpr int E = 16 / sizeof(T);
-    constexpr int NC = (D + E - 1) / E;
-    constexpr int CPL = (NC + LPK - 1) / LPK;
-    constexpr int NSTREAM = SG * (32 / LPK);
-    constexpr int STEP = NSTREAM * U;
-    threadgroup float st_m[NSTREAM];
-    threadgroup float st_l[NSTREAM];
-    threadgroup float st_acc[NSTREAM * D];
-    int tid = static_cast<int>(thread_index_in_threadgroup);
-    int sg = static_cast<int>(simdgroup_index_in_threadgroup);
-    int lane = static_cast<int>(thread_index_in_simdgroup);
-    int stream = sg * (32 / LPK) + lane / LPK;
-    int sub = lane % LPK;
-    int Hq = q_shape[1];
-    int Tq = q_shape[2];
-    int Hkv = k_shape[1];
-    int Tk = k_shape[2];
-    int split = static_cast<int>(threadgroup_position_in_grid.x);
-    int n_splits = static_cast<int>(threadgroups_per_grid.x);
-    int r = static_cast<int>(threadgroup_position_in_grid.y);
-    int b = static_cast<int>(threadgroup_position_in_grid.z);
-    int hq = r / Tq;
-    int row = r % Tq;
-    int hk = hq / (Hq / Hkv);
-    int kend = Tk;
-    if (MASK == 1) {
-        kend = metal::clamp(row + Tk - Tq + 1, 0, Tk);
-    }
-    int k_lo = split * SPLIT_LEN;
-    int k_hi = metal::min(kend, k_lo + SPLIT_LEN);
-    const device T* kb = k + static_cast<long>(b * Hkv + hk) * Tk * D;
-    const device T* vb = v + static_cast<long>(b * Hkv + hk) * Tk * D;
-    const device T* qr = q + (static_cast<long>(b * Hq + hq) * Tq + row) * D;
-
-    float qf[CPL][E];
-    float acc[CPL][E];
-    for (int cc = 0; cc < CPL; ++cc) {
-        int c = metal::min(sub + cc * LPK, NC - 1);
-        kiln_widen(kiln_chunk(qr, c, D, false), qf[cc], T(0));
-        for (int e = 0; e < E; ++e) {
-            qf[cc][e] = sub + cc * LPK < NC ? qf[cc][e] : 0.0f;
-            acc[cc][e] = 0.0f;
-        }
-    }
-    float m = -1e30f;
-    float l = 0.0f;
-    // The loop bounds are uniform over the threadgroup; keys past the range are clamped loads
-    // whose scores are masked to -inf.
-    for (int base = k_lo; base < k_hi; base += STEP) {
-        uint4 kw[U][CPL];
-        uint4 vw[U][CPL];
-        for (int u = 0; u < U; ++u) {
-            int kc = metal::min(base + u * NSTREAM + stream, k_hi - 1);
-            for (int cc = 0; cc < CPL; ++cc) {
-                int c = metal::min(sub + cc * LPK, NC - 1);
-                kw[u][cc] = kiln_chunk(kb + static_cast<long>(kc) * D, c, D, VEC == 1);
-                vw[u][cc] = kiln_chunk(vb + static_cast<long>(kc) * D, c, D, VEC == 1);
-            }
-        }
-        float s[U];
-        float s_max = -INFINITY;
-        for (int u = 0; u < U; ++u) {
-            float dot = 0.0f;
-            for (int cc = 0; cc < CPL; ++cc) {
-                float kf[E];
-                kiln_widen(kw[u][cc], kf, T(0));
-                for (int e = 0; e < E; ++e) {
-                    dot += qf[cc][e] * kf[e];
-                }
-            }
-            for (int o = LPK / 2; o > 0; o /= 2) {
-                dot += simd_shuffle_xor(dot, static_cast<ushort>(o));
-            }
-            int key = base + u * NSTREAM + stream;
-            float x = dot * scale;
-            if (MASK == 2) {
-                int kc = metal::min(key, k_hi - 1);
-                x += static_cast<float>(mask[b * mstr[0] + hq * mstr[1] + row * mstr[2] + kc * mstr[3]]);
-            }
-            s[u] = metal::select(-INFINITY, x, key < k_hi);
-            s_max = metal::max(s_max, s[u]);
-        }
-        float m_new = metal::max(m, s_max);
-        float corr = metal::exp(m - m_new);
-        l *= corr;
-        for (int cc = 0; cc < CPL; ++cc) {
-            for (int e = 0; e < E; ++e) {
-                acc[cc][e] *= corr;
-            }
-        }
-        for (int u = 0; u < U; ++u) {
-            float p = metal::exp(s[u] - m_new);
-            l += p;
-            for (int cc = 0; cc < CPL; ++cc) {
-                float vf[E];
-                kiln_widen(vw[u][cc], vf, T(0));
-                for (int e = 0; e < E; ++e) {
-                    acc[cc][e] += p * vf[e];
-                }
-            }
-        }
-        m = m_new;
-    }
-    if (sub == 0) {
-        st_m[stream] = m;
-        st_l[stream] = l;
-    }
-    for (int cc = 0; cc < CPL; ++cc) {
-        for (int e = 0; e < E; ++e) {
-            int d = (sub + cc * LPK) * E + e;
-            if (d < D) {
-                st_acc[stream * D + d] = acc[cc][e];
-            }
-        }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    float gm = -1e30f;
-    for (int s = 0; s < NSTREAM; ++s) {
-        gm = metal::max(gm, st_m[s]);
-    }
-    long pbase = (static_cast<long>(b) * Hq * Tq + r) * n_splits + split;
-    for (int d = tid; d < D; d += SG * 32) {
-        float num = 0.0f;
-        for (int s = 0; s < NSTREAM; ++s) {
-            num += st_acc[s * D + d] * metal::exp(st_m[s] - gm);
-        }
-        part_acc[pbase * D + d] = num;
-    }
-    if (tid == 0) {
-        float den = 0.0f;
-        for (int s = 0; s < NSTREAM; ++s) {
-            den += st_l[s] * metal::exp(st_m[s] - gm);
-        }
-        part_ml[2 * pbase] = gm;
-        part_ml[2 * pbase + 1] = den;
-    }
-"#;
-
-const COMBINE: &str = r#"
-    int d = static_cast<int>(thread_position_in_grid.x);
-    long r = thread_position_in_grid.y;
-    int D = part_acc_shape[2];
-    int NS = part_acc_shape[1];
-    const device float* ml = part_ml + r * NS * 2;
-    float gm = -1e30f;
-    for (int s = 0; s < NS; ++s) {
-        gm = metal::max(gm, ml[2 * s]);
-    }
-    float num = 0.0f;
-    float den = 0.0f;
-    for (int s = 0; s < NS; ++s) {
-        float w = metal::exp(ml[2 * s] - gm);
-        num += part_acc[(r * NS + s) * D + d] * w;
-        den += ml[2 * s + 1] * w;
-    }
-    out[r * D + d] = static_cast<T>(den > 0.0f ? num / den : 0.0f);
-"#;
 
 type Cell = OnceLock<std::result::Result<MetalKernel, String>>;
 
@@ -406,6 +121,13 @@ const INPUTS: [&str; 6] = ["q", "k", "v", "mask", "mstr", "scale"];
 fn prefill_kernel() -> Result<&'static MetalKernel> {
     static CELL: Cell = OnceLock::new();
     cached(&CELL, || MetalKernel::new("kiln_sdpa_prefill", &INPUTS, &["out"], PREFILL))
+}
+
+fn prefill_tiled_kernel() -> Result<&'static MetalKernel> {
+    static CELL: Cell = OnceLock::new();
+    cached(&CELL, || {
+        Ok(MetalKernel::new("kiln_sdpa_prefill_tiled", &INPUTS, &["out"], PREFILL_TILED)?.header(TILED_HEADER))
+    })
 }
 
 fn decode_kernel() -> Result<&'static MetalKernel> {
@@ -562,6 +284,15 @@ pub fn launches(q: &Array, k: &Array, v: &Array, scale: f32, mask: Mask) -> Resu
             .template("BK", keys_per_tile as i32)
             .template("BQ", BQ as i32);
             Ok(vec![(prefill_kernel()?, inputs, spec)])
+        }
+        Path::PrefillTiled => {
+            let aligned = [q, k, v].iter().all(|a| !a.is_row_contiguous() || a.offset() % 4 == 0);
+            let spec = common(
+                LaunchSpec::new([grid_dim(tq.div_ceil(32) * 64)?, grid_dim(hq)?, grid_dim(b)?], [64, 1, 1])
+                    .output(q.shape(), dtype),
+            )
+            .template("VEC", aligned as i32);
+            Ok(vec![(prefill_tiled_kernel()?, inputs, spec)])
         }
         Path::Decode { splits, split_len, lanes_per_key } => {
             let threads = 32 * DECODE_SG;
