@@ -85,38 +85,10 @@ pub fn grid_sample(x: &Array, grid: &Array) -> Result<Array> {
     prepare(x, grid)?.run_one()
 }
 
-/// The four bilinear neighbours of a grid point: `(xi, yi, weight, d weight/d ix,
-/// d weight/d iy)`, in-bounds ones only; `ix`, `iy` as in the header.
-pub(crate) fn neighbours(u: f64, v: f64, h: usize, w: usize) -> Vec<(usize, usize, f64, f64, f64)> {
-    let ix = ((u + 1.0) * w as f64 - 1.0) / 2.0;
-    let iy = ((v + 1.0) * h as f64 - 1.0) / 2.0;
-    let (x0, y0) = (ix.floor(), iy.floor());
-    let (fx, fy) = (ix - x0, iy - y0);
-    let mut out = Vec::with_capacity(4);
-    for (dy, wy, dwy) in [(0.0, 1.0 - fy, -1.0), (1.0, fy, 1.0)] {
-        for (dx, wx, dwx) in [(0.0, 1.0 - fx, -1.0), (1.0, fx, 1.0)] {
-            let (xi, yi) = (x0 + dx, y0 + dy);
-            if xi >= 0.0 && xi < w as f64 && yi >= 0.0 && yi < h as f64 {
-                out.push((xi as usize, yi as usize, wx * wy, dwx * wy, wx * dwy));
-            }
-        }
-    }
-    out
-}
-
-/// The forward pass in f64; `dims` as returned by [`dims`].
+/// The forward pass in f64 (the library op's reference: same semantics); `dims` as returned
+/// by [`dims`].
 pub fn reference(x: &[f64], grid: &[f64], dims: [usize; 6]) -> Vec<f64> {
-    let [b, h, w, c, gh, gw] = dims;
-    let mut out = vec![0.0; b * gh * gw * c];
-    for point in 0..b * gh * gw {
-        let bi = point / (gh * gw);
-        for (xi, yi, wgt, _, _) in neighbours(grid[2 * point], grid[2 * point + 1], h, w) {
-            for ch in 0..c {
-                out[point * c + ch] += wgt * x[((bi * h + yi) * w + xi) * c + ch];
-            }
-        }
-    }
-    out
+    crate::ops::grid_sample::reference(x, grid, dims)
 }
 
 /// A device array and the host values it holds.

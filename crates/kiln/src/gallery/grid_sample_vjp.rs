@@ -13,7 +13,7 @@
 //! Reference: f64 on the dtype-rounded inputs, itself checked against finite differences of
 //! the forward reference. Tolerance: the f32 entry (outputs are f32 sums of rounded inputs).
 
-use super::grid_sample::{dims, inputs, neighbours};
+use super::grid_sample::{dims, inputs};
 use super::{
     cached, check_shape, dim, normal_input, values, Entry, KernelCell, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
 };
@@ -108,24 +108,10 @@ pub fn grid_sample_vjp(x: &Array, grid: &Array, cotangent: &Array) -> Result<(Ar
     }
 }
 
-/// `(x_grad, grid_grad)` in f64; `dims` = `[B, H, W, C, gH, gW]`.
+/// `(x_grad, grid_grad)` in f64 (the library op's reference: same semantics); `dims` =
+/// `[B, H, W, C, gH, gW]`.
 pub fn reference(x: &[f64], grid: &[f64], cotangent: &[f64], dims: [usize; 6]) -> (Vec<f64>, Vec<f64>) {
-    let [b, h, w, c, gh, gw] = dims;
-    let mut x_grad = vec![0.0; b * h * w * c];
-    let mut grid_grad = vec![0.0; b * gh * gw * 2];
-    for point in 0..b * gh * gw {
-        let bi = point / (gh * gw);
-        for (xi, yi, wgt, dwx, dwy) in neighbours(grid[2 * point], grid[2 * point + 1], h, w) {
-            let base = ((bi * h + yi) * w + xi) * c;
-            for ch in 0..c {
-                let g = cotangent[point * c + ch];
-                x_grad[base + ch] += wgt * g;
-                grid_grad[2 * point] += dwx * x[base + ch] * g * w as f64 / 2.0;
-                grid_grad[2 * point + 1] += dwy * x[base + ch] * g * h as f64 / 2.0;
-            }
-        }
-    }
-    (x_grad, grid_grad)
+    crate::ops::grid_sample::reference_vjp(x, grid, cotangent, dims)
 }
 
 /// One verified run; `dims` = `[B, H, W, C, gH, gW]`.

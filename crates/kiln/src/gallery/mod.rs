@@ -25,7 +25,6 @@ pub mod scatter_add;
 pub mod silu;
 pub mod softmax;
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 pub use crate::check::{rel_l2, tolerance, Rng};
@@ -35,7 +34,6 @@ use crate::array::Array;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::MetalKernel;
 
 /// The three float dtypes every templated gallery kernel supports.
 pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -119,16 +117,8 @@ impl Outcome {
     }
 }
 
-/// A kernel built once per process; the cell keeps a build error as text.
-pub(crate) type KernelCell = OnceLock<std::result::Result<MetalKernel, String>>;
-
-pub(crate) fn cached(
-    cell: &'static KernelCell,
-    op: &str,
-    build: impl FnOnce() -> Result<MetalKernel>,
-) -> Result<&'static MetalKernel> {
-    cell.get_or_init(|| build().map_err(|e| e.to_string())).as_ref().map_err(|msg| Error::invalid(op, msg.clone()))
-}
+/// Kernels built once per process, as the library builds them.
+pub(crate) use crate::ops::util::{cached, KernelCell};
 
 /// Checks that `dtype` is one of `allowed` for the kernel `op`.
 pub(crate) fn check_dtype(op: &str, dtype: DType, allowed: &[DType]) -> Result<()> {
