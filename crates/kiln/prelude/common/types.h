@@ -49,8 +49,8 @@ template <class T> struct is_arith {
 };
 
 // On CUDA devices the conversions use the hardware's round-to-nearest-even instructions
-// (cvt.rn.f16.f32 from sm_53, cvt.rn.bf16.f32 from sm_80); NaNs keep the software path so
-// their bits match the CPU emulator's exactly.
+// (cvt.rn.f16.f32 from sm_53, cvt.rn.bf16.f32 from sm_80); a NaN gets the software path's bits
+// by a select, so they match the CPU emulator's exactly.
 #if defined(KILN_CUDA) && defined(__CUDA_ARCH__)
 #define KILN_HW_F16 1
 #if __CUDA_ARCH__ >= 800
@@ -66,11 +66,12 @@ KILN_HD inline float u2f(uint u) { f32_bits b; b.u = u; return b.f; }
 KILN_HD inline ushort f32_to_f16(float f) {
   uint x = f2u(f);
 #ifdef KILN_HW_F16
-  if ((x & 0x7fffffffu) <= 0x7f800000u) {
-    ushort r;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
-    return r;
-  }
+  // A select, not a branch: the NaN bits are cheap, and straight-line code lets the compiler
+  // interleave the conversions of neighbouring elements.
+  ushort r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  ushort nan = (ushort)(((x >> 16) & 0x8000u) | 0x7e00u | ((x & 0x7fffffu) >> 13));
+  return (x & 0x7fffffffu) > 0x7f800000u ? nan : r;
 #endif
   uint sign = (x >> 16) & 0x8000u;
   uint exp = (x >> 23) & 0xffu;
@@ -96,11 +97,10 @@ KILN_HD inline ushort f32_to_f16(float f) {
 
 KILN_HD inline float f16_to_f32(ushort h) {
 #ifdef KILN_HW_F16
-  if (((uint)h & 0x7c00u) != 0x7c00u || ((uint)h & 0x3ffu) == 0u) {
-    float r;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(h));
-    return r;
-  }
+  float r;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(h));
+  uint nan = (((uint)h & 0x8000u) << 16) | 0x7f800000u | (((uint)h & 0x3ffu) << 13);
+  return ((uint)h & 0x7fffu) > 0x7c00u ? u2f(nan) : r;
 #endif
   uint sign = ((uint)h & 0x8000u) << 16;
   uint exp = ((uint)h >> 10) & 0x1fu;
@@ -117,12 +117,12 @@ KILN_HD inline float f16_to_f32(ushort h) {
 // bfloat16 from binary32, round to nearest even; NaN stays a quiet NaN.
 KILN_HD inline ushort f32_to_bf16(float f) {
   uint x = f2u(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort)((x >> 16) | 0x40u);
 #ifdef KILN_HW_BF16
   ushort r;
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
-  return r;
+  return (x & 0x7fffffffu) > 0x7f800000u ? (ushort)((x >> 16) | 0x40u) : r;
 #endif
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort)((x >> 16) | 0x40u);
   x += 0x7fffu + ((x >> 16) & 1u);
   return (ushort)(x >> 16);
 }

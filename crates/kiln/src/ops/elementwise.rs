@@ -13,7 +13,9 @@
 //! Variant rule (deterministic on the layout):
 //! - `contiguous`: `x` row-contiguous at a 4-element-aligned offset, 8 elements or more.
 //!   Each thread handles `K` chunks of 4 elements with `vec<T, 4>` loads and stores, the chunks of one pass
-//!   adjacent across threads (coalesced); K = 1 for f32 (16-byte loads), 2 for f16/bf16.
+//!   adjacent across threads (coalesced), all K loads issued before the first store: K = 1 for
+//!   f32 (one 16-byte load), 4 for f16/bf16 (four 8-byte loads), so every thread keeps 16 or 32
+//!   bytes in flight.
 //! - `strided`: anything else, read in place through `elem_to_loc` (no copy) after merging
 //!   axes that are contiguous with each other, one thread per element.
 //!
@@ -75,20 +77,30 @@ inline float kiln_unary(float x) {
 }
 "#;
 
+// All K chunks are loaded before the first store: `out` may alias `inp` as far as the compiler
+// knows, so a store between two loads would keep the second load from being issued early.
 const CONTIGUOUS_SOURCE: &str = r#"
     uint stride = threads_per_grid.x;
     uint n_vec = n / 4;
     const device vec<T, 4>* xv = (const device vec<T, 4>*)inp;
     device vec<T, 4>* ov = (device vec<T, 4>*)out;
+    vec<T, 4> v[K];
+    #pragma unroll
     for (uint k = 0; k < K; ++k) {
         uint c = thread_position_in_grid.x + k * stride;
         if (c < n_vec) {
-            vec<T, 4> v = xv[c];
+            v[k] = xv[c];
+        }
+    }
+    #pragma unroll
+    for (uint k = 0; k < K; ++k) {
+        uint c = thread_position_in_grid.x + k * stride;
+        if (c < n_vec) {
             vec<T, 4> r;
-            r.x = static_cast<T>(kiln_unary<OP>(static_cast<float>(v.x)));
-            r.y = static_cast<T>(kiln_unary<OP>(static_cast<float>(v.y)));
-            r.z = static_cast<T>(kiln_unary<OP>(static_cast<float>(v.z)));
-            r.w = static_cast<T>(kiln_unary<OP>(static_cast<float>(v.w)));
+            r.x = static_cast<T>(kiln_unary<OP>(static_cast<float>(v[k].x)));
+            r.y = static_cast<T>(kiln_unary<OP>(static_cast<float>(v[k].y)));
+            r.z = static_cast<T>(kiln_unary<OP>(static_cast<float>(v[k].z)));
+            r.w = static_cast<T>(kiln_unary<OP>(static_cast<float>(v[k].w)));
             ov[c] = r;
         } else if (c == n_vec) {
             for (uint i = 4 * n_vec; i < uint(n); ++i) {
@@ -164,7 +176,7 @@ pub fn unary_call(op: Unary, x: &Array) -> Result<OpCall> {
     let dtype = x.dtype();
     // Inputs under 8 elements live in `constant` space, where vector casts do not apply.
     if x.is_row_contiguous() && x.offset() % 4 == 0 && n >= 8 {
-        let k: usize = if dtype == DType::F32 { 1 } else { 2 };
+        let k: usize = if dtype == DType::F32 { 1 } else { 4 };
         let threads = n.div_ceil(4 * k).max(1);
         let spec = LaunchSpec::new([grid_dim(name, threads)?, 1, 1], [GROUP, 1, 1])
             .output(x.shape(), dtype)

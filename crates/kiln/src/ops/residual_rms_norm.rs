@@ -10,9 +10,11 @@
 //! Outputs `y` and `h` (..., D) row-contiguous in that dtype.
 //!
 //! Variant rule: as `rms_norm` — one simdgroup per row for D ≤ 1024, else one threadgroup
-//! per row; `vec4` loads when D % 4 == 0, D ≥ 8 and every input is 4-element aligned. The
-//! first pass reads `x` and `residual` once and writes `h`; the second reads back the `h`
-//! the same thread just wrote (from cache), so DRAM sees each input once and each output once.
+//! per row; `vec4` loads when D % 4 == 0, D ≥ 8 and every input is 4-element aligned. f32
+//! `vec4` rows that fit are held in registers (x and residual loaded whole before any store);
+//! otherwise the first pass reads `x` and `residual` once and writes `h`, and the second reads
+//! back the `h` the same thread just wrote (from cache). Either way DRAM sees each input once
+//! and each output once.
 //!
 //! Reference: `rms_norm::reference` of the f64 sum `x + residual` of the dtype-rounded inputs,
 //! and that sum for `h`. Tolerance: the dtype table.
@@ -23,28 +25,73 @@ use super::util::{
     VEC4_HEADER,
 };
 use crate::array::Array;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::{LaunchSpec, MetalKernel};
+use crate::kernel::MetalKernel;
 
 const OP: &str = "residual_rms_norm";
 
+// Register form (CPT > 0, the plan of `rms_norm::RowLaunch`): `x` and `residual` are loaded
+// whole before any store, `h` kept in registers for the scaled store. Loop form (CPT = 0): the
+// second pass reads back the `h` this thread just wrote (from cache).
 const VEC_SOURCE: &str = r#"
     %INDEX%
     uint D = uint(d);
+    uint D4 = D / 4;
     const device T* xr = x + int64_t(row) * D;
     const device T* rr = residual + int64_t(row) * D;
     device T* hr = h + int64_t(row) * D;
     device T* yr = out + int64_t(row) * D;
+    float4 v[CPT > 0 ? CPT * P : 1];
     float ss = 0.0f;
-    for (uint c = tid; c < D / 4; c += nt) {
-        float4 v = kiln_round4<T>(kiln_load4(xr, c) + kiln_load4(rr, c));
-        kiln_store4(hr, c, v);
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    if (CPT > 0) {
+        float4 u[CPT > 0 ? CPT * P : 1];
+        #pragma unroll
+        for (uint i = 0; i < uint(CPT); ++i) {
+            #pragma unroll
+            for (uint j = 0; j < uint(P); ++j) {
+                uint c = (i * nt + tid) * uint(P) + j;
+                v[i * P + j] = c < D4 ? kiln_load4(xr, c) : float4(0.0f);
+                u[i * P + j] = c < D4 ? kiln_load4(rr, c) : float4(0.0f);
+            }
+        }
+        #pragma unroll
+        for (uint i = 0; i < uint(CPT); ++i) {
+            #pragma unroll
+            for (uint j = 0; j < uint(P); ++j) {
+                uint c = (i * nt + tid) * uint(P) + j;
+                float4 hv = kiln_round4<T>(v[i * P + j] + u[i * P + j]);
+                v[i * P + j] = hv;
+                if (c < D4) {
+                    kiln_store4(hr, c, hv);
+                }
+                ss += hv.x * hv.x + hv.y * hv.y + hv.z * hv.z + hv.w * hv.w;
+            }
+        }
+    } else {
+        for (uint c = tid; c < D4; c += nt) {
+            float4 hv = kiln_round4<T>(kiln_load4(xr, c) + kiln_load4(rr, c));
+            kiln_store4(hr, c, hv);
+            ss += hv.x * hv.x + hv.y * hv.y + hv.z * hv.z + hv.w * hv.w;
+        }
     }
     %SUM%
     float scale = metal::rsqrt(ss / float(D) + eps);
-    for (uint c = tid; c < D / 4; c += nt) {
-        kiln_store4(yr, c, kiln_load4((const device T*)hr, c) * scale * kiln_load4(w, c));
+    if (CPT > 0) {
+        #pragma unroll
+        for (uint i = 0; i < uint(CPT); ++i) {
+            #pragma unroll
+            for (uint j = 0; j < uint(P); ++j) {
+                uint c = (i * nt + tid) * uint(P) + j;
+                if (c < D4) {
+                    kiln_store4(yr, c, v[i * P + j] * scale * kiln_load4(w, c));
+                }
+            }
+        }
+    } else {
+        for (uint c = tid; c < D4; c += nt) {
+            kiln_store4(yr, c, kiln_load4((const device T*)hr, c) * scale * kiln_load4(w, c));
+        }
     }
 "#;
 
@@ -95,12 +142,12 @@ pub fn residual_rms_norm_call(x: &Array, residual: &Array, w: &Array, eps: f32) 
         ));
     }
     common_device(OP, &[("x", x), ("residual", residual), ("w", w)])?;
-    let launch = RowLaunch::new(OP, rows, d)?;
     let vec4 = d % 4 == 0 && d >= 8 && vec4_aligned(x) && vec4_aligned(residual) && vec4_aligned(w);
-    let spec = LaunchSpec::new([launch.grid, 1, 1], [launch.group, 1, 1])
-        .output(x.shape(), x.dtype())
-        .output(x.shape(), x.dtype())
-        .template("T", x.dtype());
+    // Measured on the H100: for f16/bf16 the register form (x and residual held together) ran
+    // slower than the looped form at every D, so only f32 keeps rows in registers.
+    let registers = vec4 && x.dtype() == DType::F32;
+    let launch = RowLaunch::new(OP, rows, d, x.dtype(), registers)?;
+    let spec = launch.spec(x.dtype()).output(x.shape(), x.dtype()).output(x.shape(), x.dtype());
     let inputs = vec![x.into(), residual.into(), w.into(), (d as i32).into(), eps.into()];
     Ok(OpCall::new(kernel(launch.row_per_simdgroup, vec4)?, inputs, spec))
 }

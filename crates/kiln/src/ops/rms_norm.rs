@@ -5,23 +5,26 @@
 //! copied to row-contiguous first); `w` (D,) in the dtype of `x`; `eps` ≥ 0. Output (..., D)
 //! row-contiguous in the dtype of `x`. Sum of squares and scaling in f32, one rounding on store.
 //!
-//! Variant rule (deterministic on D and alignment):
+//! Variant rule (deterministic on D, dtype and alignment):
 //! - `simdgroup`: D ≤ 1024 — one simdgroup of 32 lanes per row, 4 rows per threadgroup, the
 //!   reduction a single `simd_sum` (no barrier).
-//! - `threadgroup`: D > 1024 — one threadgroup per row of about D/8 threads (whole
-//!   simdgroups, at most 1024), `simd_sum` then one barrier to combine the simdgroup partials.
+//! - `threadgroup`: D > 1024 — one threadgroup per row, `simd_sum` then one barrier to combine
+//!   the simdgroup partials.
 //!
-//! Both read the row twice (sum of squares, then the scaled store); the second read of a row
-//! just touched comes from cache. `vec4` forms use 4-element loads when D % 4 == 0, D ≥ 8 and
-//! the inputs are 4-element aligned; otherwise one element per access.
+//! `vec4` forms use 4-element loads when D % 4 == 0, D ≥ 8 and the inputs are 4-element
+//! aligned; otherwise one element per access. A `vec4` row is kept in registers (`RowLaunch`:
+//! about 4 units of 4 or 8 elements per thread, at most 32 floats, threadgroups of D/16 threads
+//! or fewer) and read from memory once, except f16/bf16 rows of D ≤ 1024, which loop: read the
+//! row for the sum of squares, then again (from cache) for the scaled store. Longer rows loop too.
 //!
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
 use super::util::{
-    cached, check_float, check_nonempty, check_same_dtype, common_device, grid_dim, index_i32, row_index_source,
-    row_sum_source, threads_per_row, vec4_aligned, KernelCell, OpCall, SIMD, VEC4_HEADER,
+    cached, check_float, check_nonempty, check_same_dtype, common_device, grid_dim, index_i32, round_up,
+    row_index_source, row_sum_source, threads_per_row, vec4_aligned, KernelCell, OpCall, SIMD, VEC4_HEADER,
 };
 use crate::array::Array;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};
 
@@ -31,21 +34,60 @@ const OP: &str = "rms_norm";
 pub const SIMDGROUP_MAX_D: usize = 1024;
 /// Rows per threadgroup of the simdgroup variant.
 const ROWS_PER_GROUP: usize = 4;
+/// Units each thread of a threadgroup row aims for: enough loads in flight per thread, and
+/// small threadgroups so that several rows share a multiprocessor.
+const UNITS_PER_THREAD: usize = 4;
+/// Most 4-element chunks a thread keeps in registers (32 floats); longer rows loop.
+pub(crate) const MAX_REGISTER_CHUNKS: usize = 8;
 
+// Register form (CPT > 0): thread `tid` owns units `i * nt + tid` of P adjacent 4-element
+// chunks, loads them all before the reduction and scales them from registers, so the row is read
+// from memory once. Loop form (CPT = 0, rows too long for registers): two passes, the second
+// re-reading the row from cache.
 const VEC_SOURCE: &str = r#"
     %INDEX%
     uint D = uint(d);
+    uint D4 = D / 4;
     const device T* xr = x + int64_t(row) * D;
     device T* yr = out + int64_t(row) * D;
+    float4 v[CPT > 0 ? CPT * P : 1];
     float ss = 0.0f;
-    for (uint c = tid; c < D / 4; c += nt) {
-        float4 v = kiln_load4(xr, c);
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    if (CPT > 0) {
+        #pragma unroll
+        for (uint i = 0; i < uint(CPT); ++i) {
+            #pragma unroll
+            for (uint j = 0; j < uint(P); ++j) {
+                uint c = (i * nt + tid) * uint(P) + j;
+                v[i * P + j] = c < D4 ? kiln_load4(xr, c) : float4(0.0f);
+            }
+        }
+        #pragma unroll
+        for (uint k = 0; k < uint(CPT * P); ++k) {
+            ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+        }
+    } else {
+        for (uint c = tid; c < D4; c += nt) {
+            float4 u = kiln_load4(xr, c);
+            ss += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
+        }
     }
     %SUM%
     float scale = metal::rsqrt(ss / float(D) + eps);
-    for (uint c = tid; c < D / 4; c += nt) {
-        kiln_store4(yr, c, kiln_load4(xr, c) * scale * kiln_load4(w, c));
+    if (CPT > 0) {
+        #pragma unroll
+        for (uint i = 0; i < uint(CPT); ++i) {
+            #pragma unroll
+            for (uint j = 0; j < uint(P); ++j) {
+                uint c = (i * nt + tid) * uint(P) + j;
+                if (c < D4) {
+                    kiln_store4(yr, c, v[i * P + j] * scale * kiln_load4(w, c));
+                }
+            }
+        }
+    } else {
+        for (uint c = tid; c < D4; c += nt) {
+            kiln_store4(yr, c, kiln_load4(xr, c) * scale * kiln_load4(w, c));
+        }
     }
 "#;
 
@@ -84,24 +126,47 @@ fn kernel(row_per_simdgroup: bool, vec4: bool) -> Result<&'static MetalKernel> {
     })
 }
 
-/// The row-to-thread mapping, shared with `residual_rms_norm`.
+/// The row-to-thread mapping and register plan, shared with `residual_rms_norm` and `softmax`.
 pub(crate) struct RowLaunch {
     pub row_per_simdgroup: bool,
     pub grid: u32,
     pub group: u32,
+    /// Units per thread held in registers (0: the looped two-pass form).
+    pub cpt: usize,
+    /// 4-element chunks per unit: 2 for f16/bf16 when D % 8 == 0 (16 bytes per thread per
+    /// unit), else 1.
+    pub p: usize,
 }
 
 impl RowLaunch {
-    pub(crate) fn new(op: &str, rows: usize, d: usize) -> Result<RowLaunch> {
-        let row_per_simdgroup = d <= SIMDGROUP_MAX_D;
-        let (grid, group) = if row_per_simdgroup {
-            (rows * SIMD, (ROWS_PER_GROUP * SIMD).min(rows * SIMD))
-        } else {
-            let t = threads_per_row(d);
-            (rows * t, t)
-        };
+    /// `registers`: the kernel takes 4-element loads and the caller wants the row kept in
+    /// registers where it fits (the caller's rule on dtype and D).
+    pub(crate) fn new(op: &str, rows: usize, d: usize, dtype: DType, registers: bool) -> Result<RowLaunch> {
         index_i32(op, "D", d)?;
-        Ok(RowLaunch { row_per_simdgroup, grid: grid_dim(op, grid)?, group: group as u32 })
+        let row_per_simdgroup = d <= SIMDGROUP_MAX_D;
+        let p = if registers && dtype.size() == 2 && d % 8 == 0 { 2 } else { 1 };
+        let units = (d / 4).div_ceil(p);
+        let nt =
+            if row_per_simdgroup { SIMD } else { round_up(units.div_ceil(UNITS_PER_THREAD), SIMD).clamp(SIMD, 1024) };
+        let cpt = units.div_ceil(nt);
+        let (nt, cpt, p) = if registers && cpt * p <= MAX_REGISTER_CHUNKS {
+            (nt, cpt, p)
+        } else if row_per_simdgroup {
+            (SIMD, 0, 1)
+        } else {
+            (threads_per_row(d), 0, 1)
+        };
+        let (grid, group) =
+            if row_per_simdgroup { (rows * SIMD, (ROWS_PER_GROUP * SIMD).min(rows * SIMD)) } else { (rows * nt, nt) };
+        Ok(RowLaunch { row_per_simdgroup, grid: grid_dim(op, grid)?, group: group as u32, cpt, p })
+    }
+
+    /// The launch with the plan's template values (`T`, `CPT`, `P`).
+    pub(crate) fn spec(&self, dtype: DType) -> LaunchSpec {
+        LaunchSpec::new([self.grid, 1, 1], [self.group, 1, 1])
+            .template("T", dtype)
+            .template("CPT", self.cpt as i32)
+            .template("P", self.p as i32)
     }
 }
 
@@ -127,11 +192,12 @@ pub(crate) fn check_norm_args(op: &str, x: &Array, w: &Array, eps: f32) -> Resul
 pub fn rms_norm_call(x: &Array, w: &Array, eps: f32) -> Result<OpCall> {
     let (rows, d) = check_norm_args(OP, x, w, eps)?;
     common_device(OP, &[("x", x), ("w", w)])?;
-    let launch = RowLaunch::new(OP, rows, d)?;
     let vec4 = d % 4 == 0 && d >= 8 && vec4_aligned(x) && vec4_aligned(w);
-    let spec = LaunchSpec::new([launch.grid, 1, 1], [launch.group, 1, 1])
-        .output(x.shape(), x.dtype())
-        .template("T", x.dtype());
+    // Measured on the H100: 16-bit rows of D <= 1024 ran slower from registers (two 8-byte loads
+    // per lane) than with the looped form.
+    let registers = vec4 && !(x.dtype().size() == 2 && d <= SIMDGROUP_MAX_D);
+    let launch = RowLaunch::new(OP, rows, d, x.dtype(), registers)?;
+    let spec = launch.spec(x.dtype()).output(x.shape(), x.dtype());
     let inputs = vec![x.into(), w.into(), (d as i32).into(), eps.into()];
     Ok(OpCall::new(kernel(launch.row_per_simdgroup, vec4)?, inputs, spec))
 }

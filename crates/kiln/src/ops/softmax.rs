@@ -1,9 +1,9 @@
 //! Softmax over the last axis, numerically stable:
 //! `y[r, i] = exp(x[r, i] − m_r) / Σ_j exp(x[r, j] − m_r)` with `m_r = max_j x[r, j]`.
 //!
-//! Online form: one pass keeps a running (max m, sum s) per thread — a new block of values
-//! with maximum b turns it into (max(m, b), s · e^{m − max} + Σ e^{x − max}) — so the row is
-//! read once for its statistics and once for the store, at any length (32768 and beyond).
+//! Online form: each thread keeps a (max m, sum s) pair — a new block of values with maximum
+//! b turns it into (max(m, b), s · e^{m − max} + Σ e^{x − max}) — so the statistics need one
+//! pass at any length.
 //! Threads combine their pairs by the same rule: `simd_max` of m, then `simd_sum` of the
 //! rescaled s; across simdgroups one barrier, after which every thread combines the partials
 //! itself. Values of −∞ (masked positions) contribute zero; a row of only −∞ gives NaN, as the
@@ -12,28 +12,26 @@
 //! Layout: `x` (..., D) of f32/f16/bf16, any batch axes (a non-contiguous input is copied to
 //! row-contiguous first); output (..., D) row-contiguous in the dtype of `x`.
 //!
-//! Variant rule (deterministic on D and alignment):
+//! Variant rule (deterministic on D, dtype and alignment), the row plan of `rms_norm`:
 //! - `simdgroup`: D ≤ 1024 — one simdgroup per row, 4 rows per threadgroup, no barrier.
-//! - `threadgroup`: D > 1024 — one threadgroup per row of about D/8 threads (whole
-//!   simdgroups, at most 1024) looping over the row.
+//! - `threadgroup`: D > 1024 — one threadgroup per row, one barrier.
 //!
-//! `vec4` forms load 4 elements at once when D % 4 == 0, D ≥ 8 and `x` is 4-element aligned.
+//! `vec4` forms load 4 elements at once when D % 4 == 0, D ≥ 8 and `x` is 4-element aligned,
+//! and keep the row in registers when it fits in 32 floats per thread (D up to 32768 for
+//! f32 and 16-bit types): one read, one exp per element. Longer rows and scalar forms take the
+//! online pass and re-read the row (from cache) for the store.
 //!
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::rms_norm::SIMDGROUP_MAX_D;
+use super::rms_norm::RowLaunch;
 use super::util::{
-    cached, check_float, check_nonempty, grid_dim, index_i32, row_index_source, threads_per_row, vec4_aligned,
-    KernelCell, OpCall, SIMD, VEC4_HEADER,
+    cached, check_float, check_nonempty, row_index_source, vec4_aligned, KernelCell, OpCall, VEC4_HEADER,
 };
 use crate::array::Array;
 use crate::error::Result;
-use crate::kernel::{LaunchSpec, MetalKernel};
+use crate::kernel::MetalKernel;
 
 const OP: &str = "softmax";
-
-/// Rows per threadgroup of the simdgroup variant.
-const ROWS_PER_GROUP: usize = 4;
 
 const HEADER: &str = r#"
 // Adds one value to a running (max, sum) pair.
@@ -46,27 +44,72 @@ inline void kiln_online_add(thread float& m, thread float& s, float v) {
 }
 "#;
 
+// Register form (CPT > 0, the plan of `rms_norm::RowLaunch`): the thread loads its chunks, takes
+// their max m and keeps e = exp(v − m) in registers with s = Σ e; after the (m, s) reduction each
+// e is scaled by exp(m − m_row) / s_row — one exp per element, the row read once. A thread whose
+// values are all −∞ keeps e = 0 and scale 0 (NaN when the whole row is −∞, through 1/s = ∞).
+// Loop form (CPT = 0): the online pass, then a second pass that re-reads the row from cache.
 const VEC_SOURCE: &str = r#"
     %INDEX%
     uint D = uint(d);
+    uint D4 = D / 4;
     const device T* xr = x + int64_t(row) * D;
     device T* yr = out + int64_t(row) * D;
+    float4 v[CPT > 0 ? CPT * P : 1];
     float m = -INFINITY;
     float s = 0.0f;
-    for (uint c = tid; c < D / 4; c += nt) {
-        float4 v = kiln_load4(xr, c);
-        float nm = metal::max(m, metal::max(metal::max(v.x, v.y), metal::max(v.z, v.w)));
-        if (nm != -INFINITY) {
-            s = s * metal::exp(m - nm) + metal::exp(v.x - nm) + metal::exp(v.y - nm) + metal::exp(v.z - nm) +
-                metal::exp(v.w - nm);
-            m = nm;
+    float lm = -INFINITY;
+    if (CPT > 0) {
+        #pragma unroll
+        for (uint i = 0; i < uint(CPT); ++i) {
+            #pragma unroll
+            for (uint j = 0; j < uint(P); ++j) {
+                uint c = (i * nt + tid) * uint(P) + j;
+                v[i * P + j] = c < D4 ? kiln_load4(xr, c) : float4(-INFINITY);
+            }
+        }
+        #pragma unroll
+        for (uint k = 0; k < uint(CPT * P); ++k) {
+            lm = metal::max(lm, metal::max(metal::max(v[k].x, v[k].y), metal::max(v[k].z, v[k].w)));
+        }
+        float sm = lm == -INFINITY ? 0.0f : lm;
+        #pragma unroll
+        for (uint k = 0; k < uint(CPT * P); ++k) {
+            v[k] = float4(metal::exp(v[k].x - sm), metal::exp(v[k].y - sm), metal::exp(v[k].z - sm),
+                          metal::exp(v[k].w - sm));
+            s += v[k].x + v[k].y + v[k].z + v[k].w;
+        }
+        m = lm;
+    } else {
+        for (uint c = tid; c < D4; c += nt) {
+            float4 u = kiln_load4(xr, c);
+            float nm = metal::max(m, metal::max(metal::max(u.x, u.y), metal::max(u.z, u.w)));
+            if (nm != -INFINITY) {
+                s = s * metal::exp(m - nm) + metal::exp(u.x - nm) + metal::exp(u.y - nm) + metal::exp(u.z - nm) +
+                    metal::exp(u.w - nm);
+                m = nm;
+            }
         }
     }
     %REDUCE%
     float inv = 1.0f / s;
-    for (uint c = tid; c < D / 4; c += nt) {
-        float4 v = kiln_load4(xr, c);
-        kiln_store4(yr, c, float4(metal::exp(v.x - m), metal::exp(v.y - m), metal::exp(v.z - m), metal::exp(v.w - m)) * inv);
+    if (CPT > 0) {
+        float scale = (lm == -INFINITY ? 0.0f : metal::exp(lm - m)) * inv;
+        #pragma unroll
+        for (uint i = 0; i < uint(CPT); ++i) {
+            #pragma unroll
+            for (uint j = 0; j < uint(P); ++j) {
+                uint c = (i * nt + tid) * uint(P) + j;
+                if (c < D4) {
+                    kiln_store4(yr, c, v[i * P + j] * scale);
+                }
+            }
+        }
+    } else {
+        for (uint c = tid; c < D4; c += nt) {
+            float4 u = kiln_load4(xr, c);
+            kiln_store4(yr, c, float4(metal::exp(u.x - m), metal::exp(u.y - m), metal::exp(u.z - m), metal::exp(u.w - m)) * inv);
+        }
     }
 "#;
 
@@ -141,20 +184,11 @@ pub fn softmax_call(x: &Array) -> Result<OpCall> {
     check_float(OP, "x", x)?;
     check_nonempty(OP, "x", x, 1)?;
     let d = x.shape()[x.ndim() - 1];
-    index_i32(OP, "D", d)?;
     let rows = x.size() / d;
-    let row_per_simdgroup = d <= SIMDGROUP_MAX_D;
-    let (grid, group) = if row_per_simdgroup {
-        (rows * SIMD, (ROWS_PER_GROUP * SIMD).min(rows * SIMD))
-    } else {
-        let t = threads_per_row(d);
-        (rows * t, t)
-    };
     let vec4 = d % 4 == 0 && d >= 8 && vec4_aligned(x);
-    let spec = LaunchSpec::new([grid_dim(OP, grid)?, 1, 1], [group as u32, 1, 1])
-        .output(x.shape(), x.dtype())
-        .template("T", x.dtype());
-    Ok(OpCall::new(kernel(row_per_simdgroup, vec4)?, vec![x.into(), (d as i32).into()], spec))
+    let launch = RowLaunch::new(OP, rows, d, x.dtype(), vec4)?;
+    let spec = launch.spec(x.dtype()).output(x.shape(), x.dtype());
+    Ok(OpCall::new(kernel(launch.row_per_simdgroup, vec4)?, vec![x.into(), (d as i32).into()], spec))
 }
 
 /// Softmax of `x` over its last axis; the result lives on the device of `x`.
