@@ -2,6 +2,7 @@
 """Renders a results page from one device run: kiln's report, the peers' reports, the host-cost
 measurements and the exact command. Usage:
   render.py KILN_JSON PEERS_JSON HOST1_JSON HOST2_JSON COMMAND_FILE > h100.md
+  render.py KILN_JSON PEERS_JSON COMMAND_FILE > h100.md      (no host-cost section)
 """
 import json
 import sys
@@ -14,8 +15,8 @@ def fmt(v, p=4):
 def main():
     kiln = json.load(open(sys.argv[1]))
     peers = json.load(open(sys.argv[2]))
-    hosts = [json.load(open(p)) for p in sys.argv[3:5]]
-    command = open(sys.argv[5]).read().strip()
+    hosts = [json.load(open(p)) for p in sys.argv[3:-1]]
+    command = open(sys.argv[-1]).read().strip()
     bw = kiln["copy_gbs"]
     out = []
     out.append(f"# kiln on {kiln['device_name']}\n")
@@ -47,6 +48,15 @@ def main():
         status = c["status"] + (f": {c['note']}" if c["status"] != "ok" and c.get("note") else "")
         out.append(f"| `{c['id']}` | {fmt(ms)} | " + " | ".join(cells) +
                    f" | {best[0] if best else '-'} | {ratio} | {fmt(gbs, 0)} | {fmt(pct, 1)} | {fmt(tf, 2)} | {err} | {status} |")
+    if hosts:
+        out.extend(host_section(hosts))
+    out.append("\n## Command\n")
+    out.append("```sh\n" + command + "\n```\n")
+    print("\n".join(out))
+
+
+def host_section(hosts):
+    out = []
     out.append("\n## Host cost (one tiny cached `MetalKernel` call)\n")
     out.append("| run | cached call, µs (queued) | with the final wait | calls | cold NVRTC compile, ms | first call of a fixed kernel, ms | bare cuLaunchKernel, µs | bare launch with a KilnArgs-sized block, µs |")
     out.append("|---|---|---|---|---|---|---|---|")
@@ -56,9 +66,7 @@ def main():
                    f"{fmt(h.get('bare_launch_kiln_args_us'), 2)} |")
     out.append("\nRun 2 starts with the disk cache that run 1 filled, so its first call of the fixed kernel "
                "is a disk-cache hit (lowering, translation unit, cubin read, module load).\n")
-    out.append("## Command\n")
-    out.append("```sh\n" + command + "\n```\n")
-    print("\n".join(out))
+    return out
 
 
 if __name__ == "__main__":
