@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds the release test binaries and the `kiln` binary and copies them, stripped and named by
+# test, into DIR, for a GPU machine that has no Rust toolchain (run them there with
+# scripts/gpu-tests.sh DIR).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+dir="${1:?usage: scripts/collect-test-binaries.sh DIR}"
+mkdir -p "$dir"
+cargo build --release -p kiln-cli
+cargo test --release -p kiln --no-run --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["target"]["name"], m["executable"])
+' | while read -r name exe; do cp "$exe" "$dir/$name"; done
+cp target/release/kiln "$dir/kiln"
+strip "$dir"/* 2>/dev/null || true
+ls "$dir"

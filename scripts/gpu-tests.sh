@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the CUDA variants of the test suite from prebuilt binaries (scripts/collect-test-binaries.sh
+# DIR) on a machine with an NVIDIA GPU, requiring the CUDA backend so nothing silently falls back
+# to the CPU, then compute-sanitizer's memcheck and racecheck when it is installed.
+set -uo pipefail
+dir="${1:?usage: scripts/gpu-tests.sh DIR}"
+export KILN_REQUIRE_BACKEND=cuda
+status=0
+for t in mlx_behaviours semantics lowering_cases simdgroup_matrix gallery cuda_twins ops_memory_bound ops_compute; do
+  out=$("$dir/$t" --include-ignored cuda 2>&1) || status=1
+  echo "$t: $(grep -E '^test result' <<<"$out")"
+  grep -E "FAILED|panicked" <<<"$out" | head -5
+done
+# A kernel fault is a sticky CUDA error, so the fault test runs in a process of its own.
+out=$("$dir/cuda_backend" --include-ignored --test-threads=1 --skip kernel_faults 2>&1) || status=1
+echo "cuda_backend: $(grep -E '^test result' <<<"$out")"
+out=$("$dir/cuda_backend" --include-ignored --exact kernel_faults_are_typed_errors 2>&1) || status=1
+echo "cuda_backend kernel_faults: $(grep -E '^test result' <<<"$out")"
+if command -v compute-sanitizer >/dev/null; then
+  for t in mlx_behaviours semantics lowering_cases; do
+    echo "memcheck $t: $(compute-sanitizer --tool memcheck "$dir/$t" --include-ignored cuda --test-threads=1 2>&1 | grep -E 'ERROR SUMMARY')"
+  done
+  for t in semantics simdgroup_matrix lowering_cases; do
+    echo "racecheck $t: $(compute-sanitizer --tool racecheck "$dir/$t" --include-ignored cuda --test-threads=1 2>&1 | grep -E 'RACECHECK SUMMARY')"
+  done
+fi
+exit $status
