@@ -21,8 +21,7 @@
 
 use super::rms_norm::{check_norm_args, RowLaunch};
 use super::util::{
-    cached, check_same_dtype, common_device, row_index_source, row_sum_source, vec4_aligned, KernelCell, OpCall,
-    VEC4_HEADER,
+    check_same_dtype, common_device, row_index_source, row_sum_source, vec4_aligned, OpCall, RowKernels, VEC4_HEADER,
 };
 use crate::array::Array;
 use crate::dtype::DType;
@@ -114,20 +113,14 @@ const SCALAR_SOURCE: &str = r#"
     }
 "#;
 
-static KERNELS: [KernelCell; 4] = [KernelCell::new(), KernelCell::new(), KernelCell::new(), KernelCell::new()];
+static KERNELS: RowKernels = RowKernels::new();
 
 fn kernel(row_per_simdgroup: bool, vec4: bool) -> Result<&'static MetalKernel> {
-    let slot = usize::from(row_per_simdgroup) * 2 + usize::from(vec4);
-    cached(&KERNELS[slot], OP, || {
-        let name = format!(
-            "kiln_residual_rms_norm_{}{}",
-            if row_per_simdgroup { "simdgroup" } else { "threadgroup" },
-            if vec4 { "_vec4" } else { "" }
-        );
-        let source = if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }
+    let (inputs, outputs) = (["x", "residual", "w", "d", "eps"], ["out", "h"]);
+    KERNELS.get(OP, "kiln_residual_rms_norm", &inputs, &outputs, VEC4_HEADER, row_per_simdgroup, vec4, || {
+        if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }
             .replace("%INDEX%", row_index_source(row_per_simdgroup))
-            .replace("%SUM%", &row_sum_source(row_per_simdgroup, "ss"));
-        Ok(MetalKernel::new(name, &["x", "residual", "w", "d", "eps"], &["out", "h"], source)?.header(VEC4_HEADER))
+            .replace("%SUM%", &row_sum_source(row_per_simdgroup, "ss"))
     })
 }
 

@@ -20,8 +20,8 @@
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
 use super::util::{
-    cached, check_float, check_nonempty, check_same_dtype, common_device, grid_dim, index_i32, round_up,
-    row_index_source, row_sum_source, threads_per_row, vec4_aligned, KernelCell, OpCall, SIMD, VEC4_HEADER,
+    check_float, check_nonempty, check_same_dtype, common_device, grid_dim, index_i32, round_up, row_index_source,
+    row_sum_source, threads_per_row, vec4_aligned, OpCall, RowKernels, SIMD, VEC4_HEADER,
 };
 use crate::array::Array;
 use crate::dtype::DType;
@@ -109,20 +109,13 @@ const SCALAR_SOURCE: &str = r#"
     }
 "#;
 
-static KERNELS: [KernelCell; 4] = [KernelCell::new(), KernelCell::new(), KernelCell::new(), KernelCell::new()];
+static KERNELS: RowKernels = RowKernels::new();
 
 fn kernel(row_per_simdgroup: bool, vec4: bool) -> Result<&'static MetalKernel> {
-    let slot = usize::from(row_per_simdgroup) * 2 + usize::from(vec4);
-    cached(&KERNELS[slot], OP, || {
-        let name = format!(
-            "kiln_rms_norm_{}{}",
-            if row_per_simdgroup { "simdgroup" } else { "threadgroup" },
-            if vec4 { "_vec4" } else { "" }
-        );
-        let source = if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }
+    KERNELS.get(OP, "kiln_rms_norm", &["x", "w", "d", "eps"], &["out"], VEC4_HEADER, row_per_simdgroup, vec4, || {
+        if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }
             .replace("%INDEX%", row_index_source(row_per_simdgroup))
-            .replace("%SUM%", &row_sum_source(row_per_simdgroup, "ss"));
-        Ok(MetalKernel::new(name, &["x", "w", "d", "eps"], &["out"], source)?.header(VEC4_HEADER))
+            .replace("%SUM%", &row_sum_source(row_per_simdgroup, "ss"))
     })
 }
 

@@ -24,9 +24,7 @@
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
 use super::rms_norm::RowLaunch;
-use super::util::{
-    cached, check_float, check_nonempty, row_index_source, vec4_aligned, KernelCell, OpCall, VEC4_HEADER,
-};
+use super::util::{check_float, check_nonempty, row_index_source, vec4_aligned, OpCall, RowKernels, VEC4_HEADER};
 use crate::array::Array;
 use crate::error::Result;
 use crate::kernel::MetalKernel;
@@ -162,20 +160,14 @@ const THREADGROUP_REDUCE: &str = r#"
     }
 "#;
 
-static KERNELS: [KernelCell; 4] = [KernelCell::new(), KernelCell::new(), KernelCell::new(), KernelCell::new()];
+static KERNELS: RowKernels = RowKernels::new();
 
 fn kernel(row_per_simdgroup: bool, vec4: bool) -> Result<&'static MetalKernel> {
-    let slot = usize::from(row_per_simdgroup) * 2 + usize::from(vec4);
-    cached(&KERNELS[slot], OP, || {
-        let name = format!(
-            "kiln_softmax_{}{}",
-            if row_per_simdgroup { "simdgroup" } else { "threadgroup" },
-            if vec4 { "_vec4" } else { "" }
-        );
-        let source = if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }
+    let header = format!("{VEC4_HEADER}{HEADER}");
+    KERNELS.get(OP, "kiln_softmax", &["x", "d"], &["out"], &header, row_per_simdgroup, vec4, || {
+        if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }
             .replace("%INDEX%", row_index_source(row_per_simdgroup))
-            .replace("%REDUCE%", if row_per_simdgroup { SIMDGROUP_REDUCE } else { THREADGROUP_REDUCE });
-        Ok(MetalKernel::new(name, &["x", "d"], &["out"], source)?.header(format!("{VEC4_HEADER}{HEADER}")))
+            .replace("%REDUCE%", if row_per_simdgroup { SIMDGROUP_REDUCE } else { THREADGROUP_REDUCE })
     })
 }
 

@@ -29,6 +29,37 @@ pub(crate) fn cached(
     cell.get_or_init(|| build().map_err(|e| e.to_string())).as_ref().map_err(|msg| Error::invalid(op, msg.clone()))
 }
 
+/// The four row-kernel variants of an op (a row per simdgroup or per threadgroup; vec4 or
+/// scalar loads), each built once and named `<base>_<simdgroup|threadgroup>[_vec4]`.
+pub(crate) struct RowKernels([KernelCell; 4]);
+
+impl RowKernels {
+    pub(crate) const fn new() -> Self {
+        RowKernels([KernelCell::new(), KernelCell::new(), KernelCell::new(), KernelCell::new()])
+    }
+
+    /// The variant for `(row_per_simdgroup, vec4)`; `source` builds its body on first use.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn get(
+        &'static self,
+        op: &str,
+        base: &str,
+        inputs: &[&str],
+        outputs: &[&str],
+        header: &str,
+        row_per_simdgroup: bool,
+        vec4: bool,
+        source: impl FnOnce() -> String,
+    ) -> Result<&'static MetalKernel> {
+        let slot = usize::from(row_per_simdgroup) * 2 + usize::from(vec4);
+        cached(&self.0[slot], op, || {
+            let rows = if row_per_simdgroup { "simdgroup" } else { "threadgroup" };
+            let name = format!("{base}_{rows}{}", if vec4 { "_vec4" } else { "" });
+            Ok(MetalKernel::new(name, inputs, outputs, source())?.header(header))
+        })
+    }
+}
+
 /// Checks that `a` holds one of the float dtypes.
 pub(crate) fn check_float(op: &str, what: &str, a: &Array) -> Result<()> {
     if FLOAT_DTYPES.contains(&a.dtype()) {
