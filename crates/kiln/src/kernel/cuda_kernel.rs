@@ -184,16 +184,7 @@ impl CudaKernel {
     }
 
     fn check_counts(&self, n_inputs: usize, spec: &LaunchSpec) -> Result<()> {
-        let check = |what: &str, want: usize, got: usize| {
-            if want == got {
-                Ok(())
-            } else {
-                Err(Error::invalid(self.op(), format!("Expected `{what}` to have size {want} but got size {got}.")))
-            }
-        };
-        check("inputs", self.input_names.len(), n_inputs)?;
-        check("output_shapes", self.output_names.len(), spec.output_shapes.len())?;
-        check("output_dtypes", self.output_names.len(), spec.output_dtypes.len())
+        spec.check_counts(&self.op(), self.input_names.len(), n_inputs, self.output_names.len())
     }
 
     /// Runs the kernel on a CUDA device and returns its outputs in `output_names` order.

@@ -194,3 +194,26 @@ impl From<bool> for TemplateArg {
         TemplateArg::Bool(v)
     }
 }
+
+impl LaunchSpec {
+    /// MLX's call-time size checks: one input per input name, one output shape and dtype per
+    /// output name.
+    pub(crate) fn check_counts(
+        &self,
+        op: &str,
+        n_input_names: usize,
+        n_inputs: usize,
+        n_outputs: usize,
+    ) -> Result<(), Error> {
+        let check = |what: &str, want: usize, got: usize| {
+            if want == got {
+                Ok(())
+            } else {
+                Err(Error::invalid(op, format!("Expected `{what}` to have size {want} but got size {got}.")))
+            }
+        };
+        check("inputs", n_input_names, n_inputs)?;
+        check("output_shapes", n_outputs, self.output_shapes.len())?;
+        check("output_dtypes", n_outputs, self.output_dtypes.len())
+    }
+}

@@ -167,16 +167,7 @@ impl MetalKernel {
 
     /// Checks the argument counts against the names, as MLX does at call time.
     fn check_counts(&self, n_inputs: usize, spec: &LaunchSpec) -> Result<()> {
-        let check = |what: &str, want: usize, got: usize| {
-            if want == got {
-                Ok(())
-            } else {
-                Err(Error::invalid(self.op(), format!("Expected `{what}` to have size {want} but got size {got}.")))
-            }
-        };
-        check("inputs", self.input_names.len(), n_inputs)?;
-        check("output_shapes", self.output_names.len(), spec.output_shapes.len())?;
-        check("output_dtypes", self.output_names.len(), spec.output_dtypes.len())
+        spec.check_counts(&self.op(), self.input_names.len(), n_inputs, self.output_names.len())
     }
 
     /// Validates the call and generates MLX's Metal source for these inputs.
