@@ -17,7 +17,8 @@ mod compile;
 mod exec;
 
 use std::cell::Cell;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::{Backend, BackendStatus, Launch, MetalProgram};
 use crate::array::Array;
@@ -143,6 +144,27 @@ impl Backend for CpuBackend {
                 programs.push(program.clone());
             }
         });
+        let (compiled, entry) = self.resolve(program)?;
+        let checked = self.checked || CHECKED_SCOPES.with(|n| n.get() > 0);
+        exec::run(&compiled, entry, launch, checked)
+    }
+}
+
+impl CpuBackend {
+    /// The loaded library and entry index for `program`. Programs seen before are looked up by
+    /// their content (compiler, source, entry, math mode, constants), so a repeated launch does
+    /// not lower, assemble and hash the translation unit again.
+    fn resolve(&self, program: &MetalProgram) -> Result<(Arc<compile::Compiled>, usize)> {
+        type Resolved = HashMap<String, (Arc<compile::Compiled>, usize)>;
+        static RESOLVED: OnceLock<Mutex<Resolved>> = OnceLock::new();
+        let key = format!(
+            "{}\0{}\0{:?}\0{:?}\0{}",
+            self.cxx, program.function, program.math_mode, program.constants, program.source
+        );
+        let resolved = RESOLVED.get_or_init(|| Mutex::new(HashMap::new()));
+        if let Some(hit) = resolved.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(hit);
+        }
         let module = lower(program, LowerTarget::Cpu)?;
         let entry = module.entries.iter().position(|e| e.host_name == program.function).ok_or_else(|| {
             let names: Vec<&str> = module.entries.iter().map(|e| e.host_name.as_str()).collect();
@@ -153,8 +175,10 @@ impl Backend for CpuBackend {
         })?;
         let tu = translation_unit(program, &module)?;
         let compiled = compile::compile(&self.cxx, &program.kernel, &tu, program.math_mode)?;
-        let checked = self.checked || CHECKED_SCOPES.with(|n| n.get() > 0);
-        exec::run(&compiled, entry, launch, checked)
+        if let Ok(mut m) = resolved.lock() {
+            m.insert(key, (compiled.clone(), entry));
+        }
+        Ok((compiled, entry))
     }
 }
 
