@@ -122,8 +122,16 @@ backend_tests!(gdn_kkt_matches_float64_reference, gdn_kkt_rejects_bad_input);
 
 use kiln::ops::grid_sample;
 
-/// (B, H, W, C, gH, gW): odd sizes, C below, at and above a simdgroup, batch > 1.
-const GRID_CASES: [[usize; 6]; 4] = [[1, 5, 7, 3, 4, 6], [2, 9, 6, 32, 3, 5], [2, 4, 11, 45, 5, 3], [3, 6, 6, 1, 7, 7]];
+/// (B, H, W, C, gH, gW): odd sizes, C below, at and above a simdgroup, batch > 1; C = 8, 32
+/// and 64 take the forward's vector path (and two channels per lane in the VJP at 45 and 64).
+const GRID_CASES: [[usize; 6]; 6] = [
+    [1, 5, 7, 3, 4, 6],
+    [2, 9, 6, 32, 3, 5],
+    [2, 4, 11, 45, 5, 3],
+    [3, 6, 6, 1, 7, 7],
+    [2, 5, 4, 8, 3, 3],
+    [1, 6, 5, 64, 4, 3],
+];
 
 fn grid_inputs(rng: &mut Rng, device: Device, dtype: DType, dims: [usize; 6]) -> [(Array, Vec<f64>); 2] {
     let [b, h, w, c, gh, gw] = dims;
@@ -402,9 +410,20 @@ fn batched_input(device: Device, shape: &[usize], values: &[f64]) -> (Array, Vec
 }
 
 fn cholesky_matches_reference_and_reconstructs(device: Device) {
-    // (batch shape, N): tiny, odd, the shared limit, in-place sizes; 1024 only on a GPU.
-    let mut cases: Vec<(Vec<usize>, usize)> =
-        vec![(vec![3], 8), (vec![2, 3], 13), (vec![2], 64), (vec![1], 65), (vec![2], 130)];
+    // (batch shape, N): the register variant at 1, 5 (several matrices per simdgroup, a
+    // partial last simdgroup), 16 (vector rows), 17 and 32 (one matrix per simdgroup), 33 and 64
+    // (two rows per lane); the in-place variant just above; 1024 only on a GPU.
+    let mut cases: Vec<(Vec<usize>, usize)> = vec![
+        (vec![7], 1),
+        (vec![3, 3], 5),
+        (vec![5], 16),
+        (vec![2, 1], 17),
+        (vec![3], 32),
+        (vec![2], 33),
+        (vec![2], 64),
+        (vec![1], 65),
+        (vec![2], 130),
+    ];
     if device != Device::Cpu {
         cases.push((vec![2], 1024));
     }
@@ -430,7 +449,8 @@ fn cholesky_matches_reference_and_reconstructs(device: Device) {
 }
 
 fn cholesky_reports_the_non_spd_matrix(device: Device) {
-    for (n, bad) in [(12, 2), (80, 1)] {
+    // The register variant (several matrices per simdgroup; two rows per lane) and in place.
+    for (n, bad) in [(1, 2), (12, 2), (64, 1), (80, 1)] {
         let mut rng = Rng::new(700 + n as u64);
         let mut values: Vec<f64> = (0..3).flat_map(|_| spd(&mut rng, n)).collect();
         // Matrix `bad` gets a negative pivot in the middle.
@@ -605,10 +625,11 @@ fn every_compute_kernel_compiles_with_nvrtc() {
             }
         }
     }
-    for n in [8, 40, 130] {
+    for n in [1, 5, 8, 16, 40, 64, 130] {
         let a = Array::full(DType::F32, &[2, n, n], 1.0);
-        let (kernel, spec) = cholesky::kernel_and_spec(&a).unwrap();
-        assert_nvrtc_compiles(kernel, &[a], &spec);
+        let (kernel, inputs, spec) = cholesky::kernel_and_spec(&a).unwrap();
+        let inputs: Vec<Array> = inputs.iter().map(|i| i.to_array()).collect();
+        assert_nvrtc_compiles(kernel, &inputs, &spec);
     }
     for (m, n) in [(16, 16), (150, 70)] {
         let a = Array::full(DType::F32, &[2, m, n], 1.0);

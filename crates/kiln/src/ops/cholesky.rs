@@ -1,15 +1,24 @@
 //! Batched lower Cholesky factorisation `A = L L^T` of symmetric positive definite matrices,
 //! with a per-matrix failure flag instead of silent garbage.
 //!
-//! One threadgroup per matrix, right-looking, one barrier per column. The columns are kept
-//! unscaled while the factorisation runs (`a[i][j] = L[i][j] L[j][j]`, `a[j][j] = L[j][j]^2`), so
-//! step j only reads column j and updates the trailing triangle:
-//! `a[i][k] -= a[i][j] a[k][j] / a[j][j]` for `j < k <= i`; the final pass scales
-//! `L[i][k] = a[i][k] / sqrt(a[k][k])`. A pivot `a[j][j]` that is not > 0 (or NaN) stops the
-//! matrix and sets its flag to `j + 1`; the op turns the first flag into an error naming the
-//! batch index and the column. Only the lower triangle of A is read; L's upper triangle is 0.
-//! Variants by size ([`variant`]): N <= 64 works in threadgroup memory (16 KB); larger N work in
-//! place in the output with 1024 threads.
+//! Variants by size ([`variant`], a deterministic rule on N):
+//! - `Simd` (N <= 64): the matrix lives in the registers of one simdgroup. Row i belongs to lane
+//!   `i % G` of the matrix's `G` lanes (G = the power of two >= N, at most 32; `32 / G` matrices
+//!   share a simdgroup), `R = ceil(N / 32)` rows per lane. Right-looking, column by column:
+//!   the pivot `a[j][j]` comes from its owner by `simd_shuffle`, every row scales its entry
+//!   `L[i][j] = a[i][j] / sqrt(a[j][j])`, then for each k > j the owner of row k broadcasts
+//!   `L[k][j]` and every row updates `a[i][k] -= L[i][j] L[k][j]`. No barriers; rows read and
+//!   write their own contiguous N floats (16-byte vectors when N % 4 == 0 and A is aligned).
+//!   Entries above the diagonal are carried as garbage and never stored.
+//! - `InPlace` (N > 64): one threadgroup of 1024 threads per matrix works in place in the
+//!   output, one barrier per column. The columns are kept unscaled while it runs
+//!   (`a[i][j] = L[i][j] L[j][j]`, `a[j][j] = L[j][j]^2`), so step j only reads column j and
+//!   updates the trailing triangle `a[i][k] -= a[i][j] a[k][j] / a[j][j]` for `j < k <= i`; the
+//!   final pass scales `L[i][k] = a[i][k] / sqrt(a[k][k])`.
+//!
+//! A pivot that is not > 0 (or NaN) marks the matrix with the flag `j + 1` of its first bad
+//! column; the op turns the first flagged matrix into an error naming its batch index and the
+//! column. Only the lower triangle of A is read; L's upper triangle is 0.
 //! Layout: `a` (..., N, N) f32, any batch shape, 1 <= N <= 1024; output L of the same shape.
 //! Reference: [`reference`], Cholesky–Banachiewicz in f64. Tolerance: the f32 entry of the
 //! table, for L against the reference and for ‖A − L Lᵀ‖ / ‖A‖.
@@ -19,20 +28,24 @@ use std::sync::OnceLock;
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::{LaunchSpec, MetalKernel};
+use crate::kernel::{KernelInput, LaunchSpec, MetalKernel};
+use crate::ops::util::vec4_aligned;
 
 const OP: &str = "cholesky";
 
-/// Largest matrix factored in threadgroup memory.
-pub const SHARED_MAX_N: usize = 64;
+/// Largest matrix factored in the registers of one simdgroup.
+pub const SIMD_MAX_N: usize = 64;
 /// Largest matrix accepted.
 pub const MAX_N: usize = 1024;
+/// Threads per threadgroup of the `Simd` variant.
+const SIMD_GROUP_THREADS: usize = 128;
 
 /// Where a matrix of size N is factored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Variant {
-    /// In threadgroup memory, `threads` per matrix.
-    Shared { threads: usize },
+    /// In registers: `lanes` lanes per matrix (`32 / lanes` matrices per simdgroup), `rows`
+    /// rows per lane.
+    Simd { lanes: usize, rows: usize },
     /// In place in the output (device memory), 1024 threads per matrix.
     InPlace,
 }
@@ -40,35 +53,99 @@ pub enum Variant {
 /// The deterministic variant rule.
 pub fn variant(n: usize) -> Variant {
     match n {
-        0..=16 => Variant::Shared { threads: 64 },
-        17..=SHARED_MAX_N => Variant::Shared { threads: 256 },
+        0..=32 => Variant::Simd { lanes: n.max(1).next_power_of_two(), rows: 1 },
+        33..=SIMD_MAX_N => Variant::Simd { lanes: 32, rows: n.div_ceil(32) },
         _ => Variant::InPlace,
     }
 }
 
-const SHARED_PROLOGUE: &str = r#"
-    constexpr int NN = N * N;
-    threadgroup float a[NN];
-    for (int e = tid; e < NN; e += nt) {
-        a[e] = A[base + e];
+/// Templates N, G (lanes per matrix), R (rows per lane), V (16-byte row access); scalar input
+/// `count` (matrices in the batch).
+const SIMD_SOURCE: &str = r#"
+    constexpr int MPS = 32 / G;
+    int lane = static_cast<int>(thread_index_in_simdgroup);
+    int sub = lane % G;
+    int lane0 = lane - sub;
+    long m = static_cast<long>(thread_position_in_grid.x / 32) * MPS + lane / G;
+    bool live = m < count;
+    long base = (live ? m : 0) * N * N;
+    float r[R][N];
+    #pragma unroll
+    for (int q = 0; q < R; ++q) {
+        int i = metal::min(sub + G * q, N - 1);
+        const device float* row = A + base + i * N;
+        if (V) {
+            #pragma unroll
+            for (int c = 0; c < N / 4; ++c) {
+                float4 v = 4 * c <= i ? ((const device float4*)row)[c] : float4(0.0f);
+                r[q][4 * c] = v.x;
+                r[q][4 * c + 1] = v.y;
+                r[q][4 * c + 2] = v.z;
+                r[q][4 * c + 3] = v.w;
+            }
+        } else {
+            #pragma unroll
+            for (int k = 0; k < N; ++k) {
+                r[q][k] = k <= i ? row[k] : 0.0f;
+            }
+        }
+    }
+    int failed = 0;
+    #pragma unroll
+    for (int j = 0; j < N; ++j) {
+        float piv = simd_shuffle(r[j / G][j], static_cast<ushort>(lane0 + j % G));
+        failed = (failed == 0 && !(piv > 0.0f)) ? j + 1 : failed;
+        float d = metal::sqrt(piv);
+        #pragma unroll
+        for (int q = 0; q < R; ++q) {
+            r[q][j] = sub + G * q == j ? d : r[q][j] / d;
+        }
+        #pragma unroll
+        for (int k = j + 1; k < N; ++k) {
+            float lkj = simd_shuffle(r[k / G][j], static_cast<ushort>(lane0 + k % G));
+            #pragma unroll
+            for (int q = 0; q < R; ++q) {
+                r[q][k] = metal::fma(-r[q][j], lkj, r[q][k]);
+            }
+        }
+    }
+    #pragma unroll
+    for (int q = 0; q < R; ++q) {
+        int i = sub + G * q;
+        if (live && i < N) {
+            device float* row = L + base + i * N;
+            if (V) {
+                #pragma unroll
+                for (int c = 0; c < N / 4; ++c) {
+                    float4 v;
+                    v.x = 4 * c <= i ? r[q][4 * c] : 0.0f;
+                    v.y = 4 * c + 1 <= i ? r[q][4 * c + 1] : 0.0f;
+                    v.z = 4 * c + 2 <= i ? r[q][4 * c + 2] : 0.0f;
+                    v.w = 4 * c + 3 <= i ? r[q][4 * c + 3] : 0.0f;
+                    ((device float4*)row)[c] = v;
+                }
+            } else {
+                #pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    row[k] = k <= i ? r[q][k] : 0.0f;
+                }
+            }
+        }
+    }
+    if (live && sub == 0) {
+        info[m] = failed;
     }
 "#;
 
-const INPLACE_PROLOGUE: &str = r#"
-    device float* a = L + base;
-    for (int e = tid; e < N * N; e += nt) {
-        a[e] = A[base + e];
-    }
-"#;
-
-const HEAD: &str = r#"
+const INPLACE_SOURCE: &str = r#"
     int tid = static_cast<int>(thread_index_in_threadgroup);
     int nt = static_cast<int>(threads_per_threadgroup.x);
     uint batch = threadgroup_position_in_grid.x;
     long base = static_cast<long>(batch) * N * N;
-"#;
-
-const BODY: &str = r#"
+    device float* a = L + base;
+    for (int e = tid; e < N * N; e += nt) {
+        a[e] = A[base + e];
+    }
     threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
     int failed = 0;
     for (int j = 0; j < N; ++j) {
@@ -113,23 +190,22 @@ const BODY: &str = r#"
 
 type Cell = OnceLock<std::result::Result<MetalKernel, String>>;
 
-fn kernel(shared: bool) -> Result<&'static MetalKernel> {
-    static SHARED: Cell = OnceLock::new();
+fn kernel(simd: bool) -> Result<&'static MetalKernel> {
+    static SIMD: Cell = OnceLock::new();
     static INPLACE: Cell = OnceLock::new();
-    let (cell, name, prologue) = if shared {
-        (&SHARED, "kiln_cholesky_shared", SHARED_PROLOGUE)
-    } else {
-        (&INPLACE, "kiln_cholesky_inplace", INPLACE_PROLOGUE)
+    let build = || {
+        if simd {
+            MetalKernel::new("kiln_cholesky_simd", &["A", "count"], &["L", "info"], SIMD_SOURCE)
+        } else {
+            MetalKernel::new("kiln_cholesky_inplace", &["A"], &["L", "info"], INPLACE_SOURCE)
+        }
     };
-    cell.get_or_init(|| {
-        MetalKernel::new(name, &["A"], &["L", "info"], format!("{HEAD}{prologue}{BODY}")).map_err(|e| e.to_string())
-    })
-    .as_ref()
-    .map_err(|msg| Error::invalid(OP, msg.clone()))
+    let cell = if simd { &SIMD } else { &INPLACE };
+    cell.get_or_init(|| build().map_err(|e| e.to_string())).as_ref().map_err(|msg| Error::invalid(OP, msg.clone()))
 }
 
-/// The kernel and launch for `a`; also used for compile-only checks.
-pub fn kernel_and_spec(a: &Array) -> Result<(&'static MetalKernel, LaunchSpec)> {
+/// The kernel, its inputs and its launch for `a`; also used for compile-only checks.
+pub fn kernel_and_spec(a: &Array) -> Result<(&'static MetalKernel, Vec<KernelInput>, LaunchSpec)> {
     if a.dtype() != DType::F32 {
         return Err(Error::dtype(OP, a.dtype(), "cholesky takes float32 matrices"));
     }
@@ -142,17 +218,25 @@ pub fn kernel_and_spec(a: &Array) -> Result<(&'static MetalKernel, LaunchSpec)> 
     if n == 0 || batch == 0 || n > MAX_N {
         return Err(Error::shape(OP, format!("need 1 <= N <= {MAX_N} and a non-empty batch, got {shape:?}")));
     }
-    let (shared, threads) = match variant(n) {
-        Variant::Shared { threads } => (true, threads),
-        Variant::InPlace => (false, 1024),
+    let too_large = || Error::invalid(OP, "batch too large");
+    let (simd, threads, group, mut inputs) = match variant(n) {
+        Variant::Simd { lanes, .. } => {
+            let count = i32::try_from(batch).map_err(|_| too_large())?;
+            (true, batch.div_ceil(32 / lanes) * 32, SIMD_GROUP_THREADS, vec![KernelInput::from(count)])
+        }
+        Variant::InPlace => (false, batch * 1024, 1024, Vec::new()),
     };
-    let groups = u32::try_from(batch * threads).map_err(|_| Error::invalid(OP, "batch too large"))?;
-    let spec = LaunchSpec::new([groups, 1, 1], [threads as u32, 1, 1])
+    inputs.insert(0, a.into());
+    let grid = u32::try_from(threads).map_err(|_| too_large())?;
+    let mut spec = LaunchSpec::new([grid, 1, 1], [group as u32, 1, 1])
         .output(shape, DType::F32)
         .output(&[batch], DType::I32)
         .template("N", n as i32)
         .device(a.device());
-    Ok((kernel(shared)?, spec))
+    if let Variant::Simd { lanes, rows } = variant(n) {
+        spec = spec.template("G", lanes as i32).template("R", rows as i32).template("V", n % 4 == 0 && vec4_aligned(a));
+    }
+    Ok((kernel(simd)?, inputs, spec))
 }
 
 /// The lower Cholesky factor of every matrix of `a` (..., N, N) f32. A matrix that is not
@@ -163,9 +247,9 @@ pub fn cholesky(a: &Array) -> Result<Array> {
 
 /// As [`cholesky`], the output first filled with `init` (tests poison it with NaN).
 pub fn cholesky_with(a: &Array, init: Option<f64>) -> Result<Array> {
-    let (kernel, mut spec) = kernel_and_spec(a)?;
+    let (kernel, inputs, mut spec) = kernel_and_spec(a)?;
     spec.init_value = init;
-    let mut outs = kernel.call(&[a.into()], &spec)?;
+    let mut outs = kernel.call(&inputs, &spec)?;
     let (Some(info), Some(l)) = (outs.pop(), outs.pop()) else {
         return Err(Error::invalid(OP, "the kernel returned too few outputs"));
     };

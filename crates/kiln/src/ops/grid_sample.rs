@@ -7,12 +7,17 @@
 //! size), and `out[b, gy, gx, c] = sum over in-bounds neighbours (x0+dx, y0+dy) of
 //! wx * wy * x[b, y0+dy, x0+dx, c]` with `wx = dx ? fx : 1 - fx`. Out-of-bounds neighbours are
 //! never read.
-//! VJP for cotangent `g` (B, gH, gW, C): `x_grad[b, yi, xi, c] += wx wy g[.., c]` (float atomics)
-//! and `grid_grad = (W/2 sum_c sum_n ±wy x g, H/2 sum_c sum_n ±wx x g)`. `P` lanes serve one grid
-//! point (P = the power of two >= C, at most 32), looping over channels; the grid gradient is
-//! reduced across them with `simd_shuffle_xor`, so no lane is idle for small C and one atomic
-//! per point is issued for large C. Gradients accumulate in f32 and are cast to the dtypes of
-//! `x` and `grid`.
+//! Forward: one thread per 4 channels of a point (one 16-byte vector of f32) when C % 4 == 0 and
+//! x is aligned ([`uses_vec4`]), else one per channel; the four neighbours' loads are issued
+//! together (predicated) before they are summed in the order above.
+//! VJP for cotangent `g` (B, gH, gW, C): `x_grad[b, yi, xi, c] += wx wy g[.., c]` (float atomics,
+//! one per channel and neighbour; consecutive lanes hit consecutive channels) and
+//! `grid_grad = (W/2 sum_c sum_n ±wy x g, H/2 sum_c sum_n ±wx x g)`. `P` lanes serve one grid
+//! point (P = the power of two >= C, at most 32), each taking `K = ceil(C / P)` channels with
+//! compile-time trip counts, all loads issued before the atomics; the grid gradient is reduced
+//! across the P lanes with `simd_shuffle_xor` and stored by one lane (no atomic accumulation).
+//! Gradients accumulate in f32 and are cast to the dtypes of `x` and `grid`; the order of the
+//! atomic additions makes `x_grad` vary in the last bits from run to run.
 //! Layout: `x` (B, H, W, C), `grid` (B, gH, gW, 2), `cotangent` (B, gH, gW, C); f32/f16/bf16,
 //! `grid` and `cotangent` of any of them. Output (B, gH, gW, C) in x's dtype.
 //! Reference: [`reference`] and [`reference_vjp`], f64 on the dtype-rounded inputs; the VJP
@@ -25,6 +30,7 @@ use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};
+use crate::ops::util::{vec4_aligned, VEC4_HEADER};
 
 const OP: &str = "grid_sample";
 const OP_VJP: &str = "grid_sample_vjp";
@@ -47,31 +53,50 @@ inline int source_index(float u, int size, thread float& frac) {
 "#;
 
 const FORWARD: &str = r#"
+    // CW channels per thread: 4 (one 16-byte vector of f32, 8 bytes of f16/bf16) when V.
+    constexpr int CW = V ? 4 : 1;
     uint elem = thread_position_in_grid.x;
     int H = x_shape[1];
     int W = x_shape[2];
     int C = x_shape[3];
     int points = grid_shape[1] * grid_shape[2];
-    uint point = elem / C;
-    int c = elem % C;
+    int chunks = C / CW;
+    uint point = elem / chunks;
+    int c = (elem % chunks) * CW;
     int b = point / points;
     float fx;
     float fy;
     int x0 = source_index(static_cast<float>(grid[2 * point]), W, fx);
     int y0 = source_index(static_cast<float>(grid[2 * point + 1]), H, fy);
-    float acc = 0.0f;
-    for (int dy = 0; dy < 2; ++dy) {
+    // The four neighbours' loads are independent (predicated, at clamped addresses) so they are
+    // all in flight at once; an out-of-bounds neighbour is never read and adds nothing.
+    float4 v[4];
+    float wt[4];
+    #pragma unroll
+    for (int n = 0; n < 4; ++n) {
+        int dx = n & 1;
+        int dy = n >> 1;
+        int xi = x0 + dx;
         int yi = y0 + dy;
-        float wy = dy ? fy : 1.0f - fy;
-        for (int dx = 0; dx < 2; ++dx) {
-            int xi = x0 + dx;
-            if (xi >= 0 && xi < W && yi >= 0 && yi < H) {
-                float wx = dx ? fx : 1.0f - fx;
-                acc += wx * wy * static_cast<float>(x[((b * H + yi) * W + xi) * C + c]);
-            }
+        bool ok = xi >= 0 && xi < W && yi >= 0 && yi < H;
+        wt[n] = (dx ? fx : 1.0f - fx) * (dy ? fy : 1.0f - fy);
+        long off = (static_cast<long>(b * H + metal::clamp(yi, 0, H - 1)) * W + metal::clamp(xi, 0, W - 1)) * C + c;
+        if (V) {
+            v[n] = ok ? kiln_load4(x + off, 0) : float4(0.0f);
+        } else {
+            v[n] = float4(ok ? static_cast<float>(x[off]) : 0.0f, 0.0f, 0.0f, 0.0f);
         }
     }
-    out[elem] = static_cast<T>(acc);
+    float4 acc = float4(0.0f);
+    #pragma unroll
+    for (int n = 0; n < 4; ++n) {
+        acc += wt[n] * v[n];
+    }
+    if (V) {
+        kiln_store4(out + static_cast<long>(point) * C + c, 0, acc);
+    } else {
+        out[elem] = static_cast<T>(acc.x);
+    }
 "#;
 
 const BACKWARD: &str = r#"
@@ -87,27 +112,47 @@ const BACKWARD: &str = r#"
     float fy;
     int x0 = source_index(static_cast<float>(grid[2 * point]), W, fx);
     int y0 = source_index(static_cast<float>(grid[2 * point + 1]), H, fy);
+    // K channels per lane, `sub + P k`; out-of-range channels and neighbours use clamped
+    // in-bounds addresses, are never read and add exact zeros. Uniform control flow (selects,
+    // no lane-dependent branches) up to the shuffles.
+    float cot[K];
+    int cs[K];
+    bool cok[K];
+    #pragma unroll
+    for (int k = 0; k < K; ++k) {
+        cok[k] = sub + P * k < C;
+        cs[k] = metal::min(sub + P * k, C - 1);
+        cot[k] = cok[k] ? static_cast<float>(cotangent[static_cast<long>(point) * C + cs[k]]) : 0.0f;
+    }
+    long off[4];
+    bool ok[4];
+    float xv[4][K];
+    #pragma unroll
+    for (int n = 0; n < 4; ++n) {
+        int xi = x0 + (n & 1);
+        int yi = y0 + (n >> 1);
+        ok[n] = xi >= 0 && xi < W && yi >= 0 && yi < H;
+        off[n] = (static_cast<long>(b * H + metal::clamp(yi, 0, H - 1)) * W + metal::clamp(xi, 0, W - 1)) * C;
+        #pragma unroll
+        for (int k = 0; k < K; ++k) {
+            xv[n][k] = ok[n] && cok[k] ? static_cast<float>(x[off[n] + cs[k]]) : 0.0f;
+        }
+    }
     float gix = 0.0f;
     float giy = 0.0f;
-    // Uniform trip counts and selects instead of lane-dependent branches before the shuffles;
-    // out-of-range lanes and neighbours add exact zeros at a clamped in-bounds address.
-    for (int c0 = 0; c0 < C; c0 += P) {
-        int c = metal::min(c0 + sub, C - 1);
-        bool channel_ok = c0 + sub < C;
-        float cot = static_cast<float>(cotangent[point * C + c]);
-        for (int dy = 0; dy < 2; ++dy) {
-            int yi = y0 + dy;
-            float wy = dy ? fy : 1.0f - fy;
-            for (int dx = 0; dx < 2; ++dx) {
-                int xi = x0 + dx;
-                float wx = dx ? fx : 1.0f - fx;
-                bool ok = channel_ok && xi >= 0 && xi < W && yi >= 0 && yi < H;
-                int offset = ((b * H + metal::clamp(yi, 0, H - 1)) * W + metal::clamp(xi, 0, W - 1)) * C + c;
-                atomic_fetch_add_explicit(&x_grad[offset], metal::select(0.0f, wx * wy * cot, ok), memory_order_relaxed);
-                float xc = static_cast<float>(x[offset]) * cot;
-                gix += metal::select(0.0f, (dx ? wy : -wy) * xc, ok);
-                giy += metal::select(0.0f, (dy ? wx : -wx) * xc, ok);
-            }
+    #pragma unroll
+    for (int n = 0; n < 4; ++n) {
+        int dx = n & 1;
+        int dy = n >> 1;
+        float wx = dx ? fx : 1.0f - fx;
+        float wy = dy ? fy : 1.0f - fy;
+        #pragma unroll
+        for (int k = 0; k < K; ++k) {
+            float xc = xv[n][k] * cot[k];
+            gix += (dx ? wy : -wy) * xc;
+            giy += (dy ? wx : -wx) * xc;
+            atomic_fetch_add_explicit(&x_grad[off[n] + cs[k]], metal::select(0.0f, wx * wy * cot[k], ok[n] && cok[k]),
+                                      memory_order_relaxed);
         }
     }
     // The P lanes of a point are aligned within one simdgroup (P divides 32 and the grid).
@@ -115,9 +160,10 @@ const BACKWARD: &str = r#"
         gix += simd_shuffle_xor(gix, static_cast<ushort>(o));
         giy += simd_shuffle_xor(giy, static_cast<ushort>(o));
     }
+    // One lane owns each point's grid gradient: a plain store, no accumulation.
     if (sub == 0) {
-        atomic_fetch_add_explicit(&grid_grad[2 * point], gix * (0.5f * W), memory_order_relaxed);
-        atomic_fetch_add_explicit(&grid_grad[2 * point + 1], giy * (0.5f * H), memory_order_relaxed);
+        atomic_store_explicit(&grid_grad[2 * point], gix * (0.5f * W), memory_order_relaxed);
+        atomic_store_explicit(&grid_grad[2 * point + 1], giy * (0.5f * H), memory_order_relaxed);
     }
 "#;
 
@@ -134,7 +180,10 @@ fn cached(cell: &'static Cell, op: &str, build: impl FnOnce() -> Result<MetalKer
 
 fn forward_kernel() -> Result<&'static MetalKernel> {
     static CELL: Cell = OnceLock::new();
-    cached(&CELL, OP, || Ok(MetalKernel::new("kiln_grid_sample", &["x", "grid"], &["out"], FORWARD)?.header(HEADER)))
+    cached(&CELL, OP, || {
+        Ok(MetalKernel::new("kiln_grid_sample", &["x", "grid"], &["out"], FORWARD)?
+            .header(&format!("{VEC4_HEADER}{HEADER}")))
+    })
 }
 
 fn backward_kernel() -> Result<&'static MetalKernel> {
@@ -195,18 +244,32 @@ pub fn grid_sample(x: &Array, grid: &Array) -> Result<Array> {
 /// As [`grid_sample`], the output first filled with `init` (tests poison it with NaN).
 pub fn grid_sample_with(x: &Array, grid: &Array, init: Option<f64>) -> Result<Array> {
     let [b, _, _, c, gh, gw] = check(OP, x, grid)?;
-    let mut spec = LaunchSpec::new([grid_dim(OP, b * gh * gw * c)?, 1, 1], [THREADS, 1, 1])
+    let vec4 = uses_vec4(x);
+    let per_thread = if vec4 { 4 } else { 1 };
+    let mut spec = LaunchSpec::new([grid_dim(OP, b * gh * gw * c / per_thread)?, 1, 1], [THREADS, 1, 1])
         .output(&[b, gh, gw, c], x.dtype())
         .template("T", x.dtype())
+        .template("V", vec4)
         .device(x.device());
     spec.init_value = init;
     let mut outs = forward_kernel()?.call(&[x.into(), grid.into()], &spec)?;
     outs.pop().ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))
 }
 
+/// Whether the forward reads and writes 4 channels per thread (a vector): when C is a multiple
+/// of 4 and x is 4-element aligned.
+pub fn uses_vec4(x: &Array) -> bool {
+    x.shape().last().is_some_and(|&c| c % 4 == 0) && vec4_aligned(x)
+}
+
 /// Lanes per grid point in the VJP: the power of two covering C, at most a simdgroup.
 pub fn lanes_per_point(c: usize) -> usize {
     c.next_power_of_two().min(32)
+}
+
+/// Channels per lane in the VJP (a compile-time trip count).
+pub fn channels_per_lane(c: usize) -> usize {
+    c.div_ceil(lanes_per_point(c))
 }
 
 /// The VJP of [`grid_sample`]: `(x_grad, grid_grad)` for `cotangent` (B, gH, gW, C), in the
@@ -230,6 +293,7 @@ pub fn grid_sample_vjp(x: &Array, grid: &Array, cotangent: &Array) -> Result<(Ar
         .output(x.shape(), DType::F32)
         .output(grid.shape(), DType::F32)
         .template("P", p as i32)
+        .template("K", channels_per_lane(c) as i32)
         .init_value(0.0)
         .device(x.device());
     let mut outs = backward_kernel()?.call(&[x.into(), grid.into(), cotangent.into()], &spec)?;
@@ -254,11 +318,15 @@ fn cast(a: &Array, dtype: DType) -> Result<Array> {
 /// The kernels with one launch each for `x`, `grid` (compile-only checks): forward, VJP.
 pub fn kernels_and_specs(x: &Array, grid: &Array) -> Result<Vec<(&'static MetalKernel, LaunchSpec)>> {
     let [_, _, _, c, _, _] = check(OP, x, grid)?;
-    let fwd = LaunchSpec::new([64, 1, 1], [64, 1, 1]).output(&[64], x.dtype()).template("T", x.dtype());
+    let fwd = LaunchSpec::new([64, 1, 1], [64, 1, 1])
+        .output(&[64], x.dtype())
+        .template("T", x.dtype())
+        .template("V", uses_vec4(x));
     let bwd = LaunchSpec::new([64, 1, 1], [64, 1, 1])
         .output(&[64], DType::F32)
         .output(&[64], DType::F32)
-        .template("P", lanes_per_point(c) as i32);
+        .template("P", lanes_per_point(c) as i32)
+        .template("K", channels_per_lane(c) as i32);
     Ok(vec![(forward_kernel()?, fwd), (backward_kernel()?, bwd)])
 }
 
