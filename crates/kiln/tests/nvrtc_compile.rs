@@ -261,6 +261,28 @@ fn cuda_kernel_bodies_compile() {
 }
 
 #[test]
+fn attention_tensor_core_prefill_compiles_for_every_variant() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    for dtype in [DType::BF16, DType::F16] {
+        for d in kiln::ops::attention::prefill_cuda::HEAD_DIMS {
+            for causal in [false, true] {
+                let (entry, body) = kiln::ops::attention::prefill_cuda::cuda_source(dtype, d, causal).unwrap();
+                let source = format!("{}\n{}", kiln::source::cuda::prelude(), body);
+                let cubin = cuda::compile_source(&entry, &source, ARCH, MathMode::Safe)
+                    .unwrap_or_else(|e| panic!("{entry}: {e}"));
+                assert_eq!(&cubin[..4], b"\x7fELF", "{entry}: not a cubin");
+                assert!(
+                    cubin.windows(entry.len()).any(|w| w == entry.as_bytes()),
+                    "{entry}: entry missing from the cubin"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn compile_errors_point_at_the_users_lines() {
     if !nvrtc_or_skip() {
         return;

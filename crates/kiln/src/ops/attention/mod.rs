@@ -6,7 +6,7 @@
 //! sees no key (causal with Tq > Tk, or an all `-inf` mask row) yields zeros.
 //! Online softmax: per query a running max `m` (a finite -1e30 start, so a fully masked prefix
 //! merges with weight 0), denominator `l` and weighted sum `acc`, rescaled by `exp(m_old - m_new)`.
-//! Three paths, by a fixed rule on the shape ([`path`]):
+//! Three portable paths, by a fixed rule on the shape ([`path`]):
 //! - tiled prefill (Tq > 4, D a multiple of 32 up to 128): a threadgroup of 64 threads takes 32
 //!   queries of one head and walks 32-key tiles; Q and K are staged transposed in f32 so that
 //!   each thread computes a 4×4 block of scores from two float4 reads per step, the row softmax
@@ -25,6 +25,11 @@
 //!   use; each stream keeps its own (m, l, acc), merged in threadgroup memory into an f32
 //!   partial per range, and a second kernel merges the ranges.
 //!
+//! - CUDA tensor-core prefill ([`route`]): on a CUDA device, bf16/f16, D = 64 or 128, Tq > 4,
+//!   no mask or the causal mask, rows 16-byte aligned: FlashAttention-2 forward with `mma.sync`
+//!   (prefill_cuda.rs). Additive masks, f32, other head dimensions and the CPU take the Metal
+//!   paths above, which stay the reference path.
+//!
 //! Layout: `q` (B, Hq, Tq, D), `k`, `v` (B, Hkv, Tk, D) of f32/f16/bf16 (one dtype), D <= 256;
 //! mask of any float dtype; output (B, Hq, Tq, D) in the input dtype.
 //! Reference: [`reference`], two-pass softmax in f64 on the dtype-rounded inputs.
@@ -33,12 +38,14 @@
 use std::sync::OnceLock;
 
 use crate::array::Array;
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::{KernelInput, LaunchSpec, MetalKernel};
+use crate::kernel::{CudaKernel, KernelInput, LaunchSpec, MetalKernel};
 
 mod decode;
 mod prefill;
+pub mod prefill_cuda;
 
 use decode::{COMBINE, DECODE, DECODE_HEADER};
 use prefill::{PREFILL, PREFILL_TILED, TILED_HEADER};
@@ -110,6 +117,40 @@ pub fn path(heads: usize, tq: usize, tk: usize, d: usize, dtype: DType) -> Path 
     Path::Prefill { keys_per_tile }
 }
 
+/// Which kernel family runs a call: the CUDA tensor-core prefill or a portable Metal path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    CudaPrefill,
+    Metal(Path),
+}
+
+/// The deterministic rule between the two families, for inputs that pass validation: see
+/// [`route_rule`]; a row-contiguous input is aligned when it starts on a 16-byte boundary (other
+/// inputs are copied, hence aligned).
+pub fn route(q: &Array, k: &Array, v: &Array, mask: &Mask) -> Result<Route> {
+    let dims = validate(q, k, v)?;
+    let aligned = [q, k, v].iter().all(|a| !a.is_row_contiguous() || (a.offset() * a.dtype().size()) % 16 == 0);
+    Ok(route_rule(q.device(), q.dtype(), dims, mask, aligned))
+}
+
+/// The CUDA prefill when the device is CUDA, the dtype bf16 or f16, D one of
+/// [`prefill_cuda::HEAD_DIMS`], Tq above [`DECODE_MAX_QUERIES`], the mask none or causal, and
+/// the inputs `aligned`; else the Metal [`path`]. `dims` = `[B, Hq, Hkv, Tq, Tk, D]`.
+pub fn route_rule(device: Device, dtype: DType, dims: [usize; 6], mask: &Mask, aligned: bool) -> Route {
+    let [b, hq, _, tq, tk, d] = dims;
+    let cuda = matches!(device, Device::Cuda(_))
+        && matches!(dtype, DType::BF16 | DType::F16)
+        && prefill_cuda::HEAD_DIMS.contains(&d)
+        && tq > DECODE_MAX_QUERIES
+        && matches!(mask, Mask::None | Mask::Causal)
+        && aligned;
+    if cuda {
+        Route::CudaPrefill
+    } else {
+        Route::Metal(path(b * hq, tq, tk, d, dtype))
+    }
+}
+
 type Cell = OnceLock<std::result::Result<MetalKernel, String>>;
 
 fn cached(cell: &'static Cell, build: impl FnOnce() -> Result<MetalKernel>) -> Result<&'static MetalKernel> {
@@ -158,8 +199,8 @@ struct Plan {
     strides: Array,
 }
 
-/// Validates the inputs; returns `[B, Hq, Hkv, Tq, Tk, D]` and the mask operands.
-fn plan(q: &Array, k: &Array, v: &Array, mask: Mask) -> Result<Plan> {
+/// Validates q, k and v; returns `[B, Hq, Hkv, Tq, Tk, D]`.
+fn validate(q: &Array, k: &Array, v: &Array) -> Result<[usize; 6]> {
     if !is_float(q.dtype()) {
         return Err(Error::dtype(OP, q.dtype(), "q must be float32, float16 or bfloat16"));
     }
@@ -186,6 +227,12 @@ fn plan(q: &Array, k: &Array, v: &Array, mask: Mask) -> Result<Plan> {
     if k.device() != q.device() || v.device() != q.device() {
         return Err(Error::invalid(OP, "q, k and v must live on one device"));
     }
+    Ok([b, hq, hkv, tq, tk, d])
+}
+
+/// Validates the inputs; returns `[B, Hq, Hkv, Tq, Tk, D]` and the mask operands.
+fn plan(q: &Array, k: &Array, v: &Array, mask: Mask) -> Result<Plan> {
+    let [b, hq, hkv, tq, tk, d] = validate(q, k, v)?;
     let device = q.device();
     let (mask_kind, mask_arr, strides) = match mask {
         Mask::None | Mask::Causal => {
@@ -242,23 +289,62 @@ pub fn scaled_dot_product_attention_with(
     mask: Mask,
     init: Option<f64>,
 ) -> Result<Array> {
-    let calls = launches(q, k, v, scale, mask)?;
+    let calls = kernel_calls(q, k, v, scale, mask)?;
     let n = calls.len();
     let mut carried: Vec<Array> = Vec::new();
-    for (i, (kernel, mut inputs, mut spec)) in calls.into_iter().enumerate() {
-        if i + 1 == n {
-            spec.init_value = init;
-        }
-        inputs.extend(carried.drain(..).map(KernelInput::Array));
-        carried = kernel.call(&inputs, &spec)?;
+    for (i, call) in calls.into_iter().enumerate() {
+        carried = call.run(std::mem::take(&mut carried), if i + 1 == n { init } else { None })?;
     }
     carried.pop().ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))
 }
 
+/// One kernel call: a portable Metal kernel or the CUDA tensor-core prefill.
+pub enum KernelCall {
+    Metal(&'static MetalKernel, Vec<KernelInput>, LaunchSpec),
+    Cuda(&'static CudaKernel, Vec<KernelInput>, LaunchSpec),
+}
+
+impl KernelCall {
+    /// Runs the call with `extra` inputs appended; `init`, if any, fills the outputs first.
+    fn run(self, extra: Vec<Array>, init: Option<f64>) -> Result<Vec<Array>> {
+        let prepare = |mut inputs: Vec<KernelInput>, mut spec: LaunchSpec| {
+            inputs.extend(extra.into_iter().map(KernelInput::Array));
+            if init.is_some() {
+                spec.init_value = init;
+            }
+            (inputs, spec)
+        };
+        match self {
+            KernelCall::Metal(kernel, inputs, spec) => {
+                let (inputs, spec) = prepare(inputs, spec);
+                kernel.call(&inputs, &spec)
+            }
+            KernelCall::Cuda(kernel, inputs, spec) => {
+                let (inputs, spec) = prepare(inputs, spec);
+                kernel.call(&inputs, &spec)
+            }
+        }
+    }
+}
+
+/// The kernel calls the op makes for these inputs, by [`route`]: the CUDA prefill, or the Metal
+/// [`launches`].
+pub fn kernel_calls(q: &Array, k: &Array, v: &Array, scale: f32, mask: Mask) -> Result<Vec<KernelCall>> {
+    if route(q, k, v, &mask)? == Route::CudaPrefill {
+        let dims = validate(q, k, v)?;
+        let (kernel, inputs, spec) = prefill_cuda::launch(OP, q, k, v, scale, dims, matches!(mask, Mask::Causal))?;
+        return Ok(vec![KernelCall::Cuda(kernel, inputs, spec)]);
+    }
+    Ok(launches(q, k, v, scale, mask)?
+        .into_iter()
+        .map(|(kernel, inputs, spec)| KernelCall::Metal(kernel, inputs, spec))
+        .collect())
+}
+
 type Call = (&'static MetalKernel, Vec<KernelInput>, LaunchSpec);
 
-/// The kernel calls for these inputs, in order; each call's outputs are appended to the next
-/// call's inputs.
+/// The portable Metal kernel calls for these inputs, in order, whatever the device; each call's
+/// outputs are appended to the next call's inputs.
 pub fn launches(q: &Array, k: &Array, v: &Array, scale: f32, mask: Mask) -> Result<Vec<Call>> {
     let Plan { dims, mask_kind, mask, strides } = plan(q, k, v, mask)?;
     let [b, hq, _, tq, tk, d] = dims;
