@@ -6,22 +6,37 @@
 //! A[b, t0+i, h, j] = j < i ? exp(g[i] - g[j]) * sum_c kb[i, c] * k[j, c] : 0      (0 <= j < 64)
 //! ```
 //! Rows past the sequence end (a partial last chunk) do not exist; columns past it are zero.
-//! One threadgroup of 256 threads per (chunk, h, b) computes the 64 x 64 block in 4 x 4
-//! register tiles (upper tiles skipped), K staged through threadgroup memory 32 columns at a
-//! time as f32 (the bf16/f16 products of two rounded values are exact in f32, so only the f32
-//! summation order differs from the reference). `g[i] - g[j]` is formed with its rounding error
-//! (TwoSum) so cumulative gates of large magnitude do not lose accuracy in the exponent.
+//! `g[i] - g[j]` is formed with its rounding error (TwoSum) so cumulative gates of large
+//! magnitude do not lose accuracy in the exponent.
 //! Layout: `k` (B, T, Hg, K) of bf16 (or f16, f32), any K; `beta`, `g` (B, T, H) f32, H a
 //! multiple of Hg; output `A` (B, T, H, 64) f32.
+//!
+//! Two kernels, picked by a deterministic rule ([`path`]):
+//! - [`Path::CudaMma`] ([`cuda`]): tensor-core `mma.sync` through `CudaKernel`, when the device
+//!   is CUDA, k is bfloat16 or float16, K is a multiple of 16 in [16, 256], H / Hg <= 8 and k's
+//!   first element is 16-byte aligned (a row-contiguous view at an offset that is a multiple
+//!   of 8 elements, or a strided view, which is copied). One block per (chunk, key head, batch)
+//!   reads the key tile once for all H / Hg value heads that share it.
+//! - [`Path::Portable`]: the Metal kernel below, for everything else (CPU, f32 keys, other K).
+//!   One threadgroup of 256 threads per (chunk, h, b) computes the 64 x 64 block in 4 x 4
+//!   register tiles (upper tiles skipped), K staged through threadgroup memory 32 columns at a
+//!   time as f32. It is the reference implementation of the op.
+//!
+//! Both form `kb` with one f32 product and one RNE rounding, and the products of two bf16/f16
+//! values are exact in f32, so they differ from each other and from the reference only in the
+//! order of the f32 sums.
 //! Reference: [`reference`], f64 sums of the same rounded `kb`, f64 gates. Tolerance: 1e-5
 //! relative L2 for every input dtype (the output is f32 and the rounding of `kb` is reproduced).
 
 use std::sync::OnceLock;
 
 use crate::array::Array;
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};
+
+pub mod cuda;
 
 const OP: &str = "gdn_chunk_scaled_dot_kkt";
 
@@ -184,10 +199,39 @@ pub fn gdn_chunk_scaled_dot_kkt_with(
     chunk: usize,
     init: Option<f64>,
 ) -> Result<Array> {
-    let mut spec = prepare(k, beta, g, chunk)?.device(k.device());
+    let spec = prepare(k, beta, g, chunk)?;
+    if path(k, beta) == Path::CudaMma {
+        return cuda::run(k, beta, g, init);
+    }
+    let mut spec = spec.device(k.device());
     spec.init_value = init;
     let mut outs = kernel()?.call(&[k.into(), beta.into(), g.into()], &spec)?;
     outs.pop().ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))
+}
+
+/// The kernel that computes a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// The portable Metal kernel (any device, any key dtype and K).
+    Portable,
+    /// Tensor-core `mma.sync` in CUDA ([`cuda`]).
+    CudaMma,
+}
+
+/// The kernel [`gdn_chunk_scaled_dot_kkt`] uses for `k` (B, T, Hg, K) and `beta` (B, T, H),
+/// by the rule in the module header. Inputs of the wrong rank give [`Path::Portable`] (whose
+/// validation rejects them).
+pub fn path(k: &Array, beta: &Array) -> Path {
+    let (&[b, t, hg, kd], &[_, _, h]) = (k.shape(), beta.shape()) else {
+        return Path::Portable;
+    };
+    let aligned = !k.is_row_contiguous() || k.offset() % 8 == 0;
+    let on_cuda = matches!(k.device(), Device::Cuda(_));
+    if on_cuda && aligned && hg > 0 && h % hg == 0 && cuda::serves(k.dtype(), [b, t, hg, h, kd]) {
+        Path::CudaMma
+    } else {
+        Path::Portable
+    }
 }
 
 /// The `MetalKernel` and one launch of it, for compile-only checks.
