@@ -470,6 +470,19 @@ fn cholesky_reports_the_non_spd_matrix(device: Device) {
     }
 }
 
+/// With several failing matrices across simdgroups of the flag reduction, the first is named.
+fn cholesky_names_the_first_of_several_failures(device: Device) {
+    let (n, count) = (5, 70);
+    let mut rng = Rng::new(710);
+    let mut values: Vec<f64> = (0..count).flat_map(|_| spd(&mut rng, n)).collect();
+    for bad in [66, 37, 41] {
+        values[bad * n * n + 2 * (n + 1)] = -1.0;
+    }
+    let (a, _) = batched_input(device, &[count, n, n], &values);
+    let msg = cholesky::cholesky(&a).unwrap_err().to_string();
+    assert!(msg.contains("matrix 37 ") && msg.contains("pivot 2 "), "{msg}");
+}
+
 fn cholesky_rejects_bad_input(device: Device) {
     let mut rng = Rng::new(13);
     let (a, _) = input(&mut rng, device, DType::F32, &[2, 4, 5], 1.0);
@@ -548,6 +561,7 @@ fn qr_rejects_bad_input(device: Device) {
 backend_tests!(
     cholesky_matches_reference_and_reconstructs,
     cholesky_reports_the_non_spd_matrix,
+    cholesky_names_the_first_of_several_failures,
     cholesky_rejects_bad_input,
     qr_matches_reference_and_reconstructs,
     qr_rejects_bad_input
@@ -630,6 +644,9 @@ fn every_compute_kernel_compiles_with_nvrtc() {
         let (kernel, inputs, spec) = cholesky::kernel_and_spec(&a).unwrap();
         let inputs: Vec<Array> = inputs.iter().map(|i| i.to_array()).collect();
         assert_nvrtc_compiles(kernel, &inputs, &spec);
+        let info = Array::full(DType::I32, &[2], 0.0);
+        let (kernel, spec) = cholesky::first_failure_kernel_and_spec(&info).unwrap();
+        assert_nvrtc_compiles(kernel, &[info], &spec);
     }
     for (m, n) in [(16, 16), (150, 70)] {
         let a = Array::full(DType::F32, &[2, m, n], 1.0);

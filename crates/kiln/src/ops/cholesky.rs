@@ -11,14 +11,16 @@
 //!   write their own contiguous N floats (16-byte vectors when N % 4 == 0 and A is aligned).
 //!   Entries above the diagonal are carried as garbage and never stored.
 //! - `InPlace` (N > 64): one threadgroup of 1024 threads per matrix works in place in the
-//!   output, one barrier per column. The columns are kept unscaled while it runs
-//!   (`a[i][j] = L[i][j] L[j][j]`, `a[j][j] = L[j][j]^2`), so step j only reads column j and
-//!   updates the trailing triangle `a[i][k] -= a[i][j] a[k][j] / a[j][j]` for `j < k <= i`; the
-//!   final pass scales `L[i][k] = a[i][k] / sqrt(a[k][k])`.
+//!   output, two barriers per column. The columns are kept unscaled while it runs
+//!   (`a[i][j] = L[i][j] L[j][j]`, `a[j][j] = L[j][j]^2`), so step j only reads column j (staged
+//!   in threadgroup memory) and updates the trailing triangle
+//!   `a[i][k] -= a[i][j] / a[j][j] * a[k][j]` for `j < k <= i`, a simdgroup per row i; the final
+//!   pass scales `L[i][k] = a[i][k] / sqrt(a[k][k])`.
 //!
 //! A pivot that is not > 0 (or NaN) marks the matrix with the flag `j + 1` of its first bad
-//! column; the op turns the first flagged matrix into an error naming its batch index and the
-//! column. Only the lower triangle of A is read; L's upper triangle is 0.
+//! column; a one-threadgroup kernel reduces the flags to the first flagged matrix, which the op
+//! turns into an error naming its batch index and the column. Only the lower triangle of A is
+//! read; L's upper triangle is 0.
 //! Layout: `a` (..., N, N) f32, any batch shape, 1 <= N <= 1024; output L of the same shape.
 //! Reference: [`reference`], Cholesky–Banachiewicz in f64. Tolerance: the f32 entry of the
 //! table, for L against the reference and for ‖A − L Lᵀ‖ / ‖A‖.
@@ -142,6 +144,10 @@ const INPLACE_SOURCE: &str = r#"
     int nt = static_cast<int>(threads_per_threadgroup.x);
     uint batch = threadgroup_position_in_grid.x;
     long base = static_cast<long>(batch) * N * N;
+    int lane = static_cast<int>(thread_index_in_simdgroup);
+    int sg = static_cast<int>(simdgroup_index_in_threadgroup);
+    int nsg = static_cast<int>(simdgroups_per_threadgroup);
+    threadgroup float col[N];
     device float* a = L + base;
     for (int e = tid; e < N * N; e += nt) {
         a[e] = A[base + e];
@@ -156,12 +162,16 @@ const INPLACE_SOURCE: &str = r#"
             break;
         }
         float inv = 1.0f / d;
-        int m = N - j - 1;
-        for (int e = tid; e < m * m; e += nt) {
-            int i = j + 1 + e / m;
-            int k = j + 1 + e % m;
-            if (k <= i) {
-                a[i * N + k] -= a[i * N + j] * a[k * N + j] * inv;
+        for (int i = j + 1 + tid; i < N; i += nt) {
+            col[i] = a[i * N + j];
+        }
+        threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
+        // A simdgroup per row (consecutive lanes on consecutive columns), the column from
+        // threadgroup memory.
+        for (int i = j + 1 + sg; i < N; i += nsg) {
+            float aij = col[i] * inv;
+            for (int k = j + 1 + lane; k <= i; k += 32) {
+                a[i * N + k] -= aij * col[k];
             }
         }
         threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
@@ -239,6 +249,49 @@ pub fn kernel_and_spec(a: &Array) -> Result<(&'static MetalKernel, Vec<KernelInp
     Ok((kernel(simd)?, inputs, spec))
 }
 
+/// Reduces the per-matrix flags on the device to `[first flagged index or -1, its flag]`, so the
+/// host reads 8 bytes, not one flag per matrix. Uniform trip counts before the reductions.
+const FIRST_FAILURE_SOURCE: &str = r#"
+    int tid = static_cast<int>(thread_index_in_threadgroup);
+    int nt = static_cast<int>(threads_per_threadgroup.x);
+    int n = info_shape[0];
+    int best = 0x7fffffff;
+    for (int e0 = 0; e0 < n; e0 += nt) {
+        int e = e0 + tid;
+        int f = info[metal::min(e, n - 1)];
+        best = e < n && f != 0 ? metal::min(best, e) : best;
+    }
+    best = simd_min(best);
+    threadgroup int parts[32];
+    if (thread_index_in_simdgroup == 0) {
+        parts[simdgroup_index_in_threadgroup] = best;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (tid == 0) {
+        for (uint s = 1; s < simdgroups_per_threadgroup; ++s) {
+            best = metal::min(best, parts[s]);
+        }
+        bool none = best == 0x7fffffff;
+        first[0] = none ? -1 : best;
+        first[1] = none ? 0 : info[best];
+    }
+"#;
+
+/// The flag reduction's kernel and launch for the flags `info` (one i32 per matrix).
+pub fn first_failure_kernel_and_spec(info: &Array) -> Result<(&'static MetalKernel, LaunchSpec)> {
+    static CELL: Cell = OnceLock::new();
+    let kernel = CELL
+        .get_or_init(|| {
+            MetalKernel::new("kiln_cholesky_first_failure", &["info"], &["first"], FIRST_FAILURE_SOURCE)
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|msg| Error::invalid(OP, msg.clone()))?;
+    let threads = info.size().div_ceil(32).clamp(1, 32) as u32 * 32;
+    let spec = LaunchSpec::new([threads, 1, 1], [threads, 1, 1]).output(&[2], DType::I32).device(info.device());
+    Ok((kernel, spec))
+}
+
 /// The lower Cholesky factor of every matrix of `a` (..., N, N) f32. A matrix that is not
 /// positive definite is an error naming its batch index.
 pub fn cholesky(a: &Array) -> Result<Array> {
@@ -253,12 +306,17 @@ pub fn cholesky_with(a: &Array, init: Option<f64>) -> Result<Array> {
     let (Some(info), Some(l)) = (outs.pop(), outs.pop()) else {
         return Err(Error::invalid(OP, "the kernel returned too few outputs"));
     };
-    let flags = info.to_host()?.to_vec::<i32>()?;
-    if let Some((index, &col)) = flags.iter().enumerate().find(|(_, &f)| f != 0) {
-        return Err(Error::invalid(
-            OP,
-            format!("matrix {index} of the batch is not positive definite (pivot {} is not > 0)", col - 1),
-        ));
+    let (kernel, spec) = first_failure_kernel_and_spec(&info)?;
+    let first = kernel.call(&[(&info).into()], &spec)?;
+    let first = first.first().ok_or_else(|| Error::invalid(OP, "the flag reduction returned no output"))?;
+    let first = first.to_host()?.to_vec::<i32>()?;
+    if let [index, col] = first[..] {
+        if index >= 0 {
+            return Err(Error::invalid(
+                OP,
+                format!("matrix {index} of the batch is not positive definite (pivot {} is not > 0)", col - 1),
+            ));
+        }
     }
     Ok(l)
 }

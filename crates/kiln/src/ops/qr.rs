@@ -1,6 +1,7 @@
 //! Batched Householder QR `A = Q R` of m x n matrices, m >= n (reduced: Q m x n, R n x n).
 //!
-//! One threadgroup per matrix works in place in the Q output (device memory):
+//! One threadgroup per matrix works on a copy of it: in threadgroup memory when m n <= 4096
+//! ([`uses_shared`], copied to Q at the end), else in place in the Q output (device memory):
 //! 1. for each column j: `alpha = a[j][j]`, `sigma = sum_{i>j} a[i][j]^2`; if sigma = 0 the
 //!    reflector is the identity (tau = 0); else `beta = -sign(alpha) sqrt(alpha^2 + sigma)`,
 //!    `tau = (beta - alpha) / beta`, `v = (1, a[j+1:, j] / (alpha - beta))` stored below the
@@ -51,7 +52,7 @@ const SOURCE: &str = r#"
     int m = A_shape[A_ndim - 2];
     int n = A_shape[A_ndim - 1];
     uint batch = threadgroup_position_in_grid.x;
-    device float* w = Q + static_cast<long>(batch) * m * n;
+    WORKSPACE
     device float* r = R + static_cast<long>(batch) * n * n;
     const device float* a_in = A + static_cast<long>(batch) * m * n;
     for (int e = tid; e < m * n; e += nt) {
@@ -146,13 +147,42 @@ const SOURCE: &str = r#"
         }
         threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
     }
+    COPY_OUT
 "#;
 
-fn kernel() -> Result<&'static MetalKernel> {
-    static CELL: OnceLock<std::result::Result<MetalKernel, String>> = OnceLock::new();
-    CELL.get_or_init(|| MetalKernel::new("kiln_qr", &["A"], &["Q", "R"], SOURCE).map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|msg| Error::invalid(OP, msg.clone()))
+/// The working matrix in device memory (in place in Q).
+const IN_PLACE: (&str, &str) = ("device float* w = Q + static_cast<long>(batch) * m * n;", "");
+
+/// The working matrix in threadgroup memory, copied to Q at the end.
+const SHARED: (&str, &str) = (
+    "threadgroup float w[SHARED_ELEMS];\n    device float* q_out = Q + static_cast<long>(batch) * m * n;",
+    "threadgroup_barrier(mem_flags::mem_threadgroup);\n    for (int e = tid; e < m * n; e += nt) {\n        q_out[e] = w[e];\n    }",
+);
+
+type Cell = OnceLock<std::result::Result<MetalKernel, String>>;
+
+fn kernel(shared: bool) -> Result<&'static MetalKernel> {
+    static IN_PLACE_CELL: Cell = OnceLock::new();
+    static SHARED_CELL: Cell = OnceLock::new();
+    let (cell, name, (workspace, copy_out)) =
+        if shared { (&SHARED_CELL, "kiln_qr_shared", SHARED) } else { (&IN_PLACE_CELL, "kiln_qr", IN_PLACE) };
+    cell.get_or_init(|| {
+        let source = SOURCE
+            .replace("WORKSPACE", workspace)
+            .replace("COPY_OUT", copy_out)
+            .replace("SHARED_ELEMS", &SHARED_MAX_ELEMS.to_string());
+        MetalKernel::new(name, &["A"], &["Q", "R"], source).map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|msg| Error::invalid(OP, msg.clone()))
+}
+
+/// Largest matrix (m * n elements) factored in threadgroup memory (16 KB).
+pub const SHARED_MAX_ELEMS: usize = 64 * 64;
+
+/// The deterministic variant rule: threadgroup memory when the matrix fits there.
+pub fn uses_shared(m: usize, n: usize) -> bool {
+    m * n <= SHARED_MAX_ELEMS
 }
 
 /// The kernel and launch for `a`; also used for compile-only checks.
@@ -181,7 +211,7 @@ pub fn kernel_and_spec(a: &Array) -> Result<(&'static MetalKernel, LaunchSpec)> 
         .output(shape, DType::F32)
         .output(&r_shape, DType::F32)
         .device(a.device());
-    Ok((kernel()?, spec))
+    Ok((kernel(uses_shared(m, n))?, spec))
 }
 
 /// `(Q, R)` of every matrix of `a` (..., m, n) f32, m >= n: Q (..., m, n) with orthonormal
