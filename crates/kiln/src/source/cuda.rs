@@ -8,10 +8,18 @@
 //! constant data an offset into the inline byte area of the same block) and the offsets of the
 //! dynamic `[[threadgroup(n)]]` buffers inside dynamic shared memory. The wrapper derives every
 //! Metal builtin from `blockIdx`/`threadIdx` and that block.
+//!
+//! Body-only (MLX) kernels bind fresh outputs and read-only inputs, so their wrapper passes the
+//! buffer slots through a forced-inline function whose read-only (`const device`, `constant`)
+//! pointers are `__restrict__`: the read-only data can then be loaded through the non-coherent
+//! cache and is not reloaded after stores. Their `device` slots always hold device
+//! allocations, so those skip the inline-data test and stay known global (`ld.global`).
+//! Full-file kernels bind user buffers that may alias each other and may bind small data to a
+//! `device` parameter, so their slots keep the plain, generic form.
 
 use std::fmt::Write;
 
-use crate::source::lower::{Entry, EntryParam, LoweredModule};
+use crate::source::lower::{AddressSpace, Entry, EntryParam, LoweredModule};
 
 /// Buffer slots a kernel may bind.
 pub const MAX_SLOTS: usize = 31;
@@ -55,6 +63,11 @@ __device__ __forceinline__ void* slot(const KilnArgs& a, unsigned i) {
   if (a.inline_mask & (1u << i)) return (void*)(a.bytes + a.slot[i]);
   return (void*)a.slot[i];
 }
+// A slot that holds a device allocation (never inline data): the integer-to-pointer
+// conversion lets the compiler use global-space loads and stores.
+__device__ __forceinline__ void* global_slot(const KilnArgs& a, unsigned i) {
+  return (void*)a.slot[i];
+}
 struct ptr_proxy {
   void* p;
   template <class T> __device__ operator T*() const { return static_cast<T*>(p); }
@@ -63,6 +76,16 @@ struct ref_proxy {
   void* p;
   template <class T> __device__ operator T&() const { return *static_cast<T*>(p); }
 };
+// The parameter types of an entry (`signature<decltype(f)>::param<I>`), so its wrapper can cast
+// slots in place: a pointer that goes through a helper call loses `__restrict__` in NVVM.
+template <unsigned I, class H, class... P> struct nth_param { using type = typename nth_param<I - 1, P...>::type; };
+template <class H, class... P> struct nth_param<0, H, P...> { using type = H; };
+template <class F> struct signature;
+template <class... P> struct signature<void(P...)> {
+  template <unsigned I> using param = typename nth_param<I, P...>::type;
+};
+template <class R> struct unref { using type = R; };
+template <class R> struct unref<R&> { using type = R; };
 }  // namespace kiln
 "#;
 
@@ -204,15 +227,16 @@ fn requalify(text: &str) -> String {
 /// What MLX's Metal utils preamble gives body-only kernels (`elem_to_loc`, `Limits`, ...).
 const MLX_UTILS: &str = include_str!("../../prelude/common/mlx_utils.h");
 
-/// Emits the full translation unit for a lowered module; `mlx_utils` adds MLX's utils preamble,
-/// which body-only kernels are compiled after.
-pub fn emit(module: &LoweredModule, kernel: &str, mlx_utils: bool) -> CudaUnit {
+/// Emits the full translation unit for a lowered module; `mlx_body` marks a body-only kernel:
+/// it adds MLX's utils preamble, which such kernels are compiled after, and the wrapper relies
+/// on MLX's binding contract (see the module header).
+pub fn emit(module: &LoweredModule, kernel: &str, mlx_body: bool) -> CudaUnit {
     let mut out = prelude();
     out.push_str("\nnamespace kiln_metal {\nnamespace kiln_user {\nusing namespace metal;\n");
     for name in METAL_NAMES {
         let _ = writeln!(out, "using metal::{name};");
     }
-    if mlx_utils {
+    if mlx_body {
         out.push_str("// ---- kiln prelude: common/mlx_utils.h\n");
         out.push_str(&requalify(MLX_UTILS));
         out.push('\n');
@@ -240,7 +264,7 @@ pub fn emit(module: &LoweredModule, kernel: &str, mlx_utils: bool) -> CudaUnit {
     let _ = writeln!(out, "#line {} \"kiln-entries\"", 1);
     line_map.push(0);
     for entry in &module.entries {
-        out.push_str(&wrapper(entry));
+        out.push_str(&if mlx_body { restrict_wrapper(entry) } else { wrapper(entry) });
     }
     out.push_str("}  // namespace kiln_user\n}  // namespace kiln_metal\n");
     line_map.resize(out.lines().count(), 0);
@@ -277,6 +301,52 @@ fn wrapper(entry: &Entry) -> String {
     s.push_str("  (void)kiln_dyn_smem;\n");
     s.push_str(BUILTIN_LOCALS);
     let _ = writeln!(s, "  {}(\n    {});", entry.callee, args.join(",\n    "));
+    s.push_str("}\n");
+    s
+}
+
+/// The wrapper of a body-only kernel (MLX's contract: outputs are fresh allocations, inputs are
+/// read-only): read-only slots reach the body through `__restrict__` parameters of a
+/// forced-inline function, `device` slots through `global_slot`; each is cast to the entry's
+/// parameter type right in the call.
+fn restrict_wrapper(entry: &Entry) -> String {
+    let symbol = entry_symbol(&entry.host_name);
+    let mut params = vec!["const KilnArgs& a".to_string(), "unsigned char* kiln_dyn_smem".to_string()];
+    let mut values = vec!["a".to_string(), "kiln_dyn_smem".to_string()];
+    let mut args = Vec::new();
+    for (position, p) in entry.params.iter().enumerate() {
+        args.push(match p {
+            EntryParam::Buffer { index, by_ref, space, is_const, .. } => {
+                let name = format!("kiln_b{index}");
+                let qualifier = if *is_const { "const void* __restrict__" } else { "void*" };
+                params.push(format!("{qualifier} {name}"));
+                values.push(if *space == AddressSpace::Device {
+                    format!("kiln::global_slot(a, {index})")
+                } else {
+                    format!("kiln::slot(a, {index})")
+                });
+                let ty = format!("kiln_sig::param<{position}>");
+                if *by_ref {
+                    format!("*static_cast<kiln::unref<{ty}>::type*>({name})")
+                } else {
+                    format!("static_cast<{ty}>({name})")
+                }
+            }
+            EntryParam::Threadgroup { index, .. } => {
+                format!("kiln::ptr_proxy{{kiln_dyn_smem + a.tg_offset[{index}]}}")
+            }
+            EntryParam::Builtin { attribute, ty, .. } => builtin_value(attribute, ty),
+        });
+    }
+    let mut s = String::new();
+    let _ = writeln!(s, "__device__ __forceinline__ void {symbol}_body(\n    {}) {{", params.join(",\n    "));
+    s.push_str(BUILTIN_LOCALS);
+    let _ = writeln!(s, "  using kiln_sig = kiln::signature<decltype({})>;", entry.callee);
+    let _ = writeln!(s, "  {}(\n    {});", entry.callee, args.join(",\n    "));
+    s.push_str("}\n");
+    let _ = writeln!(s, "extern \"C\" __global__ void {symbol}(const __grid_constant__ KilnArgs a) {{");
+    s.push_str("  extern __shared__ __align__(16) unsigned char kiln_dyn_smem[];\n");
+    let _ = writeln!(s, "  {symbol}_body(\n    {});", values.join(",\n    "));
     s.push_str("}\n");
     s
 }
