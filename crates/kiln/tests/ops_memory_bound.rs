@@ -44,10 +44,14 @@ fn elementwise_matches_reference(device: Device) {
         for op in Unary::ALL {
             // Contiguous: odd total (vector tail), an exact multiple of the vector width, batch
             // axes, and a row view at an offset that keeps the vector path.
-            for shape in [&[3, 5, 67][..], &[2, 256], &[1031]] {
+            // 16-bit inputs at an 8-element-aligned offset take 16-byte units.
+            let whole = if dtype.size() == 2 { "kiln_unary_contiguous16" } else { "kiln_unary_contiguous" };
+            for shape in [&[3, 5, 67][..], &[2, 256], &[1031], &[17]] {
                 let x = on(device, &random_array(&mut rng, dtype, shape).astype(dtype).unwrap());
-                unary_case(op, &x, "kiln_unary_contiguous");
+                unary_case(op, &x, whole);
             }
+            let base = on(device, &random_array(&mut rng, dtype, &[5, 24]));
+            unary_case(op, &base.slice(&slice("1:5")).unwrap(), whole);
             let base = on(device, &random_array(&mut rng, dtype, &[6, 20]));
             unary_case(op, &base.slice(&slice("1:4")).unwrap(), "kiln_unary_contiguous");
             // Strided, read in place: every other row, columns reversed, then transposed; an
@@ -438,6 +442,7 @@ fn every_variant(dtype: DType) -> Vec<OpCall> {
     let mut calls = Vec::new();
     for op in Unary::ALL {
         calls.push(elementwise::unary_call(op, &arr(&[64])).unwrap());
+        calls.push(elementwise::unary_call(op, &arr(&[6, 20]).slice(&slice("1:4")).unwrap()).unwrap());
         calls.push(elementwise::unary_call(op, &arr(&[8, 6]).t()).unwrap());
     }
     for d in [64, 33, 2048, 2047] {
@@ -476,6 +481,6 @@ fn every_op_variant_compiles_with_nvrtc() {
         assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", call.variant());
         variants.insert(call.variant().to_string());
     }
-    // 2 elementwise + 4 × 3 row kernels + 4 rope + overlap-add + scatter-add.
-    assert_eq!(variants.len(), 20, "{variants:?}");
+    // 3 elementwise + 4 × 3 row kernels + 4 rope + overlap-add + scatter-add.
+    assert_eq!(variants.len(), 21, "{variants:?}");
 }

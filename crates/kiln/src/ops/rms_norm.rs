@@ -21,7 +21,7 @@
 
 use super::util::{
     check_float, check_nonempty, check_same_dtype, common_device, grid_dim, index_i32, round_up, row_index_source,
-    row_sum_source, threads_per_row, vec4_aligned, OpCall, RowKernels, SIMD, VEC4_HEADER,
+    row_sum_source, threads_per_row, vec4_aligned, vec8_aligned, OpCall, RowKernels, SIMD, VEC4_HEADER,
 };
 use crate::array::Array;
 use crate::dtype::DType;
@@ -55,11 +55,7 @@ const VEC_SOURCE: &str = r#"
     if (CPT > 0) {
         #pragma unroll
         for (uint i = 0; i < uint(CPT); ++i) {
-            #pragma unroll
-            for (uint j = 0; j < uint(P); ++j) {
-                uint c = (i * nt + tid) * uint(P) + j;
-                v[i * P + j] = c < D4 ? kiln_load4(xr, c) : float4(0.0f);
-            }
+            kiln_load_unit<T, P>(xr, i * nt + tid, D4, &v[i * P], 0.0f);
         }
         #pragma unroll
         for (uint k = 0; k < uint(CPT * P); ++k) {
@@ -76,12 +72,15 @@ const VEC_SOURCE: &str = r#"
     if (CPT > 0) {
         #pragma unroll
         for (uint i = 0; i < uint(CPT); ++i) {
-            #pragma unroll
-            for (uint j = 0; j < uint(P); ++j) {
-                uint c = (i * nt + tid) * uint(P) + j;
-                if (c < D4) {
-                    kiln_store4(yr, c, v[i * P + j] * scale * kiln_load4(w, c));
+            uint u = i * nt + tid;
+            if (u * uint(P) < D4) {
+                float4 wv[P];
+                kiln_load_unit<T, P>(w, u, D4, wv, 0.0f);
+                #pragma unroll
+                for (uint j = 0; j < uint(P); ++j) {
+                    wv[j] = v[i * P + j] * scale * wv[j];
                 }
+                kiln_store_unit<T, P>(yr, u, wv);
             }
         }
     } else {
@@ -126,18 +125,19 @@ pub(crate) struct RowLaunch {
     pub group: u32,
     /// Units per thread held in registers (0: the looped two-pass form).
     pub cpt: usize,
-    /// 4-element chunks per unit: 2 for f16/bf16 when D % 8 == 0 (16 bytes per thread per
-    /// unit), else 1.
+    /// 4-element chunks per unit: 2 for f16/bf16 when D % 8 == 0 and the inputs are 8-element
+    /// aligned (one 16-byte access per thread per unit), else 1.
     pub p: usize,
 }
 
 impl RowLaunch {
     /// `registers`: the kernel takes 4-element loads and the caller wants the row kept in
-    /// registers where it fits (the caller's rule on dtype and D).
-    pub(crate) fn new(op: &str, rows: usize, d: usize, dtype: DType, registers: bool) -> Result<RowLaunch> {
+    /// registers where it fits (the caller's rule on dtype and D); `wide`: every input is
+    /// 8-element aligned (`vec8_aligned`).
+    pub(crate) fn new(op: &str, rows: usize, d: usize, dtype: DType, registers: bool, wide: bool) -> Result<RowLaunch> {
         index_i32(op, "D", d)?;
         let row_per_simdgroup = d <= SIMDGROUP_MAX_D;
-        let p = if registers && dtype.size() == 2 && d % 8 == 0 { 2 } else { 1 };
+        let p = if registers && wide && dtype.size() == 2 && d % 8 == 0 { 2 } else { 1 };
         let units = (d / 4).div_ceil(p);
         let nt =
             if row_per_simdgroup { SIMD } else { round_up(units.div_ceil(UNITS_PER_THREAD), SIMD).clamp(SIMD, 1024) };
@@ -189,7 +189,7 @@ pub fn rms_norm_call(x: &Array, w: &Array, eps: f32) -> Result<OpCall> {
     // Measured on the H100: 16-bit rows of D <= 1024 ran slower from registers (two 8-byte loads
     // per lane) than with the looped form.
     let registers = vec4 && !(x.dtype().size() == 2 && d <= SIMDGROUP_MAX_D);
-    let launch = RowLaunch::new(OP, rows, d, x.dtype(), registers)?;
+    let launch = RowLaunch::new(OP, rows, d, x.dtype(), registers, vec8_aligned(x) && vec8_aligned(w))?;
     let spec = launch.spec(x.dtype()).output(x.shape(), x.dtype());
     let inputs = vec![x.into(), w.into(), (d as i32).into(), eps.into()];
     Ok(OpCall::new(kernel(launch.row_per_simdgroup, vec4)?, inputs, spec))

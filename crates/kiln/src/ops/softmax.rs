@@ -24,7 +24,9 @@
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
 use super::rms_norm::RowLaunch;
-use super::util::{check_float, check_nonempty, row_index_source, vec4_aligned, OpCall, RowKernels, VEC4_HEADER};
+use super::util::{
+    check_float, check_nonempty, row_index_source, vec4_aligned, vec8_aligned, OpCall, RowKernels, VEC4_HEADER,
+};
 use crate::array::Array;
 use crate::error::Result;
 use crate::kernel::MetalKernel;
@@ -60,11 +62,7 @@ const VEC_SOURCE: &str = r#"
     if (CPT > 0) {
         #pragma unroll
         for (uint i = 0; i < uint(CPT); ++i) {
-            #pragma unroll
-            for (uint j = 0; j < uint(P); ++j) {
-                uint c = (i * nt + tid) * uint(P) + j;
-                v[i * P + j] = c < D4 ? kiln_load4(xr, c) : float4(-INFINITY);
-            }
+            kiln_load_unit<T, P>(xr, i * nt + tid, D4, &v[i * P], -INFINITY);
         }
         #pragma unroll
         for (uint k = 0; k < uint(CPT * P); ++k) {
@@ -95,12 +93,14 @@ const VEC_SOURCE: &str = r#"
         float scale = (lm == -INFINITY ? 0.0f : metal::exp(lm - m)) * inv;
         #pragma unroll
         for (uint i = 0; i < uint(CPT); ++i) {
-            #pragma unroll
-            for (uint j = 0; j < uint(P); ++j) {
-                uint c = (i * nt + tid) * uint(P) + j;
-                if (c < D4) {
-                    kiln_store4(yr, c, v[i * P + j] * scale);
+            uint u = i * nt + tid;
+            if (u * uint(P) < D4) {
+                float4 e[P];
+                #pragma unroll
+                for (uint j = 0; j < uint(P); ++j) {
+                    e[j] = v[i * P + j] * scale;
                 }
+                kiln_store_unit<T, P>(yr, u, e);
             }
         }
     } else {
@@ -178,7 +178,7 @@ pub fn softmax_call(x: &Array) -> Result<OpCall> {
     let d = x.shape()[x.ndim() - 1];
     let rows = x.size() / d;
     let vec4 = d % 4 == 0 && d >= 8 && vec4_aligned(x);
-    let launch = RowLaunch::new(OP, rows, d, x.dtype(), vec4)?;
+    let launch = RowLaunch::new(OP, rows, d, x.dtype(), vec4, vec8_aligned(x))?;
     let spec = launch.spec(x.dtype()).output(x.shape(), x.dtype());
     Ok(OpCall::new(kernel(launch.row_per_simdgroup, vec4)?, vec![x.into(), (d as i32).into()], spec))
 }

@@ -136,7 +136,8 @@ pub(crate) fn threads_per_row(d: usize) -> usize {
 }
 
 /// Helpers for 16-byte (f32) or 8-byte (f16/bf16) loads and stores of 4 elements, widened to
-/// f32. `c` counts 4-element chunks from `p`, which must be 4-element aligned.
+/// f32 (`c` counts 4-element chunks from `p`, which must be 4-element aligned), and for units of
+/// P such chunks (16-byte accesses of 8 16-bit elements when P = 2).
 pub(crate) const VEC4_HEADER: &str = r#"
 template <typename T>
 inline float4 kiln_load4(const device T* p, uint c) {
@@ -152,7 +153,62 @@ template <typename T>
 inline void kiln_store4(device T* p, uint c, float4 f) {
     ((device vec<T, 4>*)p)[c] = vec<T, 4>(static_cast<T>(f.x), static_cast<T>(f.y), static_cast<T>(f.z), static_cast<T>(f.w));
 }
+// The two 16-bit elements of a 32-bit word (low half first) widened, and two floats rounded and
+// packed; the `float` overloads only let `P = 1` instantiations compile.
+inline float2 kiln_widen2(uint u, half) {
+    return float2(static_cast<float>(as_type<half>(ushort(u & 0xffffu))), static_cast<float>(as_type<half>(ushort(u >> 16))));
+}
+inline float2 kiln_widen2(uint u, bfloat16_t) {
+    return float2(static_cast<float>(as_type<bfloat16_t>(ushort(u & 0xffffu))),
+                  static_cast<float>(as_type<bfloat16_t>(ushort(u >> 16))));
+}
+inline float2 kiln_widen2(uint u, float) {
+    return float2(0.0f);
+}
+inline uint kiln_pack2(float a, float b, half) {
+    return uint(as_type<ushort>(static_cast<half>(a))) | (uint(as_type<ushort>(static_cast<half>(b))) << 16);
+}
+inline uint kiln_pack2(float a, float b, bfloat16_t) {
+    return uint(as_type<ushort>(static_cast<bfloat16_t>(a))) | (uint(as_type<ushort>(static_cast<bfloat16_t>(b))) << 16);
+}
+inline uint kiln_pack2(float a, float b, float) {
+    return 0u;
+}
+// Unit `u` of P adjacent 4-element chunks (P = 2 only for 16-bit T: one 16-byte access, which
+// needs 8-element alignment) into v[0..P), `fill` where the unit lies past the row's D4 chunks.
+template <typename T, int P>
+inline void kiln_load_unit(const device T* p, uint u, uint D4, thread float4* v, float fill) {
+    if (P == 2) {
+        if (2 * u < D4) {
+            uint4 q = ((const device uint4*)p)[u];
+            float2 a = kiln_widen2(q.x, T()), b = kiln_widen2(q.y, T());
+            float2 c = kiln_widen2(q.z, T()), d = kiln_widen2(q.w, T());
+            v[0] = float4(a.x, a.y, b.x, b.y);
+            v[1] = float4(c.x, c.y, d.x, d.y);
+        } else {
+            v[0] = float4(fill);
+            v[1] = float4(fill);
+        }
+    } else {
+        v[0] = u < D4 ? kiln_load4(p, u) : float4(fill);
+    }
+}
+// Stores unit `u` (in range) from v[0..P).
+template <typename T, int P>
+inline void kiln_store_unit(device T* p, uint u, thread const float4* v) {
+    if (P == 2) {
+        ((device uint4*)p)[u] = uint4(kiln_pack2(v[0].x, v[0].y, T()), kiln_pack2(v[0].z, v[0].w, T()),
+                                      kiln_pack2(v[1].x, v[1].y, T()), kiln_pack2(v[1].z, v[1].w, T()));
+    } else {
+        kiln_store4(p, u, v[0]);
+    }
+}
 "#;
+
+/// True when 16-byte units of 8 elements of `a` are aligned (see [`vec4_aligned`]).
+pub(crate) fn vec8_aligned(a: &Array) -> bool {
+    !a.is_row_contiguous() || a.offset() % 8 == 0
+}
 
 /// How a row kernel finds its row: one simdgroup per row (`row_per_simdgroup`, the grid is
 /// rows × 32 threads) or one threadgroup per row. Defines `row`, `tid` (the thread within the
