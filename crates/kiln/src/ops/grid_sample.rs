@@ -182,7 +182,7 @@ fn forward_kernel() -> Result<&'static MetalKernel> {
     static CELL: Cell = OnceLock::new();
     cached(&CELL, OP, || {
         Ok(MetalKernel::new("kiln_grid_sample", &["x", "grid"], &["out"], FORWARD)?
-            .header(&format!("{VEC4_HEADER}{HEADER}")))
+            .header(format!("{VEC4_HEADER}{HEADER}")))
     })
 }
 
