@@ -121,6 +121,7 @@ fn run_row_sum(dtype: DType, function: &str, use_bias: bool) {
             threadgroup: [32, 1, 1],
             threadgroup_memory: vec![32 * 4],
             timeout: None,
+            resolved: None,
         })
         .unwrap();
     let xv = x.to_f64_vec().unwrap();
@@ -165,6 +166,7 @@ fn invalid_msl_reports_the_users_line() {
             threadgroup: [4, 1, 1],
             threadgroup_memory: vec![],
             timeout: None,
+            resolved: None,
         })
         .unwrap_err();
     match err {

@@ -9,14 +9,17 @@ use std::sync::Arc;
 
 pub use view::SliceArg;
 
+use smallvec::SmallVec;
+
 use crate::device::{Device, DeviceBuffer};
 use crate::dtype::{element_bytes_to_f64, f64_to_element_bytes, DType, Element};
 use crate::error::{Error, Result};
 
-/// A shape: extents per axis, outermost first.
-pub type Shape = Vec<usize>;
+/// A shape: extents per axis, outermost first (inline up to four axes, so arrays of up to
+/// four dimensions are made and cloned without allocating).
+pub type Shape = SmallVec<[usize; 4]>;
 /// Strides in elements (not bytes), one per axis; may be zero (broadcast) or negative.
-pub type Strides = Vec<isize>;
+pub type Strides = SmallVec<[isize; 4]>;
 
 /// Host memory, 16-byte aligned so any element type (and vector loads of it) may alias it.
 #[derive(Clone)]
@@ -85,7 +88,7 @@ pub struct Array {
 
 /// Row-major (C order) strides for `shape`.
 pub fn row_major_strides(shape: &[usize]) -> Strides {
-    let mut strides = vec![0isize; shape.len()];
+    let mut strides: Strides = smallvec::smallvec![0isize; shape.len()];
     let mut acc = 1isize;
     for (s, &n) in strides.iter_mut().zip(shape).rev() {
         *s = acc;
@@ -118,7 +121,7 @@ impl Array {
         Array {
             storage: Arc::new(Storage::Host(buffer)),
             offset: 0,
-            shape: shape.to_vec(),
+            shape: Shape::from_slice(shape),
             strides: row_major_strides(shape),
             dtype,
         }
@@ -129,7 +132,7 @@ impl Array {
         Array {
             storage: Arc::new(Storage::Device(buffer)),
             offset: 0,
-            shape: shape.to_vec(),
+            shape: Shape::from_slice(shape),
             strides: row_major_strides(shape),
             dtype,
         }
@@ -342,8 +345,8 @@ impl Array {
         })
     }
 
-    pub(crate) fn with_view(&self, offset: usize, shape: Shape, strides: Strides) -> Array {
-        Array { storage: self.storage.clone(), offset, shape, strides, dtype: self.dtype }
+    pub(crate) fn with_view(&self, offset: usize, shape: impl Into<Shape>, strides: impl Into<Strides>) -> Array {
+        Array { storage: self.storage.clone(), offset, shape: shape.into(), strides: strides.into(), dtype: self.dtype }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Views that share storage: NumPy basic slicing (negative steps included), axis permutation and
 //! broadcasting (zero strides). Nothing here copies data.
 
-use super::{row_major_strides, Array};
+use super::{row_major_strides, Array, Shape, Strides};
 use crate::error::{Error, Result};
 
 /// One axis of a NumPy basic slice, `start:stop:step`; `None` means "omitted".
@@ -117,15 +117,15 @@ impl Array {
                 format!("{perm:?} is not a permutation of the {nd} axes of shape {:?}", self.shape),
             ));
         }
-        let shape = perm.iter().map(|&p| self.shape[p]).collect();
-        let strides = perm.iter().map(|&p| self.strides[p]).collect();
+        let shape: Shape = perm.iter().map(|&p| self.shape[p]).collect();
+        let strides: Strides = perm.iter().map(|&p| self.strides[p]).collect();
         Ok(self.with_view(self.offset, shape, strides))
     }
 
     /// Reverses the axes (matrix transpose for 2-D arrays).
     pub fn t(&self) -> Array {
-        let shape = self.shape.iter().rev().copied().collect();
-        let strides = self.strides.iter().rev().copied().collect();
+        let shape: Shape = self.shape.iter().rev().copied().collect();
+        let strides: Strides = self.strides.iter().rev().copied().collect();
         self.with_view(self.offset, shape, strides)
     }
 

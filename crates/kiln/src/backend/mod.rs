@@ -6,7 +6,8 @@ pub mod cpu;
 pub mod cuda;
 pub mod metal;
 
-use std::sync::Arc;
+use std::any::Any;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::array::Array;
@@ -94,6 +95,37 @@ pub struct Launch<'a> {
     /// Bytes bound to `[[threadgroup(0)]]`, `[[threadgroup(1)]]`, ...
     pub threadgroup_memory: Vec<usize>,
     pub timeout: Option<Duration>,
+    /// Where a backend may keep what it resolved for `program`, so that launching the same
+    /// program again skips the lookup by content; `None` always looks it up.
+    pub resolved: Option<&'a ResolvedSlot>,
+}
+
+/// What one backend resolved (compiled and loaded) for one program, kept beside the program by
+/// its owner. The first device to fill it keeps it; other devices look their programs up.
+#[derive(Default)]
+pub struct ResolvedSlot(OnceLock<(Device, Arc<dyn Any + Send + Sync>)>);
+
+impl ResolvedSlot {
+    /// What `device` resolved here, if it filled the slot.
+    pub fn get<T: Any + Send + Sync>(&self, device: Device) -> Option<Arc<T>> {
+        let (owner, value) = self.0.get()?;
+        if *owner != device {
+            return None;
+        }
+        value.clone().downcast::<T>().ok()
+    }
+
+    /// Keeps `value` for `device` unless the slot is already filled.
+    pub fn set<T: Any + Send + Sync>(&self, device: Device, value: Arc<T>) {
+        let _ = self.0.set((device, value));
+    }
+}
+
+impl std::fmt::Debug for ResolvedSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let owner = self.0.get().map(|(d, _)| *d);
+        f.debug_tuple("ResolvedSlot").field(&owner).finish()
+    }
 }
 
 impl Launch<'_> {

@@ -4,13 +4,14 @@
 //! memoised per call signature (what the source depends on), so a repeated call costs a table
 //! lookup, not code generation.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
+use rustc_hash::FxHashMap;
+
 use super::launch::{KernelInput, LaunchSpec, MathMode};
 use crate::array::Array;
-use crate::backend::{self, Binding, Dispatch, Launch, MetalProgram, OutputSpec, ProgramKind};
+use crate::backend::{self, Binding, Dispatch, Launch, MetalProgram, OutputSpec, ProgramKind, ResolvedSlot};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -39,6 +40,8 @@ pub struct MetalKernel {
     attributes: Vec<(&'static str, &'static str)>,
     shape_info: Vec<ShapeInfo>,
     memo: Memo,
+    /// "metal_kernel <name>", the op named in errors.
+    op: String,
 }
 
 /// Everything the generated source depends on besides the kernel's own fields: per input its
@@ -76,7 +79,7 @@ impl Signature {
 /// A cheap hash of what a signature holds, computed from the call's own arguments.
 fn signature_hash(arrays: &[Array], spec: &LaunchSpec) -> u64 {
     use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = rustc_hash::FxHasher::default();
     for a in arrays {
         (a.dtype(), a.ndim(), a.size() < 8).hash(&mut h);
     }
@@ -87,10 +90,11 @@ fn signature_hash(arrays: &[Array], spec: &LaunchSpec) -> u64 {
 
 /// Generated sources and programs by call signature. Builder methods start a fresh table, so a
 /// kernel changed after cloning never sees its original's programs.
-type Memo = Arc<Mutex<HashMap<u64, Vec<(Signature, Arc<Generated>)>>>>;
+type Memo = Arc<Mutex<FxHashMap<u64, Vec<(Signature, Arc<Generated>)>>>>;
 
-/// The generated source of one signature and the program compiled from it.
-type Generated = (GeneratedSource, MetalProgram);
+/// The generated source of one signature, the program compiled from it and the slot where the
+/// backend keeps what it resolved for that program.
+type Generated = (GeneratedSource, MetalProgram, ResolvedSlot);
 
 /// The Metal source generated for one call, with its mangled entry name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,7 +119,6 @@ impl MetalKernel {
         let attributes = scan::detect_attributes(&source);
         let shape_info = input_names.iter().map(|n| scan::detect_shape_info(&source, n)).collect();
         Ok(MetalKernel {
-            name,
             input_names: input_names.iter().map(|s| s.to_string()).collect(),
             output_names: output_names.iter().map(|s| s.to_string()).collect(),
             source,
@@ -126,6 +129,8 @@ impl MetalKernel {
             attributes,
             shape_info,
             memo: Memo::default(),
+            op: format!("metal_kernel {name}"),
+            name,
         })
     }
 
@@ -161,13 +166,13 @@ impl MetalKernel {
         &self.name
     }
 
-    fn op(&self) -> String {
-        format!("metal_kernel {}", self.name)
+    fn op(&self) -> &str {
+        &self.op
     }
 
     /// Checks the argument counts against the names, as MLX does at call time.
     fn check_counts(&self, n_inputs: usize, spec: &LaunchSpec) -> Result<()> {
-        spec.check_counts(&self.op(), self.input_names.len(), n_inputs, self.output_names.len())
+        spec.check_counts(self.op(), self.input_names.len(), n_inputs, self.output_names.len())
     }
 
     /// Validates the call and generates MLX's Metal source for these inputs.
@@ -266,7 +271,7 @@ impl MetalKernel {
         }
         let generated = self.generate(arrays, spec)?;
         let program = self.program(&generated);
-        let entry = Arc::new((generated, program));
+        let entry = Arc::new((generated, program, ResolvedSlot::default()));
         let mut memo = self.memo.lock().map_err(|_| poisoned())?;
         memo.entry(hash).or_default().push((Signature::of(arrays, spec), entry.clone()));
         Ok(entry)
@@ -320,6 +325,7 @@ impl MetalKernel {
             threadgroup: spec.threadgroup,
             threadgroup_memory: Vec::new(),
             timeout: spec.timeout,
+            resolved: Some(&memo.2),
         })
     }
 

@@ -136,6 +136,7 @@ impl MetalLibrary {
             threadgroup: launch.threadgroup,
             threadgroup_memory: launch.threadgroup_memory.clone(),
             timeout: launch.timeout,
+            resolved: None,
         })
     }
 }

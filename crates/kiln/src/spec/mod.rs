@@ -19,6 +19,8 @@ use crate::source::mangle::TemplateArg;
 use toml_access::{spec_err, usize_list, Section};
 
 /// A parsed spec file, ready to translate or run.
+// One value per spec file: the size of the larger variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum KernelSpec {
     /// A body-only kernel call.

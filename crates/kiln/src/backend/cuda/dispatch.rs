@@ -5,6 +5,7 @@
 //! real size. Region counts beyond CUDA's grid limits are chunked by moving the region origin.
 
 use cudarc::driver::{result as drv, sys};
+use smallvec::{smallvec, SmallVec};
 
 use super::memory::CudaBuffer;
 use super::programs::Resolved;
@@ -26,12 +27,15 @@ pub struct Region {
 /// CUDA's limits on grid dimensions.
 const MAX_GRID: [u32; 3] = [i32::MAX as u32, 65535, 65535];
 
+/// The launches of one dispatch (one, except for partial or oversized grids).
+pub type Regions = SmallVec<[Region; 1]>;
+
 /// The regions that realise a dispatch of `grid` threads in groups of `tg` (already clamped).
-pub fn thread_regions(grid: [u32; 3], tg: [u32; 3]) -> Vec<Region> {
+pub fn thread_regions(grid: [u32; 3], tg: [u32; 3]) -> Regions {
     // The common case, a grid of whole groups within CUDA's limits, is one region.
     let groups = [0, 1, 2].map(|d| grid[d] / tg[d].max(1));
     if (0..3).all(|d| grid[d] % tg[d].max(1) == 0 && groups[d] > 0 && groups[d] <= MAX_GRID[d]) {
-        return vec![Region { origin: [0; 3], groups, block: tg }];
+        return smallvec![Region { origin: [0; 3], groups, block: tg }];
     }
     // Per dimension: (first group, group count, block size) of the full and the partial part.
     let parts: Vec<Vec<(u32, u32, u32)>> = (0..3)
@@ -47,7 +51,7 @@ pub fn thread_regions(grid: [u32; 3], tg: [u32; 3]) -> Vec<Region> {
             v
         })
         .collect();
-    let mut out = Vec::new();
+    let mut out = Regions::new();
     for &(ox, nx, bx) in &parts[0] {
         for &(oy, ny, by) in &parts[1] {
             for &(oz, nz, bz) in &parts[2] {
@@ -59,7 +63,7 @@ pub fn thread_regions(grid: [u32; 3], tg: [u32; 3]) -> Vec<Region> {
 }
 
 /// Splits a region whose group counts exceed CUDA's grid limits.
-fn chunk(r: Region, out: &mut Vec<Region>) {
+fn chunk(r: Region, out: &mut Regions) {
     let steps = |d: usize| (0..r.groups[d]).step_by(MAX_GRID[d] as usize);
     for sx in steps(0) {
         for sy in steps(1) {
@@ -125,7 +129,7 @@ impl CudaBackend {
         let (grid, regions) = match launch.dispatch {
             Dispatch::Threads(grid) => (grid, thread_regions(grid, tg)),
             Dispatch::Threadgroups(groups) => {
-                let mut regions = Vec::new();
+                let mut regions = Regions::new();
                 if !groups.contains(&0) {
                     chunk(Region { origin: [0; 3], groups, block: tg }, &mut regions);
                 }
@@ -168,11 +172,11 @@ impl CudaBackend {
         let mut keep_bufs: Vec<CudaBuffer> = Vec::new();
         for (slot, binding) in launch.bindings.iter().enumerate() {
             let address = match binding {
+                Binding::Array(a) if a.device() == Device::Cuda(self.ordinal) => self.element_address(kernel, a)?,
                 Binding::Array(a) => {
-                    let a =
-                        if a.device() == Device::Cuda(self.ordinal) { a.clone() } else { self.upload_view(kernel, a)? };
-                    let addr = self.element_address(kernel, &a)?;
-                    keep.push(a);
+                    let uploaded = self.upload_view(kernel, a)?;
+                    let addr = self.element_address(kernel, &uploaded)?;
+                    keep.push(uploaded);
                     addr
                 }
                 Binding::Output(spec) => {
@@ -272,8 +276,8 @@ mod tests {
     #[test]
     fn exact_grids_need_one_region() {
         assert_eq!(
-            thread_regions([64, 1, 1], [32, 1, 1]),
-            vec![Region { origin: [0; 3], groups: [2, 1, 1], block: [32, 1, 1] }]
+            thread_regions([64, 1, 1], [32, 1, 1]).as_slice(),
+            [Region { origin: [0; 3], groups: [2, 1, 1], block: [32, 1, 1] }]
         );
     }
 

@@ -74,6 +74,10 @@ pub fn backend(ordinal: usize) -> Result<Arc<dyn Backend>> {
 
 /// Like [`backend`], with the concrete type (for `CudaKernel`).
 pub fn cuda_backend(ordinal: usize) -> Result<Arc<CudaBackend>> {
+    // Devices created before are found without a lock (a call's hot path).
+    if let Some(b) = CREATED.get(ordinal).and_then(OnceLock::get) {
+        return Ok(b.clone());
+    }
     libs::require_driver()?;
     libs::require_nvrtc()?;
     let mut reg = registry().lock().map_err(|_| unavailable("cuda", "backend registry lock poisoned"))?;
@@ -82,8 +86,15 @@ pub fn cuda_backend(ordinal: usize) -> Result<Arc<CudaBackend>> {
     }
     let b = Arc::new(CudaBackend::new(ordinal)?);
     reg.insert(ordinal, b.clone());
+    if let Some(slot) = CREATED.get(ordinal) {
+        // Set once, under the registry lock, to the registry's own backend.
+        let _ = slot.set(b.clone());
+    }
     Ok(b)
 }
+
+/// The backends of the first devices, once created (the registry holds every device).
+static CREATED: [OnceLock<Arc<CudaBackend>>; 16] = [const { OnceLock::new() }; 16];
 
 fn device_count() -> Result<usize> {
     drv::init().map_err(|e| unavailable("cuda", format!("cuInit failed: {}", driver_error(e))))?;
@@ -402,7 +413,17 @@ impl Backend for CudaBackend {
     }
 
     fn launch(&self, launch: &Launch<'_>) -> Result<Vec<Array>> {
-        let resolved = self.resolve(launch.program)?;
+        let device = Device::Cuda(self.ordinal);
+        let resolved = match launch.resolved.and_then(|slot| slot.get::<Resolved>(device)) {
+            Some(r) => r,
+            None => {
+                let r = self.resolve(launch.program)?;
+                if let Some(slot) = launch.resolved {
+                    slot.set(device, r.clone());
+                }
+                r
+            }
+        };
         self.run(launch, &resolved)
     }
 }

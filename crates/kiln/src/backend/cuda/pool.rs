@@ -2,10 +2,10 @@
 //! table lookup instead of a driver call. Reusing a block at once is safe because the backend
 //! has one stream: work that still reads a freed block was queued before any new use of it.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 use cudarc::driver::CudaSlice;
+use rustc_hash::FxHashMap;
 
 /// Blocks up to this size are cached; larger ones go back to the driver's stream-ordered pool.
 const MAX_CACHED_BLOCK: usize = 64 << 20;
@@ -24,7 +24,7 @@ pub(super) fn size_class(len: usize) -> usize {
 }
 
 /// Free blocks by size class, and the bytes they hold.
-type FreeBlocks = (HashMap<usize, Vec<CudaSlice<u8>>>, usize);
+type FreeBlocks = (FxHashMap<usize, Vec<CudaSlice<u8>>>, usize);
 
 #[derive(Default)]
 pub(super) struct BlockPool {

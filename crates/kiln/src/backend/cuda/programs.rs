@@ -3,10 +3,10 @@
 //! lookup hashes the Metal text (a few KB, not the ~100 KB translation unit) with a fast
 //! non-cryptographic hash and confirms the match by comparison.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::CudaFunction;
+use rustc_hash::FxHashMap;
 
 use super::LoadedModule;
 use crate::backend::{MetalProgram, ProgramKind};
@@ -70,7 +70,7 @@ type Bucket = Vec<(Identity, Arc<Resolved>)>;
 /// Programs of one backend by fingerprint; each bucket is checked by full comparison.
 #[derive(Default)]
 pub(super) struct ProgramTable {
-    map: Mutex<HashMap<u64, Bucket>>,
+    map: Mutex<FxHashMap<u64, Bucket>>,
 }
 
 impl ProgramTable {
