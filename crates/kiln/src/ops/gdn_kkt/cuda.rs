@@ -9,9 +9,10 @@
 //! `ldmatrix` fragment: one f32 product with beta, one RNE rounding (`cvt.rn.bf16x2.f32`), as
 //! the portable kernel does; the products of two bf16/f16 values are exact in f32, so only the
 //! order of the f32 sums differs from it. Gates use the same TwoSum form of `g_i - g_j`.
-//! Stores are 16 bytes wide: lanes `q` and `q ^ 1` swap half of their accumulator pairs so each
-//! holds 4 consecutive columns of one row; the zero tiles right of each strip's diagonal block
-//! are written as float4 rows.
+//! Stores are whole rows: each warp stages 8 rows of its strip in shared memory at a time and
+//! writes them back as 16-byte stores, two 256-byte rows per instruction, the zeros right of the
+//! strip's diagonal block included.
+//! The op is memory-bound: it reads k, beta and g once and writes A (f32, zeros included).
 
 use std::sync::OnceLock;
 
@@ -23,7 +24,8 @@ use crate::kernel::{CudaKernel, LaunchSpec};
 
 /// Threads per block: 4 warps.
 const THREADS: usize = 128;
-/// The largest head dim served (the key tile, 64 x (2K + 16) bytes, stays in static shared memory).
+/// The largest head dim served: the key tile (64 x (2K + 16) bytes), the warps' staging rows
+/// (9 KB) and the gates of `MAX_GROUP` heads (4 KB) fit the 48 KB of static shared memory.
 pub const MAX_K: usize = 256;
 /// The most value heads per key head served (their gates and betas are staged in shared memory).
 pub const MAX_GROUP: usize = 8;
@@ -88,11 +90,14 @@ __device__ __forceinline__ float gate(float gi, float gj) {
 __device__ __forceinline__ void store4(float* p, float a, float b, float c, float d) {
   asm volatile("st.global.v4.f32 [%0], {%1,%2,%3,%4};" :: "l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
 }
+// Floats between rows of a warp's staging area (8 rows): 64 + 8 keeps the 8-byte stores of the
+// accumulator layout free of bank conflicts.
+constexpr int STAGE_LD = 72;
 // Rows [16S, 16S + 16) of one head's 64 x 64 block: tiles 0..2S+1 by mma, the rest zeros.
-// `tile` is the shared key tile, `bs`/`gs` this head's 64 betas and gates, `out` row 0 of the
-// block in A, `stride` floats between rows of A.
+// `tile` is the shared key tile, `stage` the warp's staging area (shared addresses), `bs`/`gs`
+// this head's 64 betas and gates, `out` row 0 of the block in A, `stride` floats between rows.
 template <int S, int KD, bool BF16>
-__device__ __forceinline__ void strip(unsigned tile, const float* bs, const float* gs, float* out,
+__device__ __forceinline__ void strip(unsigned tile, unsigned stage, const float* bs, const float* gs, float* out,
                                       int stride, int valid, int lane) {
   constexpr int ROW = KD * 2 + 16;
   constexpr int NT = 2 * S + 2;
@@ -127,8 +132,6 @@ __device__ __forceinline__ void strip(unsigned tile, const float* bs, const floa
   int i1 = i0 + 8;
   float gi0 = gs[i0];
   float gi1 = gs[i1];
-  bool odd = (q & 1) != 0;
-  int row = odd ? i1 : i0;
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
     int j = 8 * n + 2 * q;
@@ -136,29 +139,34 @@ __device__ __forceinline__ void strip(unsigned tile, const float* bs, const floa
     float gj1 = gs[j + 1];
     // Tiles left of the strip's diagonal block lie wholly below the diagonal.
     bool below = n < 2 * S;
-    float v0 = below || j < i0 ? acc[n][0] * gate(gi0, gj0) : 0.0f;
-    float v1 = below || j + 1 < i0 ? acc[n][1] * gate(gi0, gj1) : 0.0f;
-    float v2 = below || j < i1 ? acc[n][2] * gate(gi1, gj0) : 0.0f;
-    float v3 = below || j + 1 < i1 ? acc[n][3] * gate(gi1, gj1) : 0.0f;
-    // Even lanes keep row i0 and take the odd partner's row-i0 pair; odd lanes the reverse.
-    float r0 = __shfl_xor_sync(0xffffffffu, odd ? v0 : v2, 1);
-    float r1 = __shfl_xor_sync(0xffffffffu, odd ? v1 : v3, 1);
-    if (row < valid) {
-      float* p = out + row * stride + 8 * n + (q & 2) * 2;
-      if (odd) {
-        store4(p, r0, r1, v2, v3);
-      } else {
-        store4(p, v0, v1, r0, r1);
-      }
-    }
+    acc[n][0] = below || j < i0 ? acc[n][0] * gate(gi0, gj0) : 0.0f;
+    acc[n][1] = below || j + 1 < i0 ? acc[n][1] * gate(gi0, gj1) : 0.0f;
+    acc[n][2] = below || j < i1 ? acc[n][2] * gate(gi1, gj0) : 0.0f;
+    acc[n][3] = below || j + 1 < i1 ? acc[n][3] * gate(gi1, gj1) : 0.0f;
   }
-  constexpr int Z4 = (3 - S) * 4;
-  if constexpr (Z4 > 0) {
+  // Rows 0-7 of the strip, then rows 8-15, go through the warp's 8-row staging area so each
+  // store writes two whole 256-byte rows; columns right of the diagonal block are zeros.
 #pragma unroll
-    for (int idx = lane; idx < 16 * Z4; idx += 32) {
-      int r = 16 * S + idx / Z4;
-      if (r < valid) {
-        store4(out + r * stride + 16 * (S + 1) + (idx % Z4) * 4, 0.0f, 0.0f, 0.0f, 0.0f);
+  for (int half = 0; half < 2; ++half) {
+    __syncwarp();
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      asm volatile("st.shared.v2.f32 [%0], {%1,%2};" :: "r"(stage + (grp * STAGE_LD + 8 * n + 2 * q) * 4),
+                   "f"(acc[n][2 * half]), "f"(acc[n][2 * half + 1]) : "memory");
+    }
+    __syncwarp();
+    int col = 4 * (lane & 15);
+#pragma unroll
+    for (int it = 0; it < 4; ++it) {
+      int r = 2 * it + (lane >> 4);
+      float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (col < 16 * (S + 1)) {
+        asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+                     : "r"(stage + (r * STAGE_LD + col) * 4) : "memory");
+      }
+      int row = 16 * S + 8 * half + r;
+      if (row < valid) {
+        store4(out + row * stride + col, v[0], v[1], v[2], v[3]);
       }
     }
   }
@@ -174,6 +182,7 @@ const SOURCE: &str = r#"
     __shared__ __align__(16) unsigned char tile_s[BT * ROW];
     __shared__ float beta_s[R][BT];
     __shared__ float g_s[R][BT];
+    __shared__ __align__(16) float stage_s[4][8 * gdn_kkt::STAGE_LD];
     int seq = k_shape[1];
     int HG = k_shape[2];
     int H = HG * R;
@@ -213,15 +222,16 @@ const SOURCE: &str = r#"
     int warp = tid >> 5;
     int lane = tid & 31;
     int stride = H * BT;
+    unsigned stage = gdn_kkt::smem_addr(stage_s[warp]);
     for (int item = warp; item < 2 * R; item += 4) {
         int hh = item >> 1;
         float* out = A + ((size_t(b) * seq + t0) * H + hg * R + hh) * BT;
         if (item & 1) {
-            gdn_kkt::strip<2, KD, BF16>(tile, beta_s[hh], g_s[hh], out, stride, valid, lane);
-            gdn_kkt::strip<1, KD, BF16>(tile, beta_s[hh], g_s[hh], out, stride, valid, lane);
+            gdn_kkt::strip<2, KD, BF16>(tile, stage, beta_s[hh], g_s[hh], out, stride, valid, lane);
+            gdn_kkt::strip<1, KD, BF16>(tile, stage, beta_s[hh], g_s[hh], out, stride, valid, lane);
         } else {
-            gdn_kkt::strip<3, KD, BF16>(tile, beta_s[hh], g_s[hh], out, stride, valid, lane);
-            gdn_kkt::strip<0, KD, BF16>(tile, beta_s[hh], g_s[hh], out, stride, valid, lane);
+            gdn_kkt::strip<3, KD, BF16>(tile, stage, beta_s[hh], g_s[hh], out, stride, valid, lane);
+            gdn_kkt::strip<0, KD, BF16>(tile, stage, beta_s[hh], g_s[hh], out, stride, valid, lane);
         }
     }
 "#;
