@@ -412,7 +412,9 @@ fn batched_input(device: Device, shape: &[usize], values: &[f64]) -> (Array, Vec
 fn cholesky_matches_reference_and_reconstructs(device: Device) {
     // (batch shape, N): the register variant at 1, 5 (several matrices per simdgroup, a
     // partial last simdgroup), 16 (vector rows), 17 and 32 (one matrix per simdgroup), 33 and 64
-    // (two rows per lane); the in-place variant just above; 1024 only on a GPU.
+    // (two rows per lane); the blocked variant just above (one partial block), at 100 and 130
+    // (a partial last block, a partial update tile), 128 (whole blocks) and 200 (four blocks);
+    // 300, 513 and 1024 only on a GPU.
     let mut cases: Vec<(Vec<usize>, usize)> = vec![
         (vec![7], 1),
         (vec![3, 3], 5),
@@ -421,11 +423,14 @@ fn cholesky_matches_reference_and_reconstructs(device: Device) {
         (vec![3], 32),
         (vec![2], 33),
         (vec![2], 64),
-        (vec![1], 65),
-        (vec![2], 130),
+        (vec![3], 65),
+        (vec![2], 100),
+        (vec![2], 128),
+        (vec![2, 1], 130),
+        (vec![1], 200),
     ];
     if device != Device::Cpu {
-        cases.push((vec![2], 1024));
+        cases.extend([(vec![3], 300), (vec![2], 513), (vec![2], 1024)]);
     }
     let tol = tolerance(DType::F32);
     for (seed, (batch, n)) in cases.into_iter().enumerate() {
@@ -449,8 +454,9 @@ fn cholesky_matches_reference_and_reconstructs(device: Device) {
 }
 
 fn cholesky_reports_the_non_spd_matrix(device: Device) {
-    // The register variant (several matrices per simdgroup; two rows per lane) and in place.
-    for (n, bad) in [(1, 2), (12, 2), (64, 1), (80, 1)] {
+    // The register variant (several matrices per simdgroup; two rows per lane) and blocked
+    // (the bad pivot in the first block, in a later one, in a partial last block).
+    for (n, bad) in [(1, 2), (12, 2), (64, 1), (80, 1), (130, 1), (200, 2)] {
         let mut rng = Rng::new(700 + n as u64);
         let mut values: Vec<f64> = (0..3).flat_map(|_| spd(&mut rng, n)).collect();
         // Matrix `bad` gets a negative pivot in the middle.
@@ -459,7 +465,8 @@ fn cholesky_reports_the_non_spd_matrix(device: Device) {
         match cholesky::cholesky(&a) {
             Err(e @ Error::InvalidArgument { .. }) => {
                 let msg = e.to_string();
-                assert!(msg.starts_with("[cholesky]") && msg.contains(&format!("matrix {bad} ")), "{msg}");
+                let (matrix, pivot) = (format!("matrix {bad} "), format!("pivot {} ", n / 2));
+                assert!(msg.starts_with("[cholesky]") && msg.contains(&matrix) && msg.contains(&pivot), "{msg}");
             }
             other => panic!("n={n}: expected a non-SPD error, got {other:?}"),
         }
@@ -481,6 +488,16 @@ fn cholesky_names_the_first_of_several_failures(device: Device) {
     let (a, _) = batched_input(device, &[count, n, n], &values);
     let msg = cholesky::cholesky(&a).unwrap_err().to_string();
     assert!(msg.contains("matrix 37 ") && msg.contains("pivot 2 "), "{msg}");
+    // Blocked: matrix 1 fails in its second block, matrix 3 in its first; within matrix 1 the
+    // first of two bad pivots (70, then 90) is named.
+    let (n, count) = (100, 4);
+    let mut values: Vec<f64> = (0..count).flat_map(|_| spd(&mut rng, n)).collect();
+    for (bad, col) in [(3, 10), (1, 90), (1, 70)] {
+        values[bad * n * n + col * (n + 1)] = -1.0;
+    }
+    let (a, _) = batched_input(device, &[count, n, n], &values);
+    let msg = cholesky::cholesky(&a).unwrap_err().to_string();
+    assert!(msg.contains("matrix 1 ") && msg.contains("pivot 70 "), "{msg}");
 }
 
 fn cholesky_rejects_bad_input(device: Device) {
@@ -639,7 +656,11 @@ fn every_compute_kernel_compiles_with_nvrtc() {
             }
         }
     }
-    for n in [1, 5, 8, 16, 40, 64, 130] {
+    for program in cholesky::blocked::programs() {
+        let cubin = kiln::backend::cuda::compile_cubin(&program, (9, 0)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", program.kernel);
+    }
+    for n in [1, 5, 8, 16, 40, 64] {
         let a = Array::full(DType::F32, &[2, n, n], 1.0);
         let (kernel, inputs, spec) = cholesky::kernel_and_spec(&a).unwrap();
         let inputs: Vec<Array> = inputs.iter().map(|i| i.to_array()).collect();

@@ -10,20 +10,20 @@
 //!   `L[k][j]` and every row updates `a[i][k] -= L[i][j] L[k][j]`. No barriers; rows read and
 //!   write their own contiguous N floats (16-byte vectors when N % 4 == 0 and A is aligned).
 //!   Entries above the diagonal are carried as garbage and never stored.
-//! - `InPlace` (N > 64): one threadgroup of 1024 threads per matrix works in place in the
-//!   output, two barriers per column. The columns are kept unscaled while it runs
-//!   (`a[i][j] = L[i][j] L[j][j]`, `a[j][j] = L[j][j]^2`), so step j only reads column j (staged
-//!   in threadgroup memory) and updates the trailing triangle
-//!   `a[i][k] -= a[i][j] / a[j][j] * a[k][j]` for `j < k <= i`, a simdgroup per row i; the final
-//!   pass scales `L[i][k] = a[i][k] / sqrt(a[k][k])`.
+//! - `Blocked` (N > 64): right-looking blocked algorithm in place in the output, block width
+//!   [`blocked::NB`], two launches per block column over the whole batch (diagonal block and
+//!   panel solve; trailing update as a tiled FMA kernel on the lower triangle); see
+//!   [`blocked`].
 //!
 //! A pivot that is not > 0 (or NaN) marks the matrix with the flag `j + 1` of its first bad
-//! column; a one-threadgroup kernel reduces the flags to the first flagged matrix, which the op
+//! column (the pivot as computed by the variant's own arithmetic); a one-threadgroup kernel reduces the flags to the first flagged matrix, which the op
 //! turns into an error naming its batch index and the column. Only the lower triangle of A is
 //! read; L's upper triangle is 0.
 //! Layout: `a` (..., N, N) f32, any batch shape, 1 <= N <= 1024; output L of the same shape.
 //! Reference: [`reference`], Cholesky–Banachiewicz in f64. Tolerance: the f32 entry of the
 //! table, for L against the reference and for ‖A − L Lᵀ‖ / ‖A‖.
+
+pub mod blocked;
 
 use std::sync::OnceLock;
 
@@ -48,8 +48,8 @@ pub enum Variant {
     /// In registers: `lanes` lanes per matrix (`32 / lanes` matrices per simdgroup), `rows`
     /// rows per lane.
     Simd { lanes: usize, rows: usize },
-    /// In place in the output (device memory), 1024 threads per matrix.
-    InPlace,
+    /// Blocked, in place in the output (device memory), several launches per block column.
+    Blocked,
 }
 
 /// The deterministic variant rule.
@@ -57,7 +57,7 @@ pub fn variant(n: usize) -> Variant {
     match n {
         0..=32 => Variant::Simd { lanes: n.max(1).next_power_of_two(), rows: 1 },
         33..=SIMD_MAX_N => Variant::Simd { lanes: 32, rows: n.div_ceil(32) },
-        _ => Variant::InPlace,
+        _ => Variant::Blocked,
     }
 }
 
@@ -139,83 +139,19 @@ const SIMD_SOURCE: &str = r#"
     }
 "#;
 
-const INPLACE_SOURCE: &str = r#"
-    int tid = static_cast<int>(thread_index_in_threadgroup);
-    int nt = static_cast<int>(threads_per_threadgroup.x);
-    uint batch = threadgroup_position_in_grid.x;
-    long base = static_cast<long>(batch) * N * N;
-    int lane = static_cast<int>(thread_index_in_simdgroup);
-    int sg = static_cast<int>(simdgroup_index_in_threadgroup);
-    int nsg = static_cast<int>(simdgroups_per_threadgroup);
-    threadgroup float col[N];
-    device float* a = L + base;
-    for (int e = tid; e < N * N; e += nt) {
-        a[e] = A[base + e];
-    }
-    threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
-    int failed = 0;
-    for (int j = 0; j < N; ++j) {
-        float d = a[j * N + j];
-        // Every thread reads the same pivot after the barrier, so the exit is uniform.
-        if (!(d > 0.0f)) {
-            failed = j + 1;
-            break;
-        }
-        float inv = 1.0f / d;
-        for (int i = j + 1 + tid; i < N; i += nt) {
-            col[i] = a[i * N + j];
-        }
-        threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
-        // A simdgroup per row (consecutive lanes on consecutive columns), the column from
-        // threadgroup memory.
-        for (int i = j + 1 + sg; i < N; i += nsg) {
-            float aij = col[i] * inv;
-            for (int k = j + 1 + lane; k <= i; k += 32) {
-                a[i * N + k] -= aij * col[k];
-            }
-        }
-        threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
-    }
-    for (int e = tid; e < N * N; e += nt) {
-        int i = e / N;
-        int k = e % N;
-        if (k < i) {
-            L[base + e] = a[e] / metal::sqrt(a[k * N + k]);
-        }
-    }
-    threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
-    for (int e = tid; e < N * N; e += nt) {
-        int i = e / N;
-        int k = e % N;
-        if (k == i) {
-            L[base + e] = metal::sqrt(a[e]);
-        } else if (k > i) {
-            L[base + e] = 0.0f;
-        }
-    }
-    if (tid == 0) {
-        info[batch] = failed;
-    }
-"#;
-
 type Cell = OnceLock<std::result::Result<MetalKernel, String>>;
 
-fn kernel(simd: bool) -> Result<&'static MetalKernel> {
+fn simd_kernel() -> Result<&'static MetalKernel> {
     static SIMD: Cell = OnceLock::new();
-    static INPLACE: Cell = OnceLock::new();
-    let build = || {
-        if simd {
-            MetalKernel::new("kiln_cholesky_simd", &["A", "count"], &["L", "info"], SIMD_SOURCE)
-        } else {
-            MetalKernel::new("kiln_cholesky_inplace", &["A"], &["L", "info"], INPLACE_SOURCE)
-        }
-    };
-    let cell = if simd { &SIMD } else { &INPLACE };
-    cell.get_or_init(|| build().map_err(|e| e.to_string())).as_ref().map_err(|msg| Error::invalid(OP, msg.clone()))
+    SIMD.get_or_init(|| {
+        MetalKernel::new("kiln_cholesky_simd", &["A", "count"], &["L", "info"], SIMD_SOURCE).map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|msg| Error::invalid(OP, msg.clone()))
 }
 
-/// The kernel, its inputs and its launch for `a`; also used for compile-only checks.
-pub fn kernel_and_spec(a: &Array) -> Result<(&'static MetalKernel, Vec<KernelInput>, LaunchSpec)> {
+/// `(N, batch)` of a valid input, else the typed error.
+fn check_input(a: &Array) -> Result<(usize, usize)> {
     if a.dtype() != DType::F32 {
         return Err(Error::dtype(OP, a.dtype(), "cholesky takes float32 matrices"));
     }
@@ -228,25 +164,28 @@ pub fn kernel_and_spec(a: &Array) -> Result<(&'static MetalKernel, Vec<KernelInp
     if n == 0 || batch == 0 || n > MAX_N {
         return Err(Error::shape(OP, format!("need 1 <= N <= {MAX_N} and a non-empty batch, got {shape:?}")));
     }
-    let too_large = || Error::invalid(OP, "batch too large");
-    let (simd, threads, group, mut inputs) = match variant(n) {
-        Variant::Simd { lanes, .. } => {
-            let count = i32::try_from(batch).map_err(|_| too_large())?;
-            (true, batch.div_ceil(32 / lanes) * 32, SIMD_GROUP_THREADS, vec![KernelInput::from(count)])
-        }
-        Variant::InPlace => (false, batch * 1024, 1024, Vec::new()),
+    Ok((n, batch))
+}
+
+/// The register variant's kernel, inputs and launch for `a` (N <= [`SIMD_MAX_N`]); also used
+/// for compile-only checks. Larger matrices go through [`blocked`].
+pub fn kernel_and_spec(a: &Array) -> Result<(&'static MetalKernel, Vec<KernelInput>, LaunchSpec)> {
+    let (n, batch) = check_input(a)?;
+    let Variant::Simd { lanes, rows } = variant(n) else {
+        return Err(Error::invalid(OP, format!("N = {n} is factored by the blocked launches, not one kernel")));
     };
-    inputs.insert(0, a.into());
-    let grid = u32::try_from(threads).map_err(|_| too_large())?;
-    let mut spec = LaunchSpec::new([grid, 1, 1], [group as u32, 1, 1])
-        .output(shape, DType::F32)
+    let too_large = || Error::invalid(OP, "batch too large");
+    let count = i32::try_from(batch).map_err(|_| too_large())?;
+    let grid = u32::try_from(batch.div_ceil(32 / lanes) * 32).map_err(|_| too_large())?;
+    let spec = LaunchSpec::new([grid, 1, 1], [SIMD_GROUP_THREADS as u32, 1, 1])
+        .output(a.shape(), DType::F32)
         .output(&[batch], DType::I32)
         .template("N", n as i32)
+        .template("G", lanes as i32)
+        .template("R", rows as i32)
+        .template("V", n % 4 == 0 && vec4_aligned(a))
         .device(a.device());
-    if let Variant::Simd { lanes, rows } = variant(n) {
-        spec = spec.template("G", lanes as i32).template("R", rows as i32).template("V", n % 4 == 0 && vec4_aligned(a));
-    }
-    Ok((kernel(simd)?, inputs, spec))
+    Ok((simd_kernel()?, vec![a.into(), KernelInput::from(count)], spec))
 }
 
 /// Reduces the per-matrix flags on the device to `[first flagged index or -1, its flag]`, so the
@@ -300,11 +239,17 @@ pub fn cholesky(a: &Array) -> Result<Array> {
 
 /// As [`cholesky`], the output first filled with `init` (tests poison it with NaN).
 pub fn cholesky_with(a: &Array, init: Option<f64>) -> Result<Array> {
-    let (kernel, inputs, mut spec) = kernel_and_spec(a)?;
-    spec.init_value = init;
-    let mut outs = kernel.call(&inputs, &spec)?;
-    let (Some(info), Some(l)) = (outs.pop(), outs.pop()) else {
-        return Err(Error::invalid(OP, "the kernel returned too few outputs"));
+    let (n, batch) = check_input(a)?;
+    let (l, info) = if let Variant::Simd { .. } = variant(n) {
+        let (kernel, inputs, mut spec) = kernel_and_spec(a)?;
+        spec.init_value = init;
+        let mut outs = kernel.call(&inputs, &spec)?;
+        let (Some(info), Some(l)) = (outs.pop(), outs.pop()) else {
+            return Err(Error::invalid(OP, "the kernel returned too few outputs"));
+        };
+        (l, info)
+    } else {
+        blocked::factor(a, n, batch, init)?
     };
     let (kernel, spec) = first_failure_kernel_and_spec(&info)?;
     let first = kernel.call(&[(&info).into()], &spec)?;
