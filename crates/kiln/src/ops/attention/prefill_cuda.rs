@@ -2,11 +2,11 @@
 //! through `CudaKernel`; the parent's rule sends bf16/f16 inputs with D = 64 or 128, no mask or
 //! the causal mask, here. The portable Metal prefill stays the reference path.
 //!
-//! A block of `NW` warps takes `16·NW` queries of one (batch, query head); warp `w` owns
-//! queries `16w..16w+16` of it. Key/value tiles of 64 rows are staged in shared memory with
+//! A block of `NW` warps takes `16·MT·NW` queries of one (batch, query head); each warp owns
+//! `MT` m-tiles of 16 queries. Key/value tiles of `BN` rows are staged in shared memory with
 //! `cp.async` (two stages: tile `j+1` loads while tile `j` is used). Per tile and warp:
-//!   S = Q Kᵀ            mma.m16n8k16 (bf16|f16 → f32), Q fragments held in registers,
-//!                       K fragments by `ldmatrix`;
+//!   S = Q Kᵀ            mma.m16n8k16 (bf16|f16 → f32); Q fragments held in registers (QREG)
+//!                       or re-read per tile, K fragments by `ldmatrix`, each feeding MT mma;
 //!   S *= scale·log2(e); masked entries (keys ≥ Tk; causal: key > query + Tk − Tq) → −inf,
 //!                       only on tiles that cross the diagonal or the end of the keys;
 //!   m' = max(m, rowmax S); p = 2^(S − m'); l = l·2^(m − m') + Σp; O = O·2^(m − m') + P V,
@@ -14,7 +14,8 @@
 //!                       V fragments by `ldmatrix.trans`.
 //! At the end O / l (0 where l = 0: a query that sees no key) is rounded to the input dtype and
 //! stored through shared memory in 16-byte rows. Causal blocks stop at their last visible key
-//! tile, and the longest blocks start first.
+//! tile (a warp skips the tiles past its own), and the longest blocks start first. The block
+//! shape per head dimension and mask (`Shape::of`) is the fastest measured.
 //!
 //! Shared memory rows are D 16-bit values; 16-byte chunk `c` of row `r` sits at chunk
 //! `c ^ (r & 7)`, so the eight row addresses of each `ldmatrix` phase hit distinct banks.
@@ -32,10 +33,40 @@ use crate::kernel::{CudaKernel, KernelInput, LaunchSpec};
 
 /// Head dimensions the kernel takes.
 pub const HEAD_DIMS: [usize; 2] = [64, 128];
-/// Warps per block (16 queries each).
-const WARPS: usize = 4;
-/// Keys per tile.
-const KEYS_PER_TILE: usize = 64;
+/// The block shape of one kernel instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shape {
+    warps: usize,
+    /// 16-query m-tiles per warp: each key/value fragment read from shared memory feeds this
+    /// many mma.
+    m_tiles: usize,
+    /// Whether a warp keeps its Q fragments in registers (else re-reads them per key tile).
+    q_in_registers: bool,
+    /// Keys per tile.
+    keys: usize,
+}
+
+impl Shape {
+    /// The fastest measured on an H100 at B4 H32 T4096 for each head dimension and mask.
+    fn of(d: usize, causal: bool) -> Shape {
+        let (m_tiles, q_in_registers) = match (d, causal) {
+            (128, true) => (1, true),
+            (128, false) => (2, false),
+            (_, true) => (2, false),
+            (_, false) => (2, true),
+        };
+        Shape { warps: 4, m_tiles, q_in_registers, keys: 64 }
+    }
+
+    fn queries(self) -> usize {
+        16 * self.m_tiles * self.warps
+    }
+
+    /// Shared memory bytes: the query tile and two stages of key and value tiles.
+    fn shared_bytes(self, d: usize) -> usize {
+        (self.queries() + 4 * self.keys) * d * 2
+    }
+}
 
 pub(super) const HEADER: &str = r#"
 namespace kiln_sdpa {
@@ -108,12 +139,14 @@ __device__ __forceinline__ float ex2(float x) {
 
 pub(super) const SOURCE: &str = r#"
     using namespace kiln_sdpa;
-    constexpr int BM = 16 * NW;
-    constexpr int BN = 64;
+    // MT m-tiles (16 queries each) per warp; QREG: Q fragments held in registers (else re-read
+    // from shared memory per key tile).
+    constexpr int RW = 16 * MT;
+    constexpr int BM = RW * NW;
     constexpr int CPR = D / 8;
     constexpr int THREADS = 32 * NW;
     constexpr int TILE = BN * D;
-    extern __shared__ uint4 kiln_sdpa_smem[];
+    extern __shared__ __align__(1024) uint4 kiln_sdpa_smem[];
     unsigned short* sq = reinterpret_cast<unsigned short*>(kiln_sdpa_smem);
     unsigned short* sk = sq + BM * D;
     unsigned short* sv = sk + 2 * TILE;
@@ -128,10 +161,13 @@ pub(super) const SOURCE: &str = r#"
     const int h = blockIdx.y;
     const int hk = h / (Hq / Hkv);
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BM;
+    const int w0 = q0 + warp * RW;
     const int shift = Tk - Tq;
     int kend = Tk;
+    int wend = Tk;
     if (CAUSAL) {
         kend = min(max(min(q0 + BM, Tq) + shift, 0), Tk);
+        wend = min(max(min(w0 + RW, Tq) + shift, 0), Tk);
     }
     const int ntiles = (kend + BN - 1) / BN;
     const unsigned short* qb = reinterpret_cast<const unsigned short*>(q) + static_cast<long>(b * Hq + h) * Tq * D;
@@ -147,21 +183,31 @@ pub(super) const SOURCE: &str = r#"
     const int a_ch = lane >> 4;
     const int k_row = x7 + (lane >> 4) * 8;
     const int k_ch = (lane >> 3) & 1;
-    const unsigned sq_addr = smem_u32(sq);
-    const unsigned sk_addr = smem_u32(sk);
-    const unsigned sv_addr = smem_u32(sv);
+    // Chunk `2i + ch` of a row sits at byte (32i) ^ (16 (ch ^ x7)) of it; rows and tiles start
+    // on multiples of the row size, so each address is a lane constant XOR 32i.
+    const unsigned sq_addr = smem_u32(sq) + (warp * RW + a_row) * D * 2 + ((a_ch ^ x7) << 4);
+    const unsigned sk_addr = smem_u32(sk) + k_row * D * 2 + ((k_ch ^ x7) << 4);
+    const unsigned sv_addr = smem_u32(sv) + a_row * D * 2 + ((a_ch ^ x7) << 4);
     const float NEG_INF = neg_inf();
     const float sl2 = scale[0] * 1.4426950408889634f;
-    const int row_lo = q0 + warp * 16 + (lane >> 2);
+    const int row_lo = w0 + (lane >> 2);
 
-    unsigned qf[D / 16][4];
-    float o[D / 8][4];
+    unsigned qf[QREG ? MT : 1][QREG ? D / 16 : 1][4];
+    float o[MT][D / 8][4];
 #pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    for (int t = 0; t < MT; ++t) {
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+            o[t][i][0] = o[t][i][1] = o[t][i][2] = o[t][i][3] = 0.0f;
+        }
     }
-    float m[2] = {NEG_INF, NEG_INF};
-    float l[2] = {0.0f, 0.0f};
+    float m[MT][2];
+    float l[MT][2];
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+        m[t][0] = m[t][1] = NEG_INF;
+        l[t][0] = l[t][1] = 0.0f;
+    }
 
     if (ntiles > 0) {
         load_rows<BM, D, THREADS>(sq, qb, q0, Tq, tid);
@@ -180,117 +226,156 @@ pub(super) const SOURCE: &str = r#"
             cp_wait<0>();
         }
         __syncthreads();
-        if (j == 0) {
+        if (QREG && j == 0) {
 #pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) {
-                ldsm_x4(sq_addr + ((warp * 16 + a_row) * D + (((2 * kk + a_ch) ^ x7) << 3)) * 2, qf[kk]);
-            }
-        }
-        float s[BN / 8][4];
+            for (int t = 0; t < (QREG ? MT : 0); ++t) {
 #pragma unroll
-        for (int n = 0; n < BN / 8; ++n) {
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-        }
-        const unsigned kt = sk_addr + st * TILE * 2;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-#pragma unroll
-            for (int np = 0; np < BN / 16; ++np) {
-                unsigned r[4];
-                ldsm_x4(kt + ((np * 16 + k_row) * D + (((2 * kk + k_ch) ^ x7) << 3)) * 2, r);
-                mma<BF16>(s[2 * np], qf[kk], r[0], r[1]);
-                mma<BF16>(s[2 * np + 1], qf[kk], r[2], r[3]);
+                for (int kk = 0; kk < D / 16; ++kk) {
+                    ldsm_x4((sq_addr + t * 16 * D * 2) ^ (kk << 5), qf[QREG ? t : 0][QREG ? kk : 0]);
+                }
             }
         }
         const int n0 = j * BN;
-        const bool edge = n0 + BN > Tk || (CAUSAL && n0 + BN - 1 > q0 + shift);
+        // Causal: a warp whose queries all precede this tile's first visible key skips it.
+        if (n0 < wend) {
+            float s[MT][BN / 8][4];
 #pragma unroll
-        for (int n = 0; n < BN / 8; ++n) {
+            for (int t = 0; t < MT; ++t) {
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                float x = s[n][c] * sl2;
-                if (edge) {
-                    int key = n0 + n * 8 + 2 * (lane & 3) + (c & 1);
-                    int row = row_lo + (c >> 1) * 8;
-                    bool ok = key < Tk && (!CAUSAL || key <= row + shift);
-                    x = ok ? x : NEG_INF;
+                for (int n = 0; n < BN / 8; ++n) {
+                    s[t][n][0] = s[t][n][1] = s[t][n][2] = s[t][n][3] = 0.0f;
                 }
-                s[n][c] = x;
             }
-        }
+            const unsigned kt = sk_addr + st * TILE * 2;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float mx = NEG_INF;
+            for (int kk = 0; kk < D / 16; ++kk) {
+                unsigned qa[MT][4];
 #pragma unroll
-            for (int n = 0; n < BN / 8; ++n) {
-                mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+                for (int t = 0; t < MT; ++t) {
+                    if (QREG) {
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            qa[t][e] = qf[QREG ? t : 0][QREG ? kk : 0][e];
+                        }
+                    } else {
+                        ldsm_x4((sq_addr + t * 16 * D * 2) ^ (kk << 5), qa[t]);
+                    }
+                }
+#pragma unroll
+                for (int np = 0; np < BN / 16; ++np) {
+                    unsigned r[4];
+                    ldsm_x4((kt + np * 16 * D * 2) ^ (kk << 5), r);
+#pragma unroll
+                    for (int t = 0; t < MT; ++t) {
+                        mma<BF16>(s[t][2 * np], qa[t], r[0], r[1]);
+                        mma<BF16>(s[t][2 * np + 1], qa[t], r[2], r[3]);
+                    }
+                }
             }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m[r], mx);
-            // A row with no visible key so far keeps m = -inf; subtracting 0 keeps p = 0.
-            const float m_use = m_new == NEG_INF ? 0.0f : m_new;
-            const float corr = ex2(m[r] - m_use);
-            m[r] = m_new;
-            float sum = 0.0f;
+            const bool edge = n0 + BN > Tk || (CAUSAL && n0 + BN - 1 > w0 + shift);
 #pragma unroll
-            for (int n = 0; n < BN / 8; ++n) {
-                s[n][2 * r] = ex2(s[n][2 * r] - m_use);
-                s[n][2 * r + 1] = ex2(s[n][2 * r + 1] - m_use);
-                sum += s[n][2 * r] + s[n][2 * r + 1];
+            for (int t = 0; t < MT; ++t) {
+#pragma unroll
+                for (int n = 0; n < BN / 8; ++n) {
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        float x = s[t][n][c] * sl2;
+                        if (edge) {
+                            int key = n0 + n * 8 + 2 * (lane & 3) + (c & 1);
+                            int row = row_lo + t * 16 + (c >> 1) * 8;
+                            bool ok = key < Tk && (!CAUSAL || key <= row + shift);
+                            x = ok ? x : NEG_INF;
+                        }
+                        s[t][n][c] = x;
+                    }
+                }
             }
-            l[r] = l[r] * corr + sum;
 #pragma unroll
-            for (int i = 0; i < D / 8; ++i) {
-                o[i][2 * r] *= corr;
-                o[i][2 * r + 1] *= corr;
+            for (int t = 0; t < MT; ++t) {
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    float mx = NEG_INF;
+#pragma unroll
+                    for (int n = 0; n < BN / 8; ++n) {
+                        mx = fmaxf(mx, fmaxf(s[t][n][2 * r], s[t][n][2 * r + 1]));
+                    }
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float m_new = fmaxf(m[t][r], mx);
+                    // A row with no visible key so far keeps m = -inf; subtracting 0 keeps p = 0.
+                    const float m_use = m_new == NEG_INF ? 0.0f : m_new;
+                    const float corr = ex2(m[t][r] - m_use);
+                    m[t][r] = m_new;
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int n = 0; n < BN / 8; ++n) {
+                        s[t][n][2 * r] = ex2(s[t][n][2 * r] - m_use);
+                        s[t][n][2 * r + 1] = ex2(s[t][n][2 * r + 1] - m_use);
+                        sum += s[t][n][2 * r] + s[t][n][2 * r + 1];
+                    }
+                    l[t][r] = l[t][r] * corr + sum;
+#pragma unroll
+                    for (int i = 0; i < D / 8; ++i) {
+                        o[t][i][2 * r] *= corr;
+                        o[t][i][2 * r + 1] *= corr;
+                    }
+                }
             }
-        }
-        const unsigned vt = sv_addr + st * TILE * 2;
+            // P as A fragments (half the registers of S, which dies here).
+            unsigned pa[MT][BN / 16][4];
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            unsigned a[4];
-            a[0] = pack2<BF16>(s[2 * kk][0], s[2 * kk][1]);
-            a[1] = pack2<BF16>(s[2 * kk][2], s[2 * kk][3]);
-            a[2] = pack2<BF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            a[3] = pack2<BF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            for (int t = 0; t < MT; ++t) {
 #pragma unroll
-            for (int dp = 0; dp < D / 16; ++dp) {
-                unsigned r[4];
-                ldsm_x4_t(vt + ((kk * 16 + a_row) * D + (((2 * dp + a_ch) ^ x7) << 3)) * 2, r);
-                mma<BF16>(o[2 * dp], a, r[0], r[1]);
-                mma<BF16>(o[2 * dp + 1], a, r[2], r[3]);
+                for (int kk = 0; kk < BN / 16; ++kk) {
+                    pa[t][kk][0] = pack2<BF16>(s[t][2 * kk][0], s[t][2 * kk][1]);
+                    pa[t][kk][1] = pack2<BF16>(s[t][2 * kk][2], s[t][2 * kk][3]);
+                    pa[t][kk][2] = pack2<BF16>(s[t][2 * kk + 1][0], s[t][2 * kk + 1][1]);
+                    pa[t][kk][3] = pack2<BF16>(s[t][2 * kk + 1][2], s[t][2 * kk + 1][3]);
+                }
+            }
+            const unsigned vt = sv_addr + st * TILE * 2;
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk) {
+#pragma unroll
+                for (int dp = 0; dp < D / 16; ++dp) {
+                    unsigned r[4];
+                    ldsm_x4_t((vt + kk * 16 * D * 2) ^ (dp << 5), r);
+#pragma unroll
+                    for (int t = 0; t < MT; ++t) {
+                        mma<BF16>(o[t][2 * dp], pa[t][kk], r[0], r[1]);
+                        mma<BF16>(o[t][2 * dp + 1], pa[t][kk], r[2], r[3]);
+                    }
+                }
             }
         }
         __syncthreads();
     }
 
-    // Each warp stages its 16 rows in its own rows of the Q tile (read only by this warp), then
+    // Each warp stages its rows in its own rows of the Q tile (read only by this warp), then
     // stores them in 16-byte chunks.
-    float inv[2];
+    unsigned short* sw = sq + warp * RW * D;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float lt = l[r];
-        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-        inv[r] = lt > 0.0f ? 1.0f / lt : 0.0f;
-    }
-    unsigned short* sw = sq + warp * 16 * D;
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
+    for (int t = 0; t < MT; ++t) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            int row = (lane >> 2) + 8 * r;
-            *reinterpret_cast<unsigned*>(sw + row * D + ((i ^ (row & 7)) << 3) + 2 * (lane & 3)) =
-                pack2<BF16>(o[i][2 * r] * inv[r], o[i][2 * r + 1] * inv[r]);
+            float lt = l[t][r];
+            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+            const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
+            const int row = t * 16 + (lane >> 2) + 8 * r;
+#pragma unroll
+            for (int i = 0; i < D / 8; ++i) {
+                *reinterpret_cast<unsigned*>(sw + row * D + ((i ^ (row & 7)) << 3) + 2 * (lane & 3)) =
+                    pack2<BF16>(o[t][i][2 * r] * inv, o[t][i][2 * r + 1] * inv);
+            }
         }
     }
     __syncwarp();
 #pragma unroll
-    for (int i = lane; i < 16 * CPR; i += 32) {
+    for (int i = lane; i < RW * CPR; i += 32) {
         int r = i / CPR;
         int c = i % CPR;
-        int gr = q0 + warp * 16 + r;
+        int gr = w0 + r;
         if (gr < Tq) {
             *reinterpret_cast<uint4*>(ob + static_cast<long>(gr) * D + c * 8) =
                 *reinterpret_cast<const uint4*>(sw + r * D + ((c ^ (r & 7)) << 3));
@@ -300,26 +385,21 @@ pub(super) const SOURCE: &str = r#"
 
 const INPUTS: [&str; 4] = ["q", "k", "v", "scale"];
 
-/// Shared memory bytes: the query tile and two stages of key and value tiles.
-fn shared_bytes(d: usize) -> usize {
-    (16 * WARPS + 4 * KEYS_PER_TILE) * d * 2
-}
-
-fn kernel_for(d: usize) -> Result<CudaKernel> {
-    Ok(CudaKernel::new("kiln_sdpa_prefill_mma", &INPUTS, &["out"], SOURCE)?
-        .header(HEADER)
-        .shared_memory(shared_bytes(d)))
-}
-
-fn kernel(op: &str, d: usize) -> Result<&'static CudaKernel> {
+fn kernel(op: &str, d: usize, causal: bool) -> Result<&'static CudaKernel> {
     type Cell = OnceLock<std::result::Result<CudaKernel, String>>;
-    static CELLS: [Cell; 2] = [OnceLock::new(), OnceLock::new()];
+    static CELLS: [Cell; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
     let i = HEAD_DIMS
         .iter()
         .position(|&x| x == d)
         .ok_or_else(|| Error::shape(op, format!("the tensor-core prefill takes D in {HEAD_DIMS:?}, got {d}")))?;
-    CELLS[i]
-        .get_or_init(|| kernel_for(d).map_err(|e| e.to_string()))
+    let bytes = Shape::of(d, causal).shared_bytes(d);
+    CELLS[2 * i + causal as usize]
+        .get_or_init(|| {
+            Ok(CudaKernel::new("kiln_sdpa_prefill_mma", &INPUTS, &["out"], SOURCE)
+                .map_err(|e| e.to_string())?
+                .header(HEADER)
+                .shared_memory(bytes))
+        })
         .as_ref()
         .map_err(|m| Error::invalid(op, m.clone()))
 }
@@ -327,13 +407,17 @@ fn kernel(op: &str, d: usize) -> Result<&'static CudaKernel> {
 fn spec(op: &str, q: &Array, hq: usize, b: usize, d: usize, causal: bool) -> Result<LaunchSpec> {
     let dim = |n: usize| u32::try_from(n).map_err(|_| Error::invalid(op, format!("grid extent {n} exceeds u32")));
     let tq = q.shape()[2];
-    let threads = 32 * WARPS;
-    Ok(LaunchSpec::new([dim(tq.div_ceil(16 * WARPS) * threads)?, dim(hq)?, dim(b)?], [threads as u32, 1, 1])
+    let shape = Shape::of(d, causal);
+    let threads = 32 * shape.warps;
+    Ok(LaunchSpec::new([dim(tq.div_ceil(shape.queries()) * threads)?, dim(hq)?, dim(b)?], [threads as u32, 1, 1])
         .output(q.shape(), q.dtype())
         .template("BF16", (q.dtype() == DType::BF16) as i32)
         .template("D", d as i32)
         .template("CAUSAL", causal as i32)
-        .template("NW", WARPS as i32)
+        .template("NW", shape.warps as i32)
+        .template("MT", shape.m_tiles as i32)
+        .template("QREG", shape.q_in_registers as i32)
+        .template("BN", shape.keys as i32)
         .device(q.device()))
 }
 
@@ -349,7 +433,7 @@ pub(super) fn launch(
 ) -> Result<(&'static CudaKernel, Vec<KernelInput>, LaunchSpec)> {
     let [b, hq, _, _, _, d] = dims;
     let spec = spec(op, q, hq, b, d, causal)?;
-    Ok((kernel(op, d)?, vec![q.into(), k.into(), v.into(), scale.into()], spec))
+    Ok((kernel(op, d, causal)?, vec![q.into(), k.into(), v.into(), scale.into()], spec))
 }
 
 /// The entry name and CUDA source (without the prelude) of the kernel for `dtype`, `d` and the
@@ -358,7 +442,7 @@ pub fn cuda_source(dtype: DType, d: usize, causal: bool) -> Result<(String, Stri
     let op = "scaled_dot_product_attention";
     let q = Array::full(dtype, &[1, 1, 1, d], 0.0);
     let spec = spec(op, &q, 1, 1, d, causal)?;
-    let k = kernel(op, d)?;
+    let k = kernel(op, d, causal)?;
     let scale = Array::scalar(1.0f32);
     Ok((k.kernel_name(&spec.template), k.generate(&[q.clone(), q.clone(), q, scale], &spec)?))
 }
