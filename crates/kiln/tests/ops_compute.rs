@@ -524,17 +524,23 @@ fn well_conditioned(rng: &mut Rng, m: usize, n: usize) -> Vec<f64> {
 }
 
 fn qr_matches_reference_and_reconstructs(device: Device) {
-    // (batch shape, m, n): square and tall, odd sizes, 16 and 64 square, a larger one.
+    // (batch shape, m, n): in threadgroup memory square and tall, odd sizes, 16 and 64 square;
+    // blocked just above (65 x 64, one panel pair), tall with a partial last panel (150 x 70),
+    // whole panels (96, 128), partial tiles (100, 200 x 130); larger ones only on a GPU.
     let mut cases: Vec<(Vec<usize>, usize, usize)> = vec![
         (vec![3], 16, 16),
         (vec![2, 2], 9, 5),
         (vec![2], 64, 64),
         (vec![1], 37, 37),
+        (vec![2], 65, 64),
         (vec![2], 150, 70),
         (vec![1], 96, 96),
+        (vec![2, 1], 100, 100),
+        (vec![1], 128, 128),
+        (vec![1], 200, 130),
     ];
     if device != Device::Cpu {
-        cases.push((vec![2], 1024, 1024));
+        cases.extend([(vec![3], 300, 300), (vec![1], 700, 333), (vec![2], 1024, 1024)]);
     }
     let tol = tolerance(DType::F32);
     for (seed, (batch, m, n)) in cases.into_iter().enumerate() {
@@ -669,9 +675,13 @@ fn every_compute_kernel_compiles_with_nvrtc() {
         let (kernel, spec) = cholesky::first_failure_kernel_and_spec(&info).unwrap();
         assert_nvrtc_compiles(kernel, &[info], &spec);
     }
-    for (m, n) in [(16, 16), (150, 70)] {
+    for (m, n) in [(16, 16), (64, 64)] {
         let a = Array::full(DType::F32, &[2, m, n], 1.0);
         let (kernel, spec) = qr::kernel_and_spec(&a).unwrap();
         assert_nvrtc_compiles(kernel, &[a], &spec);
+    }
+    for program in qr::blocked::programs() {
+        let cubin = kiln::backend::cuda::compile_cubin(&program, (9, 0)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", program.kernel);
     }
 }

@@ -1,7 +1,8 @@
 //! Batched Householder QR `A = Q R` of m x n matrices, m >= n (reduced: Q m x n, R n x n).
 //!
-//! One threadgroup per matrix works on a copy of it: in threadgroup memory when m n <= 4096
-//! ([`uses_shared`], copied to Q at the end), else in place in the Q output (device memory):
+//! Variants ([`uses_shared`], a deterministic rule on the shape):
+//! - shared (m n <= 4096): one threadgroup per matrix works on a copy of it in threadgroup
+//!   memory, copied to Q at the end:
 //! 1. for each column j: `alpha = a[j][j]`, `sigma = sum_{i>j} a[i][j]^2`; if sigma = 0 the
 //!    reflector is the identity (tau = 0); else `beta = -sign(alpha) sqrt(alpha^2 + sigma)`,
 //!    `tau = (beta - alpha) / beta`, `v = (1, a[j+1:, j] / (alpha - beta))` stored below the
@@ -10,14 +11,19 @@
 //! 2. R is the upper triangle (zeros below);
 //! 3. Q is formed in place from the stored reflectors, last to first (LAPACK's org2r):
 //!    columns c > j get `H_j`, then column j becomes `e_j - tau v`.
+//! - blocked (larger): the same reflectors in panels of [`blocked::NB`] columns, applied to the
+//!   trailing columns and to Q through the compact WY form `I - V T V^T` by tiled launches over
+//!   the whole batch; see [`blocked`].
 //!
 //! Reductions use uniform trip counts with selects, never lane-dependent branches, before each
-//! `simd_sum`. Threads per matrix by size ([`threads_for`]).
+//! `simd_sum`.
 //! Layout: `a` (..., m, n) f32, any batch shape, m >= n, 1 <= n <= 1024; outputs Q (..., m, n)
 //! and R (..., n, n) f32. The sign convention makes the factorisation unique, so Q and R are
 //! compared with [`reference`] (the same Householder steps in f64).
 //! Tolerance: the f32 entry of the table for Q and R against the reference (on well-conditioned
 //! inputs) and for ‖A − Q R‖ / ‖A‖ and ‖QᵀQ − I‖ / ‖I‖.
+
+pub mod blocked;
 
 use std::sync::OnceLock;
 
@@ -31,14 +37,8 @@ const OP: &str = "qr";
 /// Largest column count accepted (the reflector scales live in threadgroup memory).
 pub const MAX_N: usize = 1024;
 
-/// Threads per matrix: 256 for matrices of up to 64 x 64 elements' worth, else 1024.
-pub fn threads_for(m: usize, n: usize) -> usize {
-    if m * n <= 64 * 64 {
-        256
-    } else {
-        1024
-    }
-}
+/// Threads per matrix of the shared variant.
+const SHARED_THREADS: usize = 256;
 
 const SOURCE: &str = r#"
     constexpr int MAXN = 1024;
@@ -150,9 +150,6 @@ const SOURCE: &str = r#"
     COPY_OUT
 "#;
 
-/// The working matrix in device memory (in place in Q).
-const IN_PLACE: (&str, &str) = ("device float* w = Q + static_cast<long>(batch) * m * n;", "");
-
 /// The working matrix in threadgroup memory, copied to Q at the end.
 const SHARED: (&str, &str) = (
     "threadgroup float w[SHARED_ELEMS];\n    device float* q_out = Q + static_cast<long>(batch) * m * n;",
@@ -161,32 +158,31 @@ const SHARED: (&str, &str) = (
 
 type Cell = OnceLock<std::result::Result<MetalKernel, String>>;
 
-fn kernel(shared: bool) -> Result<&'static MetalKernel> {
-    static IN_PLACE_CELL: Cell = OnceLock::new();
+fn shared_kernel() -> Result<&'static MetalKernel> {
     static SHARED_CELL: Cell = OnceLock::new();
-    let (cell, name, (workspace, copy_out)) =
-        if shared { (&SHARED_CELL, "kiln_qr_shared", SHARED) } else { (&IN_PLACE_CELL, "kiln_qr", IN_PLACE) };
-    cell.get_or_init(|| {
-        let source = SOURCE
-            .replace("WORKSPACE", workspace)
-            .replace("COPY_OUT", copy_out)
-            .replace("SHARED_ELEMS", &SHARED_MAX_ELEMS.to_string());
-        MetalKernel::new(name, &["A"], &["Q", "R"], source).map_err(|e| e.to_string())
-    })
-    .as_ref()
-    .map_err(|msg| Error::invalid(OP, msg.clone()))
+    let (workspace, copy_out) = SHARED;
+    SHARED_CELL
+        .get_or_init(|| {
+            let source = SOURCE
+                .replace("WORKSPACE", workspace)
+                .replace("COPY_OUT", copy_out)
+                .replace("SHARED_ELEMS", &SHARED_MAX_ELEMS.to_string());
+            MetalKernel::new("kiln_qr_shared", &["A"], &["Q", "R"], source).map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|msg| Error::invalid(OP, msg.clone()))
 }
 
 /// Largest matrix (m * n elements) factored in threadgroup memory (16 KB).
 pub const SHARED_MAX_ELEMS: usize = 64 * 64;
 
-/// The deterministic variant rule: threadgroup memory when the matrix fits there.
+/// The deterministic variant rule: threadgroup memory when the matrix fits there, else blocked.
 pub fn uses_shared(m: usize, n: usize) -> bool {
     m * n <= SHARED_MAX_ELEMS
 }
 
-/// The kernel and launch for `a`; also used for compile-only checks.
-pub fn kernel_and_spec(a: &Array) -> Result<(&'static MetalKernel, LaunchSpec)> {
+/// `(m, n, batch)` of a valid input, else the typed error.
+fn check_input(a: &Array) -> Result<(usize, usize, usize)> {
     if a.dtype() != DType::F32 {
         return Err(Error::dtype(OP, a.dtype(), "qr takes float32 matrices"));
     }
@@ -202,16 +198,26 @@ pub fn kernel_and_spec(a: &Array) -> Result<(&'static MetalKernel, LaunchSpec)> 
     if m * n >= i32::MAX as usize {
         return Err(Error::invalid(OP, "matrices too large for 32-bit indexing"));
     }
-    let threads = threads_for(m, n);
-    let groups = u32::try_from(batch * threads).map_err(|_| Error::invalid(OP, "batch too large"))?;
+    Ok((m, n, batch))
+}
+
+/// The shared variant's kernel and launch for `a` (m n <= [`SHARED_MAX_ELEMS`]); also used for
+/// compile-only checks. Larger matrices go through [`blocked`].
+pub fn kernel_and_spec(a: &Array) -> Result<(&'static MetalKernel, LaunchSpec)> {
+    let (m, n, batch) = check_input(a)?;
+    if !uses_shared(m, n) {
+        return Err(Error::invalid(OP, format!("{m} x {n} is factored by the blocked launches, not one kernel")));
+    }
+    let groups = u32::try_from(batch * SHARED_THREADS).map_err(|_| Error::invalid(OP, "batch too large"))?;
+    let shape = a.shape();
     let mut r_shape = shape.to_vec();
     let last = r_shape.len() - 2;
     r_shape[last] = n;
-    let spec = LaunchSpec::new([groups, 1, 1], [threads as u32, 1, 1])
+    let spec = LaunchSpec::new([groups, 1, 1], [SHARED_THREADS as u32, 1, 1])
         .output(shape, DType::F32)
         .output(&r_shape, DType::F32)
         .device(a.device());
-    Ok((kernel(uses_shared(m, n))?, spec))
+    Ok((shared_kernel()?, spec))
 }
 
 /// `(Q, R)` of every matrix of `a` (..., m, n) f32, m >= n: Q (..., m, n) with orthonormal
@@ -222,6 +228,10 @@ pub fn qr(a: &Array) -> Result<(Array, Array)> {
 
 /// As [`qr`], the outputs first filled with `init` (tests poison them with NaN).
 pub fn qr_with(a: &Array, init: Option<f64>) -> Result<(Array, Array)> {
+    let (m, n, batch) = check_input(a)?;
+    if !uses_shared(m, n) {
+        return blocked::factor(a, m, n, batch, init);
+    }
     let (kernel, mut spec) = kernel_and_spec(a)?;
     spec.init_value = init;
     let mut outs = kernel.call(&[a.into()], &spec)?;
