@@ -84,14 +84,22 @@ fn elementwise_rejects_bad_input(device: Device) {
 // rms_norm and residual_rms_norm
 
 /// (shape, variant) cases covering both row mappings, with and without vector loads.
-const NORM_CASES: [(&[usize], &str); 6] = [
+const NORM_CASES: [(&[usize], &str); 7] = [
     (&[3, 5, 64], "simdgroup_vec4"),
     (&[7, 33], "simdgroup"),
     (&[2, 1], "simdgroup"),
     (&[9, 1024], "simdgroup_vec4"),
     (&[3, 1500], "threadgroup_vec4"),
+    (&[3, 2048], "threadgroup_vec4"),
     (&[2, 1031], "threadgroup"),
 ];
+
+/// Rows of `d` elements that start 4 elements past an 8-element boundary: 16-bit rows then take
+/// 8-byte accesses, not 16-byte units.
+fn rows_at_offset_4(device: Device, rng: &mut Rng, dtype: DType, rows: usize, d: usize) -> Array {
+    let flat = on(device, &random_array(rng, dtype, &[4 + rows * d]));
+    flat.slice(&slice("4:")).unwrap().reshape(&[rows, d]).unwrap()
+}
 
 fn host_values(a: &Array) -> Vec<f64> {
     a.to_host().unwrap().to_f64_vec().unwrap()
@@ -118,6 +126,11 @@ fn rms_norm_matches_reference(device: Device) {
         let out = rms_norm::rms_norm(&x, &w, 0.5).unwrap();
         let want = rms_norm::reference(&host_values(&x), &host_values(&w), 40, 0.5);
         assert_close(&format!("rms_norm {dtype} transposed"), &out, &want, dtype);
+        let x = rows_at_offset_4(device, &mut rng, dtype, 3, 2048);
+        let w = on(device, &random_array(&mut rng, dtype, &[2048]));
+        let out = rms_norm::rms_norm(&x, &w, 1e-5).unwrap();
+        let want = rms_norm::reference(&host_values(&x), &host_values(&w), 2048, 1e-5);
+        assert_close(&format!("rms_norm {dtype} offset 4"), &out, &want, dtype);
     }
 }
 
@@ -146,6 +159,14 @@ fn residual_rms_norm_matches_reference(device: Device) {
             residual_rms_norm::reference(&host_values(&x), &host_values(&r), &host_values(&w), 48, 1e-5);
         assert_close("residual_rms_norm y views", &y, &want_y, dtype);
         assert_close("residual_rms_norm h views", &h, &want_h, dtype);
+        let x = rows_at_offset_4(device, &mut rng, dtype, 3, 2048);
+        let r = on(device, &random_array(&mut rng, dtype, &[3, 2048]));
+        let w = on(device, &random_array(&mut rng, dtype, &[2048]));
+        let (y, h) = residual_rms_norm::residual_rms_norm(&x, &r, &w, 1e-5).unwrap();
+        let (want_y, want_h) =
+            residual_rms_norm::reference(&host_values(&x), &host_values(&r), &host_values(&w), 2048, 1e-5);
+        assert_close("residual_rms_norm y offset 4", &y, &want_y, dtype);
+        assert_close("residual_rms_norm h offset 4", &h, &want_h, dtype);
     }
 }
 
@@ -185,11 +206,12 @@ fn softmax_case(x: &Array, variant: &str) {
 fn softmax_matches_reference(device: Device) {
     let mut rng = Rng::new(31);
     for dtype in FLOAT_DTYPES {
-        let cases: [(&[usize], &str); 7] = [
+        let cases: [(&[usize], &str); 8] = [
             (&[3, 5, 64], "simdgroup_vec4"),
             (&[7, 33], "simdgroup"),
             (&[2, 1], "simdgroup"),
             (&[3, 1500], "threadgroup_vec4"),
+            (&[3, 2048], "threadgroup_vec4"),
             (&[2, 1031], "threadgroup"),
             (&[2, 33000], "threadgroup_vec4"),
             (&[1, 32771], "threadgroup"),
@@ -213,6 +235,7 @@ fn softmax_matches_reference(device: Device) {
         softmax_case(&on(device, &Array::from_f64(dtype, &[2, 1200], &v).unwrap()), "threadgroup_vec4");
         let base = on(device, &random_array(&mut rng, dtype, &[24, 5]));
         softmax_case(&base.t(), "simdgroup_vec4");
+        softmax_case(&rows_at_offset_4(device, &mut rng, dtype, 3, 2048), "threadgroup_vec4");
     }
 }
 
@@ -302,21 +325,33 @@ fn index_array(device: Device, dtype: DType, idx: &[i64]) -> Array {
 
 fn scatter_add_matches_reference(device: Device) {
     let mut rng = Rng::new(51);
-    // (values shape, bins): few bins so most indices repeat; a trailing row; two trailing axes.
-    let cases: [(&[usize], usize); 3] = [(&[1000], 7), (&[300, 5], 11), (&[77, 3, 2], 1)];
-    for (shape, bins) in cases {
+    // (values shape, bins, variant): few bins so most indices repeat; a trailing row; two
+    // trailing axes; flat values long enough for the threadgroup histograms, with one bin range
+    // and with three (the last one partial).
+    let cases: [(&[usize], usize, &str); 5] = [
+        (&[1000], 7, "kiln_scatter_add"),
+        (&[300, 5], 11, "kiln_scatter_add"),
+        (&[77, 3, 2], 1, "kiln_scatter_add"),
+        (&[70000], 7, "kiln_scatter_add_hist"),
+        (&[140000], 20000, "kiln_scatter_add_hist"),
+    ];
+    for (shape, bins, variant) in cases {
         let n = shape[0];
         let m = shape.iter().product::<usize>() / n;
         let mut idx: Vec<i64> = (0..n).map(|_| (rng.next_u64() % bins as u64) as i64).collect();
         // Out-of-range entries are skipped.
         idx[0] = -1;
         idx[n - 1] = bins as i64;
-        for idx_dtype in [DType::I32, DType::I64] {
+        // The histogram kernels take 256-thread groups, whose emulator fiber stacks add up over
+        // instantiations: one index dtype there (NVRTC compiles the other).
+        let idx_dtypes: &[DType] =
+            if variant == "kiln_scatter_add_hist" { &[DType::I64] } else { &[DType::I32, DType::I64] };
+        for &idx_dtype in idx_dtypes {
             let indices = index_array(device, idx_dtype, &idx);
             for dtype in FLOAT_DTYPES {
                 let values = on(device, &random_array(&mut rng, dtype, shape));
                 let call = scatter_add::scatter_add_call(&values, &indices, bins).unwrap();
-                assert_eq!(call.variant(), "kiln_scatter_add");
+                assert_eq!(call.variant(), variant);
                 let out = call.run_one().unwrap();
                 let mut want_shape = shape.to_vec();
                 want_shape[0] = bins;
@@ -458,6 +493,8 @@ fn every_variant(dtype: DType) -> Vec<OpCall> {
     calls.push(overlap_add::overlap_add_call(&arr(&[2, 5, 16]), 4).unwrap());
     let idx = Array::from_vec(&[16], (0..16).map(|i| i % 3).collect::<Vec<i32>>()).unwrap();
     calls.push(scatter_add::scatter_add_call(&arr(&[16, 4]), &idx, 3).unwrap());
+    let idx = Array::from_vec(&[1 << 16], (0..1 << 16).map(|i| i % 9000).collect::<Vec<i32>>()).unwrap();
+    calls.push(scatter_add::scatter_add_call(&arr(&[1 << 16]), &idx, 9000).unwrap());
     calls
 }
 
@@ -481,6 +518,6 @@ fn every_op_variant_compiles_with_nvrtc() {
         assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", call.variant());
         variants.insert(call.variant().to_string());
     }
-    // 3 elementwise + 4 × 3 row kernels + 4 rope + overlap-add + scatter-add.
-    assert_eq!(variants.len(), 21, "{variants:?}");
+    // 3 elementwise + 4 × 3 row kernels + 4 rope + overlap-add + 2 scatter-add.
+    assert_eq!(variants.len(), 22, "{variants:?}");
 }

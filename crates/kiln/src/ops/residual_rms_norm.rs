@@ -19,7 +19,7 @@
 //! Reference: `rms_norm::reference` of the f64 sum `x + residual` of the dtype-rounded inputs,
 //! and that sum for `h`. Tolerance: the dtype table.
 
-use super::rms_norm::{check_norm_args, RowLaunch};
+use super::rms_norm::{check_norm_args, RowLaunch, SIMDGROUP_MAX_D};
 use super::util::{
     check_same_dtype, common_device, row_index_source, row_sum_source, vec4_aligned, vec8_aligned, OpCall, RowKernels,
     VEC4_HEADER,
@@ -32,7 +32,8 @@ use crate::kernel::MetalKernel;
 const OP: &str = "residual_rms_norm";
 
 // Register form (CPT > 0, the plan of `rms_norm::RowLaunch`): `x` and `residual` are loaded
-// whole before any store, `h` kept in registers for the scaled store. Loop form (CPT = 0): the
+// whole before any store (and, for 16-byte units, `w` still packed), `h` kept in registers for
+// the scaled store. Loop form (CPT = 0): the
 // second pass reads back the `h` this thread just wrote (from cache).
 const VEC_SOURCE: &str = r#"
     %INDEX%
@@ -43,6 +44,7 @@ const VEC_SOURCE: &str = r#"
     device T* hr = h + int64_t(row) * D;
     device T* yr = out + int64_t(row) * D;
     float4 v[CPT > 0 ? CPT * P : 1];
+    uint4 wq[CPT > 0 && P == 2 ? CPT : 1];
     float ss = 0.0f;
     if (CPT > 0) {
         float4 u[CPT > 0 ? CPT * P : 1];
@@ -50,6 +52,13 @@ const VEC_SOURCE: &str = r#"
         for (uint i = 0; i < uint(CPT); ++i) {
             kiln_load_unit<T, P>(xr, i * nt + tid, D4, &v[i * P], 0.0f);
             kiln_load_unit<T, P>(rr, i * nt + tid, D4, &u[i * P], 0.0f);
+        }
+        if (P == 2) {
+            #pragma unroll
+            for (uint i = 0; i < uint(CPT); ++i) {
+                uint q = i * nt + tid;
+                wq[i] = 2 * q < D4 ? ((const device uint4*)w)[q] : uint4(0u);
+            }
         }
         #pragma unroll
         for (uint i = 0; i < uint(CPT); ++i) {
@@ -64,10 +73,17 @@ const VEC_SOURCE: &str = r#"
             }
         }
     } else {
-        for (uint c = tid; c < D4; c += nt) {
-            float4 hv = kiln_round4<T>(kiln_load4(xr, c) + kiln_load4(rr, c));
-            kiln_store4(hr, c, hv);
-            ss += hv.x * hv.x + hv.y * hv.y + hv.z * hv.z + hv.w * hv.w;
+        for (uint q = tid; q * uint(P) < D4; q += nt) {
+            float4 a[P];
+            float4 b[P];
+            kiln_load_unit<T, P>(xr, q, D4, a, 0.0f);
+            kiln_load_unit<T, P>(rr, q, D4, b, 0.0f);
+            #pragma unroll
+            for (uint j = 0; j < uint(P); ++j) {
+                a[j] = kiln_round4<T>(a[j] + b[j]);
+                ss += a[j].x * a[j].x + a[j].y * a[j].y + a[j].z * a[j].z + a[j].w * a[j].w;
+            }
+            kiln_store_unit<T, P>(hr, q, a);
         }
     }
     %SUM%
@@ -78,7 +94,11 @@ const VEC_SOURCE: &str = r#"
             uint u = i * nt + tid;
             if (u * uint(P) < D4) {
                 float4 wv[P];
-                kiln_load_unit<T, P>(w, u, D4, wv, 0.0f);
+                if (P == 2) {
+                    kiln_widen_unit<T>(wq[i], wv);
+                } else {
+                    kiln_load_unit<T, P>(w, u, D4, wv, 0.0f);
+                }
                 #pragma unroll
                 for (uint j = 0; j < uint(P); ++j) {
                     wv[j] = v[i * P + j] * scale * wv[j];
@@ -87,8 +107,16 @@ const VEC_SOURCE: &str = r#"
             }
         }
     } else {
-        for (uint c = tid; c < D4; c += nt) {
-            kiln_store4(yr, c, kiln_load4((const device T*)hr, c) * scale * kiln_load4(w, c));
+        for (uint q = tid; q * uint(P) < D4; q += nt) {
+            float4 a[P];
+            float4 wv[P];
+            kiln_load_unit<T, P>((const device T*)hr, q, D4, a, 0.0f);
+            kiln_load_unit<T, P>(w, q, D4, wv, 0.0f);
+            #pragma unroll
+            for (uint j = 0; j < uint(P); ++j) {
+                a[j] = a[j] * scale * wv[j];
+            }
+            kiln_store_unit<T, P>(yr, q, a);
         }
     }
 "#;
@@ -135,9 +163,10 @@ pub fn residual_rms_norm_call(x: &Array, residual: &Array, w: &Array, eps: f32) 
     }
     common_device(OP, &[("x", x), ("residual", residual), ("w", w)])?;
     let vec4 = d % 4 == 0 && d >= 8 && vec4_aligned(x) && vec4_aligned(residual) && vec4_aligned(w);
-    // Measured on the H100: for f16/bf16 the register form (x and residual held together) ran
-    // slower than the looped form at every D, so only f32 keeps rows in registers.
-    let registers = vec4 && x.dtype() == DType::F32;
+    // Measured on the H100 (bf16, 16384 rows): the register form (x and residual held together)
+    // beat the looped form at D = 1024 (0.0537 vs 0.0550 ms) and lost at 4096 and 8192 (0.1890
+    // vs 0.1867, 0.3710 vs 0.3638 ms), so 16-bit rows take registers only up to D = 1024.
+    let registers = vec4 && (x.dtype() == DType::F32 || d <= SIMDGROUP_MAX_D);
     let wide = vec8_aligned(x) && vec8_aligned(residual) && vec8_aligned(w);
     let launch = RowLaunch::new(OP, rows, d, x.dtype(), registers, wide)?;
     let spec = launch.spec(x.dtype()).output(x.shape(), x.dtype()).output(x.shape(), x.dtype());

@@ -42,7 +42,8 @@ pub(crate) const MAX_REGISTER_CHUNKS: usize = 8;
 
 // Register form (CPT > 0): thread `tid` owns units `i * nt + tid` of P adjacent 4-element
 // chunks, loads them all before the reduction and scales them from registers, so the row is read
-// from memory once. Loop form (CPT = 0, rows too long for registers): two passes, the second
+// from memory once; 16-byte units (P = 2) also fetch their `w` units, still packed, before the
+// reduction. Loop form (CPT = 0, rows too long for registers): two passes, the second
 // re-reading the row from cache.
 const VEC_SOURCE: &str = r#"
     %INDEX%
@@ -51,20 +52,32 @@ const VEC_SOURCE: &str = r#"
     const device T* xr = x + int64_t(row) * D;
     device T* yr = out + int64_t(row) * D;
     float4 v[CPT > 0 ? CPT * P : 1];
+    uint4 wq[CPT > 0 && P == 2 ? CPT : 1];
     float ss = 0.0f;
     if (CPT > 0) {
         #pragma unroll
         for (uint i = 0; i < uint(CPT); ++i) {
             kiln_load_unit<T, P>(xr, i * nt + tid, D4, &v[i * P], 0.0f);
         }
+        if (P == 2) {
+            #pragma unroll
+            for (uint i = 0; i < uint(CPT); ++i) {
+                uint u = i * nt + tid;
+                wq[i] = 2 * u < D4 ? ((const device uint4*)w)[u] : uint4(0u);
+            }
+        }
         #pragma unroll
         for (uint k = 0; k < uint(CPT * P); ++k) {
             ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
         }
     } else {
-        for (uint c = tid; c < D4; c += nt) {
-            float4 u = kiln_load4(xr, c);
-            ss += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
+        for (uint u = tid; u * uint(P) < D4; u += nt) {
+            float4 t[P];
+            kiln_load_unit<T, P>(xr, u, D4, t, 0.0f);
+            #pragma unroll
+            for (uint j = 0; j < uint(P); ++j) {
+                ss += t[j].x * t[j].x + t[j].y * t[j].y + t[j].z * t[j].z + t[j].w * t[j].w;
+            }
         }
     }
     %SUM%
@@ -75,7 +88,11 @@ const VEC_SOURCE: &str = r#"
             uint u = i * nt + tid;
             if (u * uint(P) < D4) {
                 float4 wv[P];
-                kiln_load_unit<T, P>(w, u, D4, wv, 0.0f);
+                if (P == 2) {
+                    kiln_widen_unit<T>(wq[i], wv);
+                } else {
+                    kiln_load_unit<T, P>(w, u, D4, wv, 0.0f);
+                }
                 #pragma unroll
                 for (uint j = 0; j < uint(P); ++j) {
                     wv[j] = v[i * P + j] * scale * wv[j];
@@ -84,8 +101,16 @@ const VEC_SOURCE: &str = r#"
             }
         }
     } else {
-        for (uint c = tid; c < D4; c += nt) {
-            kiln_store4(yr, c, kiln_load4(xr, c) * scale * kiln_load4(w, c));
+        for (uint u = tid; u * uint(P) < D4; u += nt) {
+            float4 t[P];
+            float4 wv[P];
+            kiln_load_unit<T, P>(xr, u, D4, t, 0.0f);
+            kiln_load_unit<T, P>(w, u, D4, wv, 0.0f);
+            #pragma unroll
+            for (uint j = 0; j < uint(P); ++j) {
+                t[j] = t[j] * scale * wv[j];
+            }
+            kiln_store_unit<T, P>(yr, u, t);
         }
     }
 "#;
@@ -125,8 +150,8 @@ pub(crate) struct RowLaunch {
     pub group: u32,
     /// Units per thread held in registers (0: the looped two-pass form).
     pub cpt: usize,
-    /// 4-element chunks per unit: 2 for f16/bf16 when D % 8 == 0 and the inputs are 8-element
-    /// aligned (one 16-byte access per thread per unit), else 1.
+    /// 4-element chunks per unit, in registers and loops alike: 2 for f16/bf16 when D % 8 == 0
+    /// and the inputs are 8-element aligned (one 16-byte access per thread per unit), else 1.
     pub p: usize,
 }
 
@@ -137,17 +162,17 @@ impl RowLaunch {
     pub(crate) fn new(op: &str, rows: usize, d: usize, dtype: DType, registers: bool, wide: bool) -> Result<RowLaunch> {
         index_i32(op, "D", d)?;
         let row_per_simdgroup = d <= SIMDGROUP_MAX_D;
-        let p = if registers && wide && dtype.size() == 2 && d % 8 == 0 { 2 } else { 1 };
+        let p = if wide_units(dtype, d, wide) { 2 } else { 1 };
         let units = (d / 4).div_ceil(p);
         let nt =
             if row_per_simdgroup { SIMD } else { round_up(units.div_ceil(UNITS_PER_THREAD), SIMD).clamp(SIMD, 1024) };
         let cpt = units.div_ceil(nt);
-        let (nt, cpt, p) = if registers && cpt * p <= MAX_REGISTER_CHUNKS {
-            (nt, cpt, p)
+        let (nt, cpt) = if registers && cpt * p <= MAX_REGISTER_CHUNKS {
+            (nt, cpt)
         } else if row_per_simdgroup {
-            (SIMD, 0, 1)
+            (SIMD, 0)
         } else {
-            (threads_per_row(d), 0, 1)
+            (threads_per_row(d), 0)
         };
         let (grid, group) =
             if row_per_simdgroup { (rows * SIMD, (ROWS_PER_GROUP * SIMD).min(rows * SIMD)) } else { (rows * nt, nt) };
@@ -161,6 +186,11 @@ impl RowLaunch {
             .template("CPT", self.cpt as i32)
             .template("P", self.p as i32)
     }
+}
+
+/// Whether rows take units of two chunks (one 16-byte access of 8 elements).
+fn wide_units(dtype: DType, d: usize, wide: bool) -> bool {
+    wide && dtype.size() == 2 && d % 8 == 0
 }
 
 /// Validates `x`, `w` and `eps` for a last-axis norm; returns (rows, D).
@@ -186,9 +216,7 @@ pub fn rms_norm_call(x: &Array, w: &Array, eps: f32) -> Result<OpCall> {
     let (rows, d) = check_norm_args(OP, x, w, eps)?;
     common_device(OP, &[("x", x), ("w", w)])?;
     let vec4 = d % 4 == 0 && d >= 8 && vec4_aligned(x) && vec4_aligned(w);
-    // Measured on the H100: 16-bit rows of D <= 1024 ran slower from registers (two 8-byte loads
-    // per lane) than with the looped form.
-    let registers = vec4 && !(x.dtype().size() == 2 && d <= SIMDGROUP_MAX_D);
+    let registers = vec4;
     let launch = RowLaunch::new(OP, rows, d, x.dtype(), registers, vec8_aligned(x) && vec8_aligned(w))?;
     let spec = launch.spec(x.dtype()).output(x.shape(), x.dtype());
     let inputs = vec![x.into(), w.into(), (d as i32).into(), eps.into()];

@@ -21,6 +21,9 @@
 //! f32 and 16-bit types): one read, one exp per element. Longer rows and scalar forms take the
 //! online pass and re-read the row (from cache) for the store.
 //!
+//! The `vec4` forms take exp of the element values as exp2(y · log2 e) for f16/bf16 (relative
+//! error about |y| · 6e-8, three orders under the 16-bit rounding), full-precision exp for f32.
+//!
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
 use super::rms_norm::RowLaunch;
@@ -34,6 +37,18 @@ use crate::kernel::MetalKernel;
 const OP: &str = "softmax";
 
 const HEADER: &str = r#"
+// exp for the element values: exp2(y log2 e) for 16-bit outputs (relative error about
+// |y| · 6e-8, far under their rounding), the full-precision exp for f32.
+template <typename T>
+inline float kiln_exp(float y) {
+    return sizeof(T) == 2 ? metal::exp2(1.4426950408889634f * y) : metal::exp(y);
+}
+// kiln_exp(v - m); for 16-bit outputs one fused multiply-add, exp2(v log2 e - m log2 e).
+template <typename T>
+inline float kiln_exp_shifted(float v, float m) {
+    return sizeof(T) == 2 ? metal::exp2(metal::fma(v, 1.4426950408889634f, -1.4426950408889634f * m))
+                          : metal::exp(v - m);
+}
 // Adds one value to a running (max, sum) pair.
 inline void kiln_online_add(thread float& m, thread float& s, float v) {
     float nm = metal::max(m, v);
@@ -71,26 +86,31 @@ const VEC_SOURCE: &str = r#"
         float sm = lm == -INFINITY ? 0.0f : lm;
         #pragma unroll
         for (uint k = 0; k < uint(CPT * P); ++k) {
-            v[k] = float4(metal::exp(v[k].x - sm), metal::exp(v[k].y - sm), metal::exp(v[k].z - sm),
-                          metal::exp(v[k].w - sm));
+            v[k] = float4(kiln_exp_shifted<T>(v[k].x, sm), kiln_exp_shifted<T>(v[k].y, sm),
+                          kiln_exp_shifted<T>(v[k].z, sm), kiln_exp_shifted<T>(v[k].w, sm));
             s += v[k].x + v[k].y + v[k].z + v[k].w;
         }
         m = lm;
     } else {
-        for (uint c = tid; c < D4; c += nt) {
-            float4 u = kiln_load4(xr, c);
-            float nm = metal::max(m, metal::max(metal::max(u.x, u.y), metal::max(u.z, u.w)));
-            if (nm != -INFINITY) {
-                s = s * metal::exp(m - nm) + metal::exp(u.x - nm) + metal::exp(u.y - nm) + metal::exp(u.z - nm) +
-                    metal::exp(u.w - nm);
-                m = nm;
+        for (uint q = tid; q * uint(P) < D4; q += nt) {
+            float4 t[P];
+            kiln_load_unit<T, P>(xr, q, D4, t, -INFINITY);
+            #pragma unroll
+            for (uint j = 0; j < uint(P); ++j) {
+                float4 u = t[j];
+                float nm = metal::max(m, metal::max(metal::max(u.x, u.y), metal::max(u.z, u.w)));
+                if (nm != -INFINITY) {
+                    s = s * kiln_exp<T>(m - nm) + kiln_exp<T>(u.x - nm) + kiln_exp<T>(u.y - nm) + kiln_exp<T>(u.z - nm) +
+                        kiln_exp<T>(u.w - nm);
+                    m = nm;
+                }
             }
         }
     }
     %REDUCE%
     float inv = 1.0f / s;
     if (CPT > 0) {
-        float scale = (lm == -INFINITY ? 0.0f : metal::exp(lm - m)) * inv;
+        float scale = (lm == -INFINITY ? 0.0f : kiln_exp<T>(lm - m)) * inv;
         #pragma unroll
         for (uint i = 0; i < uint(CPT); ++i) {
             uint u = i * nt + tid;
@@ -104,9 +124,15 @@ const VEC_SOURCE: &str = r#"
             }
         }
     } else {
-        for (uint c = tid; c < D4; c += nt) {
-            float4 u = kiln_load4(xr, c);
-            kiln_store4(yr, c, float4(metal::exp(u.x - m), metal::exp(u.y - m), metal::exp(u.z - m), metal::exp(u.w - m)) * inv);
+        for (uint q = tid; q * uint(P) < D4; q += nt) {
+            float4 t[P];
+            kiln_load_unit<T, P>(xr, q, D4, t, -INFINITY);
+            #pragma unroll
+            for (uint j = 0; j < uint(P); ++j) {
+                float4 u = t[j];
+                t[j] = float4(kiln_exp<T>(u.x - m), kiln_exp<T>(u.y - m), kiln_exp<T>(u.z - m), kiln_exp<T>(u.w - m)) * inv;
+            }
+            kiln_store_unit<T, P>(yr, q, t);
         }
     }
 "#;

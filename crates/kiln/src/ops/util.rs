@@ -174,17 +174,21 @@ inline uint kiln_pack2(float a, float b, bfloat16_t) {
 inline uint kiln_pack2(float a, float b, float) {
     return 0u;
 }
+// The 8 16-bit elements of a 16-byte unit, widened into v[0..2).
+template <typename T>
+inline void kiln_widen_unit(uint4 q, thread float4* v) {
+    float2 a = kiln_widen2(q.x, T()), b = kiln_widen2(q.y, T());
+    float2 c = kiln_widen2(q.z, T()), d = kiln_widen2(q.w, T());
+    v[0] = float4(a.x, a.y, b.x, b.y);
+    v[1] = float4(c.x, c.y, d.x, d.y);
+}
 // Unit `u` of P adjacent 4-element chunks (P = 2 only for 16-bit T: one 16-byte access, which
 // needs 8-element alignment) into v[0..P), `fill` where the unit lies past the row's D4 chunks.
 template <typename T, int P>
 inline void kiln_load_unit(const device T* p, uint u, uint D4, thread float4* v, float fill) {
     if (P == 2) {
         if (2 * u < D4) {
-            uint4 q = ((const device uint4*)p)[u];
-            float2 a = kiln_widen2(q.x, T()), b = kiln_widen2(q.y, T());
-            float2 c = kiln_widen2(q.z, T()), d = kiln_widen2(q.w, T());
-            v[0] = float4(a.x, a.y, b.x, b.y);
-            v[1] = float4(c.x, c.y, d.x, d.y);
+            kiln_widen_unit<T>(((const device uint4*)p)[u], v);
         } else {
             v[0] = float4(fill);
             v[1] = float4(fill);
