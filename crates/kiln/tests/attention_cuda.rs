@@ -1,5 +1,7 @@
-//! The CUDA tensor-core attention prefill against the f64 reference on fresh random inputs,
-//! outputs poisoned (NaN) before each run: bf16 and f16, D = 64 and 128, no mask and causal,
+//! The CUDA tensor-core attention prefills against the f64 reference on fresh random inputs,
+//! outputs poisoned (NaN) before each run: the route the rule picks (`wgmma` on compute
+//! capability 9.0 with D = 128, asserted taken there; `mma.sync` otherwise) and, where that is
+//! `wgmma`, the `mma.sync` one forced on the same inputs; bf16 and f16, D = 64 and 128, no mask and causal,
 //! Tq = Tk and Tq != Tk (the causal diagonal shifted by Tk - Tq, rows that see no key giving
 //! zeros), lengths that are not whole tiles, grouped-query heads and non-contiguous inputs.
 //! The GPU tests are ignored without a GPU (`KILN_REQUIRE_BACKEND=cuda` turns a missing GPU into
@@ -27,7 +29,28 @@ fn mask_of(causal: bool) -> Mask<'static> {
     }
 }
 
-/// Runs the op on (q, k, v) and compares with the reference on their values.
+/// The compute capability of a CUDA device.
+fn capability(device: Device) -> Option<(u32, u32)> {
+    match device {
+        Device::Cuda(i) => Some(kiln::backend::cuda::cuda_backend(i).unwrap().arch()),
+        _ => None,
+    }
+}
+
+/// The tensor-core route the rule must pick on `device` for head dimension `d`: `wgmma` on
+/// compute capability 9.0 where it takes D, `mma.sync` elsewhere.
+fn tensor_core_route(device: Device, d: usize) -> Route {
+    if capability(device) == Some(attention::prefill_wgmma::CAPABILITY)
+        && attention::prefill_wgmma::HEAD_DIMS.contains(&d)
+    {
+        Route::CudaPrefillWgmma
+    } else {
+        Route::CudaPrefill
+    }
+}
+
+/// Runs the op on (q, k, v), asserting that the rule picks `route`, and compares with the
+/// reference on their values; on the `wgmma` route the `mma.sync` one is checked too.
 #[allow(clippy::too_many_arguments)]
 fn check(
     what: &str,
@@ -44,14 +67,24 @@ fn check(
     let scale = (1.0 / (d as f64).sqrt()) as f32;
     let mask = mask_of(causal);
     assert_eq!(attention::route(q, k, v, &mask).unwrap(), route, "{what}: route");
-    let out = attention::scaled_dot_product_attention_with(q, k, v, scale, mask, Some(f64::NAN)).unwrap();
-    assert_eq!((out.shape(), out.dtype(), out.device()), (q.shape(), dtype, q.device()), "{what}");
-    let got = out.to_host().unwrap().to_f64_vec().unwrap();
     let want = attention::reference(values[0], values[1], values[2], dims, scale as f64, causal, None);
     assert!(want.iter().any(|&x| x != 0.0), "{what}: the reference is all zeros");
-    let err = rel_l2(&got, &want);
-    eprintln!("{what}: {err:e}");
-    assert!(err <= tolerance(dtype), "{what}: relative L2 error {err:e} exceeds {:e}", tolerance(dtype));
+    let mut runs = vec![(route, false)];
+    if route == Route::CudaPrefillWgmma {
+        runs.push((Route::CudaPrefill, true));
+    }
+    for (r, forced) in runs {
+        let out = if forced {
+            attention::scaled_dot_product_attention_by(r, q, k, v, scale, mask, Some(f64::NAN)).unwrap()
+        } else {
+            attention::scaled_dot_product_attention_with(q, k, v, scale, mask, Some(f64::NAN)).unwrap()
+        };
+        assert_eq!((out.shape(), out.dtype(), out.device()), (q.shape(), dtype, q.device()), "{what}");
+        let got = out.to_host().unwrap().to_f64_vec().unwrap();
+        let err = rel_l2(&got, &want);
+        eprintln!("{what} {r:?}: {err:e}");
+        assert!(err <= tolerance(dtype), "{what} {r:?}: relative L2 error {err:e} exceeds {:e}", tolerance(dtype));
+    }
 }
 
 fn check_case(device: Device, dtype: DType, dims: [usize; 6], causal: bool, seed: u64) {
@@ -61,7 +94,7 @@ fn check_case(device: Device, dtype: DType, dims: [usize; 6], causal: bool, seed
     let (k, kv) = input(&mut rng, device, dtype, &[b, hkv, tk, d]);
     let (v, vv) = input(&mut rng, device, dtype, &[b, hkv, tk, d]);
     let what = format!("{dims:?} {dtype} causal={causal}");
-    check(&what, &q, &k, &v, [&qv, &kv, &vv], dims, causal, Route::CudaPrefill);
+    check(&what, &q, &k, &v, [&qv, &kv, &vv], dims, causal, tensor_core_route(device, d));
 }
 
 fn cuda_or_skip() -> Option<Device> {
@@ -73,7 +106,7 @@ fn cuda_or_skip() -> Option<Device> {
 fn cuda_prefill_matches_reference_on_partial_tiles_and_grouped_heads() {
     let Some(device) = cuda_or_skip() else { return };
     // [B, Hq, Hkv, Tq, Tk, D]
-    let shapes: [[usize; 4]; 7] = [
+    let shapes: [[usize; 4]; 8] = [
         // Tq = Tk, shorter than a tile.
         [1, 1, 17, 17],
         // Whole tiles.
@@ -87,6 +120,8 @@ fn cuda_prefill_matches_reference_on_partial_tiles_and_grouped_heads() {
         // Several query blocks and key tiles.
         [1, 1, 300, 300],
         [2, 1, 65, 63],
+        // Several 128-query blocks and 128-key tiles, grouped heads.
+        [1, 4, 600, 600],
     ];
     let mut seed = 900;
     for dtype in [DType::BF16, DType::F16] {
@@ -104,11 +139,38 @@ fn cuda_prefill_matches_reference_on_partial_tiles_and_grouped_heads() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --include-ignored and KILN_REQUIRE_BACKEND=cuda)"]
+fn cuda_prefill_takes_the_wgmma_path_exactly_on_compute_capability_9_0() {
+    let Some(device) = cuda_or_skip() else { return };
+    let cap = capability(device).unwrap();
+    let mut rng = Rng::new(970);
+    let (q, _) = input(&mut rng, device, DType::BF16, &[1, 2, 64, 128]);
+    let want = if cap == (9, 0) { Route::CudaPrefillWgmma } else { Route::CudaPrefill };
+    assert_eq!(attention::route(&q, &q, &q, &Mask::Causal).unwrap(), want, "compute capability {cap:?}");
+    // D = 64 keeps mma.sync everywhere.
+    let (q64, _) = input(&mut rng, device, DType::BF16, &[1, 2, 64, 64]);
+    assert_eq!(attention::route(&q64, &q64, &q64, &Mask::None).unwrap(), Route::CudaPrefill);
+    // A kernel built for another capability's architecture-specific target is refused with an
+    // error, not launched.
+    let other = if cap == (8, 0) { (9, 0) } else { (8, 0) };
+    let k = kiln::CudaKernel::new("arch_guard", &["a"], &["out"], "out[0] = a[0];").unwrap().arch_specific(other);
+    let a = Array::from_vec(&[1], vec![1.0f32]).unwrap().to_device(device).unwrap();
+    let spec = kiln::LaunchSpec::new([1, 1, 1], [1, 1, 1]).output(&[1], DType::F32).device(device);
+    let err = k.call(&[a.into()], &spec).unwrap_err().to_string();
+    assert!(err.contains("compute capability"), "{err}");
+    // Off capability 9.0 the forced wgmma route fails the same way.
+    if cap != (9, 0) {
+        let r = attention::scaled_dot_product_attention_by(Route::CudaPrefillWgmma, &q, &q, &q, 0.1, Mask::None, None);
+        assert!(r.is_err());
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --include-ignored and KILN_REQUIRE_BACKEND=cuda)"]
 fn cuda_prefill_reads_non_contiguous_and_offset_inputs() {
     let Some(device) = cuda_or_skip() else { return };
-    let (b, h, t, d) = (2, 3, 70, 64);
     let mut rng = Rng::new(950);
-    for dtype in [DType::BF16, DType::F16] {
+    for (dtype, d) in [(DType::BF16, 64), (DType::F16, 64), (DType::BF16, 128), (DType::F16, 128)] {
+        let (b, h, t) = (2, 3, 70);
         // q, k and v stored (B, T, H, D) and viewed as (B, H, T, D): copied before the launch.
         let mut views = Vec::new();
         let mut values = Vec::new();
@@ -120,9 +182,9 @@ fn cuda_prefill_reads_non_contiguous_and_offset_inputs() {
         }
         let dims = [b, h, h, t, t, d];
         for causal in [false, true] {
-            let what = format!("transposed {dtype} causal={causal}");
+            let what = format!("transposed {dtype} D={d} causal={causal}");
             let vals = [&values[0][..], &values[1][..], &values[2][..]];
-            check(&what, &views[0], &views[1], &views[2], vals, dims, causal, Route::CudaPrefill);
+            check(&what, &views[0], &views[1], &views[2], vals, dims, causal, tensor_core_route(device, d));
         }
         // A row-contiguous slice starting one element in is not 16-byte aligned: the Metal path.
         let (flat, fv) = input(&mut rng, device, dtype, &[1 + b * h * t * d]);
@@ -133,7 +195,7 @@ fn cuda_prefill_reads_non_contiguous_and_offset_inputs() {
             .unwrap();
         let vals = [&fv[1..], &fv[1..], &fv[1..]];
         let route = Route::Metal(attention::path(b * h, t, t, d, dtype));
-        check(&format!("offset {dtype}"), &tail, &tail, &tail, vals, dims, true, route);
+        check(&format!("offset {dtype} D={d}"), &tail, &tail, &tail, vals, dims, true, route);
     }
 }
 
@@ -147,26 +209,41 @@ fn the_rule_keeps_the_metal_path_off_cuda_and_outside_the_tensor_core_set() {
     for dtype in [DType::BF16, DType::F16] {
         for d in [64, 128] {
             for mask in [Mask::None, Mask::Causal] {
-                assert_eq!(attention::route_rule(cuda, dtype, dims(4096, d), &mask, true), Route::CudaPrefill);
+                // wgmma exactly on compute capability 9.0 with D = 128; mma.sync elsewhere.
+                let wgmma = if d == 128 { Route::CudaPrefillWgmma } else { Route::CudaPrefill };
+                assert_eq!(attention::route_rule(cuda, Some((9, 0)), dtype, dims(4096, d), &mask, true), wgmma);
+                for cap in [None, Some((8, 0)), Some((8, 9)), Some((10, 0)), Some((12, 0))] {
+                    let r = attention::route_rule(cuda, cap, dtype, dims(4096, d), &mask, true);
+                    assert_eq!(r, Route::CudaPrefill, "{cap:?}");
+                }
             }
         }
     }
     // Everything else keeps the portable path.
-    assert_eq!(attention::route_rule(Device::Cpu, bf16, dims(4096, 128), &Mask::Causal, true), metal(4096, 128, bf16));
     assert_eq!(
-        attention::route_rule(cuda, DType::F32, dims(4096, 128), &Mask::Causal, true),
+        attention::route_rule(Device::Cpu, None, bf16, dims(4096, 128), &Mask::Causal, true),
+        metal(4096, 128, bf16)
+    );
+    assert_eq!(
+        attention::route_rule(cuda, Some((9, 0)), DType::F32, dims(4096, 128), &Mask::Causal, true),
         metal(4096, 128, DType::F32)
     );
     let additive = Array::full(bf16, &[4096, 4096], 0.0);
     assert_eq!(
-        attention::route_rule(cuda, bf16, dims(4096, 128), &Mask::Additive(&additive), true),
+        attention::route_rule(cuda, Some((9, 0)), bf16, dims(4096, 128), &Mask::Additive(&additive), true),
         metal(4096, 128, bf16)
     );
-    assert_eq!(attention::route_rule(cuda, bf16, dims(4096, 96), &Mask::None, true), metal(4096, 96, bf16));
-    assert_eq!(attention::route_rule(cuda, bf16, dims(4096, 128), &Mask::None, false), metal(4096, 128, bf16));
+    assert_eq!(
+        attention::route_rule(cuda, Some((9, 0)), bf16, dims(4096, 96), &Mask::None, true),
+        metal(4096, 96, bf16)
+    );
+    assert_eq!(
+        attention::route_rule(cuda, Some((9, 0)), bf16, dims(4096, 128), &Mask::None, false),
+        metal(4096, 128, bf16)
+    );
     // Decode (Tq <= 4) is unchanged.
     assert!(matches!(
-        attention::route_rule(cuda, bf16, dims(4, 128), &Mask::None, true),
+        attention::route_rule(cuda, Some((9, 0)), bf16, dims(4, 128), &Mask::None, true),
         Route::Metal(Path::Decode { .. })
     ));
     // On the CPU, `route` on real arrays gives the Metal path too.

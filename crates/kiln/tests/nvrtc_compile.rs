@@ -283,6 +283,32 @@ fn attention_tensor_core_prefill_compiles_for_every_variant() {
 }
 
 #[test]
+fn attention_warpgroup_prefill_compiles_for_sm90a() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    for dtype in [DType::BF16, DType::F16] {
+        for d in kiln::ops::attention::prefill_wgmma::HEAD_DIMS {
+            for causal in [false, true] {
+                let (entry, body) = kiln::ops::attention::prefill_wgmma::cuda_source(dtype, d, causal).unwrap();
+                let source = format!("{}\n{}", kiln::source::cuda::prelude(), body);
+                let cubin = cuda::compile_source_for(&entry, &source, ARCH, MathMode::Safe, true)
+                    .unwrap_or_else(|e| panic!("{entry}: {e}"));
+                assert_eq!(&cubin[..4], b"\x7fELF", "{entry}: not a cubin");
+                assert!(
+                    cubin.windows(entry.len()).any(|w| w == entry.as_bytes()),
+                    "{entry}: entry missing from the cubin"
+                );
+            }
+        }
+    }
+    // wgmma exists only on the architecture-specific target: plain sm_90 rejects the source.
+    let (entry, body) = kiln::ops::attention::prefill_wgmma::cuda_source(DType::BF16, 128, true).unwrap();
+    let source = format!("{}\n{}", kiln::source::cuda::prelude(), body);
+    assert!(cuda::compile_source(&entry, &source, ARCH, MathMode::Safe).is_err(), "{entry}: compiled for sm_90");
+}
+
+#[test]
 fn compile_errors_point_at_the_users_lines() {
     if !nvrtc_or_skip() {
         return;

@@ -27,6 +27,7 @@ pub struct CudaKernel {
     header: String,
     ensure_row_contiguous: bool,
     shared_memory: usize,
+    arch_specific: Option<(u32, u32)>,
     shape_info: Vec<ShapeInfo>,
 }
 
@@ -97,6 +98,7 @@ impl CudaKernel {
             header: String::new(),
             ensure_row_contiguous: true,
             shared_memory: 0,
+            arch_specific: None,
             shape_info,
         })
     }
@@ -117,6 +119,19 @@ impl CudaKernel {
     pub fn shared_memory(mut self, bytes: usize) -> Self {
         self.shared_memory = bytes;
         self
+    }
+
+    /// Compile for the architecture-specific target of compute capability `capability`
+    /// (`sm_90a` for `(9, 0)`: `wgmma`, `setmaxnreg`); a call on a device of any other
+    /// capability fails with an error instead of running.
+    pub fn arch_specific(mut self, capability: (u32, u32)) -> Self {
+        self.arch_specific = Some(capability);
+        self
+    }
+
+    /// The compute capability whose architecture-specific target the kernel needs, if any.
+    pub fn required_arch(&self) -> Option<(u32, u32)> {
+        self.arch_specific
     }
 
     fn op(&self) -> String {
@@ -208,6 +223,7 @@ impl CudaKernel {
             grid: spec.grid,
             threadgroup: spec.threadgroup,
             shared_memory: self.shared_memory,
+            arch_specific: self.arch_specific,
         };
         crate::backend::cuda::cuda_backend(ordinal)?.run_cuda_kernel(&call)
     }

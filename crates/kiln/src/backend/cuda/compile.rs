@@ -31,8 +31,15 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
 
 /// The NVRTC options for an architecture and math mode.
 pub fn options(arch: Arch, math: MathMode) -> Vec<String> {
+    options_for(arch, math, false)
+}
+
+/// As [`options`]; `arch_specific` selects the architecture-specific target (`sm_90a`), whose
+/// instructions (`wgmma`, `setmaxnreg`) run only on exactly that compute capability.
+pub fn options_for(arch: Arch, math: MathMode, arch_specific: bool) -> Vec<String> {
+    let suffix = if arch_specific { "a" } else { "" };
     let mut opts = vec![
-        format!("--gpu-architecture=sm_{}{}", arch.0, arch.1),
+        format!("--gpu-architecture=sm_{}{}{suffix}", arch.0, arch.1),
         "-std=c++17".to_string(),
         // Unannotated functions (user helpers) compile for the device, as MLX's JIT does.
         "-default-device".to_string(),
@@ -69,8 +76,20 @@ fn disk_dir() -> PathBuf {
 
 /// Compiles `source` to cubin for `arch` (cached). `kernel` names the kernel in errors.
 pub fn compile(kernel: &str, source: &str, arch: Arch, math: MathMode) -> Result<Arc<Vec<u8>>> {
+    compile_for(kernel, source, arch, math, false)
+}
+
+/// As [`compile`], for the architecture-specific target when `arch_specific` (the option is
+/// part of the cache key).
+pub fn compile_for(
+    kernel: &str,
+    source: &str,
+    arch: Arch,
+    math: MathMode,
+    arch_specific: bool,
+) -> Result<Arc<Vec<u8>>> {
     libs::require_nvrtc()?;
-    let opts = options(arch, math);
+    let opts = options_for(arch, math, arch_specific);
     let key = cache_key(source, &opts, arch, nvrtc_version()?);
     let slot = {
         let mut map = memory_cache().lock().map_err(|_| poisoned(kernel))?;

@@ -27,23 +27,26 @@ pub struct CudaKernelCall<'a> {
     pub grid: [u32; 3],
     pub threadgroup: [u32; 3],
     pub shared_memory: usize,
+    /// The compute capability whose architecture-specific target (`sm_90a`) the kernel needs;
+    /// the call fails on any other device.
+    pub arch_specific: Option<super::Arch>,
 }
 
 impl CudaBackend {
     /// The loaded module of a `CudaKernel` source: looked up by the user's text (a few KB), so
     /// a repeated call neither rebuilds nor rehashes the ~100 KB translation unit.
-    fn custom_module(&self, kernel: &str, user_source: &str) -> Result<Arc<LoadedModule>> {
-        let hash = super::programs::fx(0, user_source.as_bytes());
+    fn custom_module(&self, kernel: &str, user_source: &str, specific: bool) -> Result<Arc<LoadedModule>> {
+        let hash = super::programs::fx(specific as u64, user_source.as_bytes());
         let poisoned = || Error::invalid(kernel, "CudaKernel module table lock poisoned");
         if let Some(bucket) = self.custom_modules.lock().map_err(|_| poisoned())?.get(&hash) {
-            if let Some((_, m)) = bucket.iter().find(|(s, _)| s == user_source) {
+            if let Some((_, _, m)) = bucket.iter().find(|(s, a, _)| *a == specific && s == user_source) {
                 return Ok(m.clone());
             }
         }
         let source = format!("{}\n{}", prelude(), user_source);
-        let module = self.module(kernel, &source, MathMode::Safe)?;
+        let module = self.module_for(kernel, &source, MathMode::Safe, specific)?;
         let mut table = self.custom_modules.lock().map_err(|_| poisoned())?;
-        table.entry(hash).or_default().push((user_source.to_string(), module.clone()));
+        table.entry(hash).or_default().push((user_source.to_string(), specific, module.clone()));
         Ok(module)
     }
 
@@ -53,7 +56,18 @@ impl CudaBackend {
         if call.threadgroup.contains(&0) {
             return Err(Error::invalid(kernel, format!("threadgroup {:?} has a zero dimension", call.threadgroup)));
         }
-        let module = self.custom_module(kernel, &call.source)?;
+        if let Some(arch) = call.arch_specific {
+            if arch != self.arch {
+                return Err(Error::invalid(
+                    kernel,
+                    format!(
+                        "compiled for the sm_{}{}a target, which needs compute capability {}.{}; device {} has {}.{}",
+                        arch.0, arch.1, arch.0, arch.1, self.ordinal, self.arch.0, self.arch.1
+                    ),
+                ));
+            }
+        }
+        let module = self.custom_module(kernel, &call.source, call.arch_specific.is_some())?;
         let func = self.entry(kernel, &module, &call.entry, call.shared_memory)?;
         let mut params: Vec<Vec<u8>> = Vec::new();
         let mut keep = Vec::new();

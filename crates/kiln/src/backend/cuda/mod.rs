@@ -53,8 +53,9 @@ pub struct CudaBackend {
     custom_modules: Mutex<HashMap<u64, Vec<CustomModule>>>,
 }
 
-/// A `CudaKernel` source and its loaded module.
-type CustomModule = (String, Arc<LoadedModule>);
+/// A `CudaKernel` source, whether it was compiled for the architecture-specific target, and its
+/// loaded module.
+type CustomModule = (String, bool, Arc<LoadedModule>);
 
 /// A loaded cubin and its functions, with the dynamic shared memory limit already raised.
 struct LoadedModule {
@@ -184,6 +185,17 @@ pub fn compile_source(kernel: &str, source: &str, arch: Arch, math: MathMode) ->
     Ok(compile::compile(kernel, source, arch, math)?.as_ref().clone())
 }
 
+/// As [`compile_source`], for the architecture-specific target (`sm_90a`) when `arch_specific`.
+pub fn compile_source_for(
+    kernel: &str,
+    source: &str,
+    arch: Arch,
+    math: MathMode,
+    arch_specific: bool,
+) -> Result<Vec<u8>> {
+    Ok(compile::compile_for(kernel, source, arch, math, arch_specific)?.as_ref().clone())
+}
+
 /// Readable text of a driver error.
 pub(crate) fn driver_error(e: DriverError) -> String {
     match (e.error_name(), e.error_string()) {
@@ -304,8 +316,13 @@ impl CudaBackend {
 
     /// Compiles (cached) and loads the translation unit `source`.
     fn module(&self, kernel: &str, source: &str, math: MathMode) -> Result<Arc<LoadedModule>> {
-        let image = compile::compile(kernel, source, self.arch, math)?;
-        let key = compile::cache_key(source, &compile::options(self.arch, math), self.arch, (0, 0));
+        self.module_for(kernel, source, math, false)
+    }
+
+    /// As [`Self::module`], for the architecture-specific target when `arch_specific`.
+    fn module_for(&self, kernel: &str, source: &str, math: MathMode, arch_specific: bool) -> Result<Arc<LoadedModule>> {
+        let image = compile::compile_for(kernel, source, self.arch, math, arch_specific)?;
+        let key = compile::cache_key(source, &compile::options_for(self.arch, math, arch_specific), self.arch, (0, 0));
         let mut mods = self.modules.lock().map_err(|_| Error::invalid(kernel, "module cache lock poisoned"))?;
         if let Some(m) = mods.get(&key) {
             return Ok(m.clone());

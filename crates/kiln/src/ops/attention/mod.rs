@@ -26,9 +26,10 @@
 //!   partial per range, and a second kernel merges the ranges.
 //!
 //! - CUDA tensor-core prefill ([`route`]): on a CUDA device, bf16/f16, D = 64 or 128, Tq > 4,
-//!   no mask or the causal mask, rows 16-byte aligned: FlashAttention-2 forward with `mma.sync`
-//!   (prefill_cuda.rs). Additive masks, f32, other head dimensions and the CPU take the Metal
-//!   paths above, which stay the reference path.
+//!   no mask or the causal mask, rows 16-byte aligned: on a device of compute capability 9.0
+//!   exactly with D = 128, the warpgroup (`wgmma`, sm_90a) forward (prefill_wgmma.rs); else
+//!   FlashAttention-2 forward with `mma.sync` (prefill_cuda.rs). Additive masks, f32, other
+//!   head dimensions and the CPU take the Metal paths above, which stay the reference path.
 //!
 //! Layout: `q` (B, Hq, Tq, D), `k`, `v` (B, Hkv, Tk, D) of f32/f16/bf16 (one dtype), D <= 256;
 //! mask of any float dtype; output (B, Hq, Tq, D) in the input dtype.
@@ -46,6 +47,7 @@ use crate::kernel::{CudaKernel, KernelInput, LaunchSpec, MetalKernel};
 mod decode;
 mod prefill;
 pub mod prefill_cuda;
+pub mod prefill_wgmma;
 
 use decode::{COMBINE, DECODE, DECODE_HEADER};
 use prefill::{PREFILL, PREFILL_TILED, TILED_HEADER};
@@ -117,26 +119,47 @@ pub fn path(heads: usize, tq: usize, tk: usize, d: usize, dtype: DType) -> Path 
     Path::Prefill { keys_per_tile }
 }
 
-/// Which kernel family runs a call: the CUDA tensor-core prefill or a portable Metal path.
+/// Which kernel family runs a call: a CUDA tensor-core prefill or a portable Metal path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
+    /// `mma.sync` (prefill_cuda.rs).
     CudaPrefill,
+    /// `wgmma`, compute capability 9.0 only (prefill_wgmma.rs).
+    CudaPrefillWgmma,
     Metal(Path),
 }
 
-/// The deterministic rule between the two families, for inputs that pass validation: see
-/// [`route_rule`]; a row-contiguous input is aligned when it starts on a 16-byte boundary (other
-/// inputs are copied, hence aligned).
+/// The deterministic rule between the families, for inputs that pass validation: see
+/// [`route_rule`], with the compute capability of a CUDA device queried from it; a
+/// row-contiguous input is aligned when it starts on a 16-byte boundary (other inputs are
+/// copied, hence aligned).
 pub fn route(q: &Array, k: &Array, v: &Array, mask: &Mask) -> Result<Route> {
     let dims = validate(q, k, v)?;
-    let aligned = [q, k, v].iter().all(|a| !a.is_row_contiguous() || (a.offset() * a.dtype().size()) % 16 == 0);
-    Ok(route_rule(q.device(), q.dtype(), dims, mask, aligned))
+    let aligned = aligned16(q, k, v);
+    let capability = match q.device() {
+        Device::Cuda(ordinal) => Some(crate::backend::cuda::cuda_backend(ordinal)?.arch()),
+        _ => None,
+    };
+    Ok(route_rule(q.device(), capability, q.dtype(), dims, mask, aligned))
+}
+
+fn aligned16(q: &Array, k: &Array, v: &Array) -> bool {
+    [q, k, v].iter().all(|a| !a.is_row_contiguous() || (a.offset() * a.dtype().size()) % 16 == 0)
 }
 
 /// The CUDA prefill when the device is CUDA, the dtype bf16 or f16, D one of
 /// [`prefill_cuda::HEAD_DIMS`], Tq above [`DECODE_MAX_QUERIES`], the mask none or causal, and
-/// the inputs `aligned`; else the Metal [`path`]. `dims` = `[B, Hq, Hkv, Tq, Tk, D]`.
-pub fn route_rule(device: Device, dtype: DType, dims: [usize; 6], mask: &Mask, aligned: bool) -> Route {
+/// the inputs `aligned`: the `wgmma` one when the device's `capability` is
+/// [`prefill_wgmma::CAPABILITY`] (9.0) exactly and D is one of [`prefill_wgmma::HEAD_DIMS`],
+/// else the `mma.sync` one; otherwise the Metal [`path`]. `dims` = `[B, Hq, Hkv, Tq, Tk, D]`.
+pub fn route_rule(
+    device: Device,
+    capability: Option<(u32, u32)>,
+    dtype: DType,
+    dims: [usize; 6],
+    mask: &Mask,
+    aligned: bool,
+) -> Route {
     let [b, hq, _, tq, tk, d] = dims;
     let cuda = matches!(device, Device::Cuda(_))
         && matches!(dtype, DType::BF16 | DType::F16)
@@ -144,10 +167,13 @@ pub fn route_rule(device: Device, dtype: DType, dims: [usize; 6], mask: &Mask, a
         && tq > DECODE_MAX_QUERIES
         && matches!(mask, Mask::None | Mask::Causal)
         && aligned;
-    if cuda {
-        Route::CudaPrefill
+    if !cuda {
+        return Route::Metal(path(b * hq, tq, tk, d, dtype));
+    }
+    if capability == Some(prefill_wgmma::CAPABILITY) && prefill_wgmma::HEAD_DIMS.contains(&d) {
+        Route::CudaPrefillWgmma
     } else {
-        Route::Metal(path(b * hq, tq, tk, d, dtype))
+        Route::CudaPrefill
     }
 }
 
@@ -298,7 +324,7 @@ pub fn scaled_dot_product_attention_with(
     carried.pop().ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))
 }
 
-/// One kernel call: a portable Metal kernel or the CUDA tensor-core prefill.
+/// One kernel call: a portable Metal kernel or a CUDA tensor-core prefill.
 pub enum KernelCall {
     Metal(&'static MetalKernel, Vec<KernelInput>, LaunchSpec),
     Cuda(&'static CudaKernel, Vec<KernelInput>, LaunchSpec),
@@ -327,13 +353,51 @@ impl KernelCall {
     }
 }
 
-/// The kernel calls the op makes for these inputs, by [`route`]: the CUDA prefill, or the Metal
+/// The kernel calls the op makes for these inputs, by [`route`]: a CUDA prefill, or the Metal
 /// [`launches`].
 pub fn kernel_calls(q: &Array, k: &Array, v: &Array, scale: f32, mask: Mask) -> Result<Vec<KernelCall>> {
-    if route(q, k, v, &mask)? == Route::CudaPrefill {
-        let dims = validate(q, k, v)?;
-        let (kernel, inputs, spec) = prefill_cuda::launch(OP, q, k, v, scale, dims, matches!(mask, Mask::Causal))?;
-        return Ok(vec![KernelCall::Cuda(kernel, inputs, spec)]);
+    kernel_calls_by(route(q, k, v, &mask)?, q, k, v, scale, mask)
+}
+
+/// As [`scaled_dot_product_attention_with`] along `route` instead of the rule's choice (tests
+/// compare the paths on one device). A CUDA route needs inputs in its set: CUDA arrays, bf16 or
+/// f16, its head dimensions, no mask or causal, 16-byte aligned rows; the `wgmma` one fails
+/// with an error on a device whose compute capability is not 9.0.
+pub fn scaled_dot_product_attention_by(
+    route: Route,
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    scale: f32,
+    mask: Mask,
+    init: Option<f64>,
+) -> Result<Array> {
+    if route != Route::CudaPrefill && route != Route::CudaPrefillWgmma {
+        return scaled_dot_product_attention_with(q, k, v, scale, mask, init);
+    }
+    // The set the route takes, whatever the device's capability (checked at the launch).
+    let capability = (route == Route::CudaPrefillWgmma).then_some(prefill_wgmma::CAPABILITY);
+    let dims = validate(q, k, v)?;
+    if route_rule(q.device(), capability, q.dtype(), dims, &mask, aligned16(q, k, v)) != route {
+        return Err(Error::invalid(OP, format!("{route:?} does not take these inputs: {dims:?} {}", q.dtype())));
+    }
+    let call = kernel_calls_by(route, q, k, v, scale, mask)?.pop();
+    let out = call.ok_or_else(|| Error::invalid(OP, "no kernel call"))?.run(Vec::new(), init)?;
+    out.into_iter().next().ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))
+}
+
+fn kernel_calls_by(route: Route, q: &Array, k: &Array, v: &Array, scale: f32, mask: Mask) -> Result<Vec<KernelCall>> {
+    let causal = matches!(mask, Mask::Causal);
+    match route {
+        Route::CudaPrefill => {
+            let (kernel, inputs, spec) = prefill_cuda::launch(OP, q, k, v, scale, validate(q, k, v)?, causal)?;
+            return Ok(vec![KernelCall::Cuda(kernel, inputs, spec)]);
+        }
+        Route::CudaPrefillWgmma => {
+            let (kernel, inputs, spec) = prefill_wgmma::launch(OP, q, k, v, scale, validate(q, k, v)?, causal)?;
+            return Ok(vec![KernelCall::Cuda(kernel, inputs, spec)]);
+        }
+        Route::Metal(_) => {}
     }
     Ok(launches(q, k, v, scale, mask)?
         .into_iter()
