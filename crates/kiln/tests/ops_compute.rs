@@ -526,7 +526,8 @@ fn well_conditioned(rng: &mut Rng, m: usize, n: usize) -> Vec<f64> {
 fn qr_matches_reference_and_reconstructs(device: Device) {
     // (batch shape, m, n): in threadgroup memory square and tall, odd sizes, 16 and 64 square;
     // blocked just above (65 x 64, one panel pair), tall with a partial last panel (150 x 70),
-    // whole panels (96, 128), partial tiles (100, 200 x 130); larger ones only on a GPU.
+    // whole panels (96, 128), partial tiles (100, 200 x 130), panels too tall for registers
+    // (1100 x 40); larger ones only on a GPU.
     let mut cases: Vec<(Vec<usize>, usize, usize)> = vec![
         (vec![3], 16, 16),
         (vec![2, 2], 9, 5),
@@ -538,6 +539,7 @@ fn qr_matches_reference_and_reconstructs(device: Device) {
         (vec![2, 1], 100, 100),
         (vec![1], 128, 128),
         (vec![1], 200, 130),
+        (vec![1], 1100, 40),
     ];
     if device != Device::Cpu {
         cases.extend([(vec![3], 300, 300), (vec![1], 700, 333), (vec![2], 1024, 1024)]);

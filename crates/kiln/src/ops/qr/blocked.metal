@@ -57,6 +57,41 @@ kernel void qr_r(device const float* W [[buffer(0)]],
   R[gid] = c >= i ? W[long(mat) * p.m * n + i * n + c] : 0.0f;
 }
 
+// T from the Gram matrix of the panel's reflectors (already stored in W): `taus` holds the
+// scales; 1024 threads (simdgroup q, lane p).
+static inline void panel_t(device const float* w, device float* Tb, threadgroup float* taus,
+                           threadgroup float* g, threadgroup float* t,
+                           int m, int n, int k0, int b, long mat, int tid, int lane, int sg) {
+  {
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int i = k0; i < m; ++i) {
+      acc += v_at(w, i, lane, m, n, k0, b) * v_at(w, i, sg, m, n, k0, b);
+    }
+    g[lane * (NB + 1) + sg] = acc;
+  }
+  if (sg == 0) {
+    for (int q = 0; q < NB; ++q) {
+      t[lane * (NB + 1) + q] = 0.0f;
+    }
+    t[lane * (NB + 1) + lane] = lane < b ? taus[lane] : 0.0f;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  // T[0:q, q] = -tau_q T[0:q, 0:q] G[0:q, q], column by column.
+  for (int q = 1; q < b; ++q) {
+    if (sg == 0 && lane < q) {
+      float s = 0.0f;
+      for (int r = lane; r < q; ++r) {
+        s += t[lane * (NB + 1) + r] * g[r * (NB + 1) + q];
+      }
+      t[lane * (NB + 1) + q] = -taus[q] * s;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  device float* tm = Tb + (mat * ((n + NB - 1) / NB) + k0 / NB) * NB * NB;
+  tm[tid] = t[(tid / NB) * (NB + 1) + tid % NB];
+}
+
 kernel void qr_panel(device float* W [[buffer(0)]],
                      device float* Tb [[buffer(1)]],
                      constant Params& p [[buffer(2)]],
@@ -67,8 +102,8 @@ kernel void qr_panel(device float* W [[buffer(0)]],
   threadgroup float red[PANEL_SIMDGROUPS][NB + 1];
   threadgroup float fs[NB];
   threadgroup float taus[NB];
-  threadgroup float g[NB][NB + 1];
-  threadgroup float t[NB][NB + 1];
+  threadgroup float g[NB * (NB + 1)];
+  threadgroup float t[NB * (NB + 1)];
   const int m = p.m;
   const int n = p.n;
   const int k0 = p.k0;
@@ -120,6 +155,7 @@ kernel void qr_panel(device float* W [[buffer(0)]],
     // f_c = tau (w[j][c] + sum_{i>j} v_i w[i][c]) for the panel columns c > j.
     const bool active = c > j && c < k0 + b;
     float dot = 0.0f;
+#pragma unroll 8
     for (int i = j + 1 + sg; i < m; i += PANEL_SIMDGROUPS) {
       dot += active ? w[long(i) * n + j] * w[long(i) * n + cc] : 0.0f;
     }
@@ -135,6 +171,7 @@ kernel void qr_panel(device float* W [[buffer(0)]],
     threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
     const float f = fs[lane];
     if (active) {
+#pragma unroll 8
       for (int i = j + 1 + sg; i < m; i += PANEL_SIMDGROUPS) {
         w[long(i) * n + cc] -= f * w[long(i) * n + j];
       }
@@ -145,37 +182,121 @@ kernel void qr_panel(device float* W [[buffer(0)]],
     threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
   }
 
-  // Gram matrix G = V^T V: simdgroup q, lane p.
-  {
-    const int q = sg;
-    const int pp = lane;
-    float acc = 0.0f;
-    for (int i = k0; i < m; ++i) {
-      acc += v_at(w, i, pp, m, n, k0, b) * v_at(w, i, q, m, n, k0, b);
-    }
-    g[pp][q] = acc;
+  panel_t(w, Tb, taus, g, t, m, n, k0, b, long(group.x), tid, lane, sg);
+}
+
+// The panel in registers: lane p holds column k0 + p, simdgroup s rows k0 + s + 32 r (r < R),
+// so a column step needs two barriers and no device memory. Used while m - k0 <= 32 R, for
+// R <= 8: 1024 threads leave 64 registers per thread, and R = 16 needs about 80.
+template <int R>
+kernel void qr_panel_regs(device float* W [[buffer(0)]],
+                          device float* Tb [[buffer(1)]],
+                          constant Params& p [[buffer(2)]],
+                          uint3 group [[threadgroup_position_in_grid]],
+                          uint tid_u [[thread_index_in_threadgroup]],
+                          uint lane_u [[thread_index_in_simdgroup]],
+                          uint sg_u [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float red[PANEL_SIMDGROUPS][NB + 1];
+  threadgroup float red0[PANEL_SIMDGROUPS];
+  threadgroup float alpha_sh[1];
+  threadgroup float taus[NB];
+  threadgroup float g[NB * (NB + 1)];
+  threadgroup float t[NB * (NB + 1)];
+  const int m = p.m;
+  const int n = p.n;
+  const int k0 = p.k0;
+  const int b = min(NB, n - k0);
+  const int tid = int(tid_u);
+  const int lane = int(lane_u);
+  const int sg = int(sg_u);
+  const long mat = long(group.x);
+  device float* w = W + mat * m * n;
+  const bool mine = lane < b;
+  const int c = k0 + (mine ? lane : 0);
+  float x[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = k0 + sg + 32 * r;
+    x[r] = (mine && i < m) ? w[long(i) * n + c] : 0.0f;
   }
-  if (sg == 0) {
-    for (int q = 0; q < NB; ++q) {
-      t[lane][q] = 0.0f;
+  for (int jj = 0; jj < b; ++jj) {
+    const int j = k0 + jj;
+    // Row k0 + sg + 32 r is below row j for every r >= 1; for r = 0 when sg > jj.
+    const bool below0 = sg > jj;
+    const bool at0 = sg == jj;
+    float part = below0 ? x[0] * x[0] : 0.0f;
+#pragma unroll
+    for (int r = 1; r < R; ++r) {
+      part = fma(x[r], x[r], part);
     }
-    t[lane][lane] = lane < b ? taus[lane] : 0.0f;
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  // T[0:q, q] = -tau_q T[0:q, 0:q] G[0:q, q], column by column.
-  for (int q = 1; q < b; ++q) {
-    if (sg == 0 && lane < q) {
-      float s = 0.0f;
-      for (int r = lane; r < q; ++r) {
-        s += t[lane][r] * g[r][q];
-      }
-      t[lane][q] = -taus[q] * s;
+    part = simd_shuffle(part, ushort(jj));
+    if (lane == 0) {
+      red0[sg] = part;
+    }
+    if (sg == jj && lane == jj) {
+      alpha_sh[0] = x[0];
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
+    float sigma = 0.0f;
+    for (int s = 0; s < PANEL_SIMDGROUPS; ++s) {
+      sigma += red0[s];
+    }
+    const float alpha = alpha_sh[0];
+    float tau = 0.0f;
+    float beta = alpha;
+    float scal = 0.0f;
+    if (sigma > 0.0f) {
+      const float norm = sqrt(alpha * alpha + sigma);
+      beta = alpha <= 0.0f ? norm : -norm;
+      tau = (beta - alpha) / beta;
+      scal = 1.0f / (alpha - beta);
+    }
+    if (lane == jj) {
+      x[0] = below0 ? x[0] * scal : (at0 ? beta : x[0]);
+#pragma unroll
+      for (int r = 1; r < R; ++r) {
+        x[r] *= scal;
+      }
+    }
+    if (tid == 0) {
+      taus[jj] = tau;
+    }
+    // This lane's partial dot with v (1 at row j, 0 above), v_i shuffled from lane jj.
+    const float v0 = simd_shuffle(x[0], ushort(jj));
+    float dot = (below0 ? v0 : (at0 ? 1.0f : 0.0f)) * x[0];
+#pragma unroll
+    for (int r = 1; r < R; ++r) {
+      dot = fma(simd_shuffle(x[r], ushort(jj)), x[r], dot);
+    }
+    red[sg][lane] = dot;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    float sum = 0.0f;
+    for (int s = 0; s < PANEL_SIMDGROUPS; ++s) {
+      sum += red[s][lane];
+    }
+    // Lane jj keeps its column (v itself); the shuffles stay outside any branch.
+    const float f = lane > jj ? tau * sum : 0.0f;
+    x[0] = fma(-f, below0 ? v0 : (at0 ? 1.0f : 0.0f), x[0]);
+#pragma unroll
+    for (int r = 1; r < R; ++r) {
+      x[r] = fma(-f, simd_shuffle(x[r], ushort(jj)), x[r]);
+    }
   }
-  device float* tm = Tb + (long(group.x) * ((n + NB - 1) / NB) + k0 / NB) * NB * NB;
-  tm[tid] = t[tid / NB][tid % NB];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = k0 + sg + 32 * r;
+    if (mine && i < m) {
+      w[long(i) * n + c] = x[r];
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
+  panel_t(w, Tb, taus, g, t, m, n, k0, b, mat, tid, lane, sg);
 }
+
+template [[host_name("qr_panel_regs4")]] kernel void qr_panel_regs<4>(
+    device float*, device float*, constant Params&, uint3, uint, uint, uint);
+template [[host_name("qr_panel_regs8")]] kernel void qr_panel_regs<8>(
+    device float*, device float*, constant Params&, uint3, uint, uint, uint);
 
 kernel void qr_vty(device const float* W [[buffer(0)]],
                    device const float* X [[buffer(1)]],

@@ -1,8 +1,10 @@
 //! The blocked variant (m n > [`super::SHARED_MAX_ELEMS`]): Householder QR with the compact WY
 //! representation, in place in a workspace, over the whole batch per launch (see
 //! `blocked.metal`). Per panel of [`NB`] columns from k0:
-//! 1. `qr_panel` (a threadgroup per matrix): the unblocked steps of the shared variant on the
-//!    panel's columns only, then `T` (upper triangular, `H_k0 ... H_k0+b-1 = I - V T Vᵀ`) from
+//! 1. `qr_panel_regs{R}` (a threadgroup of 1024 threads per matrix; the panel in registers,
+//!    R rows per thread, while m - k0 <= 32 R for R in 4, 8) or `qr_panel` (in device memory,
+//!    taller panels): the unblocked steps of the shared variant on the panel's columns
+//!    only, then `T` (upper triangular, `H_k0 ... H_k0+b-1 = I - V T Vᵀ`) from
 //!    the Gram matrix `VᵀV`;
 //! 2. `qr_vty` then `qr_apply`: the trailing columns get `C -= V (Tᵀ (Vᵀ C))` as two tiled FMA
 //!    launches.
@@ -63,8 +65,20 @@ fn update_launches(m: usize, n: usize, k0: usize, c0: usize, batch: u32) -> Resu
     ])
 }
 
-fn panel_launch(batch: u32) -> LibraryLaunch {
-    LibraryLaunch::new("qr_panel", Dispatch::Threadgroups([batch, 1, 1]), [PANEL_THREADS, 1, 1])
+/// Rows per thread of the register panel kernels.
+const PANEL_REGS: [usize; 2] = [4, 8];
+
+/// The panel kernel for `rows = m - k0`: in registers (`rows` <= 32 R for the smallest listed
+/// R), else in device memory.
+fn panel_function(rows: usize) -> String {
+    match PANEL_REGS.iter().find(|&&r| rows <= 32 * r) {
+        Some(r) => format!("qr_panel_regs{r}"),
+        None => "qr_panel".to_string(),
+    }
+}
+
+fn panel_launch(rows: usize, batch: u32) -> LibraryLaunch {
+    LibraryLaunch::new(panel_function(rows), Dispatch::Threadgroups([batch, 1, 1]), [PANEL_THREADS, 1, 1])
 }
 
 /// `(Q, R)` of every matrix of `a` (batch, m, n) (row-contiguous), outputs filled with `init`
@@ -98,7 +112,7 @@ pub fn factor(a: &Array, m: usize, n: usize, batch: usize, init: Option<f64>) ->
         Ok(())
     };
     for k0 in (0..n).step_by(NB) {
-        lib.dispatch(device, &[arr(w), arr(t), params(m, n, k0, k0, true)], &panel_launch(count))?;
+        lib.dispatch(device, &[arr(w), arr(t), params(m, n, k0, k0, true)], &panel_launch(m - k0, count))?;
         let c0 = k0 + NB.min(n - k0);
         if c0 < n {
             update(w, k0, c0, true)?;
@@ -126,7 +140,7 @@ pub fn factor(a: &Array, m: usize, n: usize, batch: usize, init: Option<f64>) ->
 /// The programs of every blocked kernel, for compile-only checks.
 pub fn programs() -> Vec<MetalProgram> {
     let lib = library();
-    let mut out = vec![lib.program(&panel_launch(1))];
+    let mut out: Vec<MetalProgram> = [100, 200, 2000].iter().map(|&rows| lib.program(&panel_launch(rows, 1))).collect();
     for function in ["qr_init", "qr_r"] {
         out.push(lib.program(&LibraryLaunch::new(function, Dispatch::Threads([1, 1, 1]), [256, 1, 1])));
     }
