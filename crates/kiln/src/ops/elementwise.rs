@@ -24,7 +24,8 @@
 //!   f32 (one 16-byte load), 4 for f16/bf16 (four 8-byte loads).
 //! - `contiguous16`: f16/bf16, row-contiguous at an 8-element-aligned offset, 16 elements or
 //!   more. Each thread handles K = 2 units of 8 elements, each one 16-byte `uint4` load and
-//!   store whose 32-bit words hold element pairs (`as_type<vec<T, 2>>`).
+//!   store whose 32-bit words hold element pairs; threadgroup g owns the K · 256 adjacent units
+//!   from g · K · 256 (whole threadgroups are launched, so every unit has a thread).
 //! - `strided`: anything else, read in place through `elem_to_loc` (no copy) after merging
 //!   axes that are contiguous with each other, one thread per element.
 //!
@@ -149,23 +150,24 @@ const CONTIGUOUS_SOURCE: &str = r#"
     }
 "#;
 
-// 16-bit elements, 8 to a 16-byte unit; all K loads before the first store, as above.
+// 16-bit elements, 8 to a 16-byte unit; all K loads before the first store, as above. A
+// threadgroup of G threads owns K · G adjacent units.
 const CONTIGUOUS16_SOURCE: &str = r#"
-    uint stride = threads_per_grid.x;
+    uint first = threadgroup_position_in_grid.x * (K * G) + thread_position_in_threadgroup.x;
     uint n8 = uint(n) / 8;
     const device uint4* xq = (const device uint4*)inp;
     device uint4* oq = (device uint4*)out;
     uint4 q[K];
     #pragma unroll
     for (uint k = 0; k < K; ++k) {
-        uint c = thread_position_in_grid.x + k * stride;
+        uint c = first + k * G;
         if (c < n8) {
             q[k] = xq[c];
         }
     }
     #pragma unroll
     for (uint k = 0; k < K; ++k) {
-        uint c = thread_position_in_grid.x + k * stride;
+        uint c = first + k * G;
         if (c < n8) {
             uint4 r;
             r.x = kiln_unary_pair<T, OP>(q[k].x);
@@ -254,12 +256,14 @@ pub fn unary_call(op: Unary, x: &Array) -> Result<OpCall> {
     let dtype = x.dtype();
     if dtype.size() == 2 && x.is_row_contiguous() && x.offset() % 8 == 0 && n >= 16 {
         let k = 2usize;
-        let threads = n.div_ceil(8 * k).max(1);
+        let group = GROUP as usize;
+        let threads = n.div_ceil(8 * k * group) * group;
         let spec = LaunchSpec::new([grid_dim(name, threads)?, 1, 1], [GROUP, 1, 1])
             .output(x.shape(), dtype)
             .template("T", dtype)
             .template("OP", op as i32)
-            .template("K", k as i32);
+            .template("K", k as i32)
+            .template("G", GROUP as i32);
         let flat = x.reshape(&[n])?;
         return Ok(OpCall::new(contiguous16_kernel(name)?, vec![flat.into(), (n as i32).into()], spec));
     }
