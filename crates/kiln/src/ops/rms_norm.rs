@@ -12,10 +12,12 @@
 //!   the simdgroup partials.
 //!
 //! `vec4` forms use 4-element loads when D % 4 == 0, D ≥ 8 and the inputs are 4-element
-//! aligned; otherwise one element per access. A `vec4` row is kept in registers (`RowLaunch`:
-//! about 4 units of 4 or 8 elements per thread, at most 32 floats, threadgroups of D/16 threads
-//! or fewer) and read from memory once, except f16/bf16 rows of D ≤ 1024, which loop: read the
-//! row for the sum of squares, then again (from cache) for the scaled store. Longer rows loop too.
+//! aligned; otherwise one element per access. f16/bf16 rows with D % 8 == 0 whose inputs are
+//! 8-element aligned go by units of 8 elements, one 16-byte access each (`RowLaunch::p` = 2).
+//! A `vec4` row is kept in registers where it fits (`RowLaunch`: about 4 units of 4 or 8
+//! elements per thread, at most 32 floats, threadgroups of D/16 threads or fewer) and read from
+//! memory once; 16-byte units also fetch their `w` before the reduction. Longer rows loop: read
+//! the row for the sum of squares, then again (from cache) for the scaled store.
 //!
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 

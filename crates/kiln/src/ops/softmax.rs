@@ -16,7 +16,8 @@
 //! - `simdgroup`: D ≤ 1024 — one simdgroup per row, 4 rows per threadgroup, no barrier.
 //! - `threadgroup`: D > 1024 — one threadgroup per row, one barrier.
 //!
-//! `vec4` forms load 4 elements at once when D % 4 == 0, D ≥ 8 and `x` is 4-element aligned,
+//! `vec4` forms load 4 elements at once when D % 4 == 0, D ≥ 8 and `x` is 4-element aligned
+//! (f16/bf16 by 16-byte units of 8 elements when D % 8 == 0 and `x` is 8-element aligned),
 //! and keep the row in registers when it fits in 32 floats per thread (D up to 32768 for
 //! f32 and 16-bit types): one read, one exp per element. Longer rows and scalar forms take the
 //! online pass and re-read the row (from cache) for the store.
