@@ -5,9 +5,10 @@
 //!
 //! A block of `NWG` warpgroups (128 threads each) takes `64·NWG` queries of one (batch, query
 //! head); each warpgroup owns 64 of them. Key/value tiles of `BN` rows are staged in shared
-//! memory with `cp.async` by all threads (two stages: tile `j+1` loads while tile `j` is used),
-//! each thread fencing its copies into the async proxy before the block barrier. Per tile and
-//! warpgroup:
+//! memory with `cp.async` by all threads (two stages each), each thread fencing its copies into
+//! the async proxy before the block barrier. Step `j` issues S_j = Q K_jᵀ and O += P_{j-1} V_{j-1}
+//! together and runs the softmax of S_j while the second product is in flight; K_{j+1} and V_j
+//! load during step j. Per tile and warpgroup:
 //!   S = Q Kᵀ            `wgmma.mma_async m64n128k16` (bf16|f16 → f32), Q and K read from
 //!                       shared memory through matrix descriptors, D/16 = 8 steps, one group;
 //!   S *= scale·log2(e); masked entries (keys ≥ Tk; causal: key > query + Tk − Tq) → −inf,
@@ -200,30 +201,36 @@ const SOURCE: &str = r#"
     float m[2] = {NEG_INF, NEG_INF};
     float l[2] = {0.0f, 0.0f};
 
+    // Tiles this warpgroup uses (causal: up to its last visible key).
+    const int nw = (wend + BN - 1) / BN;
+    unsigned pa[BN / 16][4];
     if (ntiles > 0) {
         kiln_wg::load_tile<BM, 64, THREADS>(sq, qb, q0, Tq, tid);
         kiln_wg::load_tile<BN, BN, THREADS>(sk, kb, 0, Tk, tid);
-        kiln_wg::load_tile<BN, BN, THREADS>(sv, vb, 0, Tk, tid);
         cp_commit();
     }
-    for (int j = 0; j < ntiles; ++j) {
-        const int st = j & 1;
-        if (j + 1 < ntiles) {
-            kiln_wg::load_tile<BN, BN, THREADS>(sk + (st ^ 1) * TBYTES, kb, (j + 1) * BN, Tk, tid);
-            kiln_wg::load_tile<BN, BN, THREADS>(sv + (st ^ 1) * TBYTES, vb, (j + 1) * BN, Tk, tid);
-            cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
+    // Step j: S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} issued together, the softmax of S_j running
+    // while the second product is in flight. K_{j+1} and V_j load during step j.
+    for (int j = 0; j <= ntiles; ++j) {
+        cp_wait<0>();
         kiln_wg::fence_async_shared();
         __syncthreads();
-        const int n0 = j * BN;
-        // Causal: a warpgroup whose queries all precede this tile's first visible key skips it.
-        if (n0 < wend) {
-            float s[64];
-            const unsigned kt = sk + st * TBYTES;
-            kiln_wg::fence();
+        if (j + 1 < ntiles) {
+            kiln_wg::load_tile<BN, BN, THREADS>(sk + ((j + 1) & 1) * TBYTES, kb, (j + 1) * BN, Tk, tid);
+        }
+        if (j < ntiles) {
+            kiln_wg::load_tile<BN, BN, THREADS>(sv + (j & 1) * TBYTES, vb, j * BN, Tk, tid);
+        }
+        cp_commit();
+        const bool do_s = j < nw;
+        const bool do_pv = j >= 1 && j <= nw;
+        if (!do_s && !do_pv) {
+            continue;
+        }
+        kiln_wg::fence();
+        float s[64];
+        if (do_s) {
+            const unsigned kt = sk + (j & 1) * TBYTES;
 #pragma unroll
             for (int kk = 0; kk < 8; ++kk) {
                 const unsigned long long da = kiln_wg::desc(sqw + (kk >> 2) * (64 * 128) + (kk & 3) * 32, 16, 1024);
@@ -231,73 +238,87 @@ const SOURCE: &str = r#"
                 kiln_wg::mma_ss<BF16>(s, da, db, kk > 0);
             }
             kiln_wg::commit();
-            kiln_wg::wait<0>();
-            kiln_wg::keep(s);
-            const bool edge = n0 + BN > Tk || (CAUSAL && n0 + BN - 1 > w0 + shift);
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const int row = row_lo + 8 * i;
-                float mx = NEG_INF;
-#pragma unroll
-                for (int jj = 0; jj < BN / 8; ++jj) {
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        float x = s[4 * jj + 2 * i + c] * sl2;
-                        if (edge) {
-                            const int key = n0 + 8 * jj + 2 * (lane & 3) + c;
-                            const bool ok = key < Tk && (!CAUSAL || key <= row + shift);
-                            x = ok ? x : NEG_INF;
-                        }
-                        s[4 * jj + 2 * i + c] = x;
-                        mx = fmaxf(mx, x);
-                    }
-                }
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float m_new = fmaxf(m[i], mx);
-                // A row with no visible key so far keeps m = -inf; subtracting 0 keeps p = 0.
-                const float m_use = m_new == NEG_INF ? 0.0f : m_new;
-                const float corr = ex2(m[i] - m_use);
-                m[i] = m_new;
-                float sum = 0.0f;
-#pragma unroll
-                for (int jj = 0; jj < BN / 8; ++jj) {
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        const float p = ex2(s[4 * jj + 2 * i + c] - m_use);
-                        s[4 * jj + 2 * i + c] = p;
-                        sum += p;
-                    }
-                }
-                l[i] = l[i] * corr + sum;
-#pragma unroll
-                for (int jj = 0; jj < 16; ++jj) {
-                    o[4 * jj + 2 * i] *= corr;
-                    o[4 * jj + 2 * i + 1] *= corr;
-                }
-            }
-            // P as register A fragments: step kk covers keys 16kk..16kk+15.
-            unsigned pa[BN / 16][4];
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk) {
-                pa[kk][0] = pack2<BF16>(s[8 * kk + 0], s[8 * kk + 1]);
-                pa[kk][1] = pack2<BF16>(s[8 * kk + 2], s[8 * kk + 3]);
-                pa[kk][2] = pack2<BF16>(s[8 * kk + 4], s[8 * kk + 5]);
-                pa[kk][3] = pack2<BF16>(s[8 * kk + 6], s[8 * kk + 7]);
-            }
-            const unsigned vt = sv + st * TBYTES;
-            kiln_wg::keep(o);
-            kiln_wg::fence();
+        }
+        if (do_pv) {
+            const unsigned vt = sv + ((j - 1) & 1) * TBYTES;
 #pragma unroll
             for (int kk = 0; kk < BN / 16; ++kk) {
                 const unsigned long long db = kiln_wg::desc(vt + kk * 2048, BN * 128, 1024);
                 kiln_wg::mma_rs_vt<BF16>(o, pa[kk], db, 1);
             }
             kiln_wg::commit();
+        }
+        if (!do_s) {
+            kiln_wg::wait<0>();
+            kiln_wg::keep(o);
+            continue;
+        }
+        if (do_pv) {
+            kiln_wg::wait<1>();
+        } else {
+            kiln_wg::wait<0>();
+        }
+        kiln_wg::keep(s);
+        const int n0 = j * BN;
+        const bool edge = n0 + BN > Tk || (CAUSAL && n0 + BN - 1 > w0 + shift);
+        float corr[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int row = row_lo + 8 * i;
+            float mx = NEG_INF;
+#pragma unroll
+            for (int jj = 0; jj < BN / 8; ++jj) {
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    float x = s[4 * jj + 2 * i + c] * sl2;
+                    if (edge) {
+                        const int key = n0 + 8 * jj + 2 * (lane & 3) + c;
+                        const bool ok = key < Tk && (!CAUSAL || key <= row + shift);
+                        x = ok ? x : NEG_INF;
+                    }
+                    s[4 * jj + 2 * i + c] = x;
+                    mx = fmaxf(mx, x);
+                }
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[i], mx);
+            // A row with no visible key so far keeps m = -inf; subtracting 0 keeps p = 0.
+            const float m_use = m_new == NEG_INF ? 0.0f : m_new;
+            corr[i] = ex2(m[i] - m_use);
+            m[i] = m_new;
+            float sum = 0.0f;
+#pragma unroll
+            for (int jj = 0; jj < BN / 8; ++jj) {
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const float p = ex2(s[4 * jj + 2 * i + c] - m_use);
+                    s[4 * jj + 2 * i + c] = p;
+                    sum += p;
+                }
+            }
+            l[i] = l[i] * corr[i] + sum;
+        }
+        if (do_pv) {
             kiln_wg::wait<0>();
             kiln_wg::keep(o);
         }
-        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+#pragma unroll
+            for (int jj = 0; jj < 16; ++jj) {
+                o[4 * jj + 2 * i] *= corr[i];
+                o[4 * jj + 2 * i + 1] *= corr[i];
+            }
+        }
+        // P as register A fragments for the next step: kk covers keys 16kk..16kk+15.
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            pa[kk][0] = pack2<BF16>(s[8 * kk + 0], s[8 * kk + 1]);
+            pa[kk][1] = pack2<BF16>(s[8 * kk + 2], s[8 * kk + 3]);
+            pa[kk][2] = pack2<BF16>(s[8 * kk + 4], s[8 * kk + 5]);
+            pa[kk][3] = pack2<BF16>(s[8 * kk + 6], s[8 * kk + 7]);
+        }
     }
 
     // Each warpgroup stages its rows in its own query rows (read only by its own wgmma, all
