@@ -46,7 +46,7 @@ def struct(n):
     args = ", ".join(f"T {c}_" for c in comps)
     out.append(f"  KILN_HD vec({args}) : {', '.join(f'{c}({c}_)' for c in comps)} {{}}")
     out.append("  template <class U>")
-    out.append(f"  KILN_HD explicit vec(const vec<U, {n}>& o) : {', '.join(f'{c}(T(o.{c}))' for c in comps)} {{}}")
+    out.append(f"  KILN_HD explicit vec(const vec<U, {n}>& o) {{ kiln::vec_convert<T, U, {n}>::run(*this, o); }}")
     for shape in ctor_shapes(n):
         params, inits, idx = [], [], 0
         for p, size in enumerate(shape):
@@ -87,6 +87,11 @@ def main():
     print("  KILN_HD swizzle_ref& operator=(const vec<T, K>& v) { vec<T, K> t = v; for (int i = 0; i < K; ++i) *p[i] = t[i]; return *this; }")
     for op in ["+", "-", "*", "/", "%", "&", "|", "^", "<<", ">>"]:
         print(f"  KILN_HD swizzle_ref& operator{op}=(const vec<T, K>& v) {{ vec<T, K> t = v; for (int i = 0; i < K; ++i) *p[i] = *p[i] {op} t[i]; return *this; }}")
+    print("};")
+    print("// The element-wise conversion behind `vec<T,N>(vec<U,N>)`; a target may specialise it (the")
+    print("// CUDA prelude converts float pairs to half or bfloat with one instruction).")
+    print("template <class T, class U, int N> struct vec_convert {")
+    print("  KILN_HD static void run(vec<T, N>& r, const vec<U, N>& o) { for (int i = 0; i < N; ++i) r[i] = T(o[i]); }")
     print("};")
     print("}  // namespace kiln\n")
     for n in (2, 3, 4):

@@ -48,13 +48,18 @@ template <class T> struct is_arith {
   static constexpr bool value = is_integral<T>::value || is_builtin_float<typename remove_cv<T>::type>::value;
 };
 
-// On CUDA devices the conversions use the hardware's round-to-nearest-even instructions
-// (cvt.rn.f16.f32 from sm_53, cvt.rn.bf16.f32 from sm_80); a NaN gets the software path's bits
-// by a select, so they match the CPU emulator's exactly.
+// On CUDA devices the conversions are the hardware's round-to-nearest-even instructions
+// (cvt.rn.f16.f32 and cvt.f32.f16 from sm_53, cvt.rn.bf16.f32 from sm_80; none flushes
+// subnormals). For every number, infinity and signed zero they give the software path's bits; a
+// NaN gives a NaN (the hardware's canonical one, where the software path keeps sign and payload):
+// Metal does not specify the bits of a converted NaN, and one instruction per element is what
+// keeps 16-bit memory-bound kernels at bandwidth. KILN_HW_CVT_X2 marks the paired forms
+// (cvt.rn.f16x2.f32, cvt.rn.bf16x2.f32, sm_80) that vector conversions use.
 #if defined(KILN_CUDA) && defined(__CUDA_ARCH__)
 #define KILN_HW_F16 1
 #if __CUDA_ARCH__ >= 800
 #define KILN_HW_BF16 1
+#define KILN_HW_CVT_X2 1
 #endif
 #endif
 
@@ -64,15 +69,12 @@ KILN_HD inline float u2f(uint u) { f32_bits b; b.u = u; return b.f; }
 
 // IEEE binary16 from binary32, round to nearest even, with subnormals, infinities and NaN.
 KILN_HD inline ushort f32_to_f16(float f) {
-  uint x = f2u(f);
 #ifdef KILN_HW_F16
-  // A select, not a branch: the NaN bits are cheap, and straight-line code lets the compiler
-  // interleave the conversions of neighbouring elements.
   ushort r;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
-  ushort nan = (ushort)(((x >> 16) & 0x8000u) | 0x7e00u | ((x & 0x7fffffu) >> 13));
-  return (x & 0x7fffffffu) > 0x7f800000u ? nan : r;
-#endif
+  return r;
+#else
+  uint x = f2u(f);
   uint sign = (x >> 16) & 0x8000u;
   uint exp = (x >> 23) & 0xffu;
   uint man = x & 0x7fffffu;
@@ -93,15 +95,15 @@ KILN_HD inline ushort f32_to_f16(float f) {
   uint rem = man & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
   return (ushort)h;
+#endif
 }
 
 KILN_HD inline float f16_to_f32(ushort h) {
 #ifdef KILN_HW_F16
   float r;
   asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(h));
-  uint nan = (((uint)h & 0x8000u) << 16) | 0x7f800000u | (((uint)h & 0x3ffu) << 13);
-  return ((uint)h & 0x7fffu) > 0x7c00u ? u2f(nan) : r;
-#endif
+  return r;
+#else
   uint sign = ((uint)h & 0x8000u) << 16;
   uint exp = ((uint)h >> 10) & 0x1fu;
   uint man = (uint)h & 0x3ffu;
@@ -112,21 +114,39 @@ KILN_HD inline float f16_to_f32(ushort h) {
     return sign ? -v : v;
   }
   return u2f(sign | ((exp + 112u) << 23) | (man << 13));
+#endif
 }
 
 // bfloat16 from binary32, round to nearest even; NaN stays a quiet NaN.
 KILN_HD inline ushort f32_to_bf16(float f) {
-  uint x = f2u(f);
 #ifdef KILN_HW_BF16
   ushort r;
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
-  return (x & 0x7fffffffu) > 0x7f800000u ? (ushort)((x >> 16) | 0x40u) : r;
-#endif
+  return r;
+#else
+  uint x = f2u(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort)((x >> 16) | 0x40u);
   x += 0x7fffu + ((x >> 16) & 1u);
   return (ushort)(x >> 16);
+#endif
 }
+// Exact: bfloat16 is the upper half of binary32.
 KILN_HD inline float bf16_to_f32(ushort b) { return u2f((uint)b << 16); }
+
+#ifdef KILN_HW_CVT_X2
+// Two floats rounded to nearest even and packed, `lo` in the low 16 bits (the instructions
+// put their first source in the high half).
+KILN_HD inline uint f32x2_to_f16x2(float lo, float hi) {
+  uint r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+KILN_HD inline uint f32x2_to_bf16x2(float lo, float hi) {
+  uint r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+#endif
 
 }  // namespace kiln
 

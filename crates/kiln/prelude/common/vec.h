@@ -20,6 +20,11 @@ template <class T, int K> struct swizzle_ref {
   KILN_HD swizzle_ref& operator<<=(const vec<T, K>& v) { vec<T, K> t = v; for (int i = 0; i < K; ++i) *p[i] = *p[i] << t[i]; return *this; }
   KILN_HD swizzle_ref& operator>>=(const vec<T, K>& v) { vec<T, K> t = v; for (int i = 0; i < K; ++i) *p[i] = *p[i] >> t[i]; return *this; }
 };
+// The element-wise conversion behind `vec<T,N>(vec<U,N>)`; a target may specialise it (the
+// CUDA prelude converts float pairs to half or bfloat with one instruction).
+template <class T, class U, int N> struct vec_convert {
+  KILN_HD static void run(vec<T, N>& r, const vec<U, N>& o) { for (int i = 0; i < N; ++i) r[i] = T(o[i]); }
+};
 }  // namespace kiln
 
 template <class T> struct alignas(2 * sizeof(T)) vec<T, 2> {
@@ -29,7 +34,7 @@ template <class T> struct alignas(2 * sizeof(T)) vec<T, 2> {
   KILN_HD vec(U s) : x(T(s)), y(T(s)) {}
   KILN_HD vec(T x_, T y_) : x(x_), y(y_) {}
   template <class U>
-  KILN_HD explicit vec(const vec<U, 2>& o) : x(T(o.x)), y(T(o.y)) {}
+  KILN_HD explicit vec(const vec<U, 2>& o) { kiln::vec_convert<T, U, 2>::run(*this, o); }
   KILN_HD T& operator[](int i) { return (&x)[i]; }
   KILN_HD const T& operator[](int i) const { return (&x)[i]; }
   KILN_HD vec<T, 2> xx() const { return vec<T, 2>(x, x); }
@@ -101,7 +106,7 @@ template <class T> struct alignas(4 * sizeof(T)) vec<T, 3> {
   KILN_HD vec(U s) : x(T(s)), y(T(s)), z(T(s)) {}
   KILN_HD vec(T x_, T y_, T z_) : x(x_), y(y_), z(z_) {}
   template <class U>
-  KILN_HD explicit vec(const vec<U, 3>& o) : x(T(o.x)), y(T(o.y)), z(T(o.z)) {}
+  KILN_HD explicit vec(const vec<U, 3>& o) { kiln::vec_convert<T, U, 3>::run(*this, o); }
   KILN_HD vec(T a0, const vec<T, 2>& a1) : x(a0), y(a1.x), z(a1.y) {}
   KILN_HD vec(const vec<T, 2>& a0, T a1) : x(a0.x), y(a0.y), z(a1) {}
   KILN_HD T& operator[](int i) { return (&x)[i]; }
@@ -373,7 +378,7 @@ template <class T> struct alignas(4 * sizeof(T)) vec<T, 4> {
   KILN_HD vec(U s) : x(T(s)), y(T(s)), z(T(s)), w(T(s)) {}
   KILN_HD vec(T x_, T y_, T z_, T w_) : x(x_), y(y_), z(z_), w(w_) {}
   template <class U>
-  KILN_HD explicit vec(const vec<U, 4>& o) : x(T(o.x)), y(T(o.y)), z(T(o.z)), w(T(o.w)) {}
+  KILN_HD explicit vec(const vec<U, 4>& o) { kiln::vec_convert<T, U, 4>::run(*this, o); }
   KILN_HD vec(T a0, T a1, const vec<T, 2>& a2) : x(a0), y(a1), z(a2.x), w(a2.y) {}
   KILN_HD vec(T a0, const vec<T, 2>& a1, T a2) : x(a0), y(a1.x), z(a1.y), w(a2) {}
   KILN_HD vec(T a0, const vec<T, 3>& a1) : x(a0), y(a1.x), z(a1.y), w(a1.z) {}
