@@ -20,7 +20,7 @@
 //! Reference: `rms_norm::reference` of the f64 sum `x + residual` of the dtype-rounded inputs,
 //! and that sum for `h`. Tolerance: the dtype table.
 
-use super::rms_norm::{check_norm_args, RowLaunch, SIMDGROUP_MAX_D};
+use super::rms_norm::{check_norm_args, RowLaunch, SCALED_STORE, SIMDGROUP_MAX_D, W_PREFETCH};
 use super::util::{
     check_same_dtype, common_device, row_index_source, row_sum_source, vec4_aligned, vec8_aligned, OpCall, RowKernels,
     VEC4_HEADER,
@@ -54,13 +54,7 @@ const VEC_SOURCE: &str = r#"
             kiln_load_unit<T, P>(xr, i * nt + tid, D4, &v[i * P], 0.0f);
             kiln_load_unit<T, P>(rr, i * nt + tid, D4, &u[i * P], 0.0f);
         }
-        if (P == 2) {
-            #pragma unroll
-            for (uint i = 0; i < uint(CPT); ++i) {
-                uint q = i * nt + tid;
-                wq[i] = 2 * q < D4 ? ((const device uint4*)w)[q] : uint4(0u);
-            }
-        }
+        %W_PREFETCH%
         #pragma unroll
         for (uint i = 0; i < uint(CPT); ++i) {
             #pragma unroll
@@ -90,23 +84,7 @@ const VEC_SOURCE: &str = r#"
     %SUM%
     float scale = metal::rsqrt(ss / float(D) + eps);
     if (CPT > 0) {
-        #pragma unroll
-        for (uint i = 0; i < uint(CPT); ++i) {
-            uint u = i * nt + tid;
-            if (u * uint(P) < D4) {
-                float4 wv[P];
-                if (P == 2) {
-                    kiln_widen_unit<T>(wq[i], wv);
-                } else {
-                    kiln_load_unit<T, P>(w, u, D4, wv, 0.0f);
-                }
-                #pragma unroll
-                for (uint j = 0; j < uint(P); ++j) {
-                    wv[j] = v[i * P + j] * scale * wv[j];
-                }
-                kiln_store_unit<T, P>(yr, u, wv);
-            }
-        }
+        %SCALED_STORE%
     } else {
         for (uint q = tid; q * uint(P) < D4; q += nt) {
             float4 a[P];
@@ -149,6 +127,8 @@ fn kernel(row_per_simdgroup: bool, vec4: bool) -> Result<&'static MetalKernel> {
         if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }
             .replace("%INDEX%", row_index_source(row_per_simdgroup))
             .replace("%SUM%", &row_sum_source(row_per_simdgroup, "ss"))
+            .replace("%W_PREFETCH%", W_PREFETCH)
+            .replace("%SCALED_STORE%", SCALED_STORE)
     })
 }
 

@@ -61,13 +61,7 @@ const VEC_SOURCE: &str = r#"
         for (uint i = 0; i < uint(CPT); ++i) {
             kiln_load_unit<T, P>(xr, i * nt + tid, D4, &v[i * P], 0.0f);
         }
-        if (P == 2) {
-            #pragma unroll
-            for (uint i = 0; i < uint(CPT); ++i) {
-                uint u = i * nt + tid;
-                wq[i] = 2 * u < D4 ? ((const device uint4*)w)[u] : uint4(0u);
-            }
-        }
+        %W_PREFETCH%
         #pragma unroll
         for (uint k = 0; k < uint(CPT * P); ++k) {
             ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
@@ -85,7 +79,35 @@ const VEC_SOURCE: &str = r#"
     %SUM%
     float scale = metal::rsqrt(ss / float(D) + eps);
     if (CPT > 0) {
-        #pragma unroll
+        %SCALED_STORE%
+    } else {
+        for (uint u = tid; u * uint(P) < D4; u += nt) {
+            float4 t[P];
+            float4 wv[P];
+            kiln_load_unit<T, P>(xr, u, D4, t, 0.0f);
+            kiln_load_unit<T, P>(w, u, D4, wv, 0.0f);
+            #pragma unroll
+            for (uint j = 0; j < uint(P); ++j) {
+                t[j] = t[j] * scale * wv[j];
+            }
+            kiln_store_unit<T, P>(yr, u, t);
+        }
+    }
+"#;
+
+/// Register form, shared with `residual_rms_norm`: 16-byte units fetch their packed `w` units
+/// into `wq` before the reduction.
+pub(crate) const W_PREFETCH: &str = r#"if (P == 2) {
+            #pragma unroll
+            for (uint i = 0; i < uint(CPT); ++i) {
+                uint wu = i * nt + tid;
+                wq[i] = 2 * wu < D4 ? ((const device uint4*)w)[wu] : uint4(0u);
+            }
+        }"#;
+
+/// Register form, shared with `residual_rms_norm`: stores `v · scale · w` for the units the
+/// thread holds.
+pub(crate) const SCALED_STORE: &str = r#"#pragma unroll
         for (uint i = 0; i < uint(CPT); ++i) {
             uint u = i * nt + tid;
             if (u * uint(P) < D4) {
@@ -101,21 +123,7 @@ const VEC_SOURCE: &str = r#"
                 }
                 kiln_store_unit<T, P>(yr, u, wv);
             }
-        }
-    } else {
-        for (uint u = tid; u * uint(P) < D4; u += nt) {
-            float4 t[P];
-            float4 wv[P];
-            kiln_load_unit<T, P>(xr, u, D4, t, 0.0f);
-            kiln_load_unit<T, P>(w, u, D4, wv, 0.0f);
-            #pragma unroll
-            for (uint j = 0; j < uint(P); ++j) {
-                t[j] = t[j] * scale * wv[j];
-            }
-            kiln_store_unit<T, P>(yr, u, t);
-        }
-    }
-"#;
+        }"#;
 
 // Indexes the inputs directly (no pointer variables): inputs under 8 elements live in
 // `constant` space.
@@ -142,6 +150,8 @@ fn kernel(row_per_simdgroup: bool, vec4: bool) -> Result<&'static MetalKernel> {
         if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }
             .replace("%INDEX%", row_index_source(row_per_simdgroup))
             .replace("%SUM%", &row_sum_source(row_per_simdgroup, "ss"))
+            .replace("%W_PREFETCH%", W_PREFETCH)
+            .replace("%SCALED_STORE%", SCALED_STORE)
     })
 }
 

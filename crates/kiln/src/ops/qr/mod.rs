@@ -40,6 +40,26 @@ pub const MAX_N: usize = 1024;
 /// Threads per matrix of the shared variant.
 const SHARED_THREADS: usize = 256;
 
+/// Applies reflector `j` (unit head, tail in column `j` below the diagonal, factor `tau`) to
+/// columns `j + 1..n` of the working matrix, a column per simdgroup; used when factoring and
+/// again when forming Q.
+const APPLY_REFLECTOR: &str = r#"for (int c = j + 1 + sg; c < n; c += nsg) {
+            float dot = 0.0f;
+            for (int i0 = j + 1; i0 < m; i0 += 32) {
+                int i = metal::min(i0 + lane, m - 1);
+                dot += metal::select(0.0f, w[i * n + j] * w[i * n + c], i0 + lane < m);
+            }
+            // Read before the sum: lane 0 rewrites it right after.
+            float top = w[j * n + c];
+            float f = tau * (simd_sum(dot) + top);
+            for (int i = j + 1 + lane; i < m; i += 32) {
+                w[i * n + c] -= f * w[i * n + j];
+            }
+            if (lane == 0) {
+                w[j * n + c] -= f;
+            }
+        }"#;
+
 const SOURCE: &str = r#"
     constexpr int MAXN = 1024;
     threadgroup float taus[MAXN];
@@ -96,22 +116,7 @@ const SOURCE: &str = r#"
             taus[j] = tau;
         }
         threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
-        for (int c = j + 1 + sg; c < n; c += nsg) {
-            float dot = 0.0f;
-            for (int i0 = j + 1; i0 < m; i0 += 32) {
-                int i = metal::min(i0 + lane, m - 1);
-                dot += metal::select(0.0f, w[i * n + j] * w[i * n + c], i0 + lane < m);
-            }
-            // Read before the sum: lane 0 rewrites it right after.
-            float top = w[j * n + c];
-            float f = tau * (simd_sum(dot) + top);
-            for (int i = j + 1 + lane; i < m; i += 32) {
-                w[i * n + c] -= f * w[i * n + j];
-            }
-            if (lane == 0) {
-                w[j * n + c] -= f;
-            }
-        }
+        APPLY_REFLECTOR
         threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
     }
 
@@ -124,22 +129,7 @@ const SOURCE: &str = r#"
 
     for (int j = n - 1; j >= 0; --j) {
         float tau = taus[j];
-        for (int c = j + 1 + sg; c < n; c += nsg) {
-            float dot = 0.0f;
-            for (int i0 = j + 1; i0 < m; i0 += 32) {
-                int i = metal::min(i0 + lane, m - 1);
-                dot += metal::select(0.0f, w[i * n + j] * w[i * n + c], i0 + lane < m);
-            }
-            // Read before the sum: lane 0 rewrites it right after.
-            float top = w[j * n + c];
-            float f = tau * (simd_sum(dot) + top);
-            for (int i = j + 1 + lane; i < m; i += 32) {
-                w[i * n + c] -= f * w[i * n + j];
-            }
-            if (lane == 0) {
-                w[j * n + c] -= f;
-            }
-        }
+        APPLY_REFLECTOR
         threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
         for (int i = tid; i < m; i += nt) {
             float v = w[i * n + j];
@@ -166,6 +156,7 @@ fn shared_kernel() -> Result<&'static MetalKernel> {
             let source = SOURCE
                 .replace("WORKSPACE", workspace)
                 .replace("COPY_OUT", copy_out)
+                .replace("APPLY_REFLECTOR", APPLY_REFLECTOR)
                 .replace("SHARED_ELEMS", &SHARED_MAX_ELEMS.to_string());
             MetalKernel::new("kiln_qr_shared", &["A"], &["Q", "R"], source).map_err(|e| e.to_string())
         })
