@@ -179,6 +179,9 @@ fn bf16_is_nan(b: u16) -> bool {
     (b & 0x7fff) > 0x7f80
 }
 
+/// The host's widening of a 16-bit pattern.
+type Widen = fn(u16) -> f32;
+
 // Every half and bfloat bit pattern widened to float by `float(x)` and by `float4(x4)`.
 fn widening_is_exact(device: Device) {
     let bits: Vec<u16> = (0..=u16::MAX).collect();
@@ -186,7 +189,7 @@ fn widening_is_exact(device: Device) {
     let k = widen_kernel();
     let spec = launch(bits.len(), bits.len(), &[DType::U32; 4], device);
     let outs = k.call(&[on(device, &x)], &spec).unwrap();
-    let checks: [(&str, fn(u16) -> f32); 4] = [
+    let checks: [(&str, Widen); 4] = [
         ("half -> float", |b| half::f16::from_bits(b).to_f32()),
         ("bfloat -> float", |b| half::bf16::from_bits(b).to_f32()),
         ("half4 -> float4", |b| half::f16::from_bits(b).to_f32()),
