@@ -146,3 +146,20 @@ fn several_outputs_after_shape_parameters_form_a_valid_signature() {
     assert_eq!(g.source.matches(") {").count(), 1, "{}", g.source);
     assert!(g.source.contains("device float* o1 [[buffer(2)]],\n  device int32_t* o2 [[buffer(3)]]) {\n"));
 }
+
+#[test]
+fn cuda_translation_restricts_pointers_unless_asked_not_to() {
+    use kiln::backend::{translate, Target};
+    let a = Array::from_f64(DType::F32, &[4], &[0.5, 1.5, 2.5, 3.5]).unwrap();
+    let spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32);
+    let cuda_of = |kernel: MetalKernel| {
+        let generated = kernel.generate(std::slice::from_ref(&a), &spec).unwrap();
+        translate(&kernel.program(&generated), Target::Cuda).unwrap()
+    };
+    let restricted = cuda_of(copy_kernel());
+    assert!(restricted.contains("const void* __restrict__"), "read-only slots are __restrict__ by default");
+    assert!(restricted.contains("global_slot(a, "), "device slots are global by default");
+    let generic = cuda_of(copy_kernel().restrict_pointers(false));
+    assert!(!generic.contains("__restrict__ kiln_b"), "restrict_pointers(false) keeps generic pointers");
+    assert!(!generic.contains("global_slot(a, "), "restrict_pointers(false) keeps generic pointers");
+}

@@ -42,6 +42,7 @@ pub struct MetalKernel {
     memo: Memo,
     /// "metal_kernel <name>", the op named in errors.
     op: String,
+    restrict_pointers: bool,
 }
 
 /// Everything the generated source depends on besides the kernel's own fields: per input its
@@ -130,6 +131,7 @@ impl MetalKernel {
             shape_info,
             memo: Memo::default(),
             op: format!("metal_kernel {name}"),
+            restrict_pointers: true,
             name,
         })
     }
@@ -151,6 +153,15 @@ impl MetalKernel {
     /// Declare every output `device atomic<T>*` (default false).
     pub fn atomic_outputs(mut self, on: bool) -> Self {
         self.atomic_outputs = on;
+        self.memo = Memo::default();
+        self
+    }
+
+    /// Whether the CUDA translation passes read-only inputs as `__restrict__` and outputs as
+    /// global pointers (default true, which MLX's contract allows: outputs are fresh and inputs
+    /// read-only). `false` keeps plain generic pointers, for kernels that schedule better so.
+    pub fn restrict_pointers(mut self, on: bool) -> Self {
+        self.restrict_pointers = on;
         self.memo = Memo::default();
         self
     }
@@ -253,7 +264,7 @@ impl MetalKernel {
         MetalProgram {
             kernel: self.name.clone(),
             source: generated.source.clone(),
-            kind: ProgramKind::MlxBody,
+            kind: if self.restrict_pointers { ProgramKind::MlxBody } else { ProgramKind::MlxBodyGenericPointers },
             function: generated.kernel_name.clone(),
             math_mode: self.math_mode,
             constants: Vec::new(),

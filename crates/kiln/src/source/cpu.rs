@@ -54,7 +54,7 @@ pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Resul
     push_header(&mut out, "cpu/runtime.h", CPU_RUNTIME);
     push_header(&mut out, "cpu/simd.h", CPU_SIMD);
     out.push_str("using namespace metal;\n");
-    if program.kind == ProgramKind::MlxBody {
+    if matches!(program.kind, ProgramKind::MlxBody | ProgramKind::MlxBodyGenericPointers) {
         push_header(&mut out, "common/mlx_utils.h", MLX_UTILS);
     }
     let _ = writeln!(out, "#line 1 \"{}\"", user_file_name(program));

@@ -228,9 +228,10 @@ fn requalify(text: &str) -> String {
 const MLX_UTILS: &str = include_str!("../../prelude/common/mlx_utils.h");
 
 /// Emits the full translation unit for a lowered module; `mlx_body` marks a body-only kernel:
-/// it adds MLX's utils preamble, which such kernels are compiled after, and the wrapper relies
-/// on MLX's binding contract (see the module header).
-pub fn emit(module: &LoweredModule, kernel: &str, mlx_body: bool) -> CudaUnit {
+/// it adds MLX's utils preamble, which such kernels are compiled after; with
+/// `restrict_pointers` the wrapper also relies on MLX's binding contract (see the module
+/// header), else it keeps generic pointers.
+pub fn emit(module: &LoweredModule, kernel: &str, mlx_body: bool, restrict_pointers: bool) -> CudaUnit {
     let mut out = prelude();
     out.push_str("\nnamespace kiln_metal {\nnamespace kiln_user {\nusing namespace metal;\n");
     for name in METAL_NAMES {
@@ -264,7 +265,7 @@ pub fn emit(module: &LoweredModule, kernel: &str, mlx_body: bool) -> CudaUnit {
     let _ = writeln!(out, "#line {} \"kiln-entries\"", 1);
     line_map.push(0);
     for entry in &module.entries {
-        out.push_str(&if mlx_body { restrict_wrapper(entry) } else { wrapper(entry) });
+        out.push_str(&if mlx_body && restrict_pointers { restrict_wrapper(entry) } else { wrapper(entry) });
     }
     out.push_str("}  // namespace kiln_user\n}  // namespace kiln_metal\n");
     line_map.resize(out.lines().count(), 0);

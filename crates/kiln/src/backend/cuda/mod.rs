@@ -171,7 +171,8 @@ fn translate_unit(program: &MetalProgram) -> Result<cuda_source::CudaUnit> {
             log: format!("no kernel named {:?} in the program", program.function),
         });
     }
-    Ok(cuda_source::emit(&module, &program.kernel, program.kind == ProgramKind::MlxBody))
+    let body = matches!(program.kind, ProgramKind::MlxBody | ProgramKind::MlxBodyGenericPointers);
+    Ok(cuda_source::emit(&module, &program.kernel, body, program.kind == ProgramKind::MlxBody))
 }
 
 /// Lowers and compiles `program` to a cubin for `arch` with NVRTC alone (no device needed).

@@ -200,7 +200,11 @@ fn prefill_tiled_kernel() -> Result<&'static MetalKernel> {
 fn decode_kernel() -> Result<&'static MetalKernel> {
     static CELL: Cell = OnceLock::new();
     cached(&CELL, || {
-        Ok(MetalKernel::new("kiln_sdpa_decode", &INPUTS, &["part_acc", "part_ml"], DECODE)?.header(DECODE_HEADER))
+        // Generic pointers on CUDA: the key/value loads schedule better (H100, B32 H32 Tk 8192
+        // D128 bf16: 1.415 ms vs 1.491 ms with restrict/global pointers).
+        Ok(MetalKernel::new("kiln_sdpa_decode", &INPUTS, &["part_acc", "part_ml"], DECODE)?
+            .header(DECODE_HEADER)
+            .restrict_pointers(false))
     })
 }
 
