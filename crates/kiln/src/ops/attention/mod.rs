@@ -393,13 +393,14 @@ pub fn scaled_dot_product_attention_by(
 fn kernel_calls_by(route: Route, q: &Array, k: &Array, v: &Array, scale: f32, mask: Mask) -> Result<Vec<KernelCall>> {
     let causal = matches!(mask, Mask::Causal);
     match route {
-        Route::CudaPrefill => {
-            let (kernel, inputs, spec) = prefill_cuda::launch(OP, q, k, v, scale, validate(q, k, v)?, causal)?;
-            return Ok(vec![KernelCall::Cuda(kernel, inputs, spec)]);
-        }
-        Route::CudaPrefillWgmma => {
-            let (kernel, inputs, spec) = prefill_wgmma::launch(OP, q, k, v, scale, validate(q, k, v)?, causal)?;
-            return Ok(vec![KernelCall::Cuda(kernel, inputs, spec)]);
+        Route::CudaPrefill | Route::CudaPrefillWgmma => {
+            let [b, hq, _, _, _, d] = validate(q, k, v)?;
+            let (kernel, spec) = if route == Route::CudaPrefill {
+                (prefill_cuda::kernel(OP, d, causal)?, prefill_cuda::spec(OP, q, hq, b, d, causal)?)
+            } else {
+                (prefill_wgmma::kernel(OP, d)?, prefill_wgmma::spec(OP, q, hq, b, causal)?)
+            };
+            return Ok(vec![KernelCall::Cuda(kernel, vec![q.into(), k.into(), v.into(), scale.into()], spec)]);
         }
         Route::Metal(_) => {}
     }

@@ -29,7 +29,7 @@ use std::sync::OnceLock;
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::{CudaKernel, KernelInput, LaunchSpec};
+use crate::kernel::{CudaKernel, LaunchSpec};
 
 /// Head dimensions the kernel takes.
 pub const HEAD_DIMS: [usize; 2] = [64, 128];
@@ -385,7 +385,7 @@ pub(super) const SOURCE: &str = r#"
 
 const INPUTS: [&str; 4] = ["q", "k", "v", "scale"];
 
-fn kernel(op: &str, d: usize, causal: bool) -> Result<&'static CudaKernel> {
+pub(super) fn kernel(op: &str, d: usize, causal: bool) -> Result<&'static CudaKernel> {
     type Cell = OnceLock<std::result::Result<CudaKernel, String>>;
     static CELLS: [Cell; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
     let i = HEAD_DIMS
@@ -404,7 +404,7 @@ fn kernel(op: &str, d: usize, causal: bool) -> Result<&'static CudaKernel> {
         .map_err(|m| Error::invalid(op, m.clone()))
 }
 
-fn spec(op: &str, q: &Array, hq: usize, b: usize, d: usize, causal: bool) -> Result<LaunchSpec> {
+pub(super) fn spec(op: &str, q: &Array, hq: usize, b: usize, d: usize, causal: bool) -> Result<LaunchSpec> {
     let dim = |n: usize| u32::try_from(n).map_err(|_| Error::invalid(op, format!("grid extent {n} exceeds u32")));
     let tq = q.shape()[2];
     let shape = Shape::of(d, causal);
@@ -419,21 +419,6 @@ fn spec(op: &str, q: &Array, hq: usize, b: usize, d: usize, causal: bool) -> Res
         .template("QREG", shape.q_in_registers as i32)
         .template("BN", shape.keys as i32)
         .device(q.device()))
-}
-
-/// The call for validated inputs (`dims` = `[B, Hq, Hkv, Tq, Tk, D]`).
-pub(super) fn launch(
-    op: &str,
-    q: &Array,
-    k: &Array,
-    v: &Array,
-    scale: f32,
-    dims: [usize; 6],
-    causal: bool,
-) -> Result<(&'static CudaKernel, Vec<KernelInput>, LaunchSpec)> {
-    let [b, hq, _, _, _, d] = dims;
-    let spec = spec(op, q, hq, b, d, causal)?;
-    Ok((kernel(op, d, causal)?, vec![q.into(), k.into(), v.into(), scale.into()], spec))
 }
 
 /// The entry name and CUDA source (without the prelude) of the kernel for `dtype`, `d` and the

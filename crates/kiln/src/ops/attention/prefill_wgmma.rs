@@ -38,7 +38,7 @@ use std::sync::OnceLock;
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::{CudaKernel, KernelInput, LaunchSpec};
+use crate::kernel::{CudaKernel, LaunchSpec};
 
 /// Head dimensions the kernel takes.
 pub const HEAD_DIMS: [usize; 1] = [128];
@@ -352,7 +352,7 @@ const SOURCE: &str = r#"
 
 const INPUTS: [&str; 4] = ["q", "k", "v", "scale"];
 
-fn kernel(op: &str, d: usize) -> Result<&'static CudaKernel> {
+pub(super) fn kernel(op: &str, d: usize) -> Result<&'static CudaKernel> {
     type Cell = OnceLock<std::result::Result<CudaKernel, String>>;
     static CELL: Cell = OnceLock::new();
     if !HEAD_DIMS.contains(&d) {
@@ -369,7 +369,7 @@ fn kernel(op: &str, d: usize) -> Result<&'static CudaKernel> {
     .map_err(|m| Error::invalid(op, m.clone()))
 }
 
-fn spec(op: &str, q: &Array, hq: usize, b: usize, causal: bool) -> Result<LaunchSpec> {
+pub(super) fn spec(op: &str, q: &Array, hq: usize, b: usize, causal: bool) -> Result<LaunchSpec> {
     let dim = |n: usize| u32::try_from(n).map_err(|_| Error::invalid(op, format!("grid extent {n} exceeds u32")));
     let tq = q.shape()[2];
     let threads = 128 * WARPGROUPS;
@@ -380,21 +380,6 @@ fn spec(op: &str, q: &Array, hq: usize, b: usize, causal: bool) -> Result<Launch
         .template("NWG", WARPGROUPS as i32)
         .template("BN", KEYS as i32)
         .device(q.device()))
-}
-
-/// The call for validated inputs (`dims` = `[B, Hq, Hkv, Tq, Tk, D]`).
-pub(super) fn launch(
-    op: &str,
-    q: &Array,
-    k: &Array,
-    v: &Array,
-    scale: f32,
-    dims: [usize; 6],
-    causal: bool,
-) -> Result<(&'static CudaKernel, Vec<KernelInput>, LaunchSpec)> {
-    let [b, hq, _, _, _, d] = dims;
-    let spec = spec(op, q, hq, b, causal)?;
-    Ok((kernel(op, d)?, vec![q.into(), k.into(), v.into(), scale.into()], spec))
 }
 
 /// The entry name and CUDA source (without the prelude) of the kernel for `dtype`, `d` and the
