@@ -23,7 +23,8 @@
 //!   enough ranges for about 8192 threadgroups. Within it, `LPK` lanes (a stream) score one key
 //!   (a chunk each, summed by `simd_shuffle_xor`), with `U` keys' K and V chunks loaded before
 //!   use; each stream keeps its own (m, l, acc), merged in threadgroup memory into an f32
-//!   partial per range, and a second kernel merges the ranges.
+//!   partial per range, and a second kernel merges the ranges. Its CUDA translation keeps
+//!   generic pointers (`MetalKernel::restrict_pointers(false)`), which the H100 runs faster.
 //!
 //! - CUDA tensor-core prefill ([`route`]): on a CUDA device, bf16/f16, D = 64 or 128, Tq > 4,
 //!   no mask or the causal mask, rows 16-byte aligned: on a device of compute capability 9.0
