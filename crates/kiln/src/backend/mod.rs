@@ -235,3 +235,21 @@ impl Array {
 pub(crate) fn unavailable(backend: &'static str, reason: impl Into<String>) -> Error {
     Error::BackendUnavailable { backend, reason: reason.into() }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resolved_slot_answers_only_its_device_and_type() {
+        let slot = ResolvedSlot::default();
+        assert!(slot.get::<u32>(Device::Cuda(0)).is_none(), "an empty slot holds nothing");
+        slot.set(Device::Cuda(0), Arc::new(7u32));
+        assert_eq!(slot.get::<u32>(Device::Cuda(0)).as_deref(), Some(&7));
+        assert!(slot.get::<u32>(Device::Cuda(1)).is_none(), "another device looks its program up");
+        assert!(slot.get::<u64>(Device::Cuda(0)).is_none(), "another type is not this one");
+        slot.set(Device::Cuda(1), Arc::new(9u32));
+        assert_eq!(slot.get::<u32>(Device::Cuda(0)).as_deref(), Some(&7), "the first device keeps the slot");
+        assert!(slot.get::<u32>(Device::Cuda(1)).is_none());
+    }
+}
