@@ -17,6 +17,8 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};
+/// The f64 reference, shared with the library op.
+pub use crate::ops::residual_rms_norm::reference;
 
 pub const ENTRY: Entry = Entry { name: "residual_rms_norm", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo };
 
@@ -89,12 +91,6 @@ pub fn residual_rms_norm(x: &Array, residual: &Array, w: &Array, eps: f32, threa
         (Some(out), Some(h)) => Ok((out, h)),
         _ => Err(Error::invalid("residual_rms_norm", "the kernel returned fewer than two outputs")),
     }
-}
-
-/// `(out, h)` in f64.
-pub fn reference(x: &[f64], residual: &[f64], w: &[f64], d: usize, eps: f64) -> (Vec<f64>, Vec<f64>) {
-    let h: Vec<f64> = x.iter().zip(residual).map(|(a, b)| a + b).collect();
-    (super::rms_norm::reference(&h, w, d, eps), h)
 }
 
 /// One verified run on (rows, d) with `threads` per row.

@@ -20,6 +20,8 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};
+/// The f64 reference, shared with the library op.
+pub use crate::ops::rms_norm::reference;
 
 pub const BASIC_ENTRY: Entry =
     Entry { name: "rms_norm", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32, DType::BF16], demo: demo_basic };
@@ -122,16 +124,6 @@ pub fn rms_norm(x: &Array, w: &Array, eps: f32) -> Result<Array> {
 /// RMSNorm of each row of `x` (rows, D), one threadgroup of `threads` per row.
 pub fn rms_norm_multi_simdgroup(x: &Array, w: &Array, eps: f32, threads: usize) -> Result<Array> {
     prepare(x, w, eps, Some(threads))?.run_one()
-}
-
-pub fn reference(x: &[f64], w: &[f64], d: usize, eps: f64) -> Vec<f64> {
-    let mut out = Vec::with_capacity(x.len());
-    for row in x.chunks(d) {
-        let mean_sq = row.iter().map(|v| v * v).sum::<f64>() / d as f64;
-        let scale = 1.0 / (mean_sq + eps).sqrt();
-        out.extend(row.iter().zip(w).map(|(v, wi)| v * scale * wi));
-    }
-    out
 }
 
 /// One verified run on (rows, d); `threads` picks the multi-simdgroup kernel.

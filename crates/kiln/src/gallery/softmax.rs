@@ -16,6 +16,8 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};
+/// The f64 reference, shared with the library op.
+pub use crate::ops::softmax::reference;
 
 pub const ENTRY: Entry = Entry { name: "softmax", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo };
 
@@ -93,16 +95,6 @@ fn prepare(x: &Array, threads: usize) -> Result<Prepared> {
 /// Softmax of each row of `x` (rows, D), one threadgroup of `threads` per row.
 pub fn softmax(x: &Array, threads: usize) -> Result<Array> {
     prepare(x, threads)?.run_one()
-}
-
-pub fn reference(x: &[f64], d: usize) -> Vec<f64> {
-    let mut out = Vec::with_capacity(x.len());
-    for row in x.chunks(d) {
-        let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
-        out.extend(row.iter().map(|v| (v - max).exp() / sum));
-    }
-    out
 }
 
 /// One verified run on (rows, d) with `threads` per row; inputs have a spread of 4 so the
