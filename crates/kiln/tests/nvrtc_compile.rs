@@ -3,24 +3,13 @@
 //! `KILN_REQUIRE_BACKEND=nvrtc` (CI), which turns that into a failure. Point the tests at
 //! NVRTC with `KILN_NVRTC_LIBRARY=$(scripts/install-nvrtc.sh)`.
 
+mod common;
+
 use kiln::backend::cuda;
 use kiln::backend::{MetalProgram, ProgramKind};
 use kiln::{Array, CudaKernel, DType, LaunchSpec, MathMode, MetalKernel, TemplateArg};
 
 const ARCH: cuda::Arch = (9, 0);
-
-fn nvrtc_or_skip() -> bool {
-    match cuda::nvrtc_version() {
-        Ok(_) => true,
-        Err(e) => {
-            if kiln::config::required_backend().as_deref() == Some("nvrtc") {
-                panic!("KILN_REQUIRE_BACKEND=nvrtc but NVRTC is unavailable: {e}");
-            }
-            eprintln!("skipping NVRTC compilation: {e}");
-            false
-        }
-    }
-}
 
 fn assert_compiles(program: &MetalProgram) {
     let cubin = cuda::compile_cubin(program, ARCH).unwrap_or_else(|e| {
@@ -176,7 +165,7 @@ fn mlx_bodies() -> Vec<Body> {
 
 #[test]
 fn mlx_bodies_compile_to_sm90_cubin() {
-    if !nvrtc_or_skip() {
+    if !common::nvrtc_or_skip() {
         return;
     }
     for b in mlx_bodies() {
@@ -191,7 +180,7 @@ fn mlx_bodies_compile_to_sm90_cubin() {
 
 #[test]
 fn fast_math_programs_compile() {
-    if !nvrtc_or_skip() {
+    if !common::nvrtc_or_skip() {
         return;
     }
     let mut p = program_of(&mlx_bodies().remove(0), DType::F32);
@@ -201,7 +190,7 @@ fn fast_math_programs_compile() {
 
 #[test]
 fn full_file_kernel_with_dynamic_threadgroup_memory_compiles() {
-    if !nvrtc_or_skip() {
+    if !common::nvrtc_or_skip() {
         return;
     }
     let source = r#"#include <metal_stdlib>
@@ -241,7 +230,7 @@ template [[host_name("scale_sum_f16")]] kernel void scale_sum<half>(device const
 
 #[test]
 fn cuda_kernel_bodies_compile() {
-    if !nvrtc_or_skip() {
+    if !common::nvrtc_or_skip() {
         return;
     }
     let k = CudaKernel::new(
@@ -262,7 +251,7 @@ fn cuda_kernel_bodies_compile() {
 
 #[test]
 fn attention_tensor_core_prefill_compiles_for_every_variant() {
-    if !nvrtc_or_skip() {
+    if !common::nvrtc_or_skip() {
         return;
     }
     for dtype in [DType::BF16, DType::F16] {
@@ -284,7 +273,7 @@ fn attention_tensor_core_prefill_compiles_for_every_variant() {
 
 #[test]
 fn attention_warpgroup_prefill_compiles_for_sm90a() {
-    if !nvrtc_or_skip() {
+    if !common::nvrtc_or_skip() {
         return;
     }
     for dtype in [DType::BF16, DType::F16] {
@@ -310,7 +299,7 @@ fn attention_warpgroup_prefill_compiles_for_sm90a() {
 
 #[test]
 fn compile_errors_point_at_the_users_lines() {
-    if !nvrtc_or_skip() {
+    if !common::nvrtc_or_skip() {
         return;
     }
     let b = body("broken", &["x"], &["out"], "uint i = thread_position_in_grid.x;\nout[i] = x[i] + undefined_name;\n");
@@ -323,7 +312,7 @@ fn compile_errors_point_at_the_users_lines() {
 
 #[test]
 fn every_golden_spec_compiles_to_sm90_cubin() {
-    if !nvrtc_or_skip() {
+    if !common::nvrtc_or_skip() {
         return;
     }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/metal");
@@ -344,7 +333,7 @@ fn every_golden_spec_compiles_to_sm90_cubin() {
 /// recorded while the demo runs on the CPU, then lowered to CUDA and compiled for sm_90.
 #[test]
 fn every_demo_kernel_compiles_to_sm90_cubin() {
-    if !nvrtc_or_skip() {
+    if !common::nvrtc_or_skip() {
         return;
     }
     let (report, programs) = kiln::backend::cpu::record_programs(|| kiln::gallery::run_demo(kiln::Device::Cpu));

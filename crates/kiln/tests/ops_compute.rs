@@ -603,22 +603,9 @@ fn assert_nvrtc_compiles(kernel: &kiln::MetalKernel, inputs: &[Array], spec: &ki
     assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", program.kernel);
 }
 
-fn nvrtc_available() -> bool {
-    match kiln::backend::cuda::nvrtc_version() {
-        Ok(_) => true,
-        Err(e) => {
-            if kiln::config::required_backend().as_deref() == Some("nvrtc") {
-                panic!("KILN_REQUIRE_BACKEND=nvrtc but NVRTC is unavailable: {e}");
-            }
-            eprintln!("skipping NVRTC compilation: {e}");
-            false
-        }
-    }
-}
-
 #[test]
 fn every_compute_kernel_compiles_with_nvrtc() {
-    if !nvrtc_available() {
+    if !common::nvrtc_or_skip() {
         return;
     }
     let mut rng = Rng::new(21);

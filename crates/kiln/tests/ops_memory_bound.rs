@@ -457,19 +457,6 @@ backend_tests!(
 // ---------------------------------------------------------------------------------------------
 // NVRTC: every variant of every op, in every dtype, compiles to sm_90 cubin without a GPU.
 
-fn nvrtc_or_skip() -> bool {
-    match kiln::backend::cuda::nvrtc_version() {
-        Ok(_) => true,
-        Err(e) => {
-            if kiln::config::required_backend().as_deref() == Some("nvrtc") {
-                panic!("KILN_REQUIRE_BACKEND=nvrtc but NVRTC is unavailable: {e}");
-            }
-            eprintln!("skipping NVRTC compilation: {e}");
-            false
-        }
-    }
-}
-
 /// One call per kernel variant for `dtype`, built on host arrays.
 fn every_variant(dtype: DType) -> Vec<OpCall> {
     let mut rng = Rng::new(71);
@@ -500,7 +487,7 @@ fn every_variant(dtype: DType) -> Vec<OpCall> {
 
 #[test]
 fn every_op_variant_compiles_with_nvrtc() {
-    if !nvrtc_or_skip() {
+    if !common::nvrtc_or_skip() {
         return;
     }
     let mut calls: Vec<OpCall> = FLOAT_DTYPES.iter().flat_map(|&d| every_variant(d)).collect();

@@ -44,6 +44,21 @@ pub fn device_or_skip(backend: &str) -> Option<Device> {
     }
 }
 
+/// Whether NVRTC can compile here (compile-only tests need no GPU). Without NVRTC the test is
+/// skipped with a message, unless `KILN_REQUIRE_BACKEND=nvrtc` (as CI sets) makes it a failure.
+pub fn nvrtc_or_skip() -> bool {
+    match kiln::backend::cuda::nvrtc_version() {
+        Ok(_) => true,
+        Err(e) => {
+            if kiln::config::required_backend().as_deref() == Some("nvrtc") {
+                panic!("KILN_REQUIRE_BACKEND=nvrtc but NVRTC is unavailable: {e}");
+            }
+            eprintln!("skipping NVRTC compilation: {e}");
+            false
+        }
+    }
+}
+
 /// Instantiates `fn $name(device: Device)` once per backend: `$name::cpu` always runs;
 /// `$name::cuda` needs an NVIDIA GPU and is ignored unless run with `--include-ignored`
 /// (then `KILN_REQUIRE_BACKEND=cuda` turns a missing GPU into a failure).
