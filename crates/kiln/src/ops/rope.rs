@@ -35,8 +35,9 @@ const OP: &str = "rope";
 /// Rows that share one `sin`/`cos` evaluation.
 const ROWS_PER_THREAD: usize = 4;
 
-const SOURCE: &str = r#"
-    uint gid = thread_position_in_grid.x;
+// Both forms: thread `gid` takes slot `gid % slots` of time step `t` for rows `first..last` of
+// the outer axes.
+const SLOT: &str = r#"uint gid = thread_position_in_grid.x;
     uint S = uint(slots);
     uint half_dims = uint(dims) / 2;
     uint D = uint(d);
@@ -45,7 +46,10 @@ const SOURCE: &str = r#"
     uint rest = gid / S;
     uint t = rest % L;
     uint first = (rest / L) * R;
-    uint last = metal::min(first + R, uint(n_outer));
+    uint last = metal::min(first + R, uint(n_outer));"#;
+
+const SOURCE: &str = r#"
+    %SLOT%
     if (slot < half_dims) {
         float pos = static_cast<float>(offset + static_cast<int>(t)) * scale;
         float inv_freq = metal::exp2(-static_cast<float>(2 * slot) / static_cast<float>(dims) * log2_base);
@@ -73,16 +77,7 @@ const SOURCE: &str = r#"
 // Two adjacent pairs per thread: pairs (j, j + 1) with j = 2·slot, loaded as two `vec<T, 2>`
 // (half-split) or one `vec<T, 4>` (traditional); the tail is copied two elements at a time.
 const PAIRS_SOURCE: &str = r#"
-    uint gid = thread_position_in_grid.x;
-    uint S = uint(slots);
-    uint half_dims = uint(dims) / 2;
-    uint D = uint(d);
-    uint L = uint(len);
-    uint slot = gid % S;
-    uint rest = gid / S;
-    uint t = rest % L;
-    uint first = (rest / L) * R;
-    uint last = metal::min(first + R, uint(n_outer));
+    %SLOT%
     if (slot < half_dims / 2) {
         uint j = 2 * slot;
         float pos = static_cast<float>(offset + static_cast<int>(t)) * scale;
@@ -140,7 +135,7 @@ fn kernel(traditional: bool, two_pairs: bool) -> Result<&'static MetalKernel> {
             name,
             &["x", "dims", "d", "len", "n_outer", "slots", "offset", "scale", "log2_base"],
             &["out"],
-            if two_pairs { PAIRS_SOURCE } else { SOURCE },
+            if two_pairs { PAIRS_SOURCE } else { SOURCE }.replace("%SLOT%", SLOT),
         )
     })
 }
