@@ -20,11 +20,8 @@
 //! Reference: `rms_norm::reference` of the f64 sum `x + residual` of the dtype-rounded inputs,
 //! and that sum for `h`. Tolerance: the dtype table.
 
-use super::rms_norm::{check_norm_args, RowLaunch, SCALED_STORE, SIMDGROUP_MAX_D, W_PREFETCH};
-use super::util::{
-    check_same_dtype, common_device, row_index_source, row_sum_source, vec4_aligned, vec8_aligned, OpCall, RowKernels,
-    VEC4_HEADER,
-};
+use super::rms_norm::{check_norm_args, norm_source, RowLaunch, SIMDGROUP_MAX_D};
+use super::util::{check_same_dtype, common_device, vec4_aligned, vec8_aligned, OpCall, RowKernels, VEC4_HEADER};
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -124,11 +121,7 @@ static KERNELS: RowKernels = RowKernels::new();
 fn kernel(row_per_simdgroup: bool, vec4: bool) -> Result<&'static MetalKernel> {
     let (inputs, outputs) = (["x", "residual", "w", "d", "eps"], ["out", "h"]);
     KERNELS.get(OP, "kiln_residual_rms_norm", &inputs, &outputs, VEC4_HEADER, row_per_simdgroup, vec4, || {
-        if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }
-            .replace("%INDEX%", row_index_source(row_per_simdgroup))
-            .replace("%SUM%", &row_sum_source(row_per_simdgroup, "ss"))
-            .replace("%W_PREFETCH%", W_PREFETCH)
-            .replace("%SCALED_STORE%", SCALED_STORE)
+        norm_source(if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }, row_per_simdgroup)
     })
 }
 

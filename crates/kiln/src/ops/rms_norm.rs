@@ -97,7 +97,7 @@ const VEC_SOURCE: &str = r#"
 
 /// Register form, shared with `residual_rms_norm`: 16-byte units fetch their packed `w` units
 /// into `wq` before the reduction.
-pub(crate) const W_PREFETCH: &str = r#"if (P == 2) {
+const W_PREFETCH: &str = r#"if (P == 2) {
             #pragma unroll
             for (uint i = 0; i < uint(CPT); ++i) {
                 uint wu = i * nt + tid;
@@ -107,7 +107,7 @@ pub(crate) const W_PREFETCH: &str = r#"if (P == 2) {
 
 /// Register form, shared with `residual_rms_norm`: stores `v · scale · w` for the units the
 /// thread holds.
-pub(crate) const SCALED_STORE: &str = r#"#pragma unroll
+const SCALED_STORE: &str = r#"#pragma unroll
         for (uint i = 0; i < uint(CPT); ++i) {
             uint u = i * nt + tid;
             if (u * uint(P) < D4) {
@@ -147,12 +147,17 @@ static KERNELS: RowKernels = RowKernels::new();
 
 fn kernel(row_per_simdgroup: bool, vec4: bool) -> Result<&'static MetalKernel> {
     KERNELS.get(OP, "kiln_rms_norm", &["x", "w", "d", "eps"], &["out"], VEC4_HEADER, row_per_simdgroup, vec4, || {
-        if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }
-            .replace("%INDEX%", row_index_source(row_per_simdgroup))
-            .replace("%SUM%", &row_sum_source(row_per_simdgroup, "ss"))
-            .replace("%W_PREFETCH%", W_PREFETCH)
-            .replace("%SCALED_STORE%", SCALED_STORE)
+        norm_source(if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }, row_per_simdgroup)
     })
+}
+
+/// A norm kernel's body with its placeholders filled, shared with `residual_rms_norm`.
+pub(crate) fn norm_source(template: &str, row_per_simdgroup: bool) -> String {
+    template
+        .replace("%INDEX%", row_index_source(row_per_simdgroup))
+        .replace("%SUM%", &row_sum_source(row_per_simdgroup, "ss"))
+        .replace("%W_PREFETCH%", W_PREFETCH)
+        .replace("%SCALED_STORE%", SCALED_STORE)
 }
 
 /// The row-to-thread mapping and register plan, shared with `residual_rms_norm` and `softmax`.
