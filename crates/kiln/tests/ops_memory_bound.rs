@@ -46,7 +46,8 @@ fn elementwise_matches_reference(device: Device) {
             // axes, and a row view at an offset that keeps the vector path.
             // 16-bit inputs at an 8-element-aligned offset take 16-byte units.
             let whole = if dtype.size() == 2 { "kiln_unary_contiguous16" } else { "kiln_unary_contiguous" };
-            for shape in [&[3, 5, 67][..], &[2, 256], &[1031], &[17]] {
+            // Several threadgroups (the unchecked ones and a last one), with and without a tail.
+            for shape in [&[3, 5, 67][..], &[2, 256], &[1031], &[17], &[4109], &[3, 2048]] {
                 let x = on(device, &random_array(&mut rng, dtype, shape).astype(dtype).unwrap());
                 unary_case(op, &x, whole);
             }
@@ -54,6 +55,8 @@ fn elementwise_matches_reference(device: Device) {
             unary_case(op, &base.slice(&slice("1:5")).unwrap(), whole);
             let base = on(device, &random_array(&mut rng, dtype, &[6, 20]));
             unary_case(op, &base.slice(&slice("1:4")).unwrap(), "kiln_unary_contiguous");
+            let base = on(device, &random_array(&mut rng, dtype, &[3, 4100]));
+            unary_case(op, &base.slice(&slice("1:3")).unwrap(), "kiln_unary_contiguous");
             // Strided, read in place: every other row, columns reversed, then transposed; an
             // unaligned contiguous row; a broadcast; a tiny input.
             let base = on(device, &random_array(&mut rng, dtype, &[9, 13, 7]));
@@ -260,7 +263,7 @@ fn rope_matches_reference(device: Device) {
         // (shape, dims, traditional, base, scale, offset, two pairs per thread): batch and head
         // axes, odd L, a rotated prefix with a copied tail (odd D, and even D with dims % 4 ==
         // 2), a batch count that leaves a partial run of rows.
-        let cases: [RopeCase; 8] = [
+        let cases: [RopeCase; 10] = [
             (&[2, 3, 7, 64], 64, false, 10000.0, 1.0, 0, true),
             (&[2, 3, 7, 64], 64, true, 10000.0, 1.0, 5, true),
             (&[5, 9, 37], 16, false, 500.0, 0.5, 3, false),
@@ -269,16 +272,25 @@ fn rope_matches_reference(device: Device) {
             (&[3, 1, 8, 128], 128, false, 1e6, 1.0, 70, true),
             (&[5, 3, 24], 16, true, 10000.0, 1.0, 2, true),
             (&[5, 3, 24], 18, false, 10000.0, 1.0, 2, false),
+            // 16-bit 16-byte chunks with a copied tail, an odd row count (a partial run of rows).
+            (&[5, 3, 24], 16, false, 10000.0, 1.0, 2, true),
+            (&[3, 5, 40], 16, false, 10000.0, 0.5, 7, true),
         ];
         for (shape, dims, traditional, base, scale, offset, pairs) in cases {
             let nd = shape.len();
             let x = on(device, &random_array(&mut rng, dtype, shape));
             let call = rope::rope_call(&x, dims, traditional, base, scale, offset).unwrap();
-            let variant = format!(
-                "kiln_rope{}{}",
-                if traditional { "_traditional" } else { "" },
-                if pairs { "_pairs" } else { "" }
-            );
+            let d = shape[nd - 1];
+            let wide16 = dtype.size() == 2 && !traditional && dims % 16 == 0 && d % 8 == 0;
+            let variant = if wide16 {
+                "kiln_rope_wide16".to_string()
+            } else {
+                format!(
+                    "kiln_rope{}{}",
+                    if traditional { "_traditional" } else { "" },
+                    if pairs { "_pairs" } else { "" }
+                )
+            };
             assert_eq!(call.variant(), variant);
             let out = run_poisoned(call).remove(0);
             let want = rope::reference(
@@ -475,6 +487,7 @@ fn every_variant(dtype: DType) -> Vec<OpCall> {
     }
     for traditional in [false, true] {
         calls.push(rope::rope_call(&arr(&[2, 4, 64]), 32, traditional, 1e4, 1.0, 0).unwrap());
+        calls.push(rope::rope_call(&arr(&[2, 4, 64]), 28, traditional, 1e4, 1.0, 0).unwrap());
         calls.push(rope::rope_call(&arr(&[2, 4, 66]), 30, traditional, 1e4, 1.0, 0).unwrap());
     }
     calls.push(overlap_add::overlap_add_call(&arr(&[2, 5, 16]), 4).unwrap());
@@ -505,6 +518,6 @@ fn every_op_variant_compiles_with_nvrtc() {
         assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", call.variant());
         variants.insert(call.variant().to_string());
     }
-    // 3 elementwise + 4 × 3 row kernels + 4 rope + overlap-add + 2 scatter-add.
-    assert_eq!(variants.len(), 22, "{variants:?}");
+    // 3 elementwise + 4 × 3 row kernels + 5 rope + overlap-add + 2 scatter-add.
+    assert_eq!(variants.len(), 23, "{variants:?}");
 }

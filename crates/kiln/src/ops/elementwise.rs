@@ -18,14 +18,20 @@
 //! f32/f16/bf16; the output has the same shape, row-contiguous, in the dtype of `x`.
 //! Variant rule (deterministic on the layout):
 //! - `contiguous`: `x` row-contiguous at a 4-element-aligned offset, 8 elements or more, and
-//!   f32 — or f16/bf16 at an offset that is not a multiple of 8 elements. Each thread handles
-//!   `K` chunks of 4 elements with `vec<T, 4>` loads and stores, the chunks of one pass
-//!   adjacent across threads (coalesced), all K loads issued before the first store: K = 1 for
-//!   f32 (one 16-byte load), 4 for f16/bf16 (four 8-byte loads).
+//!   f32 — or f16/bf16 at an offset that is not a multiple of 8 elements. Chunks of 4 elements
+//!   with `vec<T, 4>` loads and stores; each thread handles K chunks, all K loads issued before
+//!   the first store: K = 1 in threadgroups of 512 for f32 (one 16-byte load), K = 4 in
+//!   threadgroups of 256 for f16/bf16 (four 8-byte loads).
 //! - `contiguous16`: f16/bf16, row-contiguous at an 8-element-aligned offset, 16 elements or
-//!   more. Each thread handles K = 2 units of 8 elements, each one 16-byte `uint4` load and
-//!   store whose 32-bit words hold element pairs; threadgroup g owns the K · 256 adjacent units
-//!   from g · K · 256 (whole threadgroups are launched, so every unit has a thread).
+//!   more. One unit of 8 elements per thread, in threadgroups of 256: one 16-byte `uint4` load
+//!   and store whose 32-bit words hold element pairs.
+//!
+//!   In both, threadgroup g owns the K · G adjacent chunks from g · K · G (coalesced), whole
+//!   threadgroups are launched, and every threadgroup but the last skips the bounds checks and
+//!   the read of `n`, so its loads depend on the builtins alone; the last checks each chunk and
+//!   maps the tail elements past the last whole chunk. (Measured on the H100 for 64 M elements:
+//!   the unchecked groups and one unit per thread beat 2 or 4 units per thread, grid-stride
+//!   loops and 2 adjacent units per thread.)
 //! - `strided`: anything else, read in place through `elem_to_loc` (no copy) after merging
 //!   axes that are contiguous with each other, one thread per element.
 //!
@@ -115,33 +121,51 @@ template <typename T, int OP>
 inline float kiln_unary_any(float x) {
     return sizeof(T) == 2 ? kiln_unary16<OP>(x) : kiln_unary<OP>(x);
 }
+
+// Eight 16-bit elements in a 16-byte unit.
+template <typename T, int OP>
+inline uint4 kiln_unary_unit(uint4 q) {
+    return uint4(kiln_unary_pair<T, OP>(q.x), kiln_unary_pair<T, OP>(q.y), kiln_unary_pair<T, OP>(q.z),
+                 kiln_unary_pair<T, OP>(q.w));
+}
+
+template <typename T, int OP>
+inline vec<T, 4> kiln_unary4(vec<T, 4> v) {
+    return vec<T, 4>(static_cast<T>(kiln_unary_any<T, OP>(static_cast<float>(v.x))),
+                     static_cast<T>(kiln_unary_any<T, OP>(static_cast<float>(v.y))),
+                     static_cast<T>(kiln_unary_any<T, OP>(static_cast<float>(v.z))),
+                     static_cast<T>(kiln_unary_any<T, OP>(static_cast<float>(v.w))));
+}
 "#;
 
-// All K chunks are loaded before the first store: `out` may alias `inp` as far as the compiler
-// knows, so a store between two loads would keep the second load from being issued early.
+// Threadgroup g owns the K · G adjacent chunks from g · K · G; chunk c is 4 elements
+// (`contiguous`) or one 16-byte unit of 8 16-bit elements (`contiguous16`). Every group but the
+// last lies wholly inside `x` (whole groups are launched for n rounded up), so it runs without
+// bounds checks and without reading `n`: its loads wait on nothing but the builtins. The last
+// group checks each chunk and its thread at chunk n / 4 (n / 8) maps the tail elements. All K
+// loads are issued before the first store: `out` may alias `inp` as far as the compiler knows,
+// so a store between two loads would keep the second load from being issued early.
 const CONTIGUOUS_SOURCE: &str = r#"
-    uint stride = threads_per_grid.x;
-    uint n_vec = n / 4;
+    uint first = threadgroup_position_in_grid.x * (K * G) + thread_position_in_threadgroup.x;
     const device vec<T, 4>* xv = (const device vec<T, 4>*)inp;
     device vec<T, 4>* ov = (device vec<T, 4>*)out;
-    vec<T, 4> v[K];
-    #pragma unroll
-    for (uint k = 0; k < K; ++k) {
-        uint c = thread_position_in_grid.x + k * stride;
-        if (c < n_vec) {
-            v[k] = xv[c];
+    if (threadgroup_position_in_grid.x + 1 < threadgroups_per_grid.x) {
+        vec<T, 4> v[K];
+        #pragma unroll
+        for (uint k = 0; k < K; ++k) {
+            v[k] = xv[first + k * G];
         }
+        #pragma unroll
+        for (uint k = 0; k < K; ++k) {
+            ov[first + k * G] = kiln_unary4<T, OP>(v[k]);
+        }
+        return;
     }
-    #pragma unroll
+    uint n_vec = uint(n) / 4;
     for (uint k = 0; k < K; ++k) {
-        uint c = thread_position_in_grid.x + k * stride;
+        uint c = first + k * G;
         if (c < n_vec) {
-            vec<T, 4> r;
-            r.x = static_cast<T>(kiln_unary_any<T, OP>(static_cast<float>(v[k].x)));
-            r.y = static_cast<T>(kiln_unary_any<T, OP>(static_cast<float>(v[k].y)));
-            r.z = static_cast<T>(kiln_unary_any<T, OP>(static_cast<float>(v[k].z)));
-            r.w = static_cast<T>(kiln_unary_any<T, OP>(static_cast<float>(v[k].w)));
-            ov[c] = r;
+            ov[c] = kiln_unary4<T, OP>(xv[c]);
         } else if (c == n_vec) {
             for (uint i = 4 * n_vec; i < uint(n); ++i) {
                 out[i] = static_cast<T>(kiln_unary_any<T, OP>(static_cast<float>(inp[i])));
@@ -150,31 +174,27 @@ const CONTIGUOUS_SOURCE: &str = r#"
     }
 "#;
 
-// 16-bit elements, 8 to a 16-byte unit; all K loads before the first store, as above. A
-// threadgroup of G threads owns K · G adjacent units.
 const CONTIGUOUS16_SOURCE: &str = r#"
     uint first = threadgroup_position_in_grid.x * (K * G) + thread_position_in_threadgroup.x;
-    uint n8 = uint(n) / 8;
     const device uint4* xq = (const device uint4*)inp;
     device uint4* oq = (device uint4*)out;
-    uint4 q[K];
-    #pragma unroll
-    for (uint k = 0; k < K; ++k) {
-        uint c = first + k * G;
-        if (c < n8) {
-            q[k] = xq[c];
+    if (threadgroup_position_in_grid.x + 1 < threadgroups_per_grid.x) {
+        uint4 q[K];
+        #pragma unroll
+        for (uint k = 0; k < K; ++k) {
+            q[k] = xq[first + k * G];
         }
+        #pragma unroll
+        for (uint k = 0; k < K; ++k) {
+            oq[first + k * G] = kiln_unary_unit<T, OP>(q[k]);
+        }
+        return;
     }
-    #pragma unroll
+    uint n8 = uint(n) / 8;
     for (uint k = 0; k < K; ++k) {
         uint c = first + k * G;
         if (c < n8) {
-            uint4 r;
-            r.x = kiln_unary_pair<T, OP>(q[k].x);
-            r.y = kiln_unary_pair<T, OP>(q[k].y);
-            r.z = kiln_unary_pair<T, OP>(q[k].z);
-            r.w = kiln_unary_pair<T, OP>(q[k].w);
-            oq[c] = r;
+            oq[c] = kiln_unary_unit<T, OP>(xq[c]);
         } else if (c == n8) {
             for (uint i = 8 * n8; i < uint(n); ++i) {
                 out[i] = static_cast<T>(kiln_unary16<OP>(static_cast<float>(inp[i])));
@@ -194,7 +214,7 @@ static CONTIGUOUS: KernelCell = KernelCell::new();
 static CONTIGUOUS16: KernelCell = KernelCell::new();
 static STRIDED: KernelCell = KernelCell::new();
 
-/// Threads per threadgroup of both variants.
+/// Threads per threadgroup of the strided variant.
 const GROUP: u32 = 256;
 
 fn contiguous_kernel(op: &str) -> Result<&'static MetalKernel> {
@@ -254,30 +274,27 @@ pub fn unary_call(op: Unary, x: &Array) -> Result<OpCall> {
         return Err(Error::invalid(name, format!("{n} elements exceed the 32-bit index range")));
     }
     let dtype = x.dtype();
-    if dtype.size() == 2 && x.is_row_contiguous() && x.offset() % 8 == 0 && n >= 16 {
-        let k = 2usize;
-        let group = GROUP as usize;
-        let threads = n.div_ceil(8 * k * group) * group;
-        let spec = LaunchSpec::new([grid_dim(name, threads)?, 1, 1], [GROUP, 1, 1])
+    // (kernel, elements per chunk, chunks per thread K, threads per group G)
+    let vector = if dtype.size() == 2 && x.is_row_contiguous() && x.offset() % 8 == 0 && n >= 16 {
+        Some((contiguous16_kernel(name)?, 8usize, 1usize, 256u32))
+    } else if x.is_row_contiguous() && x.offset() % 4 == 0 && n >= 8 {
+        // Inputs under 8 elements live in `constant` space, where vector casts do not apply.
+        let (k, g) = if dtype == DType::F32 { (1, 512) } else { (4, 256) };
+        Some((contiguous_kernel(name)?, 4, k, g))
+    } else {
+        None
+    };
+    if let Some((kernel, unit, k, g)) = vector {
+        // Whole groups, with a chunk for the tail elements when n is not a multiple of `unit`.
+        let threads = n.div_ceil(unit * k * g as usize) * g as usize;
+        let spec = LaunchSpec::new([grid_dim(name, threads)?, 1, 1], [g, 1, 1])
             .output(x.shape(), dtype)
             .template("T", dtype)
             .template("OP", op as i32)
             .template("K", k as i32)
-            .template("G", GROUP as i32);
+            .template("G", g as i32);
         let flat = x.reshape(&[n])?;
-        return Ok(OpCall::new(contiguous16_kernel(name)?, vec![flat.into(), (n as i32).into()], spec));
-    }
-    // Inputs under 8 elements live in `constant` space, where vector casts do not apply.
-    if x.is_row_contiguous() && x.offset() % 4 == 0 && n >= 8 {
-        let k: usize = if dtype == DType::F32 { 1 } else { 4 };
-        let threads = n.div_ceil(4 * k).max(1);
-        let spec = LaunchSpec::new([grid_dim(name, threads)?, 1, 1], [GROUP, 1, 1])
-            .output(x.shape(), dtype)
-            .template("T", dtype)
-            .template("OP", op as i32)
-            .template("K", k as i32);
-        let flat = x.reshape(&[n])?;
-        return Ok(OpCall::new(contiguous_kernel(name)?, vec![flat.into(), (n as i32).into()], spec));
+        return Ok(OpCall::new(kernel, vec![flat.into(), (n as i32).into()], spec));
     }
     let view = merge_axes(x);
     if view.ndim() > MAX_NDIM {
