@@ -209,17 +209,22 @@ fn softmax_case(x: &Array, variant: &str) {
 fn softmax_matches_reference(device: Device) {
     let mut rng = Rng::new(31);
     for dtype in FLOAT_DTYPES {
-        let cases: [(&[usize], &str); 8] = [
-            (&[3, 5, 64], "simdgroup_vec4"),
-            (&[7, 33], "simdgroup"),
-            (&[2, 1], "simdgroup"),
-            (&[3, 1500], "threadgroup_vec4"),
-            (&[3, 2048], "threadgroup_vec4"),
-            (&[2, 1031], "threadgroup"),
-            (&[2, 33000], "threadgroup_vec4"),
-            (&[1, 32771], "threadgroup"),
+        // 16-bit rows of whole 16-byte units, 8-element aligned, up to D = 65536 are packed.
+        let packed = |v: &str| if dtype.size() == 2 { format!("packed_{v}") } else { v.to_string() };
+        let cases: [(&[usize], String); 10] = [
+            (&[3, 5, 64], packed("simdgroup_vec4")),
+            (&[7, 33], "simdgroup".into()),
+            (&[2, 1], "simdgroup".into()),
+            (&[3, 1500], "threadgroup_vec4".into()),
+            (&[3, 2048], packed("threadgroup_vec4")),
+            (&[2, 1031], "threadgroup".into()),
+            (&[2, 33000], packed("threadgroup_vec4")),
+            (&[1, 32771], "threadgroup".into()),
+            (&[1, 65536], packed("threadgroup_vec4")),
+            (&[1, 65544], "threadgroup_vec4".into()),
         ];
         for (shape, variant) in cases {
+            let variant = variant.as_str();
             // A spread of 8 makes the max subtraction matter (exp(±24) would lose f32 range).
             let n: usize = shape.iter().product();
             let x = Array::from_f64(dtype, shape, &rng.normals(n, 8.0)).unwrap();
@@ -232,12 +237,12 @@ fn softmax_matches_reference(device: Device) {
                 *x = f64::NEG_INFINITY;
             }
         }
-        softmax_case(&on(device, &Array::from_f64(dtype, &[4, 40], &v).unwrap()), "simdgroup_vec4");
+        softmax_case(&on(device, &Array::from_f64(dtype, &[4, 40], &v).unwrap()), &packed("simdgroup_vec4"));
         let mut v = rng.normals(2 * 1200, 3.0);
         v[..600].fill(f64::NEG_INFINITY);
-        softmax_case(&on(device, &Array::from_f64(dtype, &[2, 1200], &v).unwrap()), "threadgroup_vec4");
+        softmax_case(&on(device, &Array::from_f64(dtype, &[2, 1200], &v).unwrap()), &packed("threadgroup_vec4"));
         let base = on(device, &random_array(&mut rng, dtype, &[24, 5]));
-        softmax_case(&base.t(), "simdgroup_vec4");
+        softmax_case(&base.t(), &packed("simdgroup_vec4"));
         softmax_case(&rows_at_offset_4(device, &mut rng, dtype, 3, 2048), "threadgroup_vec4");
     }
 }

@@ -41,6 +41,11 @@ const ROWS_PER_GROUP: usize = 4;
 const UNITS_PER_THREAD: usize = 4;
 /// Most 4-element chunks a thread keeps in registers (32 floats); longer rows loop.
 pub(crate) const MAX_REGISTER_CHUNKS: usize = 8;
+/// Most threads per row of the packed plan: two 512-thread rows fit on a multiprocessor at
+/// up to 64 registers per thread.
+const MAX_PACKED_THREADS: usize = 512;
+/// Most packed 16-byte units a thread keeps (64 registers).
+const MAX_PACKED_UNITS: usize = 16;
 
 // Register form (CPT > 0): thread `tid` owns units `i * nt + tid` of P adjacent 4-element
 // chunks, loads them all before the reduction and scales them from registers, so the row is read
@@ -194,6 +199,32 @@ impl RowLaunch {
         let (grid, group) =
             if row_per_simdgroup { (rows * SIMD, (ROWS_PER_GROUP * SIMD).min(rows * SIMD)) } else { (rows * nt, nt) };
         Ok(RowLaunch { row_per_simdgroup, grid: grid_dim(op, grid)?, group: group as u32, cpt, p })
+    }
+
+    /// The plan for 16-bit rows kept packed in registers (16-byte units of 8 elements, 4
+    /// registers per unit, widened where used): one simdgroup per row for D ≤ 1024, else about 4
+    /// units per thread in threadgroups of at most 512 threads, so that at least two rows share
+    /// a multiprocessor; at most 16 units (64 registers) per thread. `None` where the row does
+    /// not fit (D > 65536) or the row does not take 16-byte units.
+    pub(crate) fn packed(op: &str, rows: usize, d: usize, dtype: DType, wide: bool) -> Result<Option<RowLaunch>> {
+        index_i32(op, "D", d)?;
+        if !wide_units(dtype, d, wide) {
+            return Ok(None);
+        }
+        let row_per_simdgroup = d <= SIMDGROUP_MAX_D;
+        let units = d / 8;
+        let nt = if row_per_simdgroup {
+            SIMD
+        } else {
+            round_up(units.div_ceil(UNITS_PER_THREAD), SIMD).clamp(SIMD, MAX_PACKED_THREADS)
+        };
+        let cpt = units.div_ceil(nt);
+        if cpt > MAX_PACKED_UNITS {
+            return Ok(None);
+        }
+        let (grid, group) =
+            if row_per_simdgroup { (rows * SIMD, (ROWS_PER_GROUP * SIMD).min(rows * SIMD)) } else { (rows * nt, nt) };
+        Ok(Some(RowLaunch { row_per_simdgroup, grid: grid_dim(op, grid)?, group: group as u32, cpt, p: 2 }))
     }
 
     /// The launch with the plan's template values (`T`, `CPT`, `P`).
