@@ -250,6 +250,26 @@ fn cuda_kernel_bodies_compile() {
 }
 
 #[test]
+fn scatter_add_shared_histogram_compiles_for_every_index_dtype() {
+    if !common::nvrtc_or_skip() {
+        return;
+    }
+    use kiln::ops::scatter_add::cuda as smem;
+    let values = f32s(&[1 << 16]);
+    for index in [DType::I32, DType::U32, DType::I64] {
+        let indices = Array::from_f64(index, &[1 << 16], &vec![1.0; 1 << 16]).unwrap();
+        let spec = smem::spec(index, 32771, smem::Launch::DEFAULT).unwrap();
+        let k = smem::kernel(32771).unwrap();
+        let entry = k.kernel_name(&spec.template);
+        let source =
+            format!("{}\n{}", kiln::source::cuda::prelude(), k.generate(&[values.clone(), indices], &spec).unwrap());
+        let cubin =
+            cuda::compile_source(&entry, &source, ARCH, MathMode::Safe).unwrap_or_else(|e| panic!("{entry}: {e}"));
+        assert_eq!(&cubin[..4], b"\x7fELF", "{entry}: not a cubin");
+    }
+}
+
+#[test]
 fn attention_tensor_core_prefill_compiles_for_every_variant() {
     if !common::nvrtc_or_skip() {
         return;

@@ -20,14 +20,25 @@
 //! threadgroup-memory histogram (32 KB, threadgroup atomics), then adds the non-zero bins to
 //! the output with one device atomic each: about bins · chunks device atomics instead of N.
 //!
+//! Kernel `kiln_scatter_add_smem` ([`cuda`], CUDA only): one shared-memory histogram of all the
+//! bins per block, so every value and index is read once; [`path`] picks it when the device is
+//! CUDA, the values are flat float32 (N,) with N >= 65536 and N <= 2^31 - 1, the indices are
+//! int32/uint32/int64, both are 16-byte aligned (row-contiguous at an offset that is a multiple
+//! of 4 elements), and bins fit the device's opt-in shared memory ([`cuda::max_bins`]: 57 856
+//! on compute capability 9.x). The Metal kernels above stay the reference path of the op (and
+//! [`scatter_add_call`] always builds one of them).
+//!
 //! Reference: the sums in f64 (float values, rounded to the dtype first) or wrapping i32/u32
 //! (integers). Tolerance: the f32 table for float values, exact for integers.
 
-use super::util::{cached, check_nonempty, common_device, grid_dim, KernelCell, OpCall};
+use super::util::{cached, check_nonempty, common_device, grid_dim, vec4_aligned, KernelCell, OpCall};
 use crate::array::Array;
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};
+
+pub mod cuda;
 
 const OP: &str = "scatter_add";
 
@@ -104,7 +115,38 @@ pub fn accumulation_dtype(values: DType) -> Option<DType> {
     }
 }
 
-/// The validated call (see the module header).
+/// The kernel that computes a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// A portable Metal kernel ([`scatter_add_call`]).
+    Portable,
+    /// The shared-memory histogram in CUDA ([`cuda`]).
+    CudaSmem,
+}
+
+/// The kernel [`scatter_add`] uses for these inputs, by the rule in the module header (inputs
+/// that fail validation give [`Path::Portable`], whose checks reject them).
+pub fn path(values: &Array, indices: &Array, bins: usize) -> Path {
+    let Device::Cuda(ordinal) = values.device() else {
+        return Path::Portable;
+    };
+    let n = values.shape().first().copied().unwrap_or(0);
+    let served = values.dtype() == DType::F32
+        && values.ndim() == 1
+        && indices.shape() == [n]
+        && indices.device() == values.device()
+        && matches!(indices.dtype(), DType::I32 | DType::U32 | DType::I64)
+        && (MIN_CHUNK..=i32::MAX as usize).contains(&n)
+        && bins >= 1
+        && vec4_aligned(values)
+        && vec4_aligned(indices);
+    match crate::backend::cuda::cuda_backend(ordinal) {
+        Ok(b) if served && bins <= cuda::max_bins(b.arch()) => Path::CudaSmem,
+        _ => Path::Portable,
+    }
+}
+
+/// The validated call of a portable kernel (see the module header).
 pub fn scatter_add_call(values: &Array, indices: &Array, bins: usize) -> Result<OpCall> {
     let acc = accumulation_dtype(values.dtype()).ok_or_else(|| {
         Error::dtype(OP, values.dtype(), "values must be float32, float16, bfloat16, int32 or uint32")
@@ -165,7 +207,11 @@ pub fn scatter_add_call(values: &Array, indices: &Array, bins: usize) -> Result<
 /// Sums the rows of `values` (N, ...) into `bins` rows chosen by `indices` (N,); returns
 /// (bins, ...) in the accumulation dtype, on the device of `values`.
 pub fn scatter_add(values: &Array, indices: &Array, bins: usize) -> Result<Array> {
-    scatter_add_call(values, indices, bins)?.run_one()
+    let call = scatter_add_call(values, indices, bins)?;
+    match path(values, indices, bins) {
+        Path::CudaSmem => cuda::run(values, indices, bins, cuda::Launch::DEFAULT),
+        Path::Portable => call.run_one(),
+    }
 }
 
 /// Float sums in f64; rows of `m` values, out-of-range indices skipped.
