@@ -306,10 +306,13 @@ impl MetalKernel {
         let backend = backend::backend_for(device)?;
         let mut bindings = Vec::new();
         for ((array, input), info) in arrays.iter().zip(inputs).zip(&self.shape_info) {
-            let mut array = match input {
-                KernelInput::Array(_) => array.clone(),
-                _ => backend.upload(array)?,
-            };
+            if !matches!(input, KernelInput::Array(_)) {
+                // A scalar (0-d, `constant` space, no shape bindings) travels with the launch as
+                // constant bytes: no device allocation and no copy queued before the kernel.
+                bindings.push(Binding::Bytes(array.to_contiguous_bytes()?));
+                continue;
+            }
+            let mut array = array.clone();
             if self.ensure_row_contiguous && !array.is_row_contiguous() {
                 array = backend.row_contiguous(&array)?;
             }
