@@ -22,7 +22,7 @@ log="$out/log.txt"
 status=0
 
 tests=""
-for t in ops_memory_bound ops_compute attention_cuda gdn_kkt_cuda; do
+for t in ops_memory_bound ops_compute attention_cuda gdn_kkt_cuda scatter_add_cuda; do
   r=$("$bin/$t" --include-ignored cuda 2>&1) || status=1
   line="$t: $(grep -E '^test result' <<<"$r")"
   echo "$line" | tee -a "$log"
