@@ -14,7 +14,7 @@ use crate::array::Array;
 use crate::backend::{Binding, Dispatch, Launch};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::source::cuda::{args_layout as L, INLINE_BYTES, MAX_SLOTS, MAX_THREADGROUP_BUFFERS};
+use crate::source::cuda::{args_layout as L, MAX_SLOTS, MAX_THREADGROUP_BUFFERS};
 
 /// One CUDA launch: the first group's position, the group count and the block size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,7 +187,7 @@ impl CudaBackend {
                 }
                 Binding::Bytes(bytes) => {
                     let padded = bytes.len().div_ceil(16) * 16;
-                    if inline_used + padded <= INLINE_BYTES {
+                    if inline_used + padded <= resolved.inline_bytes {
                         args.bytes_mut()[L::INLINE + inline_used..L::INLINE + inline_used + bytes.len()]
                             .copy_from_slice(bytes);
                         inline_mask |= 1 << slot;

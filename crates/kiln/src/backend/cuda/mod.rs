@@ -382,7 +382,7 @@ impl CudaBackend {
         let symbol = cuda_source::entry_symbol(&program.function);
         let func = self.entry(&program.kernel, &module, &symbol, 0)?;
         let max_threads = func.max_threads_per_block().unwrap_or(1024).max(1) as u64;
-        let resolved = Arc::new(Resolved::new(module, symbol, func, max_threads));
+        let resolved = Arc::new(Resolved::new(module, symbol, func, max_threads, unit.inline_bytes));
         self.programs.insert(hash, program, resolved.clone())?;
         Ok(resolved)
     }

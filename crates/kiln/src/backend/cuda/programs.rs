@@ -19,11 +19,19 @@ pub(super) struct Resolved {
     pub symbol: String,
     pub func: CudaFunction,
     pub max_threads: u64,
+    /// Bytes of the entry's inline data area (constant bindings beyond it go to device memory).
+    pub inline_bytes: usize,
 }
 
 impl Resolved {
-    pub fn new(module: Arc<LoadedModule>, symbol: String, func: CudaFunction, max_threads: u64) -> Self {
-        Resolved { module, symbol, func, max_threads }
+    pub fn new(
+        module: Arc<LoadedModule>,
+        symbol: String,
+        func: CudaFunction,
+        max_threads: u64,
+        inline_bytes: usize,
+    ) -> Self {
+        Resolved { module, symbol, func, max_threads, inline_bytes }
     }
 }
 
