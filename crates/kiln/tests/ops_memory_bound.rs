@@ -129,11 +129,15 @@ fn rms_norm_matches_reference(device: Device) {
         let out = rms_norm::rms_norm(&x, &w, 0.5).unwrap();
         let want = rms_norm::reference(&host_values(&x), &host_values(&w), 40, 0.5);
         assert_close(&format!("rms_norm {dtype} transposed"), &out, &want, dtype);
-        let x = rows_at_offset_4(device, &mut rng, dtype, 3, 2048);
-        let w = on(device, &random_array(&mut rng, dtype, &[2048]));
-        let out = rms_norm::rms_norm(&x, &w, 1e-5).unwrap();
-        let want = rms_norm::reference(&host_values(&x), &host_values(&w), 2048, 1e-5);
-        assert_close(&format!("rms_norm {dtype} offset 4"), &out, &want, dtype);
+        // Rows at offset 4 (8-byte accesses for 16-bit types): a row per simdgroup and per
+        // threadgroup.
+        for d in [1024, 2048] {
+            let x = rows_at_offset_4(device, &mut rng, dtype, 3, d);
+            let w = on(device, &random_array(&mut rng, dtype, &[d]));
+            let out = rms_norm::rms_norm(&x, &w, 1e-5).unwrap();
+            let want = rms_norm::reference(&host_values(&x), &host_values(&w), d, 1e-5);
+            assert_close(&format!("rms_norm {dtype} offset 4, D = {d}"), &out, &want, dtype);
+        }
     }
 }
 
@@ -162,14 +166,16 @@ fn residual_rms_norm_matches_reference(device: Device) {
             residual_rms_norm::reference(&host_values(&x), &host_values(&r), &host_values(&w), 48, 1e-5);
         assert_close("residual_rms_norm y views", &y, &want_y, dtype);
         assert_close("residual_rms_norm h views", &h, &want_h, dtype);
-        let x = rows_at_offset_4(device, &mut rng, dtype, 3, 2048);
-        let r = on(device, &random_array(&mut rng, dtype, &[3, 2048]));
-        let w = on(device, &random_array(&mut rng, dtype, &[2048]));
-        let (y, h) = residual_rms_norm::residual_rms_norm(&x, &r, &w, 1e-5).unwrap();
-        let (want_y, want_h) =
-            residual_rms_norm::reference(&host_values(&x), &host_values(&r), &host_values(&w), 2048, 1e-5);
-        assert_close("residual_rms_norm y offset 4", &y, &want_y, dtype);
-        assert_close("residual_rms_norm h offset 4", &h, &want_h, dtype);
+        for d in [1024, 2048] {
+            let x = rows_at_offset_4(device, &mut rng, dtype, 3, d);
+            let r = on(device, &random_array(&mut rng, dtype, &[3, d]));
+            let w = on(device, &random_array(&mut rng, dtype, &[d]));
+            let (y, h) = residual_rms_norm::residual_rms_norm(&x, &r, &w, 1e-5).unwrap();
+            let (want_y, want_h) =
+                residual_rms_norm::reference(&host_values(&x), &host_values(&r), &host_values(&w), d, 1e-5);
+            assert_close(&format!("residual_rms_norm y offset 4, D = {d}"), &y, &want_y, dtype);
+            assert_close(&format!("residual_rms_norm h offset 4, D = {d}"), &h, &want_h, dtype);
+        }
     }
 }
 
