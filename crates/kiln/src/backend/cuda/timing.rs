@@ -1,18 +1,32 @@
 //! Device-side timing for benchmarks: CUDA events around work queued on the backend's stream,
-//! an L2 flush before each timed run (a write to a buffer larger than the L2), and the
+//! an L2 flush before each timed run (a fill kernel writing a buffer larger than the L2, as
+//! PyTorch's benchmark helpers do, so both sides start from the same state), and the
 //! device-to-device copy that gives the memory roofline.
 
-use cudarc::driver::{result as drv, sys, CudaEvent};
+use cudarc::driver::{result as drv, sys, CudaEvent, CudaFunction};
 
 use super::memory::CudaBuffer;
 use super::CudaBackend;
 use crate::error::Result;
 
-/// Times queued device work with events. Holds the flush buffer between runs.
+/// Times queued device work with events. Holds the flush buffer and its fill kernel.
 pub struct DeviceTimer<'a> {
     backend: &'a CudaBackend,
-    flush: Option<CudaBuffer>,
+    flush: Option<(CudaBuffer, CudaFunction)>,
 }
+
+/// Writes `words` 16-byte words of `p`: the L2 flush.
+const FLUSH_SOURCE: &str = r#"
+extern "C" __global__ void kiln_l2_flush(uint4* p, unsigned long long words, unsigned value) {
+  unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
+    p[i] = make_uint4(value, value, value, value);
+  }
+}
+"#;
+/// Threads per block and blocks of the flush kernel.
+const FLUSH_BLOCK: u32 = 256;
+const FLUSH_BLOCKS: u32 = 4096;
 
 impl CudaBackend {
     /// Waits for every queued launch and copy; reports a fault of any of them.
@@ -72,8 +86,9 @@ extern "C" __global__ void kiln_nop_args(const __grid_constant__ KilnNopArgs a) 
     pub fn timer(&self, flush: bool) -> Result<DeviceTimer<'_>> {
         let flush = if flush {
             // Four times the L2 (at least 256 MiB) evicts every line the previous run left.
-            let bytes = (4 * self.l2_bytes()).max(256 << 20);
-            Some(self.alloc("l2 flush", bytes)?)
+            let bytes = (4 * self.l2_bytes()).max(256 << 20).next_multiple_of(16);
+            let func = self.helper_function("l2 flush", FLUSH_SOURCE, "kiln_l2_flush")?;
+            Some((self.alloc("l2 flush", bytes)?, func))
         } else {
             None
         };
@@ -97,11 +112,28 @@ impl DeviceTimer<'_> {
             marks.push((self.event()?, self.event()?));
         }
         for (start, end) in &marks {
-            if let Some(buf) = self.flush.as_mut() {
-                let (ptr, len) = (buf.address(&b.stream), buf.len);
-                // SAFETY: `ptr` addresses `len` bytes owned by the timer.
-                unsafe { drv::memset_d8_async(ptr, 0x5a, len, b.stream.cu_stream()) }
-                    .map_err(|e| b.fail("timer", "l2 flush", e))?;
+            if let Some((buf, func)) = self.flush.as_mut() {
+                let mut ptr = buf.address(&b.stream);
+                let mut words = (buf.len / 16) as u64;
+                let mut value = 0x5a5a_5a5au32;
+                let mut params = [
+                    &mut ptr as *mut u64 as *mut std::ffi::c_void,
+                    &mut words as *mut u64 as *mut std::ffi::c_void,
+                    &mut value as *mut u32 as *mut std::ffi::c_void,
+                ];
+                // SAFETY: the entry takes (uint4*, u64, u32), which `params` points at; `ptr`
+                // addresses `len` bytes owned by the timer, 16-byte aligned, `words` of them.
+                unsafe {
+                    drv::launch_kernel(
+                        func.cu_function(),
+                        (FLUSH_BLOCKS, 1, 1),
+                        (FLUSH_BLOCK, 1, 1),
+                        0,
+                        b.stream.cu_stream(),
+                        &mut params,
+                    )
+                }
+                .map_err(|e| b.fail("timer", "l2 flush", e))?;
             }
             start.record(&b.stream).map_err(|e| b.fail("timer", "recording an event", e))?;
             body()?;
