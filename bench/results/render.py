@@ -24,11 +24,13 @@ def main():
                f"{bw:.0f} GB/s (kiln), {peers[0]['copy_gbs']:.0f} GB/s (torch `copy_`).\n")
     out.append("Median device time over many runs, CUDA events, L2 flushed before each run; bytes "
                "and FLOPs are the fewest the op must move and do. Ratio = best peer time / kiln "
-               "time (above 1: kiln is faster). A case whose output disagrees with its reference "
-               "gets no time.\n")
+               "time (above 1: kiln is faster). % of same-size copy = time of a device-to-device copy "
+               "of the case's bytes (half read, half written), timed the same way in the same run, "
+               "over kiln's time: short transfers do not reach the large copy's bandwidth. A case "
+               "whose output disagrees with its reference gets no time.\n")
     out.append("| case | kiln ms | " + " | ".join(f"{p['implementation']} ms" for p in peers) +
-               " | best peer | ratio | kiln GB/s | % of copy roofline | kiln TFLOP/s | rel. error | status |")
-    out.append("|---" * (len(peers) + 9) + "|")
+               " | best peer | ratio | kiln GB/s | % of copy roofline | % of same-size copy | kiln TFLOP/s | rel. error | status |")
+    out.append("|---" * (len(peers) + 10) + "|")
     for c in kiln["cases"]:
         times = {}
         cells = []
@@ -44,10 +46,11 @@ def main():
         gbs = c["bytes"] / (ms * 1e-3) / 1e9 if ms else None
         tf = c["flops"] / (ms * 1e-3) / 1e12 if ms and c["flops"] else None
         pct = 100 * gbs / bw if gbs else None
+        same = 100 * c["copy_ms"] / ms if ms and c.get("copy_ms") else None
         err = "-" if c.get("error") is None else f"{c['error']:.1e}"
         status = c["status"] + (f": {c['note']}" if c["status"] != "ok" and c.get("note") else "")
         out.append(f"| `{c['id']}` | {fmt(ms)} | " + " | ".join(cells) +
-                   f" | {best[0] if best else '-'} | {ratio} | {fmt(gbs, 0)} | {fmt(pct, 1)} | {fmt(tf, 2)} | {err} | {status} |")
+                   f" | {best[0] if best else '-'} | {ratio} | {fmt(gbs, 0)} | {fmt(pct, 1)} | {fmt(same, 1)} | {fmt(tf, 2)} | {err} | {status} |")
     if hosts:
         out.extend(host_section(hosts))
     out.append("\n## Command\n")

@@ -1,7 +1,8 @@
 //! Benchmarks of the kernel library: per op and shape, the median device time of many runs
 //! (CUDA events, L2 flushed before each run, inputs random and never all zeros), with bytes and
 //! FLOPs counted as the fewest the op must move and do, against the copy roofline measured in
-//! the same run. Every case is checked against its reference at the benchmark shape first; a
+//! the same run and against a copy of the case's own bytes (the most a kernel of that size
+//! can reach under the same timer). Every case is checked against its reference at the benchmark shape first; a
 //! case whose output is wrong gets no time.
 //!
 //! `kiln bench` drives this module; `bench/peers.py` writes the same JSON for PyTorch and
@@ -186,11 +187,27 @@ pub fn run(cases: Vec<Case>, opts: &Options, progress: &mut Progress<'_>) -> Res
         tolerance: 0.0,
         status: Status::Ok,
         note: "device-to-device copy: the roofline".into(),
+        copy_ms: Some(copy_ms),
     });
+    // Copies of each case's bytes, by size: the roofline a kernel of that size can reach (short
+    // transfers do not reach the large copy's bandwidth).
+    let mut copies: std::collections::BTreeMap<usize, f64> = std::collections::BTreeMap::new();
     for (i, case) in cases.iter().enumerate() {
         progress(&case.id(), i + 1, total, None);
         let result = run_case(&clock, case, opts, 0x6b69_6c6e ^ i as u64);
-        report.cases.push(CaseResult::of(case, result, copy_gbs));
+        let mut r = CaseResult::of(case, result, copy_gbs);
+        if r.median_ms.is_some() {
+            let half = ((case.bytes / 2.0) as usize).next_multiple_of(16).max(16);
+            r.copy_ms = match copies.get(&half) {
+                Some(&ms) => Some(ms),
+                None => {
+                    let ms = median(&clock.copy(half, 20)?);
+                    copies.insert(half, ms);
+                    Some(ms)
+                }
+            };
+        }
+        report.cases.push(r);
         if let Some(last) = report.cases.last() {
             progress(&case.id(), i + 1, total, Some(last));
         }

@@ -39,6 +39,10 @@ pub struct CaseResult {
     pub status: Status,
     #[serde(default)]
     pub note: String,
+    /// Median ms of a device-to-device copy of the same bytes (half read, half written), timed
+    /// the same way in the same run: what any kernel of this size can reach.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_ms: Option<f64>,
 }
 
 impl CaseResult {
@@ -55,6 +59,7 @@ impl CaseResult {
             tolerance: 0.0,
             status: Status::Failed,
             note: String::new(),
+            copy_ms: None,
         };
         match result {
             Ok((ms, error, tol)) => {
@@ -74,6 +79,11 @@ impl CaseResult {
     /// Achieved GB/s counting the fewest bytes.
     pub fn gbs(&self) -> Option<f64> {
         self.median_ms.map(|ms| self.bytes / (ms * 1e-3) / 1e9)
+    }
+
+    /// Percent of the time of a copy of the same bytes (100: as fast as that copy).
+    pub fn same_size_copy_pct(&self) -> Option<f64> {
+        Some(100.0 * self.copy_ms? / self.median_ms?)
     }
 
     /// Achieved TFLOP/s counting the fewest operations.
@@ -130,19 +140,20 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "{:<44} {:>10} {:>9} {:>9} {:>7} {:>10}  status",
-            "case", "median ms", "GB/s", "TFLOP/s", "% roof", "rel err"
+            "{:<44} {:>10} {:>9} {:>9} {:>7} {:>7} {:>10}  status",
+            "case", "median ms", "GB/s", "TFLOP/s", "% roof", "% copy", "rel err"
         );
         for c in &self.cases {
             let f = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
             let _ = writeln!(
                 s,
-                "{:<44} {:>10} {:>9} {:>9} {:>7} {:>10}  {:?}{}",
+                "{:<44} {:>10} {:>9} {:>9} {:>7} {:>7} {:>10}  {:?}{}",
                 c.id,
                 f(c.median_ms, 4),
                 f(c.gbs(), 0),
                 f(c.tflops().filter(|_| c.flops > 0.0), 2),
                 f(self.roofline_pct(c), 1),
+                f(c.same_size_copy_pct(), 1),
                 c.error.map_or("-".into(), |e| format!("{e:.1e}")),
                 c.status,
                 if c.note.is_empty() { String::new() } else { format!(" ({})", c.note) }
@@ -153,7 +164,8 @@ impl Report {
 }
 
 /// Per case, kiln's time beside every peer's and the ratio to the best peer (peer time over
-/// kiln time: above 1 means kiln is faster).
+/// kiln time: above 1 means kiln is faster), with kiln's percent of the copy roofline and of a
+/// copy of the same bytes.
 pub fn compare(kiln: &Report, peers: &[Report]) -> String {
     let mut s = String::new();
     let names: Vec<&str> = peers.iter().map(|p| p.implementation.as_str()).collect();
@@ -161,7 +173,7 @@ pub fn compare(kiln: &Report, peers: &[Report]) -> String {
     for n in &names {
         let _ = write!(s, " {:>14}", format!("{n} ms"));
     }
-    let _ = writeln!(s, " {:>14} {:>8} {:>7}", "best peer", "ratio", "% roof");
+    let _ = writeln!(s, " {:>14} {:>8} {:>7} {:>7}", "best peer", "ratio", "% roof", "% copy");
     for c in &kiln.cases {
         let mut by_peer: BTreeMap<&str, f64> = BTreeMap::new();
         let _ = write!(s, "{:<44} {:>10}", c.id, c.median_ms.map_or("-".into(), |v| format!("{v:.4}")));
@@ -178,7 +190,8 @@ pub fn compare(kiln: &Report, peers: &[Report]) -> String {
             _ => "-".into(),
         };
         let pct = kiln.roofline_pct(c).map_or("-".into(), |v| format!("{v:.1}"));
-        let _ = writeln!(s, " {:>14} {:>8} {:>7}", best.map_or("-", |b| b.0), ratio, pct);
+        let copy = c.same_size_copy_pct().map_or("-".into(), |v| format!("{v:.1}"));
+        let _ = writeln!(s, " {:>14} {:>8} {:>7} {:>7}", best.map_or("-", |b| b.0), ratio, pct, copy);
     }
     s
 }
