@@ -15,6 +15,6 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["target"]["name"], m["executable"])
 ' | while read -r name exe; do cp "$exe" "$dir/$name"; done
-cp target/release/kiln "$dir/kiln"
+cp "${CARGO_TARGET_DIR:-target}/release/kiln" "$dir/kiln"
 strip "$dir"/* 2>/dev/null || true
 ls "$dir"
