@@ -53,6 +53,8 @@ fn the_rule_keeps_the_portable_path_off_cuda() {
     assert_eq!(scatter_add::path(&values, &idx, 32768), Path::Portable);
     assert_eq!(cuda::max_bins((9, 0)), 57856);
     assert_eq!(cuda::max_bins((8, 6)), 25088);
+    assert_eq!(cuda::Launch::for_multiprocessors(132), cuda::Launch::DEFAULT);
+    assert_eq!(cuda::Launch::for_multiprocessors(0).blocks, 1);
 }
 
 #[test]

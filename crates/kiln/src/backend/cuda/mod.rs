@@ -275,6 +275,12 @@ impl CudaBackend {
         self.arch
     }
 
+    /// The device's streaming multiprocessors (at least 1).
+    pub fn multiprocessors(&self) -> usize {
+        self.ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap_or(1).max(1)
+            as usize
+    }
+
     /// Maps a driver error of `kernel` during `step`; a sticky fault also retires this backend.
     pub(crate) fn fail(&self, kernel: &str, step: &str, e: DriverError) -> Error {
         if is_sticky(&e) {

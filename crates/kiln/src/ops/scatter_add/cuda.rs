@@ -157,10 +157,17 @@ pub struct Launch {
 }
 
 impl Launch {
-    /// The launch [`super::scatter_add`] uses: 32 warps per block (one block per multiprocessor
-    /// with a 128 KB histogram), 132 blocks (the H100's multiprocessors; more only add counter
-    /// traffic at the end, fewer leave multiprocessors idle on larger devices).
+    /// The launch measured on the H100: 32 warps per block (one block per multiprocessor with a
+    /// 128 KB histogram), 132 blocks (its multiprocessors; more only add counter traffic at the
+    /// end, fewer leave multiprocessors idle). [`super::scatter_add`] uses
+    /// [`Self::for_multiprocessors`] of the device.
     pub const DEFAULT: Launch = Launch { threads: 1024, items: 4, steps: 4, blocks: 132 };
+
+    /// [`Self::DEFAULT`] with one block per multiprocessor of a device that has
+    /// `multiprocessors` of them (the H100's 132 give `DEFAULT`).
+    pub fn for_multiprocessors(multiprocessors: usize) -> Launch {
+        Launch { blocks: multiprocessors.max(1), ..Launch::DEFAULT }
+    }
 }
 
 /// The most bins served on a device of compute capability `arch`: its opt-in shared memory per

@@ -209,7 +209,13 @@ pub fn scatter_add_call(values: &Array, indices: &Array, bins: usize) -> Result<
 pub fn scatter_add(values: &Array, indices: &Array, bins: usize) -> Result<Array> {
     let call = scatter_add_call(values, indices, bins)?;
     match path(values, indices, bins) {
-        Path::CudaSmem => cuda::run(values, indices, bins, cuda::Launch::DEFAULT),
+        Path::CudaSmem => {
+            let Device::Cuda(ordinal) = values.device() else {
+                return Err(Error::invalid(OP, "the CUDA path needs values on a CUDA device"));
+            };
+            let sms = crate::backend::cuda::cuda_backend(ordinal)?.multiprocessors();
+            cuda::run(values, indices, bins, cuda::Launch::for_multiprocessors(sms))
+        }
         Path::Portable => call.run_one(),
     }
 }
