@@ -61,7 +61,7 @@ def main():
 def host_section(hosts):
     out = []
     out.append("\n## Host cost (one tiny cached `MetalKernel` call)\n")
-    out.append("| run | cached call, µs (queued) | with the final wait | calls | cold NVRTC compile, ms | first call of a fixed kernel, ms | bare cuLaunchKernel, µs | bare launch with a KilnArgs-sized block, µs |")
+    out.append("| run | cached call, µs (queued) | with the final wait | calls | cold NVRTC compile, ms | first call of a fixed kernel, ms | bare cuLaunchKernel, µs | bare launch with the largest KilnArgs block (1376 B), µs |")
     out.append("|---|---|---|---|---|---|---|---|")
     for i, h in enumerate(hosts, 1):
         out.append(f"| {i} | {h['cached_call_us']:.2f} | {h['cached_call_with_sync_us']:.2f} | {h['calls']} | "

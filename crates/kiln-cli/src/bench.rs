@@ -80,7 +80,7 @@ pub fn bench(args: BenchArgs, device: kiln::Device) -> kiln::Result<()> {
         );
         if let (Some(bare), Some(args)) = (cost.bare_launch_us, cost.bare_launch_kiln_args_us) {
             println!(
-                "driver floor: bare cuLaunchKernel {bare:.2} us, with a KilnArgs-sized parameter block {args:.2} us"
+                "driver floor: bare cuLaunchKernel {bare:.2} us, with the largest KilnArgs block (1376 bytes) {args:.2} us"
             );
         }
         if let Some(json) = &args.json {

@@ -45,7 +45,8 @@ impl CudaBackend {
     }
 
     /// Mean host microseconds of one bare `cuLaunchKernel` of an empty kernel, over `calls`
-    /// launches, with a parameter block of `param_bytes` (0, or the 1376 bytes of `KilnArgs`):
+    /// launches, with a parameter block of `param_bytes` (0, or the 1376 bytes of the largest
+    /// `KilnArgs`, a full-file kernel's):
     /// the driver's floor under a kernel call.
     pub fn bare_launch_us(&self, calls: usize, param_bytes: usize) -> Result<f64> {
         const SOURCE: &str = r#"
