@@ -114,40 +114,21 @@ const VEC_SOURCE: &str = r#"
 const W_DECL_SHARED: &str = r#"threadgroup uint4 kiln_w[SHARED_W_WORDS];
     const bool SW = CPT > 0 && sizeof(T) * 4 * P == 16;"#;
 
+/// Simdgroup register form: stages `w` in threadgroup memory where `SW`, else [`W_PREFETCH`].
 const W_STAGE_SHARED: &str = r#"if (SW) {
             for (uint k = thread_index_in_threadgroup; k * uint(P) < D4; k += threads_per_threadgroup.x) {
                 kiln_w[k] = ((const device uint4*)w)[k];
             }
             threadgroup_barrier(mem_flags::mem_threadgroup);
-        } else if (P == 2) {
-            #pragma unroll
-            for (uint i = 0; i < uint(CPT); ++i) {
-                uint wu = i * nt + tid;
-                wq[i] = 2 * wu < D4 ? ((const device uint4*)w)[wu] : uint4(0u);
-            }
-        }"#;
+        } else "#;
 
-const SCALED_STORE_SHARED: &str = r#"#pragma unroll
-        for (uint i = 0; i < uint(CPT); ++i) {
-            uint u = i * nt + tid;
-            if (u * uint(P) < D4) {
-                float4 wv[P];
-                if (SW && P == 2) {
+/// Simdgroup register form: the `w` unit from threadgroup memory where `SW`, put in front of
+/// [`SCALED_STORE`]'s own choice.
+const W_UNIT_SHARED: &str = r#"if (SW && P == 2) {
                     kiln_widen_unit<T>(kiln_w[u], wv);
                 } else if (SW) {
                     wv[0] = as_type<float4>(kiln_w[u]);
-                } else if (P == 2) {
-                    kiln_widen_unit<T>(wq[i], wv);
-                } else {
-                    kiln_load_unit<T, P>(w, u, D4, wv, 0.0f);
-                }
-                #pragma unroll
-                for (uint j = 0; j < uint(P); ++j) {
-                    wv[j] = v[i * P + j] * scale * wv[j];
-                }
-                kiln_store_unit<T, P>(yr, u, wv);
-            }
-        }"#;
+                } else "#;
 
 /// Register form, shared with `residual_rms_norm`: 16-byte units fetch their packed `w` units
 /// into `wq` before the reduction.
@@ -210,18 +191,18 @@ pub(crate) fn norm_source(template: &str, row_per_simdgroup: bool) -> String {
     let (decl, prefetch, store) = if row_per_simdgroup {
         (
             W_DECL_SHARED.replace("SHARED_W_WORDS", &(SIMDGROUP_MAX_D / 4).to_string()),
-            W_STAGE_SHARED,
-            SCALED_STORE_SHARED,
+            format!("{W_STAGE_SHARED}{W_PREFETCH}"),
+            SCALED_STORE.replacen("if (P == 2) {", &format!("{W_UNIT_SHARED}if (P == 2) {{"), 1),
         )
     } else {
-        (String::new(), W_PREFETCH, SCALED_STORE)
+        (String::new(), W_PREFETCH.to_string(), SCALED_STORE.to_string())
     };
     template
         .replace("%INDEX%", row_index_source(row_per_simdgroup))
         .replace("%W_DECL%", &decl)
         .replace("%SUM%", &row_sum_source(row_per_simdgroup, "ss"))
-        .replace("%W_PREFETCH%", prefetch)
-        .replace("%SCALED_STORE%", store)
+        .replace("%W_PREFETCH%", &prefetch)
+        .replace("%SCALED_STORE%", &store)
 }
 
 /// The row-to-thread mapping and register plan, shared with `residual_rms_norm` and `softmax`.
