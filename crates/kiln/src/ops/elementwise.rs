@@ -148,63 +148,40 @@ inline vec<T, 4> kiln_unary4(vec<T, 4> v) {
 // group checks each chunk and its thread at chunk n / 4 (n / 8) maps the tail elements. All K
 // loads are issued before the first store: `out` may alias `inp` as far as the compiler knows,
 // so a store between two loads would keep the second load from being issued early.
-const CONTIGUOUS_SOURCE: &str = r#"
+// %CHUNK%: the chunk type, %MAP%: its map, %PER%: elements per chunk.
+const CHUNKED_SOURCE: &str = r#"
     uint first = threadgroup_position_in_grid.x * (K * G) + thread_position_in_threadgroup.x;
-    const device vec<T, 4>* xv = (const device vec<T, 4>*)inp;
-    device vec<T, 4>* ov = (device vec<T, 4>*)out;
+    const device %CHUNK%* xc = (const device %CHUNK%*)inp;
+    device %CHUNK%* oc = (device %CHUNK%*)out;
     if (threadgroup_position_in_grid.x + 1 < threadgroups_per_grid.x) {
-        vec<T, 4> v[K];
+        %CHUNK% v[K];
         #pragma unroll
         for (uint k = 0; k < K; ++k) {
-            v[k] = xv[first + k * G];
+            v[k] = xc[first + k * G];
         }
         #pragma unroll
         for (uint k = 0; k < K; ++k) {
-            ov[first + k * G] = kiln_unary4<T, OP>(v[k]);
+            oc[first + k * G] = %MAP%(v[k]);
         }
         return;
     }
-    uint n_vec = uint(n) / 4;
+    uint chunks = uint(n) / %PER%;
     for (uint k = 0; k < K; ++k) {
         uint c = first + k * G;
-        if (c < n_vec) {
-            ov[c] = kiln_unary4<T, OP>(xv[c]);
-        } else if (c == n_vec) {
-            for (uint i = 4 * n_vec; i < uint(n); ++i) {
+        if (c < chunks) {
+            oc[c] = %MAP%(xc[c]);
+        } else if (c == chunks) {
+            for (uint i = %PER% * chunks; i < uint(n); ++i) {
                 out[i] = static_cast<T>(kiln_unary_any<T, OP>(static_cast<float>(inp[i])));
             }
         }
     }
 "#;
 
-const CONTIGUOUS16_SOURCE: &str = r#"
-    uint first = threadgroup_position_in_grid.x * (K * G) + thread_position_in_threadgroup.x;
-    const device uint4* xq = (const device uint4*)inp;
-    device uint4* oq = (device uint4*)out;
-    if (threadgroup_position_in_grid.x + 1 < threadgroups_per_grid.x) {
-        uint4 q[K];
-        #pragma unroll
-        for (uint k = 0; k < K; ++k) {
-            q[k] = xq[first + k * G];
-        }
-        #pragma unroll
-        for (uint k = 0; k < K; ++k) {
-            oq[first + k * G] = kiln_unary_unit<T, OP>(q[k]);
-        }
-        return;
-    }
-    uint n8 = uint(n) / 8;
-    for (uint k = 0; k < K; ++k) {
-        uint c = first + k * G;
-        if (c < n8) {
-            oq[c] = kiln_unary_unit<T, OP>(xq[c]);
-        } else if (c == n8) {
-            for (uint i = 8 * n8; i < uint(n); ++i) {
-                out[i] = static_cast<T>(kiln_unary16<OP>(static_cast<float>(inp[i])));
-            }
-        }
-    }
-"#;
+/// The chunked body for chunks of `chunk` (`per` elements each) mapped by `map`.
+fn chunked_source(chunk: &str, map: &str, per: usize) -> String {
+    CHUNKED_SOURCE.replace("%CHUNK%", chunk).replace("%MAP%", map).replace("%PER%", &per.to_string())
+}
 
 // A signed element index keeps negative strides exact in `elem_to_loc`.
 const STRIDED_SOURCE: &str = r#"
@@ -222,13 +199,25 @@ const GROUP: u32 = 256;
 
 fn contiguous_kernel(op: &str) -> Result<&'static MetalKernel> {
     cached(&CONTIGUOUS, op, || {
-        Ok(MetalKernel::new("kiln_unary_contiguous", &["inp", "n"], &["out"], CONTIGUOUS_SOURCE)?.header(HEADER))
+        Ok(MetalKernel::new(
+            "kiln_unary_contiguous",
+            &["inp", "n"],
+            &["out"],
+            chunked_source("vec<T, 4>", "kiln_unary4<T, OP>", 4),
+        )?
+        .header(HEADER))
     })
 }
 
 fn contiguous16_kernel(op: &str) -> Result<&'static MetalKernel> {
     cached(&CONTIGUOUS16, op, || {
-        Ok(MetalKernel::new("kiln_unary_contiguous16", &["inp", "n"], &["out"], CONTIGUOUS16_SOURCE)?.header(HEADER))
+        Ok(MetalKernel::new(
+            "kiln_unary_contiguous16",
+            &["inp", "n"],
+            &["out"],
+            chunked_source("uint4", "kiln_unary_unit<T, OP>", 8),
+        )?
+        .header(HEADER))
     })
 }
 
