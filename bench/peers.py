@@ -210,7 +210,7 @@ def report(impl, dev, results):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--filter", default="")
+    ap.add_argument("--filter", default="", help="run the cases whose id contains this text (several: comma-separated)")
     ap.add_argument("--time-per-case", type=float, default=0.25)
     ap.add_argument("--no-compile", action="store_true")
     args = ap.parse_args()
@@ -225,6 +225,9 @@ def main():
                  "median_ms": copy_ms, "error": 0.0, "tolerance": 0.0, "status": "ok", "note": "torch copy_"}
     res = {"torch-eager": [dict(copy_case)], "torch-compile": []}
     print(f"{dev}: copy {copy_ms:.4f} ms = {copy_gbs:.0f} GB/s", flush=True)
+
+    def selected(cid):
+        return any(f in cid for f in args.filter.split(","))
 
     def record(impl, cid, nbytes, flops, dt, fn, check, tol):
         op, shape, _ = cid.split("/")
@@ -246,7 +249,7 @@ def main():
         torch.cuda.empty_cache()
 
     for cid, nbytes, flops, make, dt, compile_too in cases():
-        if args.filter not in cid:
+        if not selected(cid):
             continue
         _, bind, f, check = make()
         tol = TOL.get(dt, 1e-5)
@@ -256,7 +259,7 @@ def main():
         record("torch-eager", cid, nbytes, flops, dt, bind(f), check, tol)
         if compile_too and not args.no_compile:
             record("torch-compile", cid, nbytes, flops, dt, bind(torch.compile(f, dynamic=False)), check, tol)
-    if args.filter in "gdn_kkt":
+    if selected("gdn_kkt"):
         cid, nbytes, flops, impls = gdn_case()
         for impl, fn in impls.items():
             record(impl, cid, nbytes, flops, "bfloat16", fn, lambda o: 0.0, 1e-5)

@@ -86,16 +86,28 @@ fn elementwise_rejects_bad_input(device: Device) {
 // ---------------------------------------------------------------------------------------------
 // rms_norm and residual_rms_norm
 
-/// (shape, variant) cases covering both row mappings, with and without vector loads.
-const NORM_CASES: [(&[usize], &str); 7] = [
-    (&[3, 5, 64], "simdgroup_vec4"),
-    (&[7, 33], "simdgroup"),
-    (&[2, 1], "simdgroup"),
-    (&[9, 1024], "simdgroup_vec4"),
-    (&[3, 1500], "threadgroup_vec4"),
-    (&[3, 2048], "threadgroup_vec4"),
-    (&[2, 1031], "threadgroup"),
+/// (shape, variant for f16/bf16, variant for f32) cases covering both row mappings, with and
+/// without vector loads. Short f32 rows kept in registers take a threadgroup per row where the
+/// op's units per thread need more than 32 threads (rms_norm: 4 units, 64 threads at D = 1024
+/// and 48 at D = 768; residual_rms_norm: 2 units, 128 and 96 threads).
+const NORM_CASES: [(&[usize], &str, &str); 8] = [
+    (&[3, 5, 64], "simdgroup_vec4", "simdgroup_vec4"),
+    (&[7, 33], "simdgroup", "simdgroup"),
+    (&[2, 1], "simdgroup", "simdgroup"),
+    (&[9, 1024], "simdgroup_vec4", "threadgroup_vec4"),
+    (&[5, 768], "simdgroup_vec4", "threadgroup_vec4"),
+    (&[3, 1500], "threadgroup_vec4", "threadgroup_vec4"),
+    (&[3, 2048], "threadgroup_vec4", "threadgroup_vec4"),
+    (&[2, 1031], "threadgroup", "threadgroup"),
 ];
+
+fn norm_variant(dtype: DType, short: &'static str, f32: &'static str) -> &'static str {
+    if dtype == DType::F32 {
+        f32
+    } else {
+        short
+    }
+}
 
 /// Rows of `d` elements that start 4 elements past an 8-element boundary: 16-bit rows then take
 /// 8-byte accesses, not 16-byte units.
@@ -111,7 +123,8 @@ fn host_values(a: &Array) -> Vec<f64> {
 fn rms_norm_matches_reference(device: Device) {
     let mut rng = Rng::new(21);
     for dtype in FLOAT_DTYPES {
-        for (shape, variant) in NORM_CASES {
+        for (shape, variant16, variant32) in NORM_CASES {
+            let variant = norm_variant(dtype, variant16, variant32);
             let d = shape[shape.len() - 1];
             let x = on(device, &random_array(&mut rng, dtype, shape));
             let w = on(device, &random_array(&mut rng, dtype, &[d]));
@@ -144,7 +157,8 @@ fn rms_norm_matches_reference(device: Device) {
 fn residual_rms_norm_matches_reference(device: Device) {
     let mut rng = Rng::new(22);
     for dtype in FLOAT_DTYPES {
-        for (shape, variant) in NORM_CASES {
+        for (shape, variant16, variant32) in NORM_CASES {
+            let variant = norm_variant(dtype, variant16, variant32);
             let d = shape[shape.len() - 1];
             let x = on(device, &random_array(&mut rng, dtype, shape));
             let r = on(device, &random_array(&mut rng, dtype, shape));

@@ -6,25 +6,25 @@
 //! row-contiguous in the dtype of `x`. Sum of squares and scaling in f32, one rounding on store.
 //!
 //! Variant rule (deterministic on D, dtype and alignment):
-//! - `simdgroup`: D ≤ 1024 — one simdgroup of 32 lanes per row, 4 rows per threadgroup, the
-//!   reduction a single `simd_sum` (no barrier).
-//! - `threadgroup`: D > 1024 — one threadgroup per row, `simd_sum` then one barrier to combine
-//!   the simdgroup partials.
+//! - `simdgroup`: D ≤ 1024 — one simdgroup of 32 lanes per row, 2 rows per threadgroup, the
+//!   reduction a single `simd_sum` (no barrier). f32 rows kept in registers go here only when
+//!   the op's units per thread for short f32 rows ([`RowLaunch::new`]) give at most 32 threads.
+//! - `threadgroup`: D > 1024, or short f32 register rows with more than 32 threads — one
+//!   threadgroup per row, `simd_sum` then one barrier to combine the simdgroup partials.
 //!
 //! `vec4` forms use 4-element loads when D % 4 == 0, D ≥ 8 and the inputs are 4-element
 //! aligned; otherwise one element per access. f16/bf16 rows with D % 8 == 0 whose inputs are
 //! 8-element aligned go by units of 8 elements, one 16-byte access each (`RowLaunch::p` = 2).
 //! A `vec4` row is kept in registers where it fits (`RowLaunch`: about 4 units of 4 or 8
 //! elements per thread, at most 32 floats, threadgroups of D/16 threads or fewer) and read from
-//! memory once; 16-byte units also fetch their `w` before the reduction. Longer rows loop: read
-//! the row for the sum of squares, then again (from cache) for the scaled store.
-//! In the `simdgroup` register form with 16-byte units (f32, or f16/bf16 with P = 2) the
-//! threadgroup copies `w` into threadgroup memory once for its 4 rows (one barrier) instead of
-//! every row reading it from L2. Measured on the H100 (16384 rows, D = 1024): bf16 0.0307 →
-//! 0.0287 ms, f32 0.0530 → 0.0501 ms; a plain 16-byte copy kernel of the same bytes takes
-//! 0.0279 ms under the same timer. Other row-to-thread mappings (64 or 128 threads per row,
-//! 1–4 rows per threadgroup, with or without the `w` prefetch, persistent simdgroups loading the
-//! next row before the reduction) measured within 2 % of the simdgroup form or slower.
+//! memory once; 16-byte units also fetch their `w` before the reduction. Register forms are
+//! compiled for their row length (template `DS` = D: constant offsets, no bound checks left);
+//! the others take D at run time (`DS` = 0). Longer rows loop: read the row for the sum of
+//! squares, then again (from cache) for the scaled store.
+//! Measured on the H100 (16384 rows, D = 1024, one run, ms): bf16 2 rows per threadgroup with
+//! the static length 0.0284 against 0.0296 for 4 rows with `w` staged in threadgroup memory;
+//! f32 64 threads per row (4 units each) 0.0493 against 0.0501 for one simdgroup and 0.0503
+//! before; torch.compile 0.0282 / 0.0491 in the same session.
 //!
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
@@ -42,7 +42,9 @@ const OP: &str = "rms_norm";
 /// Longest row handled by one simdgroup.
 pub const SIMDGROUP_MAX_D: usize = 1024;
 /// Rows per threadgroup of the simdgroup variant.
-const ROWS_PER_GROUP: usize = 4;
+const ROWS_PER_GROUP: usize = 2;
+/// Units per thread of this op's short f32 rows kept in registers (64 threads at D = 1024).
+const SHORT_F32_UNITS: usize = 4;
 /// Units each thread of a threadgroup row aims for: enough loads in flight per thread, and
 /// small threadgroups so that several rows share a multiprocessor.
 const UNITS_PER_THREAD: usize = 4;
@@ -61,8 +63,7 @@ const MAX_PACKED_UNITS: usize = 16;
 // re-reading the row from cache.
 const VEC_SOURCE: &str = r#"
     %INDEX%
-    %W_DECL%
-    uint D = uint(d);
+    uint D = DS > 0 ? uint(DS) : uint(d);
     uint D4 = D / 4;
     const device T* xr = x + int64_t(row) * D;
     device T* yr = out + int64_t(row) * D;
@@ -107,28 +108,6 @@ const VEC_SOURCE: &str = r#"
         }
     }
 "#;
-
-/// Register form of the simdgroup variant, shared with `residual_rms_norm`: where the row goes
-/// by 16-byte units (f32, or f16/bf16 with P = 2), the threadgroup copies `w` once into
-/// threadgroup memory for its 4 rows (one barrier), instead of every row reading it again.
-const W_DECL_SHARED: &str = r#"threadgroup uint4 kiln_w[SHARED_W_WORDS];
-    const bool SW = CPT > 0 && sizeof(T) * 4 * P == 16;"#;
-
-/// Simdgroup register form: stages `w` in threadgroup memory where `SW`, else [`W_PREFETCH`].
-const W_STAGE_SHARED: &str = r#"if (SW) {
-            for (uint k = thread_index_in_threadgroup; k * uint(P) < D4; k += threads_per_threadgroup.x) {
-                kiln_w[k] = ((const device uint4*)w)[k];
-            }
-            threadgroup_barrier(mem_flags::mem_threadgroup);
-        } else "#;
-
-/// Simdgroup register form: the `w` unit from threadgroup memory where `SW`, put in front of
-/// [`SCALED_STORE`]'s own choice.
-const W_UNIT_SHARED: &str = r#"if (SW && P == 2) {
-                    kiln_widen_unit<T>(kiln_w[u], wv);
-                } else if (SW) {
-                    wv[0] = as_type<float4>(kiln_w[u]);
-                } else "#;
 
 /// Register form, shared with `residual_rms_norm`: 16-byte units fetch their packed `w` units
 /// into `wq` before the reduction.
@@ -188,21 +167,11 @@ fn kernel(row_per_simdgroup: bool, vec4: bool) -> Result<&'static MetalKernel> {
 
 /// A norm kernel's body with its placeholders filled, shared with `residual_rms_norm`.
 pub(crate) fn norm_source(template: &str, row_per_simdgroup: bool) -> String {
-    let (decl, prefetch, store) = if row_per_simdgroup {
-        (
-            W_DECL_SHARED.replace("SHARED_W_WORDS", &(SIMDGROUP_MAX_D / 4).to_string()),
-            format!("{W_STAGE_SHARED}{W_PREFETCH}"),
-            SCALED_STORE.replacen("if (P == 2) {", &format!("{W_UNIT_SHARED}if (P == 2) {{"), 1),
-        )
-    } else {
-        (String::new(), W_PREFETCH.to_string(), SCALED_STORE.to_string())
-    };
     template
         .replace("%INDEX%", row_index_source(row_per_simdgroup))
-        .replace("%W_DECL%", &decl)
         .replace("%SUM%", &row_sum_source(row_per_simdgroup, "ss"))
-        .replace("%W_PREFETCH%", &prefetch)
-        .replace("%SCALED_STORE%", &store)
+        .replace("%W_PREFETCH%", W_PREFETCH)
+        .replace("%SCALED_STORE%", SCALED_STORE)
 }
 
 /// The row-to-thread mapping and register plan, shared with `residual_rms_norm` and `softmax`.
@@ -215,19 +184,38 @@ pub(crate) struct RowLaunch {
     /// 4-element chunks per unit, in registers and loops alike: 2 for f16/bf16 when D % 8 == 0
     /// and the inputs are 8-element aligned (one 16-byte access per thread per unit), else 1.
     pub p: usize,
+    /// The row length.
+    pub d: usize,
 }
 
 impl RowLaunch {
     /// `registers`: the kernel takes 4-element loads and the caller wants the row kept in
     /// registers where it fits (the caller's rule on dtype and D); `wide`: every input is
-    /// 8-element aligned (`vec8_aligned`).
-    pub(crate) fn new(op: &str, rows: usize, d: usize, dtype: DType, registers: bool, wide: bool) -> Result<RowLaunch> {
+    /// 8-element aligned (`vec8_aligned`); `short_f32_units`: the units per thread the op wants
+    /// for f32 register rows of D ≤ 1024 (more than 32 threads make it a threadgroup row).
+    pub(crate) fn new(
+        op: &str,
+        rows: usize,
+        d: usize,
+        dtype: DType,
+        registers: bool,
+        wide: bool,
+        short_f32_units: usize,
+    ) -> Result<RowLaunch> {
         index_i32(op, "D", d)?;
-        let row_per_simdgroup = d <= SIMDGROUP_MAX_D;
         let p = if wide_units(dtype, d, wide) { 2 } else { 1 };
         let units = (d / 4).div_ceil(p);
-        let nt =
-            if row_per_simdgroup { SIMD } else { round_up(units.div_ceil(UNITS_PER_THREAD), SIMD).clamp(SIMD, 1024) };
+        let threads = |per_thread: usize| round_up(units.div_ceil(per_thread.max(1)), SIMD).clamp(SIMD, 1024);
+        let short = d <= SIMDGROUP_MAX_D;
+        let short_f32 = short && registers && dtype == DType::F32;
+        let row_per_simdgroup = short && !(short_f32 && threads(short_f32_units) > SIMD);
+        let nt = if row_per_simdgroup {
+            SIMD
+        } else if short_f32 {
+            threads(short_f32_units)
+        } else {
+            threads(UNITS_PER_THREAD)
+        };
         let cpt = units.div_ceil(nt);
         let (nt, cpt) = if registers && cpt * p <= MAX_REGISTER_CHUNKS {
             (nt, cpt)
@@ -238,7 +226,7 @@ impl RowLaunch {
         };
         let (grid, group) =
             if row_per_simdgroup { (rows * SIMD, (ROWS_PER_GROUP * SIMD).min(rows * SIMD)) } else { (rows * nt, nt) };
-        Ok(RowLaunch { row_per_simdgroup, grid: grid_dim(op, grid)?, group: group as u32, cpt, p })
+        Ok(RowLaunch { row_per_simdgroup, grid: grid_dim(op, grid)?, group: group as u32, cpt, p, d })
     }
 
     /// The plan for 16-bit rows kept packed in registers (16-byte units of 8 elements, 4
@@ -264,15 +252,18 @@ impl RowLaunch {
         }
         let (grid, group) =
             if row_per_simdgroup { (rows * SIMD, (ROWS_PER_GROUP * SIMD).min(rows * SIMD)) } else { (rows * nt, nt) };
-        Ok(Some(RowLaunch { row_per_simdgroup, grid: grid_dim(op, grid)?, group: group as u32, cpt, p: 2 }))
+        Ok(Some(RowLaunch { row_per_simdgroup, grid: grid_dim(op, grid)?, group: group as u32, cpt, p: 2, d }))
     }
 
-    /// The launch with the plan's template values (`T`, `CPT`, `P`).
+    /// The launch with the plan's template values (`T`, `CPT`, `P`, and `DS`: the row length
+    /// for register forms, which are compiled for it, 0 for the others).
     pub(crate) fn spec(&self, dtype: DType) -> LaunchSpec {
+        let static_d = if self.cpt > 0 { self.d as i32 } else { 0 };
         LaunchSpec::new([self.grid, 1, 1], [self.group, 1, 1])
             .template("T", dtype)
             .template("CPT", self.cpt as i32)
             .template("P", self.p as i32)
+            .template("DS", static_d)
     }
 }
 
@@ -305,7 +296,8 @@ pub fn rms_norm_call(x: &Array, w: &Array, eps: f32) -> Result<OpCall> {
     common_device(OP, &[("x", x), ("w", w)])?;
     let vec4 = d % 4 == 0 && d >= 8 && vec4_aligned(x) && vec4_aligned(w);
     let registers = vec4;
-    let launch = RowLaunch::new(OP, rows, d, x.dtype(), registers, vec8_aligned(x) && vec8_aligned(w))?;
+    let wide = vec8_aligned(x) && vec8_aligned(w);
+    let launch = RowLaunch::new(OP, rows, d, x.dtype(), registers, wide, SHORT_F32_UNITS)?;
     let spec = launch.spec(x.dtype()).output(x.shape(), x.dtype());
     let inputs = vec![x.into(), w.into(), (d as i32).into(), eps.into()];
     Ok(OpCall::new(kernel(launch.row_per_simdgroup, vec4)?, inputs, spec))
