@@ -11,9 +11,11 @@
 //! flush: the non-zero 4-bin groups of hist into out with one `red.global.v4.f32.add` each,
 //!        each block starting at its own offset so blocks do not queue on the same lines
 //! ```
-//! Tiles are taken from a counter (`work`, a second output zeroed with `out`), so the resident
-//! blocks share the values evenly on any number of multiprocessors; blocks that start after the
-//! work ran out leave after one counter access per warp. Out-of-range indices (negative, or at
+//! Tiles are taken from a counter (the word after the bins, padded to a multiple of 4, in the
+//! one output buffer, so a single fill zeroes bins and counter before the launch; the caller
+//! gets a view of the bins), so the resident blocks share the values evenly on any number of
+//! multiprocessors; blocks that start after the work ran out leave after one counter access
+//! per warp. Out-of-range indices (negative, or at
 //! least bins) are skipped, as on the portable path. Float sums depend on the order the atomics
 //! land in. Shared-memory f32 `atomicAdd` is a compare-and-swap loop on sm_90
 //! (`ATOMS.CAST.SPIN`); at 32 warps per multiprocessor it hides behind the DRAM reads.
@@ -22,6 +24,7 @@ use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{CudaKernel, KernelInput, LaunchSpec};
+use crate::SliceArg;
 
 use super::OP;
 
@@ -66,10 +69,12 @@ __device__ __forceinline__ void red4(float* p, float a, float b, float c, float 
 "#;
 
 /// Template arguments: `I` the index type, `BINS`, `ITEMS` 16-byte loads per lane and step,
-/// `STEPS` steps per tile.
+/// `STEPS` steps per tile. `out` holds `PAD = 4 * ceil(BINS / 4)` floats, then the counter.
 const SOURCE: &str = r#"
     extern __shared__ __align__(16) float hist[];
     constexpr int TILE = 32 * ITEMS * STEPS;
+    constexpr int PAD = (BINS + 3) / 4 * 4;
+    unsigned* work = reinterpret_cast<unsigned*>(out + PAD);
     const long long n = values_shape[0];
     const long long units = n >> 2;
     const long long tiles = (units + TILE - 1) / TILE;
@@ -83,7 +88,7 @@ const SOURCE: &str = r#"
     if (!__syncthreads_or(tile < tiles || tail)) {
         return;
     }
-    for (int i = threadIdx.x; i < BINS; i += blockDim.x) {
+    for (int i = threadIdx.x; i < PAD; i += blockDim.x) {
         hist[i] = 0.0f;
     }
     __syncthreads();
@@ -127,20 +132,14 @@ const SOURCE: &str = r#"
         }
     }
     __syncthreads();
-    constexpr int QUADS = BINS / 4;
-    if (QUADS > 0) {
-        int start = int((blockIdx.x * 256ull) % unsigned(QUADS));
-        for (int i = threadIdx.x; i < QUADS; i += blockDim.x) {
-            int q = i + start < QUADS ? i + start : i + start - QUADS;
-            float a = hist[4 * q], b = hist[4 * q + 1], c = hist[4 * q + 2], d = hist[4 * q + 3];
-            if (a != 0.0f || b != 0.0f || c != 0.0f || d != 0.0f) {
-                kiln_scatter::red4(out + 4 * q, a, b, c, d);
-            }
-        }
-    }
-    for (int i = 4 * QUADS + threadIdx.x; i < BINS; i += blockDim.x) {
-        if (hist[i] != 0.0f) {
-            atomicAdd(&out[i], hist[i]);
+    // PAD / 4 groups of 4 bins (the padding bins stay zero); each block starts at its own group.
+    constexpr int QUADS = PAD / 4;
+    int start = int((blockIdx.x * 256ull) % unsigned(QUADS));
+    for (int i = threadIdx.x; i < QUADS; i += blockDim.x) {
+        int q = i + start < QUADS ? i + start : i + start - QUADS;
+        float a = hist[4 * q], b = hist[4 * q + 1], c = hist[4 * q + 2], d = hist[4 * q + 3];
+        if (a != 0.0f || b != 0.0f || c != 0.0f || d != 0.0f) {
+            kiln_scatter::red4(out + 4 * q, a, b, c, d);
         }
     }
 "#;
@@ -184,13 +183,13 @@ pub fn max_bins(arch: (u32, u32)) -> usize {
 
 /// The kernel for `bins` (its dynamic shared memory is the histogram).
 pub fn kernel(bins: usize) -> Result<CudaKernel> {
-    Ok(CudaKernel::new("kiln_scatter_add_smem", &["values", "indices"], &["out", "work"], SOURCE)?
+    Ok(CudaKernel::new("kiln_scatter_add_smem", &["values", "indices"], &["out"], SOURCE)?
         .header(HEADER)
         .shared_memory(bins.div_ceil(4) * 16))
 }
 
-/// The launch of [`kernel`] for `indices` of `dtype` into `bins` bins: outputs `out` (bins,)
-/// and the tile counter `work` (1,), both zeroed.
+/// The launch of [`kernel`] for `indices` of `dtype` into `bins` bins: one zeroed output of
+/// `4 * ceil(bins / 4)` bins and the tile counter after them ([`run`] returns the bins).
 pub fn spec(index: DType, bins: usize, launch: Launch) -> Result<LaunchSpec> {
     let Launch { threads, items, steps, blocks } = launch;
     if threads == 0
@@ -214,8 +213,7 @@ pub fn spec(index: DType, bins: usize, launch: Launch) -> Result<LaunchSpec> {
     let grid = u32::try_from(blocks * threads)
         .map_err(|_| Error::invalid(OP, format!("{blocks} blocks of {threads} exceed the grid")))?;
     Ok(LaunchSpec::new([grid, 1, 1], [threads as u32, 1, 1])
-        .output(&[bins], DType::F32)
-        .output(&[1], DType::U32)
+        .output(&[bins.div_ceil(4) * 4 + 1], DType::F32)
         .template("I", index)
         .template("BINS", int("bins", bins)?)
         .template("ITEMS", int("items", items)?)
@@ -229,6 +227,7 @@ pub fn spec(index: DType, bins: usize, launch: Launch) -> Result<LaunchSpec> {
 pub fn run(values: &Array, indices: &Array, bins: usize, launch: Launch) -> Result<Array> {
     let spec = spec(indices.dtype(), bins, launch)?.device(values.device());
     let inputs = [KernelInput::from(values), KernelInput::from(indices)];
-    let mut outs = kernel(bins)?.call(&inputs, &spec)?.into_iter();
-    outs.next().ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))
+    let out = kernel(bins)?.call(&inputs, &spec)?.into_iter().next();
+    let out = out.ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))?;
+    out.slice(&[SliceArg { start: Some(0), stop: Some(bins as isize), step: 1 }])
 }
