@@ -115,7 +115,7 @@ const W_PREFETCH: &str = r#"if (P == 2) {
             #pragma unroll
             for (uint i = 0; i < uint(CPT); ++i) {
                 uint wu = i * nt + tid;
-                wq[i] = 2 * wu < D4 ? ((const device uint4*)w)[wu] : uint4(0u);
+                wq[i] = 2 * wu < D4 ? kiln_load16((const device uint4*)w + wu) : uint4(0u);
             }
         }"#;
 

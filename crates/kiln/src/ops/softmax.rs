@@ -166,7 +166,7 @@ const PACKED_SOURCE: &str = r#"
     #pragma unroll
     for (uint i = 0; i < uint(CPT); ++i) {
         uint u = i * nt + tid;
-        q[i] = 2 * u < D4 ? xr[u] : uint4(0u);
+        q[i] = 2 * u < D4 ? kiln_load16(xr + u) : uint4(0u);
     }
     float m = -INFINITY;
     #pragma unroll
