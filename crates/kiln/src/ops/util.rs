@@ -200,11 +200,12 @@ inline uint4 kiln_load16(const device uint4* p) {
 }
 // Unit `u` of P adjacent 4-element chunks (P = 2 only for 16-bit T: one 16-byte access, which
 // needs 8-element alignment) into v[0..P), `fill` where the unit lies past the row's D4 chunks.
-template <typename T, int P>
+// 16-byte units go through `kiln_load16` unless KEEP16 is false (a plain load).
+template <typename T, int P, bool KEEP16 = true>
 inline void kiln_load_unit(const device T* p, uint u, uint D4, thread float4* v, float fill) {
     if (P == 2) {
         if (2 * u < D4) {
-            kiln_widen_unit<T>(kiln_load16((const device uint4*)p + u), v);
+            kiln_widen_unit<T>(KEEP16 ? kiln_load16((const device uint4*)p + u) : ((const device uint4*)p)[u], v);
         } else {
             v[0] = float4(fill);
             v[1] = float4(fill);
