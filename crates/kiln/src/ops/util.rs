@@ -135,10 +135,38 @@ pub(crate) fn threads_per_row(d: usize) -> usize {
     round_up(d.div_ceil(8), SIMD).clamp(SIMD, 1024)
 }
 
+/// `kiln_load16`: a 16-byte load marked evict-last for the L2 on CUDA, a plain load elsewhere
+/// (part of [`VEC4_HEADER`]; elementwise kernels include it on its own).
+macro_rules! load16_source {
+    () => {
+        r#"
+// A 16-byte load of streamed data. On CUDA the line is marked for the L2 to evict last (as
+// Triton's row kernels do): on the H100, 16384 f32 rows of 4096 / 8192, rms_norm 0.1849 →
+// 0.1806 ms and 0.3647 → 0.3572 ms, softmax 0.1860 → 0.1812 ms. Elsewhere a plain load.
+inline uint4 kiln_load16(const device uint4* p) {
+#if defined(KILN_CUDA) && defined(__CUDA_ARCH__)
+    uint4 r;
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p), "l"(policy));
+    return r;
+#else
+    return *p;
+#endif
+}
+"#
+    };
+}
+pub(crate) const LOAD16_HEADER: &str = load16_source!();
+
 /// Helpers for 16-byte (f32) or 8-byte (f16/bf16) loads and stores of 4 elements, widened to
 /// f32 (`c` counts 4-element chunks from `p`, which must be 4-element aligned), and for units of
 /// P such chunks (16-byte accesses of 8 16-bit elements when P = 2).
-pub(crate) const VEC4_HEADER: &str = r#"
+pub(crate) const VEC4_HEADER: &str = concat!(
+    load16_source!(),
+    r#"
 template <typename T>
 inline float4 kiln_load4(const device T* p, uint c) {
     vec<T, 4> v = ((const device vec<T, 4>*)p)[c];
@@ -182,22 +210,6 @@ inline void kiln_widen_unit(uint4 q, thread float4* v) {
     v[0] = float4(a.x, a.y, b.x, b.y);
     v[1] = float4(c.x, c.y, d.x, d.y);
 }
-// A 16-byte load of row data. On CUDA the line is marked for the L2 to evict last (as
-// Triton's row kernels do): on the H100, 16384 f32 rows of 4096 / 8192, rms_norm 0.1849 →
-// 0.1806 ms and 0.3647 → 0.3572 ms, softmax 0.1860 → 0.1812 ms. Elsewhere a plain load.
-inline uint4 kiln_load16(const device uint4* p) {
-#if defined(KILN_CUDA) && defined(__CUDA_ARCH__)
-    uint4 r;
-    unsigned long long policy;
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-    asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p), "l"(policy));
-    return r;
-#else
-    return *p;
-#endif
-}
 // Unit `u` of P adjacent 4-element chunks (P = 2 only for 16-bit T: one 16-byte access, which
 // needs 8-element alignment) into v[0..P), `fill` where the unit lies past the row's D4 chunks.
 // 16-byte units go through `kiln_load16` unless KEEP16 is false (a plain load).
@@ -226,7 +238,8 @@ inline void kiln_store_unit(device T* p, uint u, thread const float4* v) {
         kiln_store4(p, u, v[0]);
     }
 }
-"#;
+"#
+);
 
 /// True when 16-byte units of 8 elements of `a` are aligned (see [`vec4_aligned`]).
 pub(crate) fn vec8_aligned(a: &Array) -> bool {
