@@ -119,6 +119,26 @@ fn cuda_kernel_runs_with_template_and_shape() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
+fn cuda_kernel_with_launch_bounds_runs_whole_threadgroups() {
+    let Some(dev) = gpu() else { return };
+    let mut rng = Rng::new(6);
+    let a = random_array(&mut rng, DType::F32, &[3000]);
+    let k = CudaKernel::new(
+        "bounded_scale",
+        &["a"],
+        &["out"],
+        "unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\nif (i < a_shape[0]) out[i] = a[i] * 2.0f;\n",
+    )
+    .unwrap()
+    .launch_bounds(1024, 1);
+    let spec = LaunchSpec::new([3000, 1, 1], [1024, 1, 1]).output(&[3000], DType::F32).device(dev);
+    let out = k.call(&[a.to_device(dev).unwrap().into()], &spec).unwrap();
+    let reference: Vec<f64> = a.to_f64_vec().unwrap().iter().map(|v| v * 2.0).collect();
+    assert_close("cuda_kernel bounded scale", &out[0], &reference, DType::F32);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
 fn bad_input_gives_typed_errors_and_the_device_stays_usable() {
     let Some(dev) = gpu() else { return };
     let backend = kiln::backend::backend_for(dev).unwrap();

@@ -28,6 +28,7 @@ pub struct CudaKernel {
     ensure_row_contiguous: bool,
     shared_memory: usize,
     arch_specific: Option<(u32, u32)>,
+    launch_bounds: Option<(u32, u32)>,
     shape_info: Vec<ShapeInfo>,
 }
 
@@ -99,6 +100,7 @@ impl CudaKernel {
             ensure_row_contiguous: true,
             shared_memory: 0,
             arch_specific: None,
+            launch_bounds: None,
             shape_info,
         })
     }
@@ -126,6 +128,15 @@ impl CudaKernel {
     /// capability fails with an error instead of running.
     pub fn arch_specific(mut self, capability: (u32, u32)) -> Self {
         self.arch_specific = Some(capability);
+        self
+    }
+
+    /// Declares `__launch_bounds__(max_threads, min_blocks)` on the kernel: the compiler keeps
+    /// its registers low enough for `min_blocks` threadgroups of `max_threads` threads to share
+    /// a multiprocessor. A launch with a threadgroup of more than `max_threads` threads is an
+    /// error naming the kernel; `max_threads` must lie in 1..=1024 and `min_blocks` be at least 1.
+    pub fn launch_bounds(mut self, max_threads: u32, min_blocks: u32) -> Self {
+        self.launch_bounds = Some((max_threads, min_blocks));
         self
     }
 
@@ -158,6 +169,7 @@ impl CudaKernel {
     /// The CUDA source for inputs of these dtypes and ranks (without the prelude).
     pub fn generate(&self, inputs: &[Array], spec: &LaunchSpec) -> Result<String> {
         self.check_counts(inputs.len(), spec)?;
+        self.check_launch_bounds(spec)?;
         let mut params = Vec::new();
         for ((name, a), info) in self.input_names.iter().zip(inputs).zip(&self.shape_info) {
             params.push(format!("const {}* {name}", cuda_type(a.dtype())));
@@ -183,7 +195,11 @@ impl CudaKernel {
         s.push_str(HELPERS);
         s.push_str(&self.header);
         s.push_str("\nnamespace mlx::core::cu {\n");
-        let _ = writeln!(s, "extern \"C\" __global__ void {}(", self.kernel_name(&spec.template));
+        let bounds = match self.launch_bounds {
+            Some((threads, blocks)) => format!("__launch_bounds__({threads}, {blocks}) "),
+            None => String::new(),
+        };
+        let _ = writeln!(s, "extern \"C\" __global__ void {bounds}{}(", self.kernel_name(&spec.template));
         let _ = writeln!(s, "    {}) {{", params.join(",\n    "));
         for (name, arg) in &spec.template {
             let _ = match arg {
@@ -202,9 +218,32 @@ impl CudaKernel {
         spec.check_counts(&self.op(), self.input_names.len(), n_inputs, self.output_names.len())
     }
 
+    /// The declared bounds are valid and the launch's threadgroup stays within them.
+    fn check_launch_bounds(&self, spec: &LaunchSpec) -> Result<()> {
+        let Some((threads, blocks)) = self.launch_bounds else { return Ok(()) };
+        if !(1..=1024).contains(&threads) || blocks == 0 {
+            return Err(Error::invalid(
+                self.op(),
+                format!("launch bounds ({threads}, {blocks}): max_threads must lie in 1..=1024 and min_blocks be >= 1"),
+            ));
+        }
+        let group: u64 = spec.threadgroup.iter().map(|&t| u64::from(t)).product();
+        if group > u64::from(threads) {
+            return Err(Error::invalid(
+                self.op(),
+                format!(
+                    "threadgroup {:?} has {group} threads, more than the kernel's launch bound of {threads}",
+                    spec.threadgroup
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Runs the kernel on a CUDA device and returns its outputs in `output_names` order.
     pub fn call(&self, inputs: &[KernelInput], spec: &LaunchSpec) -> Result<Vec<Array>> {
         self.check_counts(inputs.len(), spec)?;
+        self.check_launch_bounds(spec)?;
         let device = self.resolve_device(inputs, spec)?;
         let Device::Cuda(ordinal) = device else {
             return Err(Error::invalid(self.op(), format!("only supports the GPU; the call resolved to {device}")));
@@ -262,5 +301,28 @@ mod tests {
         let src = k.generate(&[a], &spec).unwrap();
         assert!(src.contains("  constexpr bool B = true;\n  constexpr int N = 3;\n  using T = __half;\n"));
         assert!(src.contains("const float* a,\n    float* out) {"));
+    }
+
+    #[test]
+    fn launch_bounds_are_declared_and_checked() {
+        let a = Array::from_vec(&[4], vec![1.0f32; 4]).unwrap();
+        let k = CudaKernel::new("bounded", &["a"], &["out"], "out[0] = a[0];").unwrap().launch_bounds(256, 2);
+        let fits = LaunchSpec::new([512, 1, 1], [128, 2, 1]).output(&[4], DType::F32);
+        let src = k.generate(std::slice::from_ref(&a), &fits).unwrap();
+        assert!(src.contains("extern \"C\" __global__ void __launch_bounds__(256, 2) custom_kernel_bounded("), "{src}");
+        let too_big = LaunchSpec::new([512, 1, 1], [512, 1, 1]).output(&[4], DType::F32);
+        let err = k.generate(std::slice::from_ref(&a), &too_big).unwrap_err();
+        assert!(err.to_string().contains("cuda_kernel bounded") && err.to_string().contains("512 threads"), "{err}");
+        let err = k.call(&[(&a).into()], &too_big).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+        for (threads, blocks) in [(0, 1), (2048, 1), (256, 0)] {
+            let k = CudaKernel::new("bad_bounds", &["a"], &["out"], "out[0] = a[0];")
+                .unwrap()
+                .launch_bounds(threads, blocks);
+            let err = k.generate(std::slice::from_ref(&a), &fits).unwrap_err();
+            assert!(err.to_string().contains("launch bounds"), "{err}");
+        }
+        let plain = CudaKernel::new("plain", &["a"], &["out"], "out[0] = a[0];").unwrap();
+        assert!(!plain.generate(&[a], &fits).unwrap().contains("__launch_bounds__"));
     }
 }
