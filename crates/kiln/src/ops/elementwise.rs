@@ -42,7 +42,7 @@
 //! Reference: the formulas in f64 (erf by its Taylor series below 2, the continued fraction of
 //! erfc above) on the dtype-rounded inputs. Tolerance: the dtype table of `kiln::check`.
 
-use super::util::{cached, check_float, check_nonempty, grid_dim, KernelCell, OpCall, LOAD16_HEADER};
+use super::util::{cached, check_float, check_nonempty, grid_dim, load16_source, KernelCell, OpCall};
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -70,7 +70,9 @@ impl Unary {
     }
 }
 
-const HEADER: &str = r#"
+const HEADER: &str = concat!(
+    load16_source!(),
+    r#"
 // A chunk of the input: 16-byte chunks through `kiln_load16`, others plainly.
 template <typename C>
 inline C kiln_load_chunk(const device C* p) {
@@ -153,7 +155,8 @@ inline vec<T, 4> kiln_unary4(vec<T, 4> v) {
                      static_cast<T>(kiln_unary_any<T, OP>(static_cast<float>(v.z))),
                      static_cast<T>(kiln_unary_any<T, OP>(static_cast<float>(v.w))));
 }
-"#;
+"#
+);
 
 // Threadgroup g owns the K · G adjacent chunks from g · K · G; chunk c is 4 elements
 // (`contiguous`) or one 16-byte unit of 8 16-bit elements (`contiguous16`). Every group but the
@@ -219,7 +222,7 @@ fn contiguous_kernel(op: &str) -> Result<&'static MetalKernel> {
             &["out"],
             chunked_source("vec<T, 4>", "kiln_unary4<T, OP>", 4),
         )?
-        .header(format!("{LOAD16_HEADER}{HEADER}")))
+        .header(HEADER))
     })
 }
 
@@ -231,14 +234,14 @@ fn contiguous16_kernel(op: &str) -> Result<&'static MetalKernel> {
             &["out"],
             chunked_source("uint4", "kiln_unary_unit<T, OP>", 8),
         )?
-        .header(format!("{LOAD16_HEADER}{HEADER}")))
+        .header(HEADER))
     })
 }
 
 fn strided_kernel(op: &str) -> Result<&'static MetalKernel> {
     cached(&STRIDED, op, || {
         Ok(MetalKernel::new("kiln_unary_strided", &["inp"], &["out"], STRIDED_SOURCE)?
-            .header(format!("{LOAD16_HEADER}{HEADER}"))
+            .header(HEADER)
             .ensure_row_contiguous(false))
     })
 }

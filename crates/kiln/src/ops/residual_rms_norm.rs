@@ -10,9 +10,9 @@
 //! Outputs `y` and `h` (..., D) row-contiguous in that dtype.
 //!
 //! Variant rule: as `rms_norm` — one simdgroup per row for D ≤ 1024 (f32 register rows: 2
-//! units per thread, one threadgroup of D/8 threads), else one threadgroup per row; `vec4` loads when D % 4 == 0, D ≥ 8 and every input is 4-element aligned, by
-//! 16-byte units of 8 elements for f16/bf16 when D % 8 == 0 and every input is 8-element
-//! aligned. `vec4` rows that fit — f32 at any D, f16/bf16 up to D = 1024 — are held in
+//! units per thread, one threadgroup of D/8 threads), else one threadgroup per row; `vec4`
+//! loads when D % 4 == 0, D ≥ 8 and every input is 4-element aligned, by 16-byte units of 8
+//! elements for f16/bf16 when D % 8 == 0 and every input is 8-element aligned. `vec4` rows that fit — f32 at any D, f16/bf16 up to D = 1024 — are held in
 //! registers (x and residual loaded whole before any store); otherwise the first pass reads `x`
 //! and `residual` once and writes `h`, and the second reads back the `h` the same thread just
 //! wrote (from cache). Either way DRAM sees each input once and each output once. Register

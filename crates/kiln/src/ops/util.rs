@@ -136,7 +136,7 @@ pub(crate) fn threads_per_row(d: usize) -> usize {
 }
 
 /// `kiln_load16`: a 16-byte load marked evict-last for the L2 on CUDA, a plain load elsewhere
-/// (part of [`VEC4_HEADER`]; elementwise kernels include it on its own).
+/// (the start of [`VEC4_HEADER`] and of the elementwise header).
 macro_rules! load16_source {
     () => {
         r#"
@@ -159,7 +159,7 @@ inline uint4 kiln_load16(const device uint4* p) {
 "#
     };
 }
-pub(crate) const LOAD16_HEADER: &str = load16_source!();
+pub(crate) use load16_source;
 
 /// Helpers for 16-byte (f32) or 8-byte (f16/bf16) loads and stores of 4 elements, widened to
 /// f32 (`c` counts 4-element chunks from `p`, which must be 4-element aligned), and for units of
