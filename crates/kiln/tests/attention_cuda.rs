@@ -61,10 +61,9 @@ fn check(
     dims: [usize; 6],
     causal: bool,
     route: Route,
+    scale: f32,
 ) {
     let dtype = q.dtype();
-    let d = dims[5];
-    let scale = (1.0 / (d as f64).sqrt()) as f32;
     let mask = mask_of(causal);
     assert_eq!(attention::route(q, k, v, &mask).unwrap(), route, "{what}: route");
     let want = attention::reference(values[0], values[1], values[2], dims, scale as f64, causal, None);
@@ -88,13 +87,17 @@ fn check(
 }
 
 fn check_case(device: Device, dtype: DType, dims: [usize; 6], causal: bool, seed: u64) {
+    check_scaled(device, dtype, dims, causal, seed, (1.0 / (dims[5] as f64).sqrt()) as f32);
+}
+
+fn check_scaled(device: Device, dtype: DType, dims: [usize; 6], causal: bool, seed: u64, scale: f32) {
     let [b, hq, hkv, tq, tk, d] = dims;
     let mut rng = Rng::new(seed);
     let (q, qv) = input(&mut rng, device, dtype, &[b, hq, tq, d]);
     let (k, kv) = input(&mut rng, device, dtype, &[b, hkv, tk, d]);
     let (v, vv) = input(&mut rng, device, dtype, &[b, hkv, tk, d]);
-    let what = format!("{dims:?} {dtype} causal={causal}");
-    check(&what, &q, &k, &v, [&qv, &kv, &vv], dims, causal, tensor_core_route(device, d));
+    let what = format!("{dims:?} {dtype} causal={causal} scale={scale}");
+    check(&what, &q, &k, &v, [&qv, &kv, &vv], dims, causal, tensor_core_route(device, d), scale);
 }
 
 fn cuda_or_skip() -> Option<Device> {
@@ -130,6 +133,25 @@ fn cuda_prefill_matches_reference_on_partial_tiles_and_grouped_heads() {
                 for [b, group, tq, tk] in shapes {
                     let hkv = if group == 4 { 2 } else { 1 };
                     check_case(device, dtype, [b, hkv * group, hkv, tq, tk, d], causal, seed);
+                    seed += 1;
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --include-ignored and KILN_REQUIRE_BACKEND=cuda)"]
+fn cuda_prefill_takes_negative_zero_and_large_scales() {
+    let Some(device) = cuda_or_skip() else { return };
+    // A negative scale makes the row extreme a minimum; a zero scale averages the visible values
+    // (hidden keys must still give nothing); a large one sharpens the softmax.
+    let mut seed = 950;
+    for scale in [-0.3f32, 0.0, 0.5] {
+        for d in [64, 128] {
+            for causal in [false, true] {
+                for [b, hq, hkv, tq, tk] in [[1, 2, 1, 257, 100], [1, 1, 1, 300, 300]] {
+                    check_scaled(device, DType::BF16, [b, hq, hkv, tq, tk, d], causal, seed, scale);
                     seed += 1;
                 }
             }
@@ -184,7 +206,8 @@ fn cuda_prefill_reads_non_contiguous_and_offset_inputs() {
         for causal in [false, true] {
             let what = format!("transposed {dtype} D={d} causal={causal}");
             let vals = [&values[0][..], &values[1][..], &values[2][..]];
-            check(&what, &views[0], &views[1], &views[2], vals, dims, causal, tensor_core_route(device, d));
+            let route = tensor_core_route(device, d);
+            check(&what, &views[0], &views[1], &views[2], vals, dims, causal, route, 1.0 / (d as f32).sqrt());
         }
         // A row-contiguous slice starting one element in is not 16-byte aligned: the Metal path.
         let (flat, fv) = input(&mut rng, device, dtype, &[1 + b * h * t * d]);
@@ -195,7 +218,7 @@ fn cuda_prefill_reads_non_contiguous_and_offset_inputs() {
             .unwrap();
         let vals = [&fv[1..], &fv[1..], &fv[1..]];
         let route = Route::Metal(attention::path(b * h, t, t, d, dtype));
-        check(&format!("offset {dtype} D={d}"), &tail, &tail, &tail, vals, dims, true, route);
+        check(&format!("offset {dtype} D={d}"), &tail, &tail, &tail, vals, dims, true, route, 1.0 / (d as f32).sqrt());
     }
 }
 

@@ -399,7 +399,7 @@ fn kernel_calls_by(route: Route, q: &Array, k: &Array, v: &Array, scale: f32, ma
             let (kernel, spec) = if route == Route::CudaPrefill {
                 (prefill_cuda::kernel(OP, d, causal)?, prefill_cuda::spec(OP, q, hq, b, d, causal)?)
             } else {
-                (prefill_wgmma::kernel(OP, d)?, prefill_wgmma::spec(OP, q, hq, b, causal)?)
+                (prefill_wgmma::kernel(OP, d)?, prefill_wgmma::spec(OP, q, hq, b, causal, scale < 0.0)?)
             };
             return Ok(vec![KernelCall::Cuda(kernel, vec![q.into(), k.into(), v.into(), scale.into()], spec)]);
         }

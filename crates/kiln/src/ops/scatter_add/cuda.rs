@@ -3,10 +3,11 @@
 //!
 //! ```text
 //! hist[0..BINS) = 0                                   (dynamic shared memory, BINS * 4 bytes)
-//! while a warp takes a tile (a counter in global memory, TILE = 32 * ITEMS * STEPS units of
-//!                            4 elements, contiguous):
-//!     per step: ITEMS 16-byte loads of values and of indices per lane, all in flight,
-//!               then one shared-memory atomicAdd per in-range element
+//! each warp walks its steps in order: tiles of TILE = 32 * ITEMS * STEPS units of 4 elements,
+//!                            contiguous, taken from a counter in global memory; per step ITEMS
+//!                            16-byte loads of values and of indices per lane
+//!     the loads of step s + 1 go into the other register buffer before the adds of step s:
+//!               one shared-memory atomicAdd per in-range element
 //! block 0 adds the n % 4 trailing elements
 //! flush: the non-zero 4-bin groups of hist into out with one `red.global.v4.f32.add` each,
 //!        each block starting at its own offset so blocks do not queue on the same lines
@@ -17,20 +18,24 @@
 //! multiprocessors; blocks that start after the work ran out leave after one counter access
 //! per warp. Out-of-range indices (negative, or at least bins) are skipped, as on the portable
 //! path. Float sums depend on the order the atomics land in. Shared-memory f32 `atomicAdd` is a
-//! compare-and-swap loop on sm_90 (`ATOMS.CAST.SPIN`); at 32 warps per multiprocessor it mostly
-//! hides behind the DRAM reads.
-//! The loads carry an L2 evict-last policy (H100, 64 M values: 0.2097 → 0.2072 ms).
+//! compare-and-swap loop on sm_90 (`ATOMS.CAST.SPIN`); a warp waiting on its adds has its next
+//! loads in flight, so the DRAM stream does not stop while the adds run. The loads carry an L2
+//! evict-last policy (H100, 64 M values: 0.2097 → 0.2072 ms).
 //!
-//! Where the time goes (H100, 64 M values and int32 indices, 512 MB read, a probe of this kernel
-//! with the fill outside the timing): pure reads of the same bytes by a plain streaming kernel
-//! 0.1925 ms (92.8 % of the copy roofline), this kernel without its atomics 0.1947 ms, its
-//! atomics without the reads 0.1595 ms, the whole kernel 0.2049–0.2061 ms. Tried without gain:
-//! a static split of the values over warps instead of the counter (0.2084–0.2111 ms), loads of
-//! the next step issued before the adds of this step (0.2111 ms at 2 loads per lane; 4 spill),
+//! Measured on the H100 (64 M values and int32 indices, 512 MB read; a probe of these kernels
+//! with the fill outside the timing, one run): a plain streaming kernel reading the same bytes
+//! 0.1863 ms; one buffer and 4 loads per lane and step (the previous form) 0.2025 ms; two
+//! buffers of one load per lane, 8 steps per tile 0.1964 ms (4 / 16 / 32 / 64 steps: 0.2789 /
+//! 0.1983 / 0.2001 / 0.2039 ms: short tiles queue on the counter); three buffers 0.1974 ms; two
+//! buffers of two loads 0.2032 ms; 512 or 768 threads with deeper buffers 0.23–0.30 ms; a
+//! per-warp ring of three `cp.async` slots in shared memory 0.1994 ms; a producer warp streaming
+//! chunks with `cp.async.bulk` and mbarriers into per-warp slots 0.445–1.22 ms (each chunk
+//! costs about 0.3 µs of the one producer thread, whatever its size).
+//! Tried earlier without gain: a static split of the values over warps instead of the counter,
 //! every element's compare-and-swap issued before any is awaited (`atom.shared.cas`: 0.27–2.2
 //! ms, slower than the compiler's spin loop), 1/16 to 1/4 of the elements added straight into
-//! the L2 (`red.global.add.f32`: 0.2062–0.3346 ms), block pairs merging their histograms
-//! through distributed shared memory before the flush (0.2043 ms).
+//! the L2 (`red.global.add.f32`), block pairs merging their histograms through distributed
+//! shared memory before the flush.
 
 use crate::array::Array;
 use crate::dtype::DType;
@@ -110,36 +115,55 @@ const SOURCE: &str = r#"
         hist[i] = 0.0f;
     }
     __syncthreads();
-    while (tile < tiles) {
-#pragma unroll 1
-        for (int s = 0; s < STEPS; ++s) {
-            long long base = tile * TILE + s * 32 * ITEMS + lane;
-            float v[ITEMS][4];
-            unsigned b[ITEMS][4];
-#pragma unroll
-            for (int k = 0; k < ITEMS; ++k) {
-                long long u = base + k * 32;
-                if (u < units) {
-                    kiln_scatter::load4(values + 4 * u, v[k]);
-                    kiln_scatter::bins4(indices + 4 * u, b[k]);
-                } else {
-                    b[k][0] = b[k][1] = b[k][2] = b[k][3] = 0xffffffffu;
-                }
+    // The warp's steps in order (step `step` of tile `tile`, the next tile from the counter),
+    // loaded into two register buffers in turn: the loads of the next step are in flight while
+    // the adds of this one run. fetch() is false once the warp's work has run out.
+    int step = 0;
+    float v[2][ITEMS][4];
+    unsigned b[2][ITEMS][4];
+    auto fetch = [&](int buf) {
+        if (step == STEPS) {
+            if (lane == 0) {
+                taken = atomicAdd(work, 1u);
             }
+            tile = __shfl_sync(0xffffffffu, taken, 0);
+            step = 0;
+        }
+        bool any = false;
 #pragma unroll
-            for (int k = 0; k < ITEMS; ++k) {
+        for (int k = 0; k < ITEMS; ++k) {
+            const long long u = tile * TILE + (step * ITEMS + k) * 32 + lane;
+            if (tile < tiles && u < units) {
+                kiln_scatter::load4(values + 4 * u, v[buf][k]);
+                kiln_scatter::bins4(indices + 4 * u, b[buf][k]);
+                any = true;
+            } else {
+                b[buf][k][0] = b[buf][k][1] = b[buf][k][2] = b[buf][k][3] = 0xffffffffu;
+            }
+        }
+        ++step;
+        return __any_sync(0xffffffffu, any);
+    };
+    auto add = [&](int buf) {
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    if (b[k][j] < unsigned(BINS)) {
-                        atomicAdd(&hist[b[k][j]], v[k][j]);
-                    }
+        for (int k = 0; k < ITEMS; ++k) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                if (b[buf][k][j] < unsigned(BINS)) {
+                    atomicAdd(&hist[b[buf][k][j]], v[buf][k][j]);
                 }
             }
         }
-        if (lane == 0) {
-            taken = atomicAdd(work, 1u);
+    };
+    bool more = fetch(0);
+    while (more) {
+        const bool next = fetch(1);
+        add(0);
+        if (!next) {
+            break;
         }
-        tile = __shfl_sync(0xffffffffu, taken, 0);
+        more = fetch(0);
+        add(1);
     }
     if (tail) {
         for (long long e = 4 * units + threadIdx.x; e < n; e += blockDim.x) {
@@ -155,16 +179,17 @@ const SOURCE: &str = r#"
     int start = int((blockIdx.x * 256ull) % unsigned(QUADS));
     for (int i = threadIdx.x; i < QUADS; i += blockDim.x) {
         int q = i + start < QUADS ? i + start : i + start - QUADS;
-        float a = hist[4 * q], b = hist[4 * q + 1], c = hist[4 * q + 2], d = hist[4 * q + 3];
-        if (a != 0.0f || b != 0.0f || c != 0.0f || d != 0.0f) {
-            kiln_scatter::red4(out + 4 * q, a, b, c, d);
+        float h0 = hist[4 * q], h1 = hist[4 * q + 1], h2 = hist[4 * q + 2], h3 = hist[4 * q + 3];
+        if (h0 != 0.0f || h1 != 0.0f || h2 != 0.0f || h3 != 0.0f) {
+            kiln_scatter::red4(out + 4 * q, h0, h1, h2, h3);
         }
     }
 "#;
 
 /// How the kernel is launched: threads per block, 16-byte loads per lane and step (threads x
-/// items at most 4096: more needs over 64 registers a thread at 1024 threads, and the launch
-/// fails), steps per tile, blocks (the resident ones share the work; the others leave).
+/// items at most 2048: each lane holds two steps, and more needs over the 64 registers a thread
+/// has at 1024 threads), steps per tile, blocks (the resident ones share the work; the others
+/// leave).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Launch {
     pub threads: usize,
@@ -178,7 +203,7 @@ impl Launch {
     /// 128 KB histogram), 132 blocks (its multiprocessors; more only add counter traffic at the
     /// end, fewer leave multiprocessors idle). [`super::scatter_add`] uses
     /// [`Self::for_multiprocessors`] of the device.
-    pub const DEFAULT: Launch = Launch { threads: 1024, items: 4, steps: 4, blocks: 132 };
+    pub const DEFAULT: Launch = Launch { threads: 1024, items: 1, steps: 8, blocks: 132 };
 
     /// [`Self::DEFAULT`] with one block per multiprocessor of a device that has
     /// `multiprocessors` of them (the H100's 132 give `DEFAULT`).
@@ -203,7 +228,8 @@ pub fn max_bins(arch: (u32, u32)) -> usize {
 pub fn kernel(bins: usize) -> Result<CudaKernel> {
     Ok(CudaKernel::new("kiln_scatter_add_smem", &["values", "indices"], &["out"], SOURCE)?
         .header(HEADER)
-        .shared_memory(bins.div_ceil(4) * 16))
+        .shared_memory(bins.div_ceil(4) * 16)
+        .launch_bounds(1024, 1))
 }
 
 /// The launch of [`kernel`] for `indices` of `dtype` into `bins` bins: one zeroed output of
@@ -214,14 +240,14 @@ pub fn spec(index: DType, bins: usize, launch: Launch) -> Result<LaunchSpec> {
         || threads % 32 != 0
         || threads > 1024
         || items == 0
-        || threads * items > 4096
+        || threads * items > 2048
         || steps == 0
         || blocks == 0
     {
         return Err(Error::invalid(
             OP,
             format!(
-                "launch {launch:?}: threads must be whole warps up to 1024, 1 <= threads x items <= 4096, steps and blocks >= 1"
+                "launch {launch:?}: threads must be whole warps up to 1024, 1 <= threads x items <= 2048, steps and blocks >= 1"
             ),
         ));
     }
