@@ -196,6 +196,8 @@ const SOURCE: &str = r#"
     const float NEG_INF = neg_inf();
     // The raw score a hidden key takes: below (above, under a negative scale) every real one.
     const float HIDE = NEG ? -NEG_INF : NEG_INF;
+    // The row extreme of two scores: the larger, or the smaller under a negative scale.
+    auto extreme = [](float a, float b) { return NEG ? fminf(a, b) : fmaxf(a, b); };
     const float sl2 = scale[0] * 1.4426950408889634f;
     // This thread's accumulator rows (of the warpgroup's 64) are rl and rl + 8; its columns
     // 8j + 2 (lane & 3) + {0, 1} in register 4j + 2i + {0, 1} (i = 0 for rl, 1 for rl + 8).
@@ -286,19 +288,18 @@ const SOURCE: &str = r#"
                         const bool ok = key < Tk && (!CAUSAL || key <= row + shift);
                         const float x = ok ? s[4 * jj + 2 * i + c] : HIDE;
                         s[4 * jj + 2 * i + c] = x;
-                        mx = NEG ? fminf(mx, x) : fmaxf(mx, x);
+                        mx = extreme(mx, x);
                     }
                 }
             } else {
 #pragma unroll
                 for (int jj = 0; jj < BN / 8; ++jj) {
-                    mx = NEG ? fminf(mx, fminf(s[4 * jj + 2 * i], s[4 * jj + 2 * i + 1]))
-                             : fmaxf(mx, fmaxf(s[4 * jj + 2 * i], s[4 * jj + 2 * i + 1]));
+                    mx = extreme(mx, extreme(s[4 * jj + 2 * i], s[4 * jj + 2 * i + 1]));
                 }
             }
-            mx = NEG ? fminf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)) : fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = NEG ? fminf(mx, __shfl_xor_sync(0xffffffffu, mx, 2)) : fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = NEG ? fminf(m[i], mx) : fmaxf(m[i], mx);
+            mx = extreme(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = extreme(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = extreme(m[i], mx);
             // A row with no visible key so far keeps m = HIDE and p = 0 (hidden scores are
             // HIDE, and 2^(HIDE·sl2 − 0) = 0 for sl2 != 0; sl2 = 0 is handled below).
             const float m_use = m_new == HIDE ? 0.0f : m_new;
