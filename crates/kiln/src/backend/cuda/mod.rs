@@ -18,6 +18,7 @@ mod libs;
 mod memory;
 mod pool;
 mod programs;
+mod tensor_map;
 mod timing;
 
 use std::collections::HashMap;
@@ -38,6 +39,7 @@ pub use compile::{nvrtc_version, options as nvrtc_options, Arch};
 pub use custom::CudaKernelCall;
 pub use memory::CudaBuffer;
 use programs::{ProgramTable, Resolved};
+pub use tensor_map::TENSOR_MAP_BYTES;
 pub use timing::DeviceTimer;
 
 /// The CUDA backend of one device.

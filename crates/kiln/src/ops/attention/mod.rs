@@ -48,6 +48,7 @@ use crate::kernel::{CudaKernel, KernelInput, LaunchSpec, MetalKernel};
 mod decode;
 mod prefill;
 pub mod prefill_cuda;
+pub mod prefill_tma;
 pub mod prefill_wgmma;
 
 use decode::{COMBINE, DECODE, DECODE_HEADER};
@@ -396,11 +397,12 @@ fn kernel_calls_by(route: Route, q: &Array, k: &Array, v: &Array, scale: f32, ma
     match route {
         Route::CudaPrefill | Route::CudaPrefillWgmma => {
             let [b, hq, _, _, _, d] = validate(q, k, v)?;
-            let (kernel, spec) = if route == Route::CudaPrefill {
-                (prefill_cuda::kernel(OP, d, causal)?, prefill_cuda::spec(OP, q, hq, b, d, causal)?)
-            } else {
-                (prefill_wgmma::kernel(OP, d)?, prefill_wgmma::spec(OP, q, hq, b, causal, scale < 0.0)?)
-            };
+            if route == Route::CudaPrefillWgmma {
+                let kernel = prefill_tma::kernel(OP, d)?;
+                let spec = prefill_tma::spec(OP, q, hq, b, causal, scale < 0.0)?;
+                return Ok(vec![KernelCall::Cuda(kernel, prefill_tma::inputs(OP, q, k, v, scale)?, spec)]);
+            }
+            let (kernel, spec) = (prefill_cuda::kernel(OP, d, causal)?, prefill_cuda::spec(OP, q, hq, b, d, causal)?);
             return Ok(vec![KernelCall::Cuda(kernel, vec![q.into(), k.into(), v.into(), scale.into()], spec)]);
         }
         Route::Metal(_) => {}

@@ -92,7 +92,7 @@ fn wgmma_fn(out: &mut String, name: &str, a_in_registers: bool, trans_b: bool) {
 
 /// The helpers of the kernel: the `mma.sync` prefill's (`cp.async`, packing, `ex2`) and the
 /// warpgroup ones.
-fn header() -> &'static str {
+pub(super) fn header() -> &'static str {
     static TEXT: OnceLock<String> = OnceLock::new();
     TEXT.get_or_init(|| {
         let mut s = String::from(super::prefill_cuda::HEADER);
