@@ -156,6 +156,42 @@ fn bad_input_gives_typed_errors_and_the_device_stays_usable() {
     assert_eq!(backend.to_host(&out[0]).unwrap().to_vec::<f32>().unwrap(), vec![1.0]);
 }
 
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn tensor_maps_describe_only_contiguous_16_bit_device_arrays() {
+    let Some(dev) = gpu() else { return };
+    let Device::Cuda(ordinal) = dev else { unreachable!() };
+    let backend = kiln::backend::cuda::cuda_backend(ordinal).unwrap();
+    let mut rng = Rng::new(77);
+    let a = random_array(&mut rng, DType::BF16, &[2, 3, 100, 128]).to_device(dev).unwrap();
+    let map = backend.tensor_map_16bit("test", &a, [128, 100, 6], [64, 128, 1]).unwrap();
+    assert_eq!(map.len(), kiln::backend::cuda::TENSOR_MAP_BYTES);
+    assert!(map.iter().any(|&b| b != 0), "an encoded map is not all zeros");
+    let refused = [
+        backend.tensor_map_16bit("test", &a, [128, 100, 5], [64, 128, 1]).unwrap_err(),
+        backend.tensor_map_16bit("test", &a, [128, 100, 6], [128, 128, 1]).unwrap_err(),
+        backend.tensor_map_16bit("test", &a.transpose(&[0, 2, 1, 3]).unwrap(), [128, 3, 200], [64, 3, 1]).unwrap_err(),
+        backend
+            .tensor_map_16bit(
+                "test",
+                &random_array(&mut rng, DType::F32, &[4, 64]).to_device(dev).unwrap(),
+                [64, 4, 1],
+                [32, 4, 1],
+            )
+            .unwrap_err(),
+        backend
+            .tensor_map_16bit("test", &random_array(&mut rng, DType::BF16, &[4, 64]), [64, 4, 1], [64, 4, 1])
+            .unwrap_err(),
+    ];
+    for err in refused {
+        assert!(
+            matches!(err, Error::InvalidArgument { .. } | Error::ShapeMismatch { .. } | Error::UnsupportedDType { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("test"), "the error names its caller: {err}");
+    }
+}
+
 /// A faulting kernel poisons the CUDA context for the whole process; run this test in its own
 /// process (`--exact kernel_faults_are_typed_errors`).
 #[test]

@@ -29,10 +29,11 @@ impl CudaBackend {
             ));
         }
         if array.dtype().size() != 2 {
-            return Err(Error::invalid(
-                what,
-                format!("a 16-bit tensor map cannot describe {} elements", array.dtype()),
-            ));
+            return Err(Error::UnsupportedDType {
+                op: what.to_string(),
+                dtype: array.dtype().to_string(),
+                msg: "a 16-bit tensor map describes 2-byte elements".into(),
+            });
         }
         let count = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
         if count != Some(array.size() as u64) || dims.contains(&0) {
@@ -78,7 +79,11 @@ impl CudaBackend {
             )
         };
         if status != sys::CUresult::CUDA_SUCCESS {
-            return Err(Error::invalid(what, format!("cuTensorMapEncodeTiled failed: {status:?}")));
+            return Err(Error::Driver {
+                backend: "cuda",
+                kernel: what.to_string(),
+                msg: format!("cuTensorMapEncodeTiled: {status:?}"),
+            });
         }
         let mut bytes = [0u8; TENSOR_MAP_BYTES];
         for (chunk, word) in bytes.chunks_exact_mut(8).zip(map.opaque) {

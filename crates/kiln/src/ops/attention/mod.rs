@@ -48,7 +48,6 @@ use crate::kernel::{CudaKernel, KernelInput, LaunchSpec, MetalKernel};
 mod decode;
 mod prefill;
 pub mod prefill_cuda;
-pub mod prefill_tma;
 pub mod prefill_wgmma;
 
 use decode::{COMBINE, DECODE, DECODE_HEADER};
@@ -398,9 +397,9 @@ fn kernel_calls_by(route: Route, q: &Array, k: &Array, v: &Array, scale: f32, ma
         Route::CudaPrefill | Route::CudaPrefillWgmma => {
             let [b, hq, _, _, _, d] = validate(q, k, v)?;
             if route == Route::CudaPrefillWgmma {
-                let kernel = prefill_tma::kernel(OP, d)?;
-                let spec = prefill_tma::spec(OP, q, hq, b, causal, scale < 0.0)?;
-                return Ok(vec![KernelCall::Cuda(kernel, prefill_tma::inputs(OP, q, k, v, scale)?, spec)]);
+                let kernel = prefill_wgmma::kernel(OP, d)?;
+                let spec = prefill_wgmma::spec(OP, q, hq, b, causal, scale < 0.0)?;
+                return Ok(vec![KernelCall::Cuda(kernel, prefill_wgmma::inputs(OP, q, k, v, scale)?, spec)]);
             }
             let (kernel, spec) = (prefill_cuda::kernel(OP, d, causal)?, prefill_cuda::spec(OP, q, hq, b, d, causal)?);
             return Ok(vec![KernelCall::Cuda(kernel, vec![q.into(), k.into(), v.into(), scale.into()], spec)]);
