@@ -17,7 +17,7 @@ echo "cuda_backend: $(grep -E '^test result' <<<"$out")"
 out=$("$dir/cuda_backend" --include-ignored --exact kernel_faults_are_typed_errors 2>&1) || status=1
 echo "cuda_backend kernel_faults: $(grep -E '^test result' <<<"$out")"
 if command -v compute-sanitizer >/dev/null; then
-  for t in mlx_behaviours semantics lowering_cases launch_abi; do
+  for t in mlx_behaviours semantics lowering_cases launch_abi attention_cuda; do
     echo "memcheck $t: $(compute-sanitizer --tool memcheck "$dir/$t" --include-ignored cuda --test-threads=1 2>&1 | grep -E 'ERROR SUMMARY')"
   done
   for t in semantics simdgroup_matrix lowering_cases; do
