@@ -30,7 +30,11 @@
 //!   the compiler keeps the products asynchronous (it serialises them otherwise).
 //! At the end O / l (0 where l = 0: a query that sees no key) is rounded to the input dtype,
 //! staged in the consumer's own Q rows and stored in 16-byte chunks. Causal consumers stop at
-//! their last visible key tile, blocks longest first.
+//! their last visible key tile. The grid is (query tiles, Hq, B), the last query tile first:
+//! the blocks of one head run side by side and share its K and V in the L2. Ordering the
+//! longest tiles of every head first instead (grid (B·Hq, tiles)) spreads the running blocks
+//! over as many heads and measured 1.556 / 2.938 ms (causal / full) against 0.985–1.057 /
+//! 1.713–1.878 ms on the H100.
 //!
 //! Shared memory (the TMA 128-byte swizzle, which the descriptors read): a tile of R rows of
 //! D = 128 values is two column blocks of 64 values; block `b` of row `r` is 128 bytes at
