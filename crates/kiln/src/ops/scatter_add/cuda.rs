@@ -34,6 +34,15 @@
 //! Also without gain: no fill before the launch (the counter in a per-device state that each
 //! launch leaves zero, the output zeroed by the first block to start, the other blocks waiting
 //! on its flag before the flush): 0.2006–0.2008 ms against 0.2003–0.2008 in the bench, same run.
+//! A later probe (same shapes, one call): the kernel 0.1977 ms with the fill outside the timing
+//! and 0.2001–0.2003 ms with it inside, as in the bench; without the flush (not a valid result)
+//! 0.1921 ms, so the flush of 132 histograms costs 5.6 µs; blocks stopping early at staggered
+//! points in the last 3–15 % of the work, so their flushes overlap the others' streaming,
+//! 0.1985–0.2010 ms with the fill inside the timing (the blocks left cannot add as fast as the
+//! values arrive: the adds need about 86 % of the multiprocessors); the output zeroed by the
+//! first block instead of a fill, with the counter in a per-launch state, 0.1985–0.1993 ms;
+//! each warp's first tile fixed instead of taken from the counter 0.2130 ms (the counter's
+//! queue staggers the warps' start); `red.shared.add.f32` compiles to the same spin loop.
 //! Tried earlier without gain: a static split of the values over warps instead of the counter,
 //! every element's compare-and-swap issued before any is awaited (`atom.shared.cas`: 0.27–2.2
 //! ms, slower than the compiler's spin loop), 1/16 to 1/4 of the elements added straight into
