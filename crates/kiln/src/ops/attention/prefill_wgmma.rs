@@ -34,7 +34,8 @@
 //! the blocks of one head run side by side and share its K and V in the L2. Ordering the
 //! longest tiles of every head first instead (grid (B·Hq, tiles)) spreads the running blocks
 //! over as many heads and measured 1.556 / 2.938 ms (causal / full) against 0.985–1.057 /
-//! 1.713–1.878 ms on the H100. A persistent form (one block per multiprocessor taking every
+//! 1.713–1.878 ms on the H100; groups of 4 or 8 heads with the longest tiles of the group
+//! first measured 1.00–1.06 / 1.83–1.89 ms against 0.99–1.03 / 1.71–1.84 ms. A persistent form (one block per multiprocessor taking every
 //! 132nd query tile in that order, the producer loading the next tile's Q and keys while the
 //! consumers finish the current one, the output staged apart from Q) measured 1.04–1.08 /
 //! 1.78–1.83 ms against 0.98–1.01 / 1.80–1.88 ms (same call): the fixed split balances the
