@@ -11,6 +11,10 @@ for t in mlx_behaviours semantics lowering_cases simdgroup_matrix gallery cuda_t
   echo "$t: $(grep -E '^test result' <<<"$out")"
   grep -E "FAILED|panicked" <<<"$out" | head -5
 done
+# NVRTC compiles of every library kernel for the device's architectures (no GPU needed).
+out=$("$dir/nvrtc_compile" 2>&1) || status=1
+echo "nvrtc_compile: $(grep -E '^test result' <<<"$out")"
+grep -E "FAILED|panicked" <<<"$out" | head -5
 # A kernel fault is a sticky CUDA error, so the fault test runs in a process of its own.
 out=$("$dir/cuda_backend" --include-ignored --test-threads=1 --skip kernel_faults 2>&1) || status=1
 echo "cuda_backend: $(grep -E '^test result' <<<"$out")"
