@@ -123,11 +123,13 @@ def cases():
         return None, (lambda g: (lambda: g(x))), rope, (lambda o: rel_l2(o[:1], ref))
     out.append(("rope/32x32x1024x128/bfloat16", 2 * (32 * 32 * 1024 * 128) * 2, 6 * 32 * 32 * 1024 * 64, make_rope, "bfloat16", True))
 
-    for name, (b, h, tq, tk, d, causal) in {
-        "attention_causal": (4, 32, 4096, 4096, 128, True),
-        "attention": (4, 32, 4096, 4096, 128, False),
-        "attention_decode": (32, 32, 1, 8192, 128, False),
-    }.items():
+    for name, (b, h, tq, tk, d, causal) in [
+        ("attention_causal", (4, 32, 4096, 4096, 128, True)),
+        ("attention", (4, 32, 4096, 4096, 128, False)),
+        ("attention_causal", (4, 32, 4096, 4096, 64, True)),
+        ("attention", (4, 32, 4096, 4096, 64, False)),
+        ("attention_decode", (32, 32, 1, 8192, 128, False)),
+    ]:
         def make(b=b, h=h, tq=tq, tk=tk, d=d, causal=causal):
             q, k, v = rand((b, h, tq, d), "bfloat16"), rand((b, h, tk, d), "bfloat16"), rand((b, h, tk, d), "bfloat16")
             f = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)

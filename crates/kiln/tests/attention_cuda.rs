@@ -168,9 +168,8 @@ fn cuda_prefill_takes_the_wgmma_path_exactly_on_compute_capability_9_0() {
     let (q, _) = input(&mut rng, device, DType::BF16, &[1, 2, 64, 128]);
     let want = if cap == (9, 0) { Route::CudaPrefillWgmma } else { Route::CudaPrefill };
     assert_eq!(attention::route(&q, &q, &q, &Mask::Causal).unwrap(), want, "compute capability {cap:?}");
-    // D = 64 keeps mma.sync everywhere.
     let (q64, _) = input(&mut rng, device, DType::BF16, &[1, 2, 64, 64]);
-    assert_eq!(attention::route(&q64, &q64, &q64, &Mask::None).unwrap(), Route::CudaPrefill);
+    assert_eq!(attention::route(&q64, &q64, &q64, &Mask::None).unwrap(), want, "D = 64, {cap:?}");
     // A kernel built for another capability's architecture-specific target is refused with an
     // error, not launched.
     let other = if cap == (8, 0) { (9, 0) } else { (8, 0) };
@@ -232,9 +231,11 @@ fn the_rule_keeps_the_metal_path_off_cuda_and_outside_the_tensor_core_set() {
     for dtype in [DType::BF16, DType::F16] {
         for d in [64, 128] {
             for mask in [Mask::None, Mask::Causal] {
-                // wgmma exactly on compute capability 9.0 with D = 128; mma.sync elsewhere.
-                let wgmma = if d == 128 { Route::CudaPrefillWgmma } else { Route::CudaPrefill };
-                assert_eq!(attention::route_rule(cuda, Some((9, 0)), dtype, dims(4096, d), &mask, true), wgmma);
+                // wgmma exactly on compute capability 9.0; mma.sync elsewhere.
+                assert_eq!(
+                    attention::route_rule(cuda, Some((9, 0)), dtype, dims(4096, d), &mask, true),
+                    Route::CudaPrefillWgmma
+                );
                 for cap in [None, Some((8, 0)), Some((8, 9)), Some((10, 0)), Some((12, 0))] {
                     let r = attention::route_rule(cuda, cap, dtype, dims(4096, d), &mask, true);
                     assert_eq!(r, Route::CudaPrefill, "{cap:?}");

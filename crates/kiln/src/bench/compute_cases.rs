@@ -15,6 +15,8 @@ pub fn all() -> Vec<Case> {
     let mut v = vec![rope(), scatter_add()];
     v.push(attention("attention_causal", [4, 32, 4096, 4096, 128], true));
     v.push(attention("attention", [4, 32, 4096, 4096, 128], false));
+    v.push(attention("attention_causal", [4, 32, 4096, 4096, 64], true));
+    v.push(attention("attention", [4, 32, 4096, 4096, 64], false));
     v.push(attention("attention_decode", [32, 32, 1, 8192, 128], false));
     for imp in [GridSampleImpl::Op, GridSampleImpl::DocsMetal, GridSampleImpl::DocsCuda] {
         v.extend([grid_sample(false, imp), grid_sample(true, imp)]);

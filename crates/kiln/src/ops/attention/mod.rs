@@ -28,9 +28,10 @@
 //!
 //! - CUDA tensor-core prefill ([`route`]): on a CUDA device, bf16/f16, D = 64 or 128, Tq > 4,
 //!   no mask or the causal mask, rows 16-byte aligned: on a device of compute capability 9.0
-//!   exactly with D = 128, the warpgroup (`wgmma`, sm_90a) forward (prefill_wgmma.rs); else
-//!   FlashAttention-2 forward with `mma.sync` (prefill_cuda.rs). Additive masks, f32, other
-//!   head dimensions and the CPU take the Metal paths above, which stay the reference path.
+//!   exactly, the warp-specialised warpgroup (TMA and `wgmma`, sm_90a) forward
+//!   (prefill_wgmma.rs); else the FlashAttention-2 forward with `mma.sync` (prefill_cuda.rs).
+//!   Additive masks, f32, other head dimensions and the CPU take the Metal paths above, which
+//!   stay the reference path.
 //!
 //! Layout: `q` (B, Hq, Tq, D), `k`, `v` (B, Hkv, Tk, D) of f32/f16/bf16 (one dtype), D <= 256;
 //! mask of any float dtype; output (B, Hq, Tq, D) in the input dtype.
