@@ -616,3 +616,39 @@ pub fn cuda_source(dtype: DType, d: usize, causal: bool) -> Result<(String, Stri
     let maps = Array::full(DType::U8, &[3 * crate::backend::cuda::TENSOR_MAP_BYTES], 0.0);
     Ok((k.kernel_name(&spec.template), k.generate(&[q.clone(), q.clone(), q, scale, maps], &spec)?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrappers_carry_one_accumulator_per_two_columns() {
+        let mut text = String::new();
+        wgmma_fn(&mut text, "probe", 64, true, true);
+        assert!(text.contains("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"), "{text}");
+        assert!(text.contains("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"), "{text}");
+        // 32 accumulators, then the four A registers and the B descriptor, per dtype branch.
+        assert_eq!(text.matches("\"+f\"(d[").count(), 2 * 32, "{text}");
+        assert!(text.contains("{%32, %33, %34, %35}, %36, p, 1, 1, 1;"), "{text}");
+        let mut ss = String::new();
+        wgmma_fn(&mut ss, "probe_ss", 128, false, false);
+        assert_eq!(ss.matches("\"+f\"(d[").count(), 2 * 64, "{ss}");
+        assert!(ss.contains("%64, %65, p, 1, 1, 0, 0;"), "{ss}");
+    }
+
+    #[test]
+    fn head_dimensions_outside_the_set_are_refused() {
+        for d in [32, 96, 256] {
+            let err = kernel("attention", d).unwrap_err();
+            assert!(matches!(err, Error::ShapeMismatch { .. }), "{err}");
+        }
+        for d in HEAD_DIMS {
+            let q = Array::full(DType::BF16, &[2, 3, 300, d], 0.0);
+            let spec = spec("attention", &q, 3, 2, true, false).unwrap();
+            assert_eq!(spec.grid, [3 * THREADS as u32, 3, 2]);
+            assert_eq!(spec.threadgroup, [THREADS as u32, 1, 1]);
+            let (entry, text) = cuda_source(DType::BF16, d, true).unwrap();
+            assert!(text.contains(&format!("constexpr int HD = {d};")) && text.contains(&entry), "{entry}");
+        }
+    }
+}
