@@ -58,7 +58,9 @@
 //! one (all threads loading with `cp.async` behind a block barrier per tile, whose products
 //! the compiler had serialised). D = 64 (same shape otherwise) against the `mma.sync` kernel,
 //! same call: full 1.73–1.75 → 1.33–1.34 ms, causal 1.21 → 0.74–0.75 ms; letting the D = 64
-//! consumers run without turns measured level (1.33–1.34 / 0.74 ms, same call).
+//! consumers run without turns measured level (1.33–1.34 / 0.74 ms, same call), and so did
+//! causal blocks without turns (D = 128: 1.025–1.062 ms against 0.988–1.069; D = 64:
+//! 0.742–0.745 against 0.751–0.760, three rounds, same call).
 //!
 //! Layout: `q` (B, Hq, Tq, D), `k`, `v` (B, Hkv, Tk, D), row-contiguous (copied otherwise)
 //! with 16-byte aligned starts; output (B, Hq, Tq, D). Reference: the parent's `reference`
