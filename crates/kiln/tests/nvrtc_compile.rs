@@ -317,6 +317,27 @@ fn attention_warpgroup_prefill_compiles_for_sm90a() {
     assert!(cuda::compile_source(&entry, &source, ARCH, MathMode::Safe).is_err(), "{entry}: compiled for sm_90");
 }
 
+/// ptxas serialises `wgmma` products it cannot prove safe to overlap (accumulators or A
+/// fragments touched while a product is in flight, a product on a divergent path) and says so
+/// in the compile log; the prefill kernel must keep them asynchronous in every variant.
+#[test]
+fn attention_warpgroup_prefill_keeps_its_products_asynchronous() {
+    if !common::nvrtc_or_skip() {
+        return;
+    }
+    for dtype in [DType::BF16, DType::F16] {
+        for d in kiln::ops::attention::prefill_wgmma::HEAD_DIMS {
+            for causal in [false, true] {
+                let (entry, body) = kiln::ops::attention::prefill_wgmma::cuda_source(dtype, d, causal).unwrap();
+                let source = format!("{}\n{}", kiln::source::cuda::prelude(), body);
+                let log = cuda::compile_source_log(&entry, &source, ARCH, MathMode::Safe, true)
+                    .unwrap_or_else(|e| panic!("{entry}: {e}"));
+                assert!(!log.contains("Potential Performance Loss"), "{entry}: {log}");
+            }
+        }
+    }
+}
+
 #[test]
 fn compile_errors_point_at_the_users_lines() {
     if !common::nvrtc_or_skip() {

@@ -127,8 +127,22 @@ fn poisoned(kernel: &str) -> Error {
     Error::Compile { backend: "cuda", kernel: kernel.to_string(), log: "kernel cache lock poisoned".into() }
 }
 
+/// Compiles without the caches and returns NVRTC's log of the successful compile: warnings and
+/// the code generator's notes, such as `wgmma` products it had to serialise ("Potential
+/// Performance Loss"), for checks of how the compiler treated a kernel.
+pub fn compile_log(kernel: &str, source: &str, arch: Arch, math: MathMode, arch_specific: bool) -> Result<String> {
+    libs::require_nvrtc()?;
+    let opts = options_for(arch, math, arch_specific);
+    Ok(nvrtc_compile_with_log(kernel, source, &opts)?.1)
+}
+
 /// One NVRTC run, no caching.
 fn nvrtc_compile(kernel: &str, source: &str, opts: &[String]) -> Result<Vec<u8>> {
+    Ok(nvrtc_compile_with_log(kernel, source, opts)?.0)
+}
+
+/// One NVRTC run, no caching: the cubin and the compiler's log.
+fn nvrtc_compile_with_log(kernel: &str, source: &str, opts: &[String]) -> Result<(Vec<u8>, String)> {
     let fail = |log: String| Error::Compile { backend: "cuda", kernel: kernel.to_string(), log };
     let src = CString::new(source).map_err(|_| fail("the generated source contains a NUL byte".into()))?;
     let name = CString::new(format!("{kernel}.cu").replace('\0', "_")).map_err(|_| fail("bad kernel name".into()))?;
@@ -139,7 +153,7 @@ fn nvrtc_compile(kernel: &str, source: &str, opts: &[String]) -> Result<Vec<u8>>
     let log = unsafe { nvrtc::get_program_log(prog) }.map(|raw| c_chars_to_string(&raw)).unwrap_or_default();
     let result = match compiled {
         Err(e) => Err(fail(if log.trim().is_empty() { format!("{e:?}") } else { log })),
-        Ok(()) => cubin_of(prog).map_err(fail),
+        Ok(()) => cubin_of(prog).map(|image| (image, log)).map_err(fail),
     };
     // SAFETY: `prog` is live and not used afterwards.
     let _ = unsafe { nvrtc::destroy_program(prog) };

@@ -188,6 +188,18 @@ pub fn compile_source(kernel: &str, source: &str, arch: Arch, math: MathMode) ->
     Ok(compile::compile(kernel, source, arch, math)?.as_ref().clone())
 }
 
+/// NVRTC's log of compiling CUDA source text for `arch` (the architecture-specific target when
+/// `arch_specific`), uncached: the compiler's warnings and notes on a successful compile.
+pub fn compile_source_log(
+    kernel: &str,
+    source: &str,
+    arch: Arch,
+    math: MathMode,
+    arch_specific: bool,
+) -> Result<String> {
+    compile::compile_log(kernel, source, arch, math, arch_specific)
+}
+
 /// As [`compile_source`], for the architecture-specific target (`sm_90a`) when `arch_specific`.
 pub fn compile_source_for(
     kernel: &str,
