@@ -319,7 +319,8 @@ fn attention_warpgroup_prefill_compiles_for_sm90a() {
 
 /// ptxas serialises `wgmma` products it cannot prove safe to overlap (accumulators or A
 /// fragments touched while a product is in flight, a product on a divergent path) and says so
-/// in the compile log; the prefill kernel must keep them asynchronous in every variant.
+/// in the compile log; the prefill kernel must keep them asynchronous in every variant, and
+/// its consumers (240 registers after `setmaxnreg`) must not spill.
 #[test]
 fn attention_warpgroup_prefill_keeps_its_products_asynchronous() {
     if !common::nvrtc_or_skip() {
@@ -330,9 +331,10 @@ fn attention_warpgroup_prefill_keeps_its_products_asynchronous() {
             for causal in [false, true] {
                 let (entry, body) = kiln::ops::attention::prefill_wgmma::cuda_source(dtype, d, causal).unwrap();
                 let source = format!("{}\n{}", kiln::source::cuda::prelude(), body);
-                let log = cuda::compile_source_log(&entry, &source, ARCH, MathMode::Safe, true)
+                let log = cuda::compile_source_log(&entry, &source, ARCH, MathMode::Safe, true, true)
                     .unwrap_or_else(|e| panic!("{entry}: {e}"));
                 assert!(!log.contains("Potential Performance Loss"), "{entry}: {log}");
+                assert!(log.contains("0 bytes spill stores, 0 bytes spill loads"), "{entry}: {log}");
             }
         }
     }

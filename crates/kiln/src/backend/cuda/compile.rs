@@ -129,10 +129,21 @@ fn poisoned(kernel: &str) -> Error {
 
 /// Compiles without the caches and returns NVRTC's log of the successful compile: warnings and
 /// the code generator's notes, such as `wgmma` products it had to serialise ("Potential
-/// Performance Loss"), for checks of how the compiler treated a kernel.
-pub fn compile_log(kernel: &str, source: &str, arch: Arch, math: MathMode, arch_specific: bool) -> Result<String> {
+/// Performance Loss"), and with `verbose` its resource report (registers, spills), for checks
+/// of how the compiler treated a kernel.
+pub fn compile_log(
+    kernel: &str,
+    source: &str,
+    arch: Arch,
+    math: MathMode,
+    arch_specific: bool,
+    verbose: bool,
+) -> Result<String> {
     libs::require_nvrtc()?;
-    let opts = options_for(arch, math, arch_specific);
+    let mut opts = options_for(arch, math, arch_specific);
+    if verbose {
+        opts.push("--ptxas-options=-v".to_string());
+    }
     Ok(nvrtc_compile_with_log(kernel, source, &opts)?.1)
 }
 

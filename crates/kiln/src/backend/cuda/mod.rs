@@ -189,15 +189,17 @@ pub fn compile_source(kernel: &str, source: &str, arch: Arch, math: MathMode) ->
 }
 
 /// NVRTC's log of compiling CUDA source text for `arch` (the architecture-specific target when
-/// `arch_specific`), uncached: the compiler's warnings and notes on a successful compile.
+/// `arch_specific`), uncached: the compiler's warnings and notes on a successful compile, and
+/// with `verbose` the code generator's resource report (registers, spill stores and loads).
 pub fn compile_source_log(
     kernel: &str,
     source: &str,
     arch: Arch,
     math: MathMode,
     arch_specific: bool,
+    verbose: bool,
 ) -> Result<String> {
-    compile::compile_log(kernel, source, arch, math, arch_specific)
+    compile::compile_log(kernel, source, arch, math, arch_specific, verbose)
 }
 
 /// As [`compile_source`], for the architecture-specific target (`sm_90a`) when `arch_specific`.
