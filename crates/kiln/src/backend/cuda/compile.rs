@@ -127,24 +127,24 @@ fn poisoned(kernel: &str) -> Error {
     Error::Compile { backend: "cuda", kernel: kernel.to_string(), log: "kernel cache lock poisoned".into() }
 }
 
-/// Compiles without the caches and returns NVRTC's log of the successful compile: warnings and
-/// the code generator's notes, such as `wgmma` products it had to serialise ("Potential
-/// Performance Loss"), and with `verbose` its resource report (registers, spills), for checks
-/// of how the compiler treated a kernel.
-pub fn compile_log(
+/// Compiles without the caches and returns the cubin with NVRTC's log of the successful
+/// compile: warnings and the code generator's notes, such as `wgmma` products it had to
+/// serialise ("Potential Performance Loss"), and with `verbose` its resource report
+/// (registers, spills), for checks of how the compiler treated a kernel.
+pub fn compile_with_log(
     kernel: &str,
     source: &str,
     arch: Arch,
     math: MathMode,
     arch_specific: bool,
     verbose: bool,
-) -> Result<String> {
+) -> Result<(Vec<u8>, String)> {
     libs::require_nvrtc()?;
     let mut opts = options_for(arch, math, arch_specific);
     if verbose {
         opts.push("--ptxas-options=-v".to_string());
     }
-    Ok(nvrtc_compile_with_log(kernel, source, &opts)?.1)
+    nvrtc_compile_with_log(kernel, source, &opts)
 }
 
 /// One NVRTC run, no caching.

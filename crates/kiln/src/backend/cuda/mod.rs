@@ -188,18 +188,18 @@ pub fn compile_source(kernel: &str, source: &str, arch: Arch, math: MathMode) ->
     Ok(compile::compile(kernel, source, arch, math)?.as_ref().clone())
 }
 
-/// NVRTC's log of compiling CUDA source text for `arch` (the architecture-specific target when
-/// `arch_specific`), uncached: the compiler's warnings and notes on a successful compile, and
-/// with `verbose` the code generator's resource report (registers, spill stores and loads).
-pub fn compile_source_log(
+/// As [`compile_source_for`], uncached, with NVRTC's log of the successful compile: the
+/// compiler's warnings and notes, and with `verbose` the code generator's resource report
+/// (registers, spill stores and loads).
+pub fn compile_source_with_log(
     kernel: &str,
     source: &str,
     arch: Arch,
     math: MathMode,
     arch_specific: bool,
     verbose: bool,
-) -> Result<String> {
-    compile::compile_log(kernel, source, arch, math, arch_specific, verbose)
+) -> Result<(Vec<u8>, String)> {
+    compile::compile_with_log(kernel, source, arch, math, arch_specific, verbose)
 }
 
 /// As [`compile_source`], for the architecture-specific target (`sm_90a`) when `arch_specific`.
