@@ -272,30 +272,26 @@ const SOURCE: &str = r#"
                 }
             }
             const int kv = b * Hkv + hk;
-            // Tile j reuses the stage of tile j - 2 once each consumer that used it released it.
+            // Key or value tile j into its stage (`dst`), which it takes over from tile j - 2 once
+            // each consumer that used that one released it (`empty`).
+            auto load_tile = [&](int j, unsigned full, auto empty, unsigned dst, const unsigned char* map) {
+                const int s = j & 1;
+                if (j >= 2) {
+                    const unsigned parity = (static_cast<unsigned>(j >> 1) - 1) & 1;
+                    if (j - 2 < nw0) {
+                        kiln_tma::wait(empty(s, 0), parity);
+                    }
+                    kiln_tma::wait(empty(s, 1), parity);
+                }
+                kiln_tma::expect_bytes(full, TBYTES);
+                for (int cb = 0; cb < CB; ++cb) {
+                    kiln_tma::load_box(dst + cb * (BN * 128), map, cb * 64, j * BN, kv, full);
+                }
+            };
             for (int j = 0; j < ntiles; ++j) {
                 const int s = j & 1;
-                const unsigned parity = (static_cast<unsigned>(j >> 1) - 1) & 1;
-                if (j >= 2) {
-                    if (j - 2 < nw0) {
-                        kiln_tma::wait(k_empty(s, 0), parity);
-                    }
-                    kiln_tma::wait(k_empty(s, 1), parity);
-                }
-                kiln_tma::expect_bytes(k_full(s), TBYTES);
-                for (int cb = 0; cb < CB; ++cb) {
-                    kiln_tma::load_box(sk + s * TBYTES + cb * (BN * 128), kmap, cb * 64, j * BN, kv, k_full(s));
-                }
-                if (j >= 2) {
-                    if (j - 2 < nw0) {
-                        kiln_tma::wait(v_empty(s, 0), parity);
-                    }
-                    kiln_tma::wait(v_empty(s, 1), parity);
-                }
-                kiln_tma::expect_bytes(v_full(s), TBYTES);
-                for (int cb = 0; cb < CB; ++cb) {
-                    kiln_tma::load_box(sv + s * TBYTES + cb * (BN * 128), vmap, cb * 64, j * BN, kv, v_full(s));
-                }
+                load_tile(j, k_full(s), k_empty, sk + s * TBYTES, kmap);
+                load_tile(j, v_full(s), v_empty, sv + s * TBYTES, vmap);
             }
         }
         return;
