@@ -314,6 +314,10 @@ fn attention_warpgroup_prefill_compiles_for_sm90a() {
                 );
                 assert!(!log.contains("Potential Performance Loss"), "{entry}: {log}");
                 assert!(log.contains("0 bytes spill stores, 0 bytes spill loads"), "{entry}: {log}");
+                // The registers a thread starts with, from which the producer's `setmaxnreg`
+                // returns what the consumers take.
+                let regs = kiln::ops::attention::prefill_wgmma::launch_registers(d);
+                assert!(log.contains(&format!("Used {regs} registers")), "{entry}: {log}");
             }
         }
     }

@@ -1,18 +1,27 @@
 //! Warpgroup tensor-core prefill for compute capability 9.0 (FlashAttention-3 structure),
 //! written in CUDA through `CudaKernel` for the architecture-specific `sm_90a` target; the
 //! parent's rule sends bf16/f16 inputs with D = 64 or 128 (template `HD`), no mask or the
-//! causal mask, here on a
-//! device of compute capability 9.0 exactly. Other devices keep the `mma.sync` prefill.
+//! causal mask, here on a device of compute capability 9.0 exactly. Other devices keep the
+//! `mma.sync` prefill.
 //!
-//! A block of 384 threads takes 128 queries of one (batch, query head):
-//!   warpgroup 0, the producer (24 registers a thread after `setmaxnreg`): one thread loads the
-//!       two 64-query halves of Q, then for each key tile j K_j and V_j (`BN` = 128 keys)
-//!       into two stages with the tensor memory accelerator
-//!       (TMA, `cp.async.bulk.tensor`), each tile as 64-column boxes with the 128-byte
-//!       swizzle. A tile's arrival is a "full" mbarrier with the transaction byte count; a
-//!       stage is reused once each consumer that read it released it (an "empty" mbarrier per
-//!       stage and consumer, one arrival per warp).
-//!   warpgroups 1 and 2, the consumers (240 registers), 64 queries each, per tile j:
+//! Work is cut into tiles of 64·NC queries of one (batch, query head), NC consumers (3 for
+//! D = 64, 2 for D = 128). The launch is persistent: one block per multiprocessor (fewer when
+//! there are fewer tiles), block b starting with tile b and taking each next one from a counter
+//! in device memory (zero at the launch, after the tensor maps in `maps`), so blocks balance
+//! under the causal mask as under the hardware's block scheduler while the producer already
+//! loads the next tile's queries and keys as the consumers finish the current one. Tiles are
+//! ordered by (batch, head), the last query tile of a head first: the running tiles share a
+//! few heads' K and V in the L2. A block of 128·(NC + 1) threads:
+//!   warpgroup 0, the producer (`setmaxnreg` down to 32 registers): one thread publishes each
+//!       tile's index in a shared slot (two slots, "tile" full/empty mbarriers), loads the
+//!       tile's Q rows, then for each key tile j K_j and V_j (`BN` = 128 keys) into two
+//!       stages with the tensor memory accelerator (TMA, `cp.async.bulk.tensor`), each as
+//!       64-column boxes with the 128-byte swizzle. Arrival: a "full" mbarrier with the
+//!       transaction byte count; reuse: an "empty" mbarrier that every consumer warp releases
+//!       once per load (a consumer releases the key tiles it does not use as they arrive). Q
+//!       is reloaded once every consumer's last S of the previous tile completed.
+//!   warpgroups 1..NC, the consumers (232 or 160 registers, what the producer returned), 64
+//!   queries each, per key tile j:
 //!   S = Q K_jᵀ          `wgmma.mma_async m64nBNk16` (bf16|f16 → f32), Q and K read from
 //!                       shared memory through matrix descriptors, D/16 steps, one group;
 //!   O = O·corr_{j-1}    while S_j runs, then O += P_{j-1} V_{j-1} issued (`m64nDk16`, P
@@ -24,24 +33,13 @@
 //!   l = l·corr + Σp, corr = 2^((m − m')·c), computed while P_{j-1} V_{j-1} is in flight;
 //!   P_j rounded to the input dtype into register A fragments once that product completed
 //!                       (the f32 accumulator layout of S is the A-operand layout of P).
-//!   K_j is released when S_j completes, V_{j-1} when its product does. The consumers issue
-//!   their products in strict turns (two named barriers), so one's softmax runs while the
-//!   other's products do. Every `wgmma` sits on a path that depends only on warp-uniform
-//!   values and no accumulator or A fragment is touched while its product is in flight, so
-//!   the compiler keeps the products asynchronous (it serialises them otherwise).
-//! At the end O / l (0 where l = 0: a query that sees no key) is rounded to the input dtype,
-//! staged in the consumer's own Q rows and stored in 16-byte chunks. Causal consumers stop at
-//! their last visible key tile. The grid is (query tiles, Hq, B), the last query tile first:
-//! the blocks of one head run side by side and share its K and V in the L2. Ordering the
-//! longest tiles of every head first instead (grid (B·Hq, tiles)) spreads the running blocks
-//! over as many heads and measured 1.556 / 2.938 ms (causal / full) against 0.985–1.057 /
-//! 1.713–1.878 ms on the H100; groups of 4 or 8 heads with the longest tiles of the group
-//! first measured 1.00–1.06 / 1.83–1.89 ms against 0.99–1.03 / 1.71–1.84 ms. A persistent form (one block per multiprocessor taking every
-//! 132nd query tile in that order, the producer loading the next tile's Q and keys while the
-//! consumers finish the current one, the output staged apart from Q) measured 1.04–1.08 /
-//! 1.78–1.83 ms against 0.98–1.01 / 1.80–1.88 ms (same call): the fixed split balances the
-//! causal blocks worse than the hardware's block scheduler, and there was no per-block cost
-//! to win back in the full case.
+//!   The consumers issue their products in strict turns round a ring of named barriers, so
+//!   one's softmax runs while another's products do. Every `wgmma` sits on a path that
+//!   depends only on warp-uniform values and no accumulator or A fragment is touched while
+//!   its product is in flight, so the compiler keeps the products asynchronous (it
+//!   serialises them otherwise). At the end of a tile O / l (0 where l = 0: a query that sees
+//!   no key) is rounded to the input dtype, staged in the consumer's output rows (apart from
+//!   Q, which the next tile's load overwrites) and stored in 16-byte chunks.
 //!
 //! Shared memory (the TMA 128-byte swizzle, which the descriptors read): a tile of R rows of
 //! D values is D/64 column blocks of 64 values; block `b` of row `r` is 128 bytes at
@@ -53,14 +51,18 @@
 //! read by the kernel from device memory): Q as (D, Tq, B·Hq) in boxes of (64, 64, 1), K and
 //! V as (D, Tk, B·Hkv) in boxes of (64, BN, 1); rows past Tq or Tk arrive as zeros.
 //!
-//! H100, B4 H32 T4096 D128 bf16 (`kiln bench`, same call): this structure took full from
-//! 2.60–2.64 to 1.73–1.77 ms and causal from 1.42–1.44 to 1.03–1.04 ms against the previous
-//! one (all threads loading with `cp.async` behind a block barrier per tile, whose products
-//! the compiler had serialised). D = 64 (same shape otherwise) against the `mma.sync` kernel,
-//! same call: full 1.73–1.75 → 1.33–1.34 ms, causal 1.21 → 0.74–0.75 ms; letting the D = 64
-//! consumers run without turns measured level (1.33–1.34 / 0.74 ms, same call), and so did
-//! causal blocks without turns (D = 128: 1.025–1.062 ms against 0.988–1.069; D = 64:
-//! 0.742–0.745 against 0.751–0.760, three rounds, same call).
+//! H100, B4 H32 T4096 bf16 (`kiln bench --filter attention`, three rounds, same call, ms):
+//! the persistent form against one block per tile: D = 128 causal 0.960–0.997 against
+//! 0.981–1.038, full 1.70–1.87 against 1.72–1.90 (this GPU's D = 128 times move 5–10 % between
+//! rounds); D = 64 (both with three consumers) causal 0.701–0.709, full 1.207–1.210. Three
+//! consumers at D = 64 against two: full 1.23 against 1.33, causal 0.72 against 0.75. Full
+//! attention with B4 H32 Tq 4096 and Tk 4096 / 2048 / 1024 / 512 took 1.73 / 0.92 / 0.52 /
+//! 0.32 ms with one block per tile: 1.6 µs per key tile of a block and about 4 µs per block
+//! besides, the cost the persistent form overlaps. Measured before and not used: a grid
+//! ordered by query tile across heads (1.556 / 2.938 ms causal / full: the running blocks
+//! stop sharing K and V in the L2), head groups of 4 or 8 longest-first, a persistent form
+//! with a fixed split of the tiles (worse balance under the causal mask), consumers without
+//! turns (level).
 //!
 //! Layout: `q` (B, Hq, Tq, D), `k`, `v` (B, Hkv, Tk, D), row-contiguous (copied otherwise)
 //! with 16-byte aligned starts; output (B, Hq, Tq, D). Reference: the parent's `reference`
@@ -79,8 +81,48 @@ use crate::kernel::{CudaKernel, KernelInput, LaunchSpec};
 pub const HEAD_DIMS: [usize; 2] = [64, 128];
 /// The compute capability whose architecture-specific target (`sm_90a`) the kernel needs.
 pub const CAPABILITY: (u32, u32) = (9, 0);
-/// Threads per block: the producer warpgroup and two consumers.
-const THREADS: usize = 384;
+/// Consumer warpgroups of a block (64 queries each) for head dimension `d`: three for D = 64,
+/// whose products are short beside the softmax, so a third consumer keeps the tensor cores
+/// busier (FlashAttention-3's 192-query tiles); two for D = 128, whose accumulators do not fit
+/// the 160 registers a thread three consumers could have.
+fn consumers(d: usize) -> usize {
+    if d == 64 {
+        3
+    } else {
+        2
+    }
+}
+
+/// Threads per block: the producer warpgroup and the consumers.
+fn threads(d: usize) -> usize {
+    128 * (consumers(d) + 1)
+}
+
+/// Registers a thread of the producer and of a consumer warpgroup keep after `setmaxnreg`.
+/// A block starts with the registers the compiler gave every thread (65536 / threads, rounded
+/// down to a multiple of 8, under `__launch_bounds__`); a consumer's `setmaxnreg.inc` waits
+/// until the producer's `setmaxnreg.dec` returned enough to the block's pool, so the consumers'
+/// increase must not exceed what the producer gives back, or the block never starts its
+/// products. The compiler allocates each side's code within its own count (32 producer
+/// registers: no spills; 24 spill its tile loop).
+fn registers(d: usize) -> (usize, usize) {
+    if consumers(d) == 3 {
+        (32, 160)
+    } else {
+        (32, 232)
+    }
+}
+
+/// Registers per thread at the launch for head dimension `d`: what `__launch_bounds__(threads,
+/// 1)` leaves (the compile test checks that ptxas reports this count).
+pub fn launch_registers(d: usize) -> usize {
+    (65536 / threads(d)) / 8 * 8
+}
+
+/// Queries per block.
+fn block_queries(d: usize) -> usize {
+    64 * consumers(d)
+}
 
 /// Keys per tile. 176 without a mask (FlashAttention-3's choice) measured no faster on the
 /// H100 (full B4 H32 T4096 D128 bf16: 1.722 / 1.852 ms against 1.747 / 1.705 ms, same call).
@@ -90,10 +132,19 @@ const THREADS: usize = 384;
 /// then holds the turn while V arrives.
 const KEYS: usize = 128;
 
-/// Shared memory bytes: the query tile (128 rows), two stages of key and value tiles, and 1024
-/// bytes to align the start.
+/// Shared memory bytes: the query tile, two stages of key and value tiles, the output staging
+/// tile, and 1024 bytes to align the start.
 fn shared_bytes(d: usize) -> usize {
-    (128 + 4 * KEYS) * d * 2 + 1024
+    (2 * block_queries(d) + 4 * KEYS) * d * 2 + 1024
+}
+
+/// Bytes after the three tensor maps in the `maps` input: the tile counter (a u32, zero at
+/// the launch) from which the blocks take their next tile.
+const SCHEDULE_BYTES: usize = 16;
+
+/// The blocks of a launch: one per multiprocessor, or one per tile when there are fewer.
+fn blocks(tiles: usize, multiprocessors: usize) -> usize {
+    tiles.min(multiprocessors).max(1)
 }
 
 /// One `wgmma.mma_async` m64nNk16 wrapper (N / 2 f32 accumulators a thread): A from shared
@@ -208,336 +259,406 @@ __device__ __forceinline__ void acquire_map(const void* map) {
 
 const SOURCE: &str = r#"
     using namespace kiln_sdpa;
-    constexpr int QWG = 64 * HD * 2;   // bytes of one consumer's query rows
+    constexpr int BM = 64 * NC;        // queries of a tile
+    constexpr int QWG = 64 * HD * 2;   // bytes of one consumer's query (or output) rows
     constexpr int TBYTES = BN * HD * 2; // bytes of one key or value tile
     constexpr int CB = HD / 64;        // 64-column blocks of a row
     extern __shared__ __align__(1024) uint4 kiln_wg_smem[];
-    // q_full, k_full[stage], v_full[stage], k_empty[stage][consumer], v_empty[stage][consumer]
-    __shared__ __align__(8) unsigned long long kiln_bars[13];
+    // q_full, q_empty, k_full[stage], v_full[stage], tile_full[slot], tile_empty[slot],
+    // k_empty[stage], v_empty[stage]
+    __shared__ __align__(8) unsigned long long kiln_bars[14];
+    __shared__ int kiln_tile_slot[2];
     const unsigned base = (smem_u32(kiln_wg_smem) + 1023u) & ~1023u;
     const unsigned sq = base;
-    const unsigned sk = sq + 2 * QWG;
+    const unsigned sk = sq + NC * QWG;
     const unsigned sv = sk + 2 * TBYTES;
+    const unsigned so = sv + 2 * TBYTES;
     const unsigned q_full = smem_u32(kiln_bars);
-    auto k_full = [&](int s) { return q_full + 8 * (1 + s); };
-    auto v_full = [&](int s) { return q_full + 8 * (3 + s); };
-    auto k_empty = [&](int s, int c) { return q_full + 8 * (5 + 2 * s + c); };
-    auto v_empty = [&](int s, int c) { return q_full + 8 * (9 + 2 * s + c); };
+    const unsigned q_empty = q_full + 8;
+    auto k_full = [&](int s) { return q_full + 8 * (2 + s); };
+    auto v_full = [&](int s) { return q_full + 8 * (4 + s); };
+    auto tile_full = [&](int s) { return q_full + 8 * (6 + s); };
+    auto tile_empty = [&](int s) { return q_full + 8 * (8 + s); };
+    auto k_empty = [&](int s) { return q_full + 8 * (10 + s); };
+    auto v_empty = [&](int s) { return q_full + 8 * (12 + s); };
     const int tid = threadIdx.x;
     const int Hq = q_shape[1];
     const int Tq = q_shape[2];
     const int Hkv = k_shape[1];
     const int Tk = k_shape[2];
-    const int b = blockIdx.z;
-    const int h = blockIdx.y;
-    const int hk = h / (Hq / Hkv);
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * 128;
     const int shift = Tk - Tq;
-    // Key tiles consumer c uses (causal: up to its last visible key); consumer 1's queries come
-    // later, so it never uses fewer, and the block's tiles are its.
-    auto tiles_of = [&](int c) {
+    const int nm = (Tq + BM - 1) / BM;
+    const int total = q_shape[0] * Hq * nm;
+    // Tile t: (batch, head) t / nm, query tiles of a head from the last (the longest under the
+    // causal mask) to the first, so the running tiles share few heads' keys and values in the L2.
+    auto first_query = [&](int t) { return (nm - 1 - t % nm) * BM; };
+    auto head_of = [&](int t) { return t / nm; };
+    // Key tiles consumer c uses in a tile starting at query q0 (causal: up to its last visible
+    // key); the last consumer's queries come last, so it never uses fewer, and the tile's key
+    // tiles are its.
+    auto tiles_of = [&](int q0, int c) {
         const int w = q0 + 64 * c;
         const int end = CAUSAL ? min(max(min(w + 64, Tq) + shift, 0), Tk) : Tk;
         return (end + BN - 1) / BN;
     };
-    const int nw0 = tiles_of(0);
-    const int nw1 = tiles_of(1);
-    const int ntiles = nw1;
     if (tid == 0) {
         kiln_tma::bar_init(q_full, 1);
+        kiln_tma::bar_init(q_empty, 4 * NC);
         for (int s = 0; s < 2; ++s) {
             kiln_tma::bar_init(k_full(s), 1);
             kiln_tma::bar_init(v_full(s), 1);
-            for (int c = 0; c < 2; ++c) {
-                kiln_tma::bar_init(k_empty(s, c), 4);
-                kiln_tma::bar_init(v_empty(s, c), 4);
-            }
+            kiln_tma::bar_init(tile_full(s), 1);
+            kiln_tma::bar_init(tile_empty(s), 4 * NC);
+            kiln_tma::bar_init(k_empty(s), 4 * NC);
+            kiln_tma::bar_init(v_empty(s), 4 * NC);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
     if (tid < 128) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
-        if (tid == 0 && ntiles > 0) {
+        // The producer gives registers back to the pool that the consumers then take from
+        // (`registers` on the host side checks that the pool covers them).
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS) : "memory");
+        if (tid == 0) {
             const unsigned char* qmap = maps;
             const unsigned char* kmap = maps + 128;
             const unsigned char* vmap = maps + 256;
+            unsigned* next_tile = reinterpret_cast<unsigned*>(const_cast<unsigned char*>(maps) + 384);
             kiln_tma::acquire_map(qmap);
             kiln_tma::acquire_map(kmap);
             kiln_tma::acquire_map(vmap);
-            kiln_tma::expect_bytes(q_full, 2 * QWG);
-            for (int w = 0; w < 2; ++w) {
-                for (int cb = 0; cb < CB; ++cb) {
-                    kiln_tma::load_box(sq + w * QWG + cb * (64 * 128), qmap, cb * 64, q0 + 64 * w, b * Hq + h, q_full);
+            // Loads so far: load n of a key or value tile goes to stage n & 1, which it takes over
+            // from load n - 2 once every consumer released that one.
+            unsigned loads = 0;
+            int t = blockIdx.x;
+            for (unsigned i = 0;; ++i) {
+                // Publish the tile (or the end) to the consumers.
+                if (i >= 2) {
+                    kiln_tma::wait(tile_empty(i & 1), ((i >> 1) - 1) & 1);
                 }
-            }
-            const int kv = b * Hkv + hk;
-            // Key or value tile j into its stage (`dst`), which it takes over from tile j - 2 once
-            // each consumer that used that one released it (`empty`).
-            auto load_tile = [&](int j, unsigned full, auto empty, unsigned dst, const unsigned char* map) {
-                const int s = j & 1;
-                if (j >= 2) {
-                    const unsigned parity = (static_cast<unsigned>(j >> 1) - 1) & 1;
-                    if (j - 2 < nw0) {
-                        kiln_tma::wait(empty(s, 0), parity);
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(smem_u32(kiln_tile_slot) + 4 * (i & 1)), "r"(t) : "memory");
+                kiln_tma::arrive(tile_full(i & 1));
+                if (t >= total) {
+                    break;
+                }
+                const int hb = head_of(t);
+                const int q0 = first_query(t);
+                const int ntiles = tiles_of(q0, NC - 1);
+                // The query rows, once every consumer's last S of the previous tile completed.
+                if (i >= 1) {
+                    kiln_tma::wait(q_empty, (i - 1) & 1);
+                }
+                kiln_tma::expect_bytes(q_full, NC * QWG);
+                for (int w = 0; w < NC; ++w) {
+                    for (int cb = 0; cb < CB; ++cb) {
+                        kiln_tma::load_box(sq + w * QWG + cb * (64 * 128), qmap, cb * 64, q0 + 64 * w, hb, q_full);
                     }
-                    kiln_tma::wait(empty(s, 1), parity);
                 }
-                kiln_tma::expect_bytes(full, TBYTES);
-                for (int cb = 0; cb < CB; ++cb) {
-                    kiln_tma::load_box(dst + cb * (BN * 128), map, cb * 64, j * BN, kv, full);
+                const int kv = (hb / Hq) * Hkv + (hb % Hq) / (Hq / Hkv);
+                auto load_tile = [&](int j, unsigned full, auto empty, unsigned dst, const unsigned char* map) {
+                    const int s = loads & 1;
+                    if (loads >= 2) {
+                        kiln_tma::wait(empty(s), ((loads >> 1) - 1) & 1);
+                    }
+                    kiln_tma::expect_bytes(full, TBYTES);
+                    for (int cb = 0; cb < CB; ++cb) {
+                        kiln_tma::load_box(dst + s * TBYTES + cb * (BN * 128), map, cb * 64, j * BN, kv, full);
+                    }
+                };
+#pragma unroll 1
+                for (int j = 0; j < ntiles; ++j) {
+                    load_tile(j, k_full(loads & 1), k_empty, sk, kmap);
+                    load_tile(j, v_full(loads & 1), v_empty, sv, vmap);
+                    ++loads;
                 }
-            };
-            for (int j = 0; j < ntiles; ++j) {
-                const int s = j & 1;
-                load_tile(j, k_full(s), k_empty, sk + s * TBYTES, kmap);
-                load_tile(j, v_full(s), v_empty, sv + s * TBYTES, vmap);
+                t = static_cast<int>(atomicAdd(next_tile, 1u)) + static_cast<int>(gridDim.x);
             }
         }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-    // Consumer 0 or 1, from lane 0 so the compiler sees it warp-uniform: every `wgmma` below
-    // sits on a path that depends only on uniform values, which keeps the products
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS) : "memory");
+    // The consumer's index, from lane 0 so the compiler sees it warp-uniform: every `wgmma`
+    // below sits on a path that depends only on uniform values, which keeps the products
     // asynchronous.
     const int cw = __shfl_sync(0xffffffffu, (tid >> 7) - 1, 0);
     const int wt = tid & 127;
     const int warp = wt >> 5;
     const int lane = tid & 31;
-    const int w0 = q0 + cw * 64;
-    const int nw = cw == 0 ? nw0 : nw1;
-    unsigned short* ob = reinterpret_cast<unsigned short*>(out) + static_cast<long>(b * Hq + h) * Tq * HD;
     const unsigned sqw = sq + cw * QWG;
+    const unsigned sow = so + cw * QWG;
     const float NEG_INF = neg_inf();
     const float HIDE = NEG ? -NEG_INF : NEG_INF;
     auto extreme = [](float a, float b) { return NEG ? fminf(a, b) : fmaxf(a, b); };
     const float sl2 = scale[0] * 1.4426950408889634f;
     const int rl = 16 * warp + (lane >> 2);
-    const int row_lo = w0 + rl;
     float o[HD / 2];
-#pragma unroll
-    for (int i = 0; i < HD / 2; ++i) {
-        o[i] = 0.0f;
-    }
     float s[BN / 2];
-    float m[2] = {HIDE, HIDE};
-    float l[2] = {0.0f, 0.0f};
+    float m[2];
+    float l[2];
     float corr[2] = {0.0f, 0.0f};
     unsigned pa[BN / 16][4];
 
-    // The consumers issue their products in strict turns: consumer 0 takes its turn on barrier
-    // 3 and passes it on barrier 4, consumer 1 the other way round (a named barrier counts
-    // threads, so neither side may pass twice before the other took the turn). Consumer c has
-    // one turn per tile it uses and one for the last P V; consumer 0, which may use one tile
-    // fewer, takes and passes empty turns at the end until it has as many as consumer 1, and
-    // consumer 1 passes every turn but its last.
-    const int turns0 = nw0 > 0 ? nw0 + 1 : 0;
-    const int turns1 = nw1 > 0 ? nw1 + 1 : 0;
-    int turn = 0;
-    auto take_turn = [&]() { asm volatile("bar.sync %0, 256;\n" ::"r"(3 + cw) : "memory"); };
-    auto pass_turn = [&]() {
-        if (cw == 0 || turn < turns1 - 1) {
-            asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - cw) : "memory");
-        }
-        ++turn;
-    };
     auto release = [&](unsigned bar) {
         if (lane == 0) {
             kiln_tma::arrive(bar);
         }
     };
-    auto issue_s = [&](int j) {
-        const unsigned kt = sk + (j & 1) * TBYTES;
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; ++kk) {
-            const unsigned long long da = kiln_wg::desc(sqw + (kk >> 2) * (64 * 128) + (kk & 3) * 32, 16, 1024);
-            const unsigned long long db = kiln_wg::desc(kt + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
-            kiln_wg::mma_ss<BF16>(s, da, db, kk > 0);
-        }
-        kiln_wg::commit();
+    // The tile in slot i & 1 (the end when past the last tile), read again where needed and
+    // released at the end of the tile, so few registers carry it through the key loop.
+    auto tile_at = [&](unsigned i) {
+        int t;
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(t) : "r"(smem_u32(kiln_tile_slot) + 4 * (i & 1)) : "memory");
+        return __shfl_sync(0xffffffffu, t, 0);
     };
-    auto issue_pv = [&](int j) {
-        const unsigned vt = sv + (j & 1) * TBYTES;
+    auto read_tile = [&](unsigned i) {
+        kiln_tma::wait(tile_full(i & 1), (i >> 1) & 1);
+        return tile_at(i);
+    };
+    // The consumers issue their products in strict turns, round the ring: consumer c takes its
+    // turn on named barrier 4 + c and passes it on the next one's (a named barrier counts
+    // threads, so no consumer may pass twice before the next took the turn). In a tile with K
+    // key tiles every consumer takes K + 1 turns: one per key tile it uses, one for its last
+    // P V, and an empty one per key tile it does not use. The last consumer uses every key
+    // tile, so its last turn is its last P V (the empty one when K = 0); it passes that turn
+    // on to the next tile, which it learns just before, or not at all after the last tile.
+    int next = total;
+    auto learn_next = [&](unsigned i) {
+        if (cw == NC - 1) {
+            next = read_tile(i + 1);
+        }
+    };
+    auto take_turn = [&]() { asm volatile("bar.sync %0, 256;\n" ::"r"(4 + cw) : "memory"); };
+    auto pass_turn = [&](bool last) {
+        if (cw != NC - 1 || !last || next < total) {
+            asm volatile("bar.arrive %0, 256;\n" ::"r"(cw == NC - 1 ? 4 : 5 + cw) : "memory");
+        }
+    };
+    unsigned loads = 0;
+    int t = read_tile(0);
+    if (cw == NC - 1 && t < total) {
+        asm volatile("bar.arrive %0, 256;\n" ::"r"(4) : "memory");
+    }
+    for (unsigned i = 0; t < total; ++i) {
+        const int w0 = first_query(t) + cw * 64;
+        const int row_lo = w0 + rl;
+        const int nw = tiles_of(w0 - cw * 64, cw);
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            const unsigned long long db = kiln_wg::desc(vt + kk * 2048, BN * 128, 1024);
-            if constexpr (HD == 128) {
-                kiln_wg::mma_rs_vt<BF16>(o, pa[kk], db, 1);
-            } else {
-                kiln_wg::mma_rs_vt64<BF16>(o, pa[kk], db, 1);
+        for (int k = 0; k < HD / 2; ++k) {
+            o[k] = 0.0f;
+        }
+        m[0] = m[1] = HIDE;
+        l[0] = l[1] = 0.0f;
+        auto issue_s = [&](int j) {
+            const unsigned kt = sk + ((loads + j) & 1) * TBYTES;
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; ++kk) {
+                const unsigned long long da = kiln_wg::desc(sqw + (kk >> 2) * (64 * 128) + (kk & 3) * 32, 16, 1024);
+                const unsigned long long db = kiln_wg::desc(kt + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
+                kiln_wg::mma_ss<BF16>(s, da, db, kk > 0);
             }
-        }
-        kiln_wg::commit();
-    };
-    // O scaled by the last tile's correction, before P V of that tile is added.
-    auto rescale = [&]() {
+            kiln_wg::commit();
+        };
+        auto issue_pv = [&](int j) {
+            const unsigned vt = sv + ((loads + j) & 1) * TBYTES;
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-#pragma unroll
-            for (int jj = 0; jj < HD / 8; ++jj) {
-                o[4 * jj + 2 * i] *= corr[i];
-                o[4 * jj + 2 * i + 1] *= corr[i];
+            for (int kk = 0; kk < BN / 16; ++kk) {
+                const unsigned long long db = kiln_wg::desc(vt + kk * 2048, BN * 128, 1024);
+                if constexpr (HD == 128) {
+                    kiln_wg::mma_rs_vt<BF16>(o, pa[kk], db, 1);
+                } else {
+                    kiln_wg::mma_rs_vt64<BF16>(o, pa[kk], db, 1);
+                }
             }
-        }
-    };
-    // The online softmax of S_j: new row extremes, the correction of the old sums, P_j in s.
-    auto softmax = [&](int j) {
-        const int n0 = j * BN;
-        const bool edge = n0 + BN > Tk || (CAUSAL && n0 + BN - 1 > w0 + shift);
+            kiln_wg::commit();
+        };
+        auto k_stage = [&](int j) { return (loads + j) & 1; };
+        auto phase = [&](int j) { return ((loads + j) >> 1) & 1; };
+        // O scaled by the last tile's correction, before P V of that tile is added.
+        auto rescale = [&]() {
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int row = row_lo + 8 * i;
-            float mx = HIDE;
-            if (edge) {
+            for (int r = 0; r < 2; ++r) {
+#pragma unroll
+                for (int jj = 0; jj < HD / 8; ++jj) {
+                    o[4 * jj + 2 * r] *= corr[r];
+                    o[4 * jj + 2 * r + 1] *= corr[r];
+                }
+            }
+        };
+        // The online softmax of S_j: new row extremes, the correction of the old sums, P_j in s.
+        auto softmax = [&](int j) {
+            const int n0 = j * BN;
+            const bool edge = n0 + BN > Tk || (CAUSAL && n0 + BN - 1 > w0 + shift);
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = row_lo + 8 * r;
+                float mx = HIDE;
+                if (edge) {
+#pragma unroll
+                    for (int jj = 0; jj < BN / 8; ++jj) {
+#pragma unroll
+                        for (int c = 0; c < 2; ++c) {
+                            const int key = n0 + 8 * jj + 2 * (lane & 3) + c;
+                            const bool ok = key < Tk && (!CAUSAL || key <= row + shift);
+                            const float x = ok ? s[4 * jj + 2 * r + c] : HIDE;
+                            s[4 * jj + 2 * r + c] = x;
+                            mx = extreme(mx, x);
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (int jj = 0; jj < BN / 8; ++jj) {
+                        mx = extreme(mx, extreme(s[4 * jj + 2 * r], s[4 * jj + 2 * r + 1]));
+                    }
+                }
+                mx = extreme(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = extreme(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float m_new = extreme(m[r], mx);
+                // A row with no visible key so far keeps m = HIDE and p = 0.
+                const float m_use = m_new == HIDE ? 0.0f : m_new;
+                corr[r] = m[r] == HIDE ? 0.0f : ex2((m[r] - m_use) * sl2);
+                m[r] = m_new;
+                const float mb = -m_use * sl2;
+                float sum = 0.0f;
 #pragma unroll
                 for (int jj = 0; jj < BN / 8; ++jj) {
 #pragma unroll
                     for (int c = 0; c < 2; ++c) {
-                        const int key = n0 + 8 * jj + 2 * (lane & 3) + c;
-                        const bool ok = key < Tk && (!CAUSAL || key <= row + shift);
-                        const float x = ok ? s[4 * jj + 2 * i + c] : HIDE;
-                        s[4 * jj + 2 * i + c] = x;
-                        mx = extreme(mx, x);
+                        const float x = s[4 * jj + 2 * r + c];
+                        float p = ex2(fmaf(x, sl2, mb));
+                        if (edge) {
+                            p = x == HIDE ? 0.0f : p;
+                        }
+                        s[4 * jj + 2 * r + c] = p;
+                        sum += p;
                     }
                 }
-            } else {
-#pragma unroll
-                for (int jj = 0; jj < BN / 8; ++jj) {
-                    mx = extreme(mx, extreme(s[4 * jj + 2 * i], s[4 * jj + 2 * i + 1]));
-                }
+                l[r] = l[r] * corr[r] + sum;
             }
-            mx = extreme(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = extreme(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = extreme(m[i], mx);
-            // A row with no visible key so far keeps m = HIDE and p = 0.
-            const float m_use = m_new == HIDE ? 0.0f : m_new;
-            corr[i] = m[i] == HIDE ? 0.0f : ex2((m[i] - m_use) * sl2);
-            m[i] = m_new;
-            const float mb = -m_use * sl2;
-            float sum = 0.0f;
+        };
+        // P_j as register A fragments (kk covers keys 16kk..16kk+15), once the product that
+        // reads the previous ones is complete.
+        auto pack = [&]() {
 #pragma unroll
-            for (int jj = 0; jj < BN / 8; ++jj) {
-#pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    const float x = s[4 * jj + 2 * i + c];
-                    float p = ex2(fmaf(x, sl2, mb));
-                    if (edge) {
-                        p = x == HIDE ? 0.0f : p;
-                    }
-                    s[4 * jj + 2 * i + c] = p;
-                    sum += p;
-                }
+            for (int kk = 0; kk < BN / 16; ++kk) {
+                pa[kk][0] = pack2<BF16>(s[8 * kk + 0], s[8 * kk + 1]);
+                pa[kk][1] = pack2<BF16>(s[8 * kk + 2], s[8 * kk + 3]);
+                pa[kk][2] = pack2<BF16>(s[8 * kk + 4], s[8 * kk + 5]);
+                pa[kk][3] = pack2<BF16>(s[8 * kk + 6], s[8 * kk + 7]);
             }
-            l[i] = l[i] * corr[i] + sum;
-        }
-    };
-    // P_j as register A fragments (kk covers keys 16kk..16kk+15), once the product that reads
-    // the previous ones is complete.
-    auto pack = [&]() {
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            pa[kk][0] = pack2<BF16>(s[8 * kk + 0], s[8 * kk + 1]);
-            pa[kk][1] = pack2<BF16>(s[8 * kk + 2], s[8 * kk + 3]);
-            pa[kk][2] = pack2<BF16>(s[8 * kk + 4], s[8 * kk + 5]);
-            pa[kk][3] = pack2<BF16>(s[8 * kk + 6], s[8 * kk + 7]);
-        }
-    };
+        };
 
-    if (ntiles > 0) {
-        // Consumer 0 stages its output in its query rows, so it waits for them even when it
-        // uses no key tile.
-        kiln_tma::wait(q_full, 0);
-    }
-    if (cw == 1 && turns1 >= 1) {
-        asm volatile("bar.arrive %0, 256;\n" ::"r"(3) : "memory");
-    }
-    if (nw > 0) {
-        // Tile 0: S_0 alone.
-        kiln_tma::wait(k_full(0), 0);
-        take_turn();
-        kiln_wg::keep<BN / 2>(s);
-        kiln_wg::fence();
-        issue_s(0);
-        kiln_wg::keep<BN / 2>(s);
-        pass_turn();
-        kiln_wg::wait<0>();
-        kiln_wg::keep<BN / 2>(s);
-        release(k_empty(0, cw));
-        softmax(0);
-        pack();
-        // Tile j: S_j and P_{j-1} V_{j-1} in flight together, the softmax of S_j running while
-        // the second product is.
-        for (int j = 1; j < nw; ++j) {
-            kiln_tma::wait(k_full(j & 1), static_cast<unsigned>(j >> 1) & 1);
-            kiln_tma::wait(v_full((j - 1) & 1), static_cast<unsigned>((j - 1) >> 1) & 1);
+        kiln_tma::wait(q_full, i & 1);
+        if (nw == 0) {
+            release(q_empty);
+            learn_next(i);
+            take_turn();
+            pass_turn(true);
+        } else {
+            // Key tile 0: S_0 alone.
+            kiln_tma::wait(k_full(k_stage(0)), phase(0));
             take_turn();
             kiln_wg::keep<BN / 2>(s);
             kiln_wg::fence();
-            issue_s(j);
+            issue_s(0);
+            kiln_wg::keep<BN / 2>(s);
+            pass_turn(false);
+            kiln_wg::wait<0>();
+            kiln_wg::keep<BN / 2>(s);
+            release(k_empty(k_stage(0)));
+            if (nw == 1) {
+                release(q_empty);
+            }
+            softmax(0);
+            pack();
+            // Key tile j: S_j and P_{j-1} V_{j-1} in flight together, the softmax of S_j running
+            // while the second product is.
+            for (int j = 1; j < nw; ++j) {
+                kiln_tma::wait(k_full(k_stage(j)), phase(j));
+                kiln_tma::wait(v_full(k_stage(j - 1)), phase(j - 1));
+                take_turn();
+                kiln_wg::keep<BN / 2>(s);
+                kiln_wg::fence();
+                issue_s(j);
+                kiln_wg::keep<HD / 2>(o);
+                rescale();
+                kiln_wg::keep<HD / 2>(o);
+                kiln_wg::fence();
+                issue_pv(j - 1);
+                kiln_wg::keep<BN / 2>(s);
+                kiln_wg::keep<HD / 2>(o);
+                pass_turn(false);
+                kiln_wg::wait<1>();
+                kiln_wg::keep<BN / 2>(s);
+                release(k_empty(k_stage(j)));
+                if (j == nw - 1) {
+                    release(q_empty);
+                }
+                softmax(j);
+                kiln_wg::wait<0>();
+                kiln_wg::keep<HD / 2>(o);
+                release(v_empty(k_stage(j - 1)));
+                pack();
+            }
+            // The last key tile's P V.
+            kiln_tma::wait(v_full(k_stage(nw - 1)), phase(nw - 1));
+            learn_next(i);
+            take_turn();
             kiln_wg::keep<HD / 2>(o);
             rescale();
             kiln_wg::keep<HD / 2>(o);
             kiln_wg::fence();
-            issue_pv(j - 1);
-            kiln_wg::keep<BN / 2>(s);
+            issue_pv(nw - 1);
             kiln_wg::keep<HD / 2>(o);
-            pass_turn();
-            kiln_wg::wait<1>();
-            kiln_wg::keep<BN / 2>(s);
-            release(k_empty(j & 1, cw));
-            softmax(j);
+            pass_turn(true);
             kiln_wg::wait<0>();
             kiln_wg::keep<HD / 2>(o);
-            release(v_empty((j - 1) & 1, cw));
-            pack();
+            release(v_empty(k_stage(nw - 1)));
         }
-        // The last tile's P V.
-        kiln_tma::wait(v_full((nw - 1) & 1), static_cast<unsigned>((nw - 1) >> 1) & 1);
-        take_turn();
-        kiln_wg::keep<HD / 2>(o);
-        rescale();
-        kiln_wg::keep<HD / 2>(o);
-        kiln_wg::fence();
-        issue_pv(nw - 1);
-        kiln_wg::keep<HD / 2>(o);
-        pass_turn();
-        kiln_wg::wait<0>();
-        kiln_wg::keep<HD / 2>(o);
-        release(v_empty((nw - 1) & 1, cw));
-    }
-    if (cw == 0) {
-        for (int t = turns0; t < turns1; ++t) {
+        const int ntiles = tiles_of(w0 - cw * 64, NC - 1);
+        // Key tiles this consumer does not use are released as they arrive (so every stage's
+        // barriers see every consumer once per load), each followed by an empty turn: a
+        // consumer never waits for a load while it holds back a turn the others need.
+        for (int j = nw; j < ntiles; ++j) {
+            kiln_tma::wait(k_full(k_stage(j)), phase(j));
+            release(k_empty(k_stage(j)));
+            kiln_tma::wait(v_full(k_stage(j)), phase(j));
+            release(v_empty(k_stage(j)));
             take_turn();
-            pass_turn();
+            pass_turn(false);
         }
-    }
 
-    // Each consumer stages its rows in its own query rows (read only by its own products, all
-    // complete), then stores them in 16-byte chunks.
+        // The output rows, staged in this consumer's output buffer (free once its threads are
+        // past the previous tile's stores), then stored in 16-byte chunks.
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
+        unsigned short* ob = reinterpret_cast<unsigned short*>(out) + static_cast<long>(head_of(tile_at(i))) * Tq * HD;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        float lt = l[i];
-        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-        const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
-        const int r = rl + 8 * i;
+        for (int r = 0; r < 2; ++r) {
+            float lt = l[r];
+            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+            const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
+            const int row = rl + 8 * r;
 #pragma unroll
-        for (int jj = 0; jj < HD / 8; ++jj) {
-            const unsigned a = sqw + (jj >> 3) * (64 * 128) + r * 128 + (((jj & 7) ^ (r & 7)) << 4) + (lane & 3) * 4;
-            kiln_wg::sts32(a, pack2<BF16>(o[4 * jj + 2 * i] * inv, o[4 * jj + 2 * i + 1] * inv));
+            for (int jj = 0; jj < HD / 8; ++jj) {
+                const unsigned a = sow + (jj >> 3) * (64 * 128) + row * 128 + (((jj & 7) ^ (row & 7)) << 4) + (lane & 3) * 4;
+                kiln_wg::sts32(a, pack2<BF16>(o[4 * jj + 2 * r] * inv, o[4 * jj + 2 * r + 1] * inv));
+            }
         }
-    }
-    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
 #pragma unroll
-    for (int it = 0; it < HD / 16; ++it) {
-        const int i = wt + it * 128;
-        const int r = i / (HD / 8);
-        const int ch = i % (HD / 8);
-        const int gr = w0 + r;
-        const uint4 val = kiln_wg::lds128(sqw + (ch >> 3) * (64 * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
-        if (gr < Tq) {
-            *reinterpret_cast<uint4*>(ob + static_cast<long>(gr) * HD + ch * 8) = val;
+        for (int it = 0; it < HD / 16; ++it) {
+            const int k = wt + it * 128;
+            const int row = k / (HD / 8);
+            const int ch = k % (HD / 8);
+            const int gr = w0 + row;
+            const uint4 val = kiln_wg::lds128(sow + (ch >> 3) * (64 * 128) + row * 128 + (((ch & 7) ^ (row & 7)) << 4));
+            if (gr < Tq) {
+                *reinterpret_cast<uint4*>(ob + static_cast<long>(gr) * HD + ch * 8) = val;
+            }
         }
+        release(tile_empty(i & 1));
+        loads += ntiles;
+        t = cw == NC - 1 ? next : read_tile(i + 1);
     }
 "#;
 
@@ -557,7 +678,7 @@ pub(super) fn kernel(op: &str, d: usize) -> Result<&'static CudaKernel> {
                 .header(header())
                 .shared_memory(shared_bytes(d))
                 .arch_specific(CAPABILITY)
-                .launch_bounds(THREADS as u32, 1))
+                .launch_bounds(threads(d) as u32, 1))
         })
         .as_ref()
         .map_err(|m| Error::invalid(op, m.clone()))
@@ -567,14 +688,23 @@ pub(super) fn kernel(op: &str, d: usize) -> Result<&'static CudaKernel> {
 /// is the minimum of the raw scores.
 pub(super) fn spec(op: &str, q: &Array, hq: usize, b: usize, causal: bool, negative_scale: bool) -> Result<LaunchSpec> {
     let dim = |n: usize| u32::try_from(n).map_err(|_| Error::invalid(op, format!("grid extent {n} exceeds u32")));
-    let tq = q.shape()[2];
-    Ok(LaunchSpec::new([dim(tq.div_ceil(128) * THREADS)?, dim(hq)?, dim(b)?], [THREADS as u32, 1, 1])
+    let (tq, d) = (q.shape()[2], q.shape()[3]);
+    let threads = threads(d);
+    let multiprocessors = match q.device() {
+        crate::device::Device::Cuda(ordinal) => crate::backend::cuda::cuda_backend(ordinal)?.multiprocessors(),
+        _ => 1,
+    };
+    let blocks = blocks(b * hq * tq.div_ceil(block_queries(d)), multiprocessors);
+    Ok(LaunchSpec::new([dim(blocks * threads)?, 1, 1], [threads as u32, 1, 1])
         .output(q.shape(), q.dtype())
         .template("BF16", (q.dtype() == DType::BF16) as i32)
         .template("CAUSAL", causal as i32)
         .template("NEG", negative_scale as i32)
         .template("BN", KEYS as i32)
-        .template("HD", q.shape()[3] as i32)
+        .template("HD", d as i32)
+        .template("NC", consumers(d) as i32)
+        .template("PRODUCER_REGS", registers(d).0 as i32)
+        .template("CONSUMER_REGS", registers(d).1 as i32)
         .device(q.device()))
 }
 
@@ -589,7 +719,7 @@ pub(super) fn inputs(op: &str, q: &Array, k: &Array, v: &Array, scale: f32) -> R
     let (q, k, v) = (q?, k?, v?);
     let (qs, ks) = (q.shape(), k.shape());
     let d = qs[3] as u64;
-    let mut maps = Vec::with_capacity(3 * crate::backend::cuda::TENSOR_MAP_BYTES);
+    let mut maps = Vec::with_capacity(3 * crate::backend::cuda::TENSOR_MAP_BYTES + SCHEDULE_BYTES);
     maps.extend(backend.tensor_map_16bit(op, &q, [d, qs[2] as u64, (qs[0] * qs[1]) as u64], [64, 64, 1])?);
     for a in [&k, &v] {
         maps.extend(backend.tensor_map_16bit(
@@ -599,6 +729,7 @@ pub(super) fn inputs(op: &str, q: &Array, k: &Array, v: &Array, scale: f32) -> R
             [64, KEYS as u32, 1],
         )?);
     }
+    maps.extend([0u8; SCHEDULE_BYTES]);
     let maps = Array::from_bytes(DType::U8, &[maps.len()], &maps)?.to_device(q.device())?;
     Ok(vec![q.into(), k.into(), v.into(), scale.into(), maps.into()])
 }
@@ -611,7 +742,7 @@ pub fn cuda_source(dtype: DType, d: usize, causal: bool) -> Result<(String, Stri
     let spec = spec(op, &q, 1, 1, causal, false)?;
     let k = kernel(op, d)?;
     let scale = Array::scalar(1.0f32);
-    let maps = Array::full(DType::U8, &[3 * crate::backend::cuda::TENSOR_MAP_BYTES], 0.0);
+    let maps = Array::full(DType::U8, &[3 * crate::backend::cuda::TENSOR_MAP_BYTES + SCHEDULE_BYTES], 0.0);
     Ok((k.kernel_name(&spec.template), k.generate(&[q.clone(), q.clone(), q, scale, maps], &spec)?))
 }
 
@@ -635,6 +766,20 @@ mod tests {
     }
 
     #[test]
+    fn the_producer_returns_the_registers_the_consumers_take() {
+        for d in HEAD_DIMS {
+            let (producer, consumer) = registers(d);
+            let start = launch_registers(d);
+            assert!(producer % 8 == 0 && consumer % 8 == 0 && (24..=256).contains(&producer) && consumer <= 256);
+            assert!(producer <= start && consumer >= start, "D = {d}");
+            let returned = (start - producer) * 128;
+            let taken = (consumer - start) * 128 * consumers(d);
+            assert!(taken <= returned, "D = {d}: consumers take {taken} registers, the producer returns {returned}");
+            assert!((producer + consumers(d) * consumer) * 128 <= 65536, "D = {d}");
+        }
+    }
+
+    #[test]
     fn head_dimensions_outside_the_set_are_refused() {
         for d in [32, 96, 256] {
             let err = kernel("attention", d).unwrap_err();
@@ -643,8 +788,10 @@ mod tests {
         for d in HEAD_DIMS {
             let q = Array::full(DType::BF16, &[2, 3, 300, d], 0.0);
             let spec = spec("attention", &q, 3, 2, true, false).unwrap();
-            assert_eq!(spec.grid, [3 * THREADS as u32, 3, 2]);
-            assert_eq!(spec.threadgroup, [THREADS as u32, 1, 1]);
+            let t = threads(d) as u32;
+            // A host array: one block (the launch takes one per multiprocessor).
+            assert_eq!(spec.grid, [t, 1, 1]);
+            assert_eq!(spec.threadgroup, [t, 1, 1]);
             let (entry, text) = cuda_source(DType::BF16, d, true).unwrap();
             assert!(text.contains(&format!("constexpr int HD = {d};")) && text.contains(&entry), "{entry}");
         }
