@@ -24,8 +24,11 @@ if command -v compute-sanitizer >/dev/null; then
   for t in mlx_behaviours semantics lowering_cases launch_abi attention_cuda; do
     echo "memcheck $t: $(compute-sanitizer --tool memcheck "$dir/$t" --include-ignored cuda --test-threads=1 2>&1 | grep -E 'ERROR SUMMARY')"
   done
-  for t in semantics simdgroup_matrix lowering_cases; do
+  for t in semantics simdgroup_matrix lowering_cases attention_cuda; do
     echo "racecheck $t: $(compute-sanitizer --tool racecheck "$dir/$t" --include-ignored cuda --test-threads=1 2>&1 | grep -E 'RACECHECK SUMMARY')"
   done
+  # The persistent attention prefill hands shared memory between its warpgroups on mbarriers
+  # and named barriers.
+  echo "synccheck attention_cuda: $(compute-sanitizer --tool synccheck "$dir/attention_cuda" --include-ignored cuda --test-threads=1 2>&1 | grep -E 'ERROR SUMMARY')"
 fi
 exit $status

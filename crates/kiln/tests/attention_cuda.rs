@@ -1,9 +1,10 @@
 //! The CUDA tensor-core attention prefills against the f64 reference on fresh random inputs,
 //! outputs poisoned (NaN) before each run: the route the rule picks (`wgmma` on compute
-//! capability 9.0 with D = 128, asserted taken there; `mma.sync` otherwise) and, where that is
+//! capability 9.0 with D = 64 or 128, asserted taken there; `mma.sync` otherwise) and, where that is
 //! `wgmma`, the `mma.sync` one forced on the same inputs; bf16 and f16, D = 64 and 128, no mask and causal,
 //! Tq = Tk and Tq != Tk (the causal diagonal shifted by Tk - Tq, rows that see no key giving
-//! zeros), lengths that are not whole tiles, grouped-query heads and non-contiguous inputs.
+//! zeros), lengths that are not whole tiles, grouped-query heads, non-contiguous inputs, and
+//! more query tiles than multiprocessors (several tiles per block of the persistent kernel).
 //! The GPU tests are ignored without a GPU (`KILN_REQUIRE_BACKEND=cuda` turns a missing GPU into
 //! a failure); the rule that picks the path is checked on the CPU.
 
@@ -138,6 +139,30 @@ fn cuda_prefill_matches_reference_on_partial_tiles_and_grouped_heads() {
             }
         }
     }
+}
+
+/// More query tiles than the GPU has multiprocessors: the persistent `wgmma` prefill runs
+/// several tiles per block (query rows, key stages and turns carried from tile to tile; under
+/// the shifted causal diagonal, tiles whose first consumers see no key).
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --include-ignored and KILN_REQUIRE_BACKEND=cuda)"]
+fn cuda_prefill_runs_several_tiles_per_block() {
+    let Some(device) = cuda_or_skip() else { return };
+    let Device::Cuda(ordinal) = device else { unreachable!("a CUDA device") };
+    let multiprocessors = kiln::backend::cuda::cuda_backend(ordinal).unwrap().multiprocessors();
+    let mut seed = 990;
+    for d in [64, 128] {
+        for causal in [false, true] {
+            for [b, hq, hkv, tq, tk] in [[8usize, 16, 4, 300, 300], [8, 16, 4, 333, 120]] {
+                // Tiles hold at most 192 queries.
+                assert!(b * hq * tq.div_ceil(192) > multiprocessors, "{multiprocessors} multiprocessors");
+                check_case(device, DType::BF16, [b, hq, hkv, tq, tk, d], causal, seed);
+                seed += 1;
+            }
+        }
+    }
+    // f16 once, at D = 128 with the causal mask.
+    check_case(device, DType::F16, [8, 16, 4, 300, 300, 128], true, seed);
 }
 
 #[test]
