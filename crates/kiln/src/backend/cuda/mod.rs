@@ -48,6 +48,8 @@ pub struct CudaBackend {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     arch: Arch,
+    /// Streaming multiprocessors, read once (persistent launches size their grid by it).
+    multiprocessors: usize,
     modules: Mutex<HashMap<String, Arc<LoadedModule>>>,
     programs: ProgramTable,
     pool: Arc<pool::BlockPool>,
@@ -274,11 +276,15 @@ impl CudaBackend {
         let (major, minor) = ctx
             .compute_capability()
             .map_err(|e| unavailable("cuda", format!("compute capability: {}", driver_error(e))))?;
+        let multiprocessors =
+            ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap_or(1).max(1)
+                as usize;
         Ok(CudaBackend {
             ordinal,
             ctx,
             stream,
             arch: (major as u32, minor as u32),
+            multiprocessors,
             modules: Mutex::new(HashMap::new()),
             programs: ProgramTable::default(),
             pool: Arc::default(),
@@ -293,8 +299,7 @@ impl CudaBackend {
 
     /// The device's streaming multiprocessors (at least 1).
     pub fn multiprocessors(&self) -> usize {
-        self.ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap_or(1).max(1)
-            as usize
+        self.multiprocessors
     }
 
     /// Maps a driver error of `kernel` during `step`; a sticky fault also retires this backend.
