@@ -186,6 +186,38 @@ fn cuda_prefill_takes_negative_zero_and_large_scales() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --include-ignored and KILN_REQUIRE_BACKEND=cuda)"]
+fn cuda_prefill_follows_row_extremes_that_grow_along_the_keys() {
+    let Some(device) = cuda_or_skip() else { return };
+    // Keys whose size grows along the sequence move each row's largest score from key tile to
+    // key tile, by more than the kernels' rescaling threshold in some rows and tiles and less
+    // in others; with a negative scale the smallest score moves instead.
+    let mut seed = 1200;
+    for scale in [0.5f32, -0.5, 0.08] {
+        for d in [64, 128] {
+            for causal in [false, true] {
+                let dims = [2, 4, 2, 300, 700, d];
+                let [b, hq, hkv, tq, tk, _] = dims;
+                let mut rng = Rng::new(seed);
+                seed += 1;
+                let (q, qv) = input(&mut rng, device, DType::BF16, &[b, hq, tq, d]);
+                let mut kvals = rng.normals(b * hkv * tk * d, 1.0);
+                for (i, x) in kvals.iter_mut().enumerate() {
+                    let key = (i / d) % tk;
+                    *x *= 1.0 + 3.0 * key as f64 / tk as f64;
+                }
+                let k = Array::from_f64(DType::BF16, &[b, hkv, tk, d], &kvals).unwrap();
+                let kv = k.to_f64_vec().unwrap();
+                let k = k.to_device(device).unwrap();
+                let (v, vv) = input(&mut rng, device, DType::BF16, &[b, hkv, tk, d]);
+                let what = format!("{dims:?} growing keys causal={causal} scale={scale}");
+                check(&what, &q, &k, &v, [&qv, &kv, &vv], dims, causal, tensor_core_route(device, d), scale);
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --include-ignored and KILN_REQUIRE_BACKEND=cuda)"]
 fn cuda_prefill_takes_the_wgmma_path_exactly_on_compute_capability_9_0() {
     let Some(device) = cuda_or_skip() else { return };
     let cap = capability(device).unwrap();

@@ -1,0 +1,426 @@
+    // Body of the warpgroup prefill (layout, roles and schedule: prefill_wgmma.rs).
+    using namespace kiln_sdpa;
+    constexpr int BM = 64 * NC;        // queries of a tile
+    constexpr int QWG = 64 * HD * 2;   // bytes of one consumer's query (or output) rows
+    constexpr int TBYTES = BN * HD * 2; // bytes of one key or value tile
+    constexpr int CB = HD / 64;        // 64-column blocks of a row
+    extern __shared__ __align__(1024) uint4 kiln_wg_smem[];
+    // q_full, q_empty, k_full[stage], v_full[stage], tile_full[slot], tile_empty[slot],
+    // k_empty[stage], v_empty[stage]
+    __shared__ __align__(8) unsigned long long kiln_bars[14];
+    __shared__ int kiln_tile_slot[2];
+    const unsigned base = (smem_u32(kiln_wg_smem) + 1023u) & ~1023u;
+    const unsigned sq = base;
+    const unsigned sk = sq + NC * QWG;
+    const unsigned sv = sk + 2 * TBYTES;
+    const unsigned so = sv + 2 * TBYTES;
+    const unsigned q_full = smem_u32(kiln_bars);
+    const unsigned q_empty = q_full + 8;
+    auto k_full = [&](int s) { return q_full + 8 * (2 + s); };
+    auto v_full = [&](int s) { return q_full + 8 * (4 + s); };
+    auto tile_full = [&](int s) { return q_full + 8 * (6 + s); };
+    auto tile_empty = [&](int s) { return q_full + 8 * (8 + s); };
+    auto k_empty = [&](int s) { return q_full + 8 * (10 + s); };
+    auto v_empty = [&](int s) { return q_full + 8 * (12 + s); };
+    const int tid = threadIdx.x;
+    const int Hq = q_shape[1];
+    const int Tq = q_shape[2];
+    const int Hkv = k_shape[1];
+    const int Tk = k_shape[2];
+    const int shift = Tk - Tq;
+    const int nm = (Tq + BM - 1) / BM;
+    const int total = q_shape[0] * Hq * nm;
+    // Tile t: (batch, head) t / nm, query tiles of a head from the last (the longest under the
+    // causal mask) to the first, so the running tiles share few heads' keys and values in the L2.
+    auto first_query = [&](int t) { return (nm - 1 - t % nm) * BM; };
+    auto head_of = [&](int t) { return t / nm; };
+    // Key tiles consumer c uses in a tile starting at query q0 (causal: up to its last visible
+    // key); the last consumer's queries come last, so it never uses fewer, and the tile's key
+    // tiles are its.
+    auto tiles_of = [&](int q0, int c) {
+        const int w = q0 + 64 * c;
+        const int end = CAUSAL ? min(max(min(w + 64, Tq) + shift, 0), Tk) : Tk;
+        return (end + BN - 1) / BN;
+    };
+    if (tid == 0) {
+        kiln_tma::bar_init(q_full, 1);
+        kiln_tma::bar_init(q_empty, 4 * NC);
+        for (int s = 0; s < 2; ++s) {
+            kiln_tma::bar_init(k_full(s), 1);
+            kiln_tma::bar_init(v_full(s), 1);
+            kiln_tma::bar_init(tile_full(s), 1);
+            kiln_tma::bar_init(tile_empty(s), 4 * NC);
+            kiln_tma::bar_init(k_empty(s), 4 * NC);
+            kiln_tma::bar_init(v_empty(s), 4 * NC);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (tid < 128) {
+        // The producer gives registers back to the pool that the consumers then take from
+        // (`registers` on the host side checks that the pool covers them).
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS) : "memory");
+        if (tid == 0) {
+            const unsigned char* qmap = maps;
+            const unsigned char* kmap = maps + 128;
+            const unsigned char* vmap = maps + 256;
+            unsigned* next_tile = reinterpret_cast<unsigned*>(const_cast<unsigned char*>(maps) + 384);
+            kiln_tma::acquire_map(qmap);
+            kiln_tma::acquire_map(kmap);
+            kiln_tma::acquire_map(vmap);
+            // Loads so far: load n of a key or value tile goes to stage n & 1, which it takes over
+            // from load n - 2 once every consumer released that one.
+            unsigned loads = 0;
+            int t = blockIdx.x;
+            for (unsigned i = 0;; ++i) {
+                // Publish the tile (or the end) to the consumers.
+                if (i >= 2) {
+                    kiln_tma::wait(tile_empty(i & 1), ((i >> 1) - 1) & 1);
+                }
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(smem_u32(kiln_tile_slot) + 4 * (i & 1)), "r"(t) : "memory");
+                kiln_tma::arrive(tile_full(i & 1));
+                if (t >= total) {
+                    break;
+                }
+                const int hb = head_of(t);
+                const int q0 = first_query(t);
+                const int ntiles = tiles_of(q0, NC - 1);
+                // The query rows, once every consumer's last S of the previous tile completed.
+                if (i >= 1) {
+                    kiln_tma::wait(q_empty, (i - 1) & 1);
+                }
+                kiln_tma::expect_bytes(q_full, NC * QWG);
+                for (int w = 0; w < NC; ++w) {
+                    for (int cb = 0; cb < CB; ++cb) {
+                        kiln_tma::load_box(sq + w * QWG + cb * (64 * 128), qmap, cb * 64, q0 + 64 * w, hb, q_full);
+                    }
+                }
+                const int kv = (hb / Hq) * Hkv + (hb % Hq) / (Hq / Hkv);
+                auto load_tile = [&](int j, unsigned full, auto empty, unsigned dst, const unsigned char* map) {
+                    const int s = loads & 1;
+                    if (loads >= 2) {
+                        kiln_tma::wait(empty(s), ((loads >> 1) - 1) & 1);
+                    }
+                    kiln_tma::expect_bytes(full, TBYTES);
+                    for (int cb = 0; cb < CB; ++cb) {
+                        kiln_tma::load_box(dst + s * TBYTES + cb * (BN * 128), map, cb * 64, j * BN, kv, full);
+                    }
+                };
+#pragma unroll 1
+                for (int j = 0; j < ntiles; ++j) {
+                    load_tile(j, k_full(loads & 1), k_empty, sk, kmap);
+                    load_tile(j, v_full(loads & 1), v_empty, sv, vmap);
+                    ++loads;
+                }
+                t = static_cast<int>(atomicAdd(next_tile, 1u)) + static_cast<int>(gridDim.x);
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS) : "memory");
+    // The consumer's index, from lane 0 so the compiler sees it warp-uniform: every `wgmma`
+    // below sits on a path that depends only on uniform values, which keeps the products
+    // asynchronous.
+    const int cw = __shfl_sync(0xffffffffu, (tid >> 7) - 1, 0);
+    const int wt = tid & 127;
+    const int warp = wt >> 5;
+    const int lane = tid & 31;
+    const unsigned sqw = sq + cw * QWG;
+    const unsigned sow = so + cw * QWG;
+    const float NEG_INF = neg_inf();
+    const float HIDE = NEG ? -NEG_INF : NEG_INF;
+    auto extreme = [](float a, float b) { return NEG ? fminf(a, b) : fmaxf(a, b); };
+    const float sl2 = scale[0] * 1.4426950408889634f;
+    const int rl = 16 * warp + (lane >> 2);
+    float o[HD / 2];
+    float s[BN / 2];
+    float m[2];
+    float l[2];
+    float corr[2] = {0.0f, 0.0f};
+    // Whether the last softmax moved the row extremes (O then needs its correction).
+    bool rescaling = true;
+    // The growth of the largest exponent (base 2) under which the extremes stay: p <= 2^GROW,
+    // far inside the f32 and 16-bit ranges, P's rounding relative as before.
+    constexpr float GROW = 8.0f;
+    unsigned pa[BN / 16][4];
+
+    auto release = [&](unsigned bar) {
+        if (lane == 0) {
+            kiln_tma::arrive(bar);
+        }
+    };
+    // The tile in slot i & 1 (the end when past the last tile), read again where needed and
+    // released at the end of the tile, so few registers carry it through the key loop.
+    auto tile_at = [&](unsigned i) {
+        int t;
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(t) : "r"(smem_u32(kiln_tile_slot) + 4 * (i & 1)) : "memory");
+        return __shfl_sync(0xffffffffu, t, 0);
+    };
+    auto read_tile = [&](unsigned i) {
+        kiln_tma::wait(tile_full(i & 1), (i >> 1) & 1);
+        return tile_at(i);
+    };
+    // The consumers issue their products in strict turns, round the ring: consumer c takes its
+    // turn on named barrier 4 + c and passes it on the next one's (a named barrier counts
+    // threads, so no consumer may pass twice before the next took the turn). In a tile with K
+    // key tiles every consumer takes K + 1 turns: one per key tile it uses, one for its last
+    // P V, and an empty one per key tile it does not use. The last consumer uses every key
+    // tile, so its last turn is its last P V (the empty one when K = 0); it passes that turn
+    // on to the next tile, which it learns just before, or not at all after the last tile.
+    int next = total;
+    auto learn_next = [&](unsigned i) {
+        if (cw == NC - 1) {
+            next = read_tile(i + 1);
+        }
+    };
+    auto take_turn = [&]() { asm volatile("bar.sync %0, 256;\n" ::"r"(4 + cw) : "memory"); };
+    auto pass_turn = [&](bool last) {
+        if (cw != NC - 1 || !last || next < total) {
+            asm volatile("bar.arrive %0, 256;\n" ::"r"(cw == NC - 1 ? 4 : 5 + cw) : "memory");
+        }
+    };
+    unsigned loads = 0;
+    int t = read_tile(0);
+    if (cw == NC - 1 && t < total) {
+        asm volatile("bar.arrive %0, 256;\n" ::"r"(4) : "memory");
+    }
+    for (unsigned i = 0; t < total; ++i) {
+        const int w0 = first_query(t) + cw * 64;
+        const int row_lo = w0 + rl;
+        const int nw = tiles_of(w0 - cw * 64, cw);
+#pragma unroll
+        for (int k = 0; k < HD / 2; ++k) {
+            o[k] = 0.0f;
+        }
+        m[0] = m[1] = HIDE;
+        l[0] = l[1] = 0.0f;
+        auto issue_s = [&](int j) {
+            const unsigned kt = sk + ((loads + j) & 1) * TBYTES;
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; ++kk) {
+                const unsigned long long da = kiln_wg::desc(sqw + (kk >> 2) * (64 * 128) + (kk & 3) * 32, 16, 1024);
+                const unsigned long long db = kiln_wg::desc(kt + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
+                kiln_wg::mma_ss<BF16>(s, da, db, kk > 0);
+            }
+            kiln_wg::commit();
+        };
+        auto issue_pv = [&](int j) {
+            const unsigned vt = sv + ((loads + j) & 1) * TBYTES;
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk) {
+                const unsigned long long db = kiln_wg::desc(vt + kk * 2048, BN * 128, 1024);
+                if constexpr (HD == 128) {
+                    kiln_wg::mma_rs_vt<BF16>(o, pa[kk], db, 1);
+                } else {
+                    kiln_wg::mma_rs_vt64<BF16>(o, pa[kk], db, 1);
+                }
+            }
+            kiln_wg::commit();
+        };
+        auto k_stage = [&](int j) { return (loads + j) & 1; };
+        auto phase = [&](int j) { return ((loads + j) >> 1) & 1; };
+        // O scaled by the last tile's correction, before P V of that tile is added; skipped
+        // when the last softmax kept the row extremes.
+        auto rescale = [&]() {
+            if (!rescaling) {
+                return;
+            }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+#pragma unroll
+                for (int jj = 0; jj < HD / 8; ++jj) {
+                    o[4 * jj + 2 * r] *= corr[r];
+                    o[4 * jj + 2 * r + 1] *= corr[r];
+                }
+            }
+        };
+        // The online softmax of S_j: new row extremes, the correction of the old sums, P_j in s.
+        // The extremes move only when some row of the warp would otherwise see a p above
+        // 2^GROW (a warp-uniform choice): below that the old extreme serves as well, the p,
+        // sums and O all relative to it, and the O and sum corrections are skipped.
+        auto softmax = [&](int j) {
+            const int n0 = j * BN;
+            const bool edge = n0 + BN > Tk || (CAUSAL && n0 + BN - 1 > w0 + shift);
+            // Each row's new extreme, held in corr[r] until the choice is made, and whether its
+            // largest exponent grows by more than GROW: (m' - m)·c, infinite when a row sees its
+            // first key, NaN (no growth) while it sees none.
+            bool grows = false;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = row_lo + 8 * r;
+                float mx = HIDE;
+                if (edge) {
+#pragma unroll
+                    for (int jj = 0; jj < BN / 8; ++jj) {
+#pragma unroll
+                        for (int c = 0; c < 2; ++c) {
+                            const int key = n0 + 8 * jj + 2 * (lane & 3) + c;
+                            const bool ok = key < Tk && (!CAUSAL || key <= row + shift);
+                            const float x = ok ? s[4 * jj + 2 * r + c] : HIDE;
+                            s[4 * jj + 2 * r + c] = x;
+                            mx = extreme(mx, x);
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (int jj = 0; jj < BN / 8; ++jj) {
+                        mx = extreme(mx, extreme(s[4 * jj + 2 * r], s[4 * jj + 2 * r + 1]));
+                    }
+                }
+                mx = extreme(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = extreme(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                corr[r] = extreme(m[r], mx);
+                grows = grows || (corr[r] - m[r]) * sl2 > GROW;
+            }
+            rescaling = __any_sync(0xffffffffu, grows);
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                if (rescaling) {
+                    const float m_new = corr[r];
+                    // A row with no visible key so far keeps m = HIDE and p = 0.
+                    corr[r] = m[r] == HIDE ? 0.0f : ex2((m[r] - (m_new == HIDE ? 0.0f : m_new)) * sl2);
+                    m[r] = m_new;
+                }
+                const float mb = -(m[r] == HIDE ? 0.0f : m[r]) * sl2;
+                float sum = 0.0f;
+#pragma unroll
+                for (int jj = 0; jj < BN / 8; ++jj) {
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const float x = s[4 * jj + 2 * r + c];
+                        float p = ex2(fmaf(x, sl2, mb));
+                        if (edge) {
+                            p = x == HIDE ? 0.0f : p;
+                        }
+                        s[4 * jj + 2 * r + c] = p;
+                        sum += p;
+                    }
+                }
+                l[r] = rescaling ? l[r] * corr[r] + sum : l[r] + sum;
+            }
+        };
+        // P_j as register A fragments (kk covers keys 16kk..16kk+15), once the product that
+        // reads the previous ones is complete.
+        auto pack = [&]() {
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk) {
+                pa[kk][0] = pack2<BF16>(s[8 * kk + 0], s[8 * kk + 1]);
+                pa[kk][1] = pack2<BF16>(s[8 * kk + 2], s[8 * kk + 3]);
+                pa[kk][2] = pack2<BF16>(s[8 * kk + 4], s[8 * kk + 5]);
+                pa[kk][3] = pack2<BF16>(s[8 * kk + 6], s[8 * kk + 7]);
+            }
+        };
+
+        kiln_tma::wait(q_full, i & 1);
+        if (nw == 0) {
+            release(q_empty);
+            learn_next(i);
+            take_turn();
+            pass_turn(true);
+        } else {
+            // Key tile 0: S_0 alone.
+            kiln_tma::wait(k_full(k_stage(0)), phase(0));
+            take_turn();
+            kiln_wg::keep<BN / 2>(s);
+            kiln_wg::fence();
+            issue_s(0);
+            kiln_wg::keep<BN / 2>(s);
+            pass_turn(false);
+            kiln_wg::wait<0>();
+            kiln_wg::keep<BN / 2>(s);
+            release(k_empty(k_stage(0)));
+            if (nw == 1) {
+                release(q_empty);
+            }
+            softmax(0);
+            pack();
+            // Key tile j: S_j and P_{j-1} V_{j-1} in flight together, the softmax of S_j running
+            // while the second product is.
+            for (int j = 1; j < nw; ++j) {
+                kiln_tma::wait(k_full(k_stage(j)), phase(j));
+                kiln_tma::wait(v_full(k_stage(j - 1)), phase(j - 1));
+                take_turn();
+                kiln_wg::keep<BN / 2>(s);
+                kiln_wg::fence();
+                issue_s(j);
+                kiln_wg::keep<HD / 2>(o);
+                rescale();
+                kiln_wg::keep<HD / 2>(o);
+                kiln_wg::fence();
+                issue_pv(j - 1);
+                kiln_wg::keep<BN / 2>(s);
+                kiln_wg::keep<HD / 2>(o);
+                pass_turn(false);
+                kiln_wg::wait<1>();
+                kiln_wg::keep<BN / 2>(s);
+                release(k_empty(k_stage(j)));
+                if (j == nw - 1) {
+                    release(q_empty);
+                }
+                softmax(j);
+                kiln_wg::wait<0>();
+                kiln_wg::keep<HD / 2>(o);
+                release(v_empty(k_stage(j - 1)));
+                pack();
+            }
+            // The last key tile's P V.
+            kiln_tma::wait(v_full(k_stage(nw - 1)), phase(nw - 1));
+            learn_next(i);
+            take_turn();
+            kiln_wg::keep<HD / 2>(o);
+            rescale();
+            kiln_wg::keep<HD / 2>(o);
+            kiln_wg::fence();
+            issue_pv(nw - 1);
+            kiln_wg::keep<HD / 2>(o);
+            pass_turn(true);
+            kiln_wg::wait<0>();
+            kiln_wg::keep<HD / 2>(o);
+            release(v_empty(k_stage(nw - 1)));
+        }
+        const int ntiles = tiles_of(w0 - cw * 64, NC - 1);
+        // Key tiles this consumer does not use are released as they arrive (so every stage's
+        // barriers see every consumer once per load), each followed by an empty turn: a
+        // consumer never waits for a load while it holds back a turn the others need.
+        for (int j = nw; j < ntiles; ++j) {
+            kiln_tma::wait(k_full(k_stage(j)), phase(j));
+            release(k_empty(k_stage(j)));
+            kiln_tma::wait(v_full(k_stage(j)), phase(j));
+            release(v_empty(k_stage(j)));
+            take_turn();
+            pass_turn(false);
+        }
+
+        // The output rows, staged in this consumer's output buffer (free once its threads are
+        // past the previous tile's stores), then stored in 16-byte chunks.
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
+        unsigned short* ob = reinterpret_cast<unsigned short*>(out) + static_cast<long>(head_of(tile_at(i))) * Tq * HD;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float lt = l[r];
+            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+            const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
+            const int row = rl + 8 * r;
+#pragma unroll
+            for (int jj = 0; jj < HD / 8; ++jj) {
+                const unsigned a = sow + (jj >> 3) * (64 * 128) + row * 128 + (((jj & 7) ^ (row & 7)) << 4) + (lane & 3) * 4;
+                kiln_wg::sts32(a, pack2<BF16>(o[4 * jj + 2 * r] * inv, o[4 * jj + 2 * r + 1] * inv));
+            }
+        }
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
+#pragma unroll
+        for (int it = 0; it < HD / 16; ++it) {
+            const int k = wt + it * 128;
+            const int row = k / (HD / 8);
+            const int ch = k % (HD / 8);
+            const int gr = w0 + row;
+            const uint4 val = kiln_wg::lds128(sow + (ch >> 3) * (64 * 128) + row * 128 + (((ch & 7) ^ (row & 7)) << 4));
+            if (gr < Tq) {
+                *reinterpret_cast<uint4*>(ob + static_cast<long>(gr) * HD + ch * 8) = val;
+            }
+        }
+        release(tile_empty(i & 1));
+        loads += ntiles;
+        t = cw == NC - 1 ? next : read_tile(i + 1);
+    }
