@@ -131,6 +131,7 @@
     const float HIDE = NEG ? -NEG_INF : NEG_INF;
     auto extreme = [](float a, float b) { return NEG ? fminf(a, b) : fmaxf(a, b); };
     const float sl2 = scale[0] * 1.4426950408889634f;
+    const bool zero_scale = sl2 == 0.0f;
     const int rl = 16 * warp + (lane >> 2);
     float o[HD / 2];
     float s[BN / 2];
@@ -289,7 +290,8 @@
                     for (int c = 0; c < 2; ++c) {
                         const float x = s[4 * jj + 2 * r + c];
                         float p = ex2(fmaf(x, sl2, mb));
-                        if (edge) {
+                        // A hidden score's exponent is -inf, so p = 0, except under a zero scale.
+                        if (edge && zero_scale) {
                             p = x == HIDE ? 0.0f : p;
                         }
                         s[4 * jj + 2 * r + c] = p;
