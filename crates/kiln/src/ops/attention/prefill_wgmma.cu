@@ -4,6 +4,11 @@
     constexpr int QWG = 64 * HD * 2;   // bytes of one consumer's query (or output) rows
     constexpr int TBYTES = BN * HD * 2; // bytes of one key or value tile
     constexpr int CB = HD / 64;        // 64-column blocks of a row
+    // D = 64: P V also multiplies P by a column block of ones stored after each value tile, so
+    // the tensor cores add up the row sums (8 extra accumulator columns, all equal to l).
+    constexpr bool ROWSUM = HD == 64;
+    constexpr int VSTRIDE = ROWSUM ? 2 * TBYTES : TBYTES; // bytes from one value stage to the next
+    constexpr int OACC = HD / 2 + (ROWSUM ? 4 : 0);       // P V accumulators of a thread
     extern __shared__ __align__(1024) uint4 kiln_wg_smem[];
     // q_full, q_empty, k_full[stage], v_full[stage], tile_full[slot], tile_empty[slot],
     // k_empty[stage], v_empty[stage]
@@ -13,7 +18,7 @@
     const unsigned sq = base;
     const unsigned sk = sq + NC * QWG;
     const unsigned sv = sk + 2 * TBYTES;
-    const unsigned so = sv + 2 * TBYTES;
+    const unsigned so = sv + 2 * VSTRIDE;
     const unsigned q_full = smem_u32(kiln_bars);
     const unsigned q_empty = q_full + 8;
     auto k_full = [&](int s) { return q_full + 8 * (2 + s); };
@@ -54,6 +59,14 @@
             kiln_tma::bar_init(v_empty(s), 4 * NC);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    if constexpr (ROWSUM) {
+        const unsigned one = BF16 ? 0x3F803F80u : 0x3C003C00u;
+        for (int c = tid; c < 2 * TBYTES / 16; c += blockDim.x) {
+            const unsigned a = sv + (c / (TBYTES / 16)) * VSTRIDE + TBYTES + (c % (TBYTES / 16)) * 16;
+            asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(a), "r"(one) : "memory");
+        }
+        kiln_wg::fence_async_shared();
     }
     __syncthreads();
     if (tid < 128) {
@@ -96,20 +109,20 @@
                     }
                 }
                 const int kv = (hb / Hq) * Hkv + (hb % Hq) / (Hq / Hkv);
-                auto load_tile = [&](int j, unsigned full, auto empty, unsigned dst, const unsigned char* map) {
+                auto load_tile = [&](int j, unsigned full, auto empty, unsigned dst, unsigned stride, const unsigned char* map) {
                     const int s = loads & 1;
                     if (loads >= 2) {
                         kiln_tma::wait(empty(s), ((loads >> 1) - 1) & 1);
                     }
                     kiln_tma::expect_bytes(full, TBYTES);
                     for (int cb = 0; cb < CB; ++cb) {
-                        kiln_tma::load_box(dst + s * TBYTES + cb * (BN * 128), map, cb * 64, j * BN, kv, full);
+                        kiln_tma::load_box(dst + s * stride + cb * (BN * 128), map, cb * 64, j * BN, kv, full);
                     }
                 };
 #pragma unroll 1
                 for (int j = 0; j < ntiles; ++j) {
-                    load_tile(j, k_full(loads & 1), k_empty, sk, kmap);
-                    load_tile(j, v_full(loads & 1), v_empty, sv, vmap);
+                    load_tile(j, k_full(loads & 1), k_empty, sk, TBYTES, kmap);
+                    load_tile(j, v_full(loads & 1), v_empty, sv, VSTRIDE, vmap);
                     ++loads;
                 }
                 t = static_cast<int>(atomicAdd(next_tile, 1u)) + static_cast<int>(gridDim.x);
@@ -133,7 +146,7 @@
     const float sl2 = scale[0] * 1.4426950408889634f;
     const bool zero_scale = sl2 == 0.0f;
     const int rl = 16 * warp + (lane >> 2);
-    float o[HD / 2];
+    float o[OACC];
     float s[BN / 2];
     float m[2];
     float l[2];
@@ -190,7 +203,7 @@
         const int row_lo = w0 + rl;
         const int nw = tiles_of(w0 - cw * 64, cw);
 #pragma unroll
-        for (int k = 0; k < HD / 2; ++k) {
+        for (int k = 0; k < OACC; ++k) {
             o[k] = 0.0f;
         }
         m[0] = m[1] = HIDE;
@@ -206,14 +219,14 @@
             kiln_wg::commit();
         };
         auto issue_pv = [&](int j) {
-            const unsigned vt = sv + ((loads + j) & 1) * TBYTES;
+            const unsigned vt = sv + ((loads + j) & 1) * VSTRIDE;
 #pragma unroll
             for (int kk = 0; kk < BN / 16; ++kk) {
                 const unsigned long long db = kiln_wg::desc(vt + kk * 2048, BN * 128, 1024);
                 if constexpr (HD == 128) {
                     kiln_wg::mma_rs_vt<BF16>(o, pa[kk], db, 1);
                 } else {
-                    kiln_wg::mma_rs_vt64<BF16>(o, pa[kk], db, 1);
+                    kiln_wg::mma_rs_vt72<BF16>(o, pa[kk], db, 1);
                 }
             }
             kiln_wg::commit();
@@ -229,7 +242,7 @@
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
 #pragma unroll
-                for (int jj = 0; jj < HD / 8; ++jj) {
+                for (int jj = 0; jj < OACC / 4; ++jj) {
                     o[4 * jj + 2 * r] *= corr[r];
                     o[4 * jj + 2 * r + 1] *= corr[r];
                 }
@@ -295,10 +308,14 @@
                             p = x == HIDE ? 0.0f : p;
                         }
                         s[4 * jj + 2 * r + c] = p;
-                        sum += p;
+                        if constexpr (!ROWSUM) {
+                            sum += p;
+                        }
                     }
                 }
-                l[r] = rescaling ? l[r] * corr[r] + sum : l[r] + sum;
+                if constexpr (!ROWSUM) {
+                    l[r] = rescaling ? l[r] * corr[r] + sum : l[r] + sum;
+                }
             }
         };
         // P_j as register A fragments (kk covers keys 16kk..16kk+15), once the product that
@@ -345,13 +362,13 @@
                 kiln_wg::keep<BN / 2>(s);
                 kiln_wg::fence();
                 issue_s(j);
-                kiln_wg::keep<HD / 2>(o);
+                kiln_wg::keep<OACC>(o);
                 rescale();
-                kiln_wg::keep<HD / 2>(o);
+                kiln_wg::keep<OACC>(o);
                 kiln_wg::fence();
                 issue_pv(j - 1);
                 kiln_wg::keep<BN / 2>(s);
-                kiln_wg::keep<HD / 2>(o);
+                kiln_wg::keep<OACC>(o);
                 pass_turn(false);
                 kiln_wg::wait<1>();
                 kiln_wg::keep<BN / 2>(s);
@@ -361,7 +378,7 @@
                 }
                 softmax(j);
                 kiln_wg::wait<0>();
-                kiln_wg::keep<HD / 2>(o);
+                kiln_wg::keep<OACC>(o);
                 release(v_empty(k_stage(j - 1)));
                 pack();
             }
@@ -369,15 +386,15 @@
             kiln_tma::wait(v_full(k_stage(nw - 1)), phase(nw - 1));
             learn_next(i);
             take_turn();
-            kiln_wg::keep<HD / 2>(o);
+            kiln_wg::keep<OACC>(o);
             rescale();
-            kiln_wg::keep<HD / 2>(o);
+            kiln_wg::keep<OACC>(o);
             kiln_wg::fence();
             issue_pv(nw - 1);
-            kiln_wg::keep<HD / 2>(o);
+            kiln_wg::keep<OACC>(o);
             pass_turn(true);
             kiln_wg::wait<0>();
-            kiln_wg::keep<HD / 2>(o);
+            kiln_wg::keep<OACC>(o);
             release(v_empty(k_stage(nw - 1)));
         }
         const int ntiles = tiles_of(w0 - cw * 64, NC - 1);
@@ -400,8 +417,12 @@
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             float lt = l[r];
-            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+            if constexpr (ROWSUM) {
+                lt = o[HD / 2 + 2 * r];
+            } else {
+                lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+                lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+            }
             const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
             const int row = rl + 8 * r;
 #pragma unroll
@@ -411,13 +432,17 @@
             }
         }
         asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
+        // The staging rows' base, opaque to the compiler, so it computes the read addresses here
+        // instead of keeping them in registers through the key loop.
+        unsigned sol;
+        asm volatile("mov.b32 %0, %1;\n" : "=r"(sol) : "r"(sow));
 #pragma unroll
         for (int it = 0; it < HD / 16; ++it) {
             const int k = wt + it * 128;
             const int row = k / (HD / 8);
             const int ch = k % (HD / 8);
             const int gr = w0 + row;
-            const uint4 val = kiln_wg::lds128(sow + (ch >> 3) * (64 * 128) + row * 128 + (((ch & 7) ^ (row & 7)) << 4));
+            const uint4 val = kiln_wg::lds128(sol + (ch >> 3) * (64 * 128) + row * 128 + (((ch & 7) ^ (row & 7)) << 4));
             if (gr < Tq) {
                 *reinterpret_cast<uint4*>(ob + static_cast<long>(gr) * HD + ch * 8) = val;
             }

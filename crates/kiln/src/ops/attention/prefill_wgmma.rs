@@ -31,6 +31,10 @@
 //!   m' = max(m, rowmax S) over the raw scores (min under a negative scale: NEG);
 //!   p = 2^(S·c − m'·c), c = scale·log2(e), one FFMA and one ex2 per score (0 where hidden);
 //!   l = l·corr + Σp, corr = 2^((m − m')·c), computed while P_{j-1} V_{j-1} is in flight;
+//!                       at D = 64 the tensor cores form Σp instead: P V runs as m64n72k16
+//!                       over V and a 64-column block of ones kept after each value stage,
+//!                       its 8 extra accumulator columns are l (rescaled with O), which takes
+//!                       64 additions a thread and key tile off the issue slots;
 //!   the extremes move only when the exponent of some row of the warp would grow by more
 //!                       than 8 (p ≤ 256, exact in the same way: O, l and p all relative to
 //!                       the kept extreme); otherwise corr = 1 and the O and l corrections
@@ -73,7 +77,10 @@
 //! causal 0.687–0.694 against 0.694–0.702, D = 128 causal 0.923–0.974 against 0.968–1.008.
 //! Measured and not used: the last P V of a tile issued with the next tile's first S (two
 //! query buffers, the output staged in the finished one): 8 % more instructions in the
-//! consumers' more general turn loop, 5–10 % slower.
+//! consumers' more general turn loop, 5–10 % slower. Row sums on the tensor cores at D = 64
+//! (two rounds, same call, against the kernel before them): causal 0.648–0.649 against
+//! 0.692–0.695 ms, full 1.106–1.130 against 1.146–1.166; `ncu`, full: 570 M against 642 M
+//! instructions, tensor pipes 57.6 % against 52.5 % busy.
 //!
 //! Layout: `q` (B, Hq, Tq, D), `k`, `v` (B, Hkv, Tk, D), row-contiguous (copied otherwise)
 //! with 16-byte aligned starts; output (B, Hq, Tq, D). Reference: the parent's `reference`
@@ -143,10 +150,12 @@ fn block_queries(d: usize) -> usize {
 /// then holds the turn while V arrives.
 const KEYS: usize = 128;
 
-/// Shared memory bytes: the query tile, two stages of key and value tiles, the output staging
-/// tile, and 1024 bytes to align the start.
+/// Shared memory bytes: the query tile, two stages of key and value tiles (at D = 64 each
+/// value stage followed by a block of ones), the output staging tile, and 1024 bytes to align
+/// the start.
 fn shared_bytes(d: usize) -> usize {
-    (2 * block_queries(d) + 4 * KEYS) * d * 2 + 1024
+    let ones = if d == 64 { 2 * KEYS * 128 } else { 0 };
+    (2 * block_queries(d) + 4 * KEYS) * d * 2 + ones + 1024
 }
 
 /// Bytes after the three tensor maps in the `maps` input: the tile counter (a u32, zero at
@@ -199,7 +208,7 @@ fn header() -> &'static str {
         s.push_str("namespace kiln_wg {\n");
         wgmma_fn(&mut s, "mma_ss", KEYS, false, false);
         wgmma_fn(&mut s, "mma_rs_vt", 128, true, true);
-        wgmma_fn(&mut s, "mma_rs_vt64", 64, true, true);
+        wgmma_fn(&mut s, "mma_rs_vt72", 72, true, true);
         s.push_str("}  // namespace kiln_wg\n");
         s
     })
