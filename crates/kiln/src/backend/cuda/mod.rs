@@ -35,7 +35,7 @@ use crate::kernel::MathMode;
 use crate::source::cuda as cuda_source;
 use crate::source::lower::{self, LowerTarget};
 
-pub use compile::{nvrtc_version, options as nvrtc_options, Arch};
+pub use compile::{compile_with_log as compile_source_with_log, nvrtc_version, options as nvrtc_options, Arch};
 pub use custom::CudaKernelCall;
 pub use memory::CudaBuffer;
 use programs::{ProgramTable, Resolved};
@@ -188,20 +188,6 @@ pub fn compile_cubin(program: &MetalProgram, arch: Arch) -> Result<Vec<u8>> {
 /// Compiles CUDA source text to a cubin for `arch` with NVRTC alone (no device needed).
 pub fn compile_source(kernel: &str, source: &str, arch: Arch, math: MathMode) -> Result<Vec<u8>> {
     Ok(compile::compile(kernel, source, arch, math)?.as_ref().clone())
-}
-
-/// As [`compile_source_for`], uncached, with NVRTC's log of the successful compile: the
-/// compiler's warnings and notes, and with `verbose` the code generator's resource report
-/// (registers, spill stores and loads).
-pub fn compile_source_with_log(
-    kernel: &str,
-    source: &str,
-    arch: Arch,
-    math: MathMode,
-    arch_specific: bool,
-    verbose: bool,
-) -> Result<(Vec<u8>, String)> {
-    compile::compile_with_log(kernel, source, arch, math, arch_specific, verbose)
 }
 
 /// As [`compile_source`], for the architecture-specific target (`sm_90a`) when `arch_specific`.

@@ -4,9 +4,10 @@
     constexpr int QWG = 64 * HD * 2;   // bytes of one consumer's query (or output) rows
     constexpr int TBYTES = BN * HD * 2; // bytes of one key or value tile
     constexpr int CB = HD / 64;        // 64-column blocks of a row
-    // D = 64: P V also multiplies P by a column block of ones stored after each value tile, so
-    // the tensor cores add up the row sums (8 extra accumulator columns, all equal to l).
-    constexpr bool ROWSUM = HD == 64;
+    // ROWSUM (D = 64, the host's choice): P V also multiplies P by a column block of ones
+    // stored after each value tile, so the tensor cores add up the row sums (8 extra
+    // accumulator columns, all equal to l). The P V wrappers: n = 72 for that, n = 128 else.
+    static_assert(ROWSUM ? HD == 64 : HD == 128, "P V is m64n72 (D = 64 with row sums) or m64n128");
     constexpr int VSTRIDE = ROWSUM ? 2 * TBYTES : TBYTES; // bytes from one value stage to the next
     constexpr int OACC = HD / 2 + (ROWSUM ? 4 : 0);       // P V accumulators of a thread
     extern __shared__ __align__(1024) uint4 kiln_wg_smem[];
@@ -223,10 +224,10 @@
 #pragma unroll
             for (int kk = 0; kk < BN / 16; ++kk) {
                 const unsigned long long db = kiln_wg::desc(vt + kk * 2048, BN * 128, 1024);
-                if constexpr (HD == 128) {
-                    kiln_wg::mma_rs_vt<BF16>(o, pa[kk], db, 1);
-                } else {
+                if constexpr (ROWSUM) {
                     kiln_wg::mma_rs_vt72<BF16>(o, pa[kk], db, 1);
+                } else {
+                    kiln_wg::mma_rs_vt<BF16>(o, pa[kk], db, 1);
                 }
             }
             kiln_wg::commit();
@@ -416,10 +417,9 @@
         unsigned short* ob = reinterpret_cast<unsigned short*>(out) + static_cast<long>(head_of(tile_at(i))) * Tq * HD;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            float lt = l[r];
-            if constexpr (ROWSUM) {
-                lt = o[HD / 2 + 2 * r];
-            } else {
+            // The row sum: the product's extra column, or the quad's partial sums added up.
+            float lt = ROWSUM ? o[HD / 2 + 2 * r] : l[r];
+            if constexpr (!ROWSUM) {
                 lt += __shfl_xor_sync(0xffffffffu, lt, 1);
                 lt += __shfl_xor_sync(0xffffffffu, lt, 2);
             }

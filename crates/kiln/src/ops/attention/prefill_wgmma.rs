@@ -150,11 +150,18 @@ fn block_queries(d: usize) -> usize {
 /// then holds the turn while V arrives.
 const KEYS: usize = 128;
 
-/// Shared memory bytes: the query tile, two stages of key and value tiles (at D = 64 each
-/// value stage followed by a block of ones), the output staging tile, and 1024 bytes to align
-/// the start.
+/// Whether P V also forms the row sums, over a block of ones after each value stage (template
+/// `ROWSUM`): at D = 64, whose softmax sets the pace; D = 128 would need a third column block
+/// of accumulators.
+fn row_sums_on_tensor_cores(d: usize) -> bool {
+    d == 64
+}
+
+/// Shared memory bytes: the query tile, two stages of key and value tiles (each value stage
+/// followed by a 64-column block of ones where P V forms the row sums), the output staging
+/// tile, and 1024 bytes to align the start.
 fn shared_bytes(d: usize) -> usize {
-    let ones = if d == 64 { 2 * KEYS * 128 } else { 0 };
+    let ones = if row_sums_on_tensor_cores(d) { 2 * KEYS * 128 } else { 0 };
     (2 * block_queries(d) + 4 * KEYS) * d * 2 + ones + 1024
 }
 
@@ -320,6 +327,7 @@ pub(super) fn spec(op: &str, q: &Array, hq: usize, b: usize, causal: bool, negat
         .template("NEG", negative_scale as i32)
         .template("BN", KEYS as i32)
         .template("HD", d as i32)
+        .template("ROWSUM", row_sums_on_tensor_cores(d) as i32)
         .template("NC", consumers(d) as i32)
         .template("PRODUCER_REGS", registers(d).0 as i32)
         .template("CONSUMER_REGS", registers(d).1 as i32)
