@@ -300,29 +300,34 @@ fn attention_warpgroup_prefill_compiles_for_sm90a() {
     if !common::nvrtc_or_skip() {
         return;
     }
+    // Every dtype, head dimension and mask kind with a positive scale; the negative- and
+    // zero-scale variants once each.
+    let mut variants = Vec::new();
     for dtype in [DType::BF16, DType::F16] {
         for d in kiln::ops::attention::prefill_wgmma::HEAD_DIMS {
             for causal in [false, true] {
-                let (entry, body) = kiln::ops::attention::prefill_wgmma::cuda_source(dtype, d, causal).unwrap();
-                let source = format!("{}\n{}", kiln::source::cuda::prelude(), body);
-                let (cubin, log) = cuda::compile_source_with_log(&entry, &source, ARCH, MathMode::Safe, true, true)
-                    .unwrap_or_else(|e| panic!("{entry}: {e}"));
-                assert_eq!(&cubin[..4], b"\x7fELF", "{entry}: not a cubin");
-                assert!(
-                    cubin.windows(entry.len()).any(|w| w == entry.as_bytes()),
-                    "{entry}: entry missing from the cubin"
-                );
-                assert!(!log.contains("Potential Performance Loss"), "{entry}: {log}");
-                assert!(log.contains("0 bytes spill stores, 0 bytes spill loads"), "{entry}: {log}");
-                // The registers a thread starts with, from which the producer's `setmaxnreg`
-                // returns what the consumers take.
-                let regs = kiln::ops::attention::prefill_wgmma::launch_registers(d);
-                assert!(log.contains(&format!("Used {regs} registers")), "{entry}: {log}");
+                variants.push((dtype, d, causal, 0.125f32));
             }
         }
     }
+    variants.push((DType::BF16, 128, true, -0.125));
+    variants.push((DType::BF16, 64, true, 0.0));
+    for (dtype, d, causal, scale) in variants {
+        let (entry, body) = kiln::ops::attention::prefill_wgmma::cuda_source(dtype, d, causal, scale).unwrap();
+        let source = format!("{}\n{}", kiln::source::cuda::prelude(), body);
+        let (cubin, log) = cuda::compile_source_with_log(&entry, &source, ARCH, MathMode::Safe, true, true)
+            .unwrap_or_else(|e| panic!("{entry}: {e}"));
+        assert_eq!(&cubin[..4], b"\x7fELF", "{entry}: not a cubin");
+        assert!(cubin.windows(entry.len()).any(|w| w == entry.as_bytes()), "{entry}: entry missing from the cubin");
+        assert!(!log.contains("Potential Performance Loss"), "{entry}: {log}");
+        assert!(log.contains("0 bytes spill stores, 0 bytes spill loads"), "{entry}: {log}");
+        // The registers a thread starts with, from which the producer's `setmaxnreg`
+        // returns what the consumers take.
+        let regs = kiln::ops::attention::prefill_wgmma::launch_registers(d);
+        assert!(log.contains(&format!("Used {regs} registers")), "{entry}: {log}");
+    }
     // wgmma exists only on the architecture-specific target: plain sm_90 rejects the source.
-    let (entry, body) = kiln::ops::attention::prefill_wgmma::cuda_source(DType::BF16, 128, true).unwrap();
+    let (entry, body) = kiln::ops::attention::prefill_wgmma::cuda_source(DType::BF16, 128, true, 0.125).unwrap();
     let source = format!("{}\n{}", kiln::source::cuda::prelude(), body);
     assert!(cuda::compile_source(&entry, &source, ARCH, MathMode::Safe).is_err(), "{entry}: compiled for sm_90");
 }

@@ -399,7 +399,7 @@ fn kernel_calls_by(route: Route, q: &Array, k: &Array, v: &Array, scale: f32, ma
             let [b, hq, _, _, _, d] = validate(q, k, v)?;
             if route == Route::CudaPrefillWgmma {
                 let kernel = prefill_wgmma::kernel(OP, d)?;
-                let spec = prefill_wgmma::spec(OP, q, hq, b, causal, scale < 0.0)?;
+                let spec = prefill_wgmma::spec(OP, q, hq, b, causal, scale)?;
                 return Ok(vec![KernelCall::Cuda(kernel, prefill_wgmma::inputs(OP, q, k, v, scale)?, spec)]);
             }
             let (kernel, spec) = (prefill_cuda::kernel(OP, d, causal)?, prefill_cuda::spec(OP, q, hq, b, d, causal)?);

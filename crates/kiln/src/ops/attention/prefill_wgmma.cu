@@ -140,12 +140,16 @@
     const int warp = wt >> 5;
     const int lane = tid & 31;
     const unsigned sqw = sq + cw * QWG;
+    // Matrix descriptors of this consumer's query rows and of the first key and value stages;
+    // each product step adds its byte offset to them.
+    const unsigned long long dq = kiln_wg::desc(sqw, 16, 1024);
+    const unsigned long long dk = kiln_wg::desc(sk, 16, 1024);
+    const unsigned long long dv = kiln_wg::desc(sv, BN * 128, 1024);
     const unsigned sow = so + cw * QWG;
     const float NEG_INF = neg_inf();
     const float HIDE = NEG ? -NEG_INF : NEG_INF;
     auto extreme = [](float a, float b) { return NEG ? fminf(a, b) : fmaxf(a, b); };
     const float sl2 = scale[0] * 1.4426950408889634f;
-    const bool zero_scale = sl2 == 0.0f;
     const int rl = 16 * warp + (lane >> 2);
     float o[OACC];
     float s[BN / 2];
@@ -210,20 +214,18 @@
         m[0] = m[1] = HIDE;
         l[0] = l[1] = 0.0f;
         auto issue_s = [&](int j) {
-            const unsigned kt = sk + ((loads + j) & 1) * TBYTES;
 #pragma unroll
             for (int kk = 0; kk < HD / 16; ++kk) {
-                const unsigned long long da = kiln_wg::desc(sqw + (kk >> 2) * (64 * 128) + (kk & 3) * 32, 16, 1024);
-                const unsigned long long db = kiln_wg::desc(kt + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
+                const unsigned long long da = kiln_wg::desc_add(dq, (kk >> 2) * (64 * 128) + (kk & 3) * 32);
+                const unsigned long long db = kiln_wg::desc_add(dk, ((loads + j) & 1) * TBYTES + (kk >> 2) * (BN * 128) + (kk & 3) * 32);
                 kiln_wg::mma_ss<BF16>(s, da, db, kk > 0);
             }
             kiln_wg::commit();
         };
         auto issue_pv = [&](int j) {
-            const unsigned vt = sv + ((loads + j) & 1) * VSTRIDE;
 #pragma unroll
             for (int kk = 0; kk < BN / 16; ++kk) {
-                const unsigned long long db = kiln_wg::desc(vt + kk * 2048, BN * 128, 1024);
+                const unsigned long long db = kiln_wg::desc_add(dv, ((loads + j) & 1) * VSTRIDE + kk * 2048);
                 if constexpr (ROWSUM) {
                     kiln_wg::mma_rs_vt72<BF16>(o, pa[kk], db, 1);
                 } else {
@@ -304,9 +306,12 @@
                     for (int c = 0; c < 2; ++c) {
                         const float x = s[4 * jj + 2 * r + c];
                         float p = ex2(fmaf(x, sl2, mb));
-                        // A hidden score's exponent is -inf, so p = 0, except under a zero scale.
-                        if (edge && zero_scale) {
-                            p = x == HIDE ? 0.0f : p;
+                        // A hidden score's exponent is -inf, so p = 0, except under a zero (or
+                        // subnormal) scale, the variant that makes it 0 here.
+                        if constexpr (ZERO_SCALE) {
+                            if (edge) {
+                                p = x == HIDE ? 0.0f : p;
+                            }
                         }
                         s[4 * jj + 2 * r + c] = p;
                         if constexpr (!ROWSUM) {

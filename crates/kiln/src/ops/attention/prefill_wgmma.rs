@@ -80,7 +80,19 @@
 //! consumers' more general turn loop, 5–10 % slower. Row sums on the tensor cores at D = 64
 //! (two rounds, same call, against the kernel before them): causal 0.648–0.649 against
 //! 0.692–0.695 ms, full 1.106–1.130 against 1.146–1.166; `ncu`, full: 570 M against 642 M
-//! instructions, tensor pipes 57.6 % against 52.5 % busy.
+//! instructions, tensor pipes 57.6 % against 52.5 % busy. The consumers' softmax sets the
+//! pace at D = 128 (`ncu` source counters: the consumer warps spend about 70 % of their time
+//! there, under 2 % waiting for products); two changes shortened it: the hidden keys' explicit
+//! zeroing compiled only into the zero-scale variant (it had been an FSETP and an FSEL on every
+//! score of every tile), and the descriptors formed as a base plus an offset (one add instead
+//! of four dependent uniform operations a product step). Against the kernel before them (`ncu`,
+//! one run each): D = 128 full 514 M against 664 M instructions, 1.54 against 1.67 ms, tensor
+//! pipes 79.6 % against 73.1 % busy; causal 0.861 against 0.922 ms; D = 64 full 1.07 against
+//! 1.10 ms; three rounds of the bench, same call: D = 128 causal 0.894–0.917 against
+//! 0.924–0.994, full 1.634–1.761 against 1.811–1.826, D = 64 causal 0.625–0.631 against
+//! 0.649–0.663, full 1.070–1.074 against 1.105–1.138. Measured and not used: a second query
+//! buffer (the output staged in the tile's own), the next tile's queries loaded a whole tile
+//! ahead: level within the noise (D = 128 causal 0.953–0.996 against 0.936–0.967 ms).
 //!
 //! Layout: `q` (B, Hq, Tq, D), `k`, `v` (B, Hkv, Tk, D), row-contiguous (copied otherwise)
 //! with 16-byte aligned starts; output (B, Hq, Tq, D). Reference: the parent's `reference`
@@ -242,6 +254,12 @@ __device__ __forceinline__ unsigned long long desc(unsigned addr, unsigned lbo, 
     return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) | (static_cast<unsigned long long>(lbo >> 4) << 16) |
            (static_cast<unsigned long long>(sbo >> 4) << 32) | (1ull << 62);
 }
+// Descriptor `d` moved on by `bytes` (a multiple of 16): only the start address field (bits
+// 0-13, the address / 16) changes, and shared addresses stay under 256 KB, so one 32-bit add
+// never carries into the fields above it.
+__device__ __forceinline__ unsigned long long desc_add(unsigned long long d, unsigned bytes) {
+    return (d & 0xFFFFFFFF00000000ull) | (static_cast<unsigned>(d) + (bytes >> 4));
+}
 __device__ __forceinline__ void sts32(unsigned a, unsigned v) {
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
 }
@@ -309,9 +327,11 @@ pub(super) fn kernel(op: &str, d: usize) -> Result<&'static CudaKernel> {
         .map_err(|m| Error::invalid(op, m.clone()))
 }
 
-/// The launch for `q` (B, Hq, Tq, D); `negative_scale` compiles the variant whose row extreme
-/// is the minimum of the raw scores.
-pub(super) fn spec(op: &str, q: &Array, hq: usize, b: usize, causal: bool, negative_scale: bool) -> Result<LaunchSpec> {
+/// The launch for `q` (B, Hq, Tq, D) and the softmax scale: a negative scale compiles the
+/// variant whose row extreme is the minimum of the raw scores; a zero (or subnormal) one the
+/// variant that zeroes hidden keys' weights explicitly (their exponent is -inf · 0 = NaN there,
+/// -inf otherwise, so the others skip that select, two instructions a score).
+pub(super) fn spec(op: &str, q: &Array, hq: usize, b: usize, causal: bool, scale: f32) -> Result<LaunchSpec> {
     let dim = |n: usize| u32::try_from(n).map_err(|_| Error::invalid(op, format!("grid extent {n} exceeds u32")));
     let (tq, d) = (q.shape()[2], q.shape()[3]);
     let threads = threads(d);
@@ -324,7 +344,8 @@ pub(super) fn spec(op: &str, q: &Array, hq: usize, b: usize, causal: bool, negat
         .output(q.shape(), q.dtype())
         .template("BF16", (q.dtype() == DType::BF16) as i32)
         .template("CAUSAL", causal as i32)
-        .template("NEG", negative_scale as i32)
+        .template("NEG", (scale < 0.0) as i32)
+        .template("ZERO_SCALE", (scale.abs() < f32::MIN_POSITIVE) as i32)
         .template("BN", KEYS as i32)
         .template("HD", d as i32)
         .template("ROWSUM", row_sums_on_tensor_cores(d) as i32)
@@ -360,12 +381,13 @@ pub(super) fn inputs(op: &str, q: &Array, k: &Array, v: &Array, scale: f32) -> R
     Ok(vec![q.into(), k.into(), v.into(), scale.into(), maps.into()])
 }
 
-/// The entry name and CUDA source (without the prelude) of the kernel for `dtype`, `d` and the
-/// mask kind, for compile-only checks (compile for `sm_90a`).
-pub fn cuda_source(dtype: DType, d: usize, causal: bool) -> Result<(String, String)> {
+/// The entry name and CUDA source (without the prelude) of the kernel for `dtype`, `d`, the
+/// mask kind and the softmax scale (its sign and whether it is zero pick the variant), for
+/// compile-only checks (compile for `sm_90a`).
+pub fn cuda_source(dtype: DType, d: usize, causal: bool, scale: f32) -> Result<(String, String)> {
     let op = "scaled_dot_product_attention";
     let q = Array::full(dtype, &[1, 1, 1, d], 0.0);
-    let spec = spec(op, &q, 1, 1, causal, false)?;
+    let spec = spec(op, &q, 1, 1, causal, scale)?;
     let k = kernel(op, d)?;
     let scale = Array::scalar(1.0f32);
     let maps = Array::full(DType::U8, &[3 * crate::backend::cuda::TENSOR_MAP_BYTES + SCHEDULE_BYTES], 0.0);
@@ -413,12 +435,12 @@ mod tests {
         }
         for d in HEAD_DIMS {
             let q = Array::full(DType::BF16, &[2, 3, 300, d], 0.0);
-            let spec = spec("attention", &q, 3, 2, true, false).unwrap();
+            let spec = spec("attention", &q, 3, 2, true, 0.125).unwrap();
             let t = threads(d) as u32;
             // A host array: one block (the launch takes one per multiprocessor).
             assert_eq!(spec.grid, [t, 1, 1]);
             assert_eq!(spec.threadgroup, [t, 1, 1]);
-            let (entry, text) = cuda_source(DType::BF16, d, true).unwrap();
+            let (entry, text) = cuda_source(DType::BF16, d, true, 0.125).unwrap();
             assert!(text.contains(&format!("constexpr int HD = {d};")) && text.contains(&entry), "{entry}");
         }
     }
