@@ -261,7 +261,8 @@
             // Each row's new extreme, held in corr[r] until the choice is made, and whether its
             // largest exponent grows by more than GROW: (m' - m)·c, infinite when a row sees its
             // first key, NaN (no growth) while it sees none.
-            bool grows = false;
+            // Both rows' quad reductions go together, so one row's shuffles wait while the
+            // other's are in flight.
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int row = row_lo + 8 * r;
@@ -284,9 +285,19 @@
                         mx = extreme(mx, extreme(s[4 * jj + 2 * r], s[4 * jj + 2 * r + 1]));
                     }
                 }
-                mx = extreme(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = extreme(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                corr[r] = extreme(m[r], mx);
+                corr[r] = mx;
+            }
+#pragma unroll
+            for (int lanes = 1; lanes <= 2; lanes *= 2) {
+                const float x0 = __shfl_xor_sync(0xffffffffu, corr[0], lanes);
+                const float x1 = __shfl_xor_sync(0xffffffffu, corr[1], lanes);
+                corr[0] = extreme(corr[0], x0);
+                corr[1] = extreme(corr[1], x1);
+            }
+            bool grows = false;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                corr[r] = extreme(m[r], corr[r]);
                 grows = grows || (corr[r] - m[r]) * sl2 > GROW;
             }
             rescaling = __any_sync(0xffffffffu, grows);

@@ -92,7 +92,16 @@
 //! 0.924–0.994, full 1.634–1.761 against 1.811–1.826, D = 64 causal 0.625–0.631 against
 //! 0.649–0.663, full 1.070–1.074 against 1.105–1.138. Measured and not used: a second query
 //! buffer (the output staged in the tile's own), the next tile's queries loaded a whole tile
-//! ahead: level within the noise (D = 128 causal 0.953–0.996 against 0.936–0.967 ms).
+//! ahead: level within the noise (D = 128 causal 0.953–0.996 against 0.936–0.967 ms). The two
+//! rows' quad shuffles for the extremes issued together: `ncu` D = 128 causal / full 0.851 /
+//! 1.53 against 0.858 / 1.54 ms, D = 64 0.613 / 1.04 against 0.621 / 1.05 ms. Measured and
+//! not used: a share of the exponentials on the FMA pipes (2^f by a degree-3 polynomial, the
+//! exponent added as an integer, as FlashAttention-4 does on Blackwell), every 8th, 4th or 2nd
+//! group of 8 keys: the softmax here is bound by instruction issue, not by the special function
+//! unit, so the extra instructions cost more than the unit's time saved (`ncu`, every 4th: D =
+//! 128 full 631 M against 515 M instructions, 1.69 against 1.53 ms; D = 64 full 1.12 against
+//! 1.04 ms). The keys and values come from the L2 at 4.7–6.0 TB/s at D = 128 (`ncu`
+//! `lts__t_bytes`, 50–58 % of its peak): not the limit.
 //!
 //! Layout: `q` (B, Hq, Tq, D), `k`, `v` (B, Hkv, Tk, D), row-contiguous (copied otherwise)
 //! with 16-byte aligned starts; output (B, Hq, Tq, D). Reference: the parent's `reference`
