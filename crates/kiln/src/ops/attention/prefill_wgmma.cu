@@ -91,7 +91,11 @@
                 if (i >= 2) {
                     kiln_tma::wait(tile_empty(i & 1), ((i >> 1) - 1) & 1);
                 }
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(smem_u32(kiln_tile_slot) + 4 * (i & 1)), "r"(t) : "memory");
+                int old;
+                asm volatile("atom.shared.exch.b32 %0, [%1], %2;\n"
+                             : "=r"(old)
+                             : "r"(smem_u32(kiln_tile_slot) + 4 * (i & 1)), "r"(t)
+                             : "memory");
                 kiln_tma::arrive(tile_full(i & 1));
                 if (t >= total) {
                     break;
@@ -169,10 +173,15 @@
         }
     };
     // The tile in slot i & 1 (the end when past the last tile), read again where needed and
-    // released at the end of the tile, so few registers carry it through the key loop.
+    // released at the end of the tile, so few registers carry it through the key loop. The
+    // slot is written and read with shared-memory atomics: the mbarriers order the two, and
+    // atomics keep the race checker, which does not follow mbarriers, from reporting them.
+    // One lane reads (32 atomics on one address would queue behind each other).
     auto tile_at = [&](unsigned i) {
-        int t;
-        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(t) : "r"(smem_u32(kiln_tile_slot) + 4 * (i & 1)) : "memory");
+        int t = 0;
+        if (lane == 0) {
+            asm volatile("atom.shared.add.u32 %0, [%1], 0;\n" : "=r"(t) : "r"(smem_u32(kiln_tile_slot) + 4 * (i & 1)) : "memory");
+        }
         return __shfl_sync(0xffffffffu, t, 0);
     };
     auto read_tile = [&](unsigned i) {
