@@ -234,30 +234,24 @@ impl RowLaunch {
         Ok(RowLaunch { row_per_simdgroup, grid: grid_dim(op, grid)?, group: group as u32, cpt, p, d })
     }
 
-    /// The plan for 16-bit rows kept packed in registers (16-byte units of 8 elements, 4
-    /// registers per unit, widened where used): one simdgroup per row for D ≤ 1024, else about 4
-    /// units per thread in threadgroups of at most 512 threads, so that at least two rows share
-    /// a multiprocessor; at most 16 units (64 registers) per thread. `None` where the row does
-    /// not fit (D > 65536) or the row does not take 16-byte units.
+    /// The plan for 16-bit rows longer than one simdgroup's (D > 1024) kept packed in registers
+    /// (16-byte units of 8 elements, 4 registers per unit, widened where used): about 4 units
+    /// per thread in threadgroups of at most 512 threads, so that at least two rows share a
+    /// multiprocessor; at most 16 units (64 registers) per thread. `None` where the row is
+    /// short (D ≤ 1024: the float register form serves it), does not fit (D > 65536) or does
+    /// not take 16-byte units.
     pub(crate) fn packed(op: &str, rows: usize, d: usize, dtype: DType, wide: bool) -> Result<Option<RowLaunch>> {
         index_i32(op, "D", d)?;
-        if !wide_units(dtype, d, wide) {
+        if !wide_units(dtype, d, wide) || d <= SIMDGROUP_MAX_D {
             return Ok(None);
         }
-        let row_per_simdgroup = d <= SIMDGROUP_MAX_D;
         let units = d / 8;
-        let nt = if row_per_simdgroup {
-            SIMD
-        } else {
-            round_up(units.div_ceil(UNITS_PER_THREAD), SIMD).clamp(SIMD, MAX_PACKED_THREADS)
-        };
+        let nt = round_up(units.div_ceil(UNITS_PER_THREAD), SIMD).clamp(SIMD, MAX_PACKED_THREADS);
         let cpt = units.div_ceil(nt);
         if cpt > MAX_PACKED_UNITS {
             return Ok(None);
         }
-        let (grid, group) =
-            if row_per_simdgroup { (rows * SIMD, (ROWS_PER_GROUP * SIMD).min(rows * SIMD)) } else { (rows * nt, nt) };
-        Ok(Some(RowLaunch { row_per_simdgroup, grid: grid_dim(op, grid)?, group: group as u32, cpt, p: 2, d }))
+        Ok(Some(RowLaunch { row_per_simdgroup: false, grid: grid_dim(op, rows * nt)?, group: nt as u32, cpt, p: 2, d }))
     }
 
     /// The launch with the plan's template values (`T`, `CPT`, `P`, and `DS`: the row length

@@ -22,11 +22,14 @@
 //! read, one exp per element. Longer rows and scalar forms take the online pass and re-read the
 //! row (from cache) for the store.
 //!
-//! `packed` forms: f16/bf16 rows with D % 8 == 0 whose `x` is 8-element aligned, up to
-//! D = 65536, go by 16-byte units of 8 elements kept as loaded (the plan of
-//! `RowLaunch::packed`: 4 registers per unit, threadgroups of at most 512 threads) and take
-//! two exps per element. Measured on the H100 (bf16, 16384 rows): D = 32768 0.719 ms against
-//! 0.924 ms for one 1024-thread row of floats per multiprocessor; D = 1024 and 4096 equal.
+//! `packed` forms: f16/bf16 rows of 1024 < D ≤ 65536 with D % 8 == 0 whose `x` is 8-element
+//! aligned go by 16-byte units of 8 elements kept as loaded (the plan of `RowLaunch::packed`:
+//! 4 registers per unit, threadgroups of at most 512 threads) and take two exps per element.
+//! Measured on the H100 (bf16, 16384 rows): D = 32768 0.719 ms against 0.924 ms for one
+//! 1024-thread row of floats per multiprocessor; D = 4096 equal. Rows of D ≤ 1024 (one
+//! simdgroup) keep the `vec4` register form, one exp per element: bf16 D = 1024 0.0272–0.0274
+//! against 0.0275–0.0277 ms packed (four rounds, same call; `ncu` 19.97 against 20.32 µs, 6.9 M
+//! against 9.4 M instructions).
 //! Register and packed forms are compiled for their row length (template `DS`, as `rms_norm`).
 //!
 //! The `vec4` and `packed` forms take exp of the element values as exp2(y · log2 e) for
