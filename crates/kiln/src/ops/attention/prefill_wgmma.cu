@@ -222,11 +222,14 @@
         }
         m[0] = m[1] = HIDE;
         l[0] = l[1] = 0.0f;
+        // Key tile j of this tile: its stage, and the parity of that stage's barriers.
+        auto k_stage = [&](int j) { return (loads + j) & 1; };
+        auto phase = [&](int j) { return ((loads + j) >> 1) & 1; };
         auto issue_s = [&](int j) {
 #pragma unroll
             for (int kk = 0; kk < HD / 16; ++kk) {
                 const unsigned long long da = kiln_wg::desc_add(dq, (kk >> 2) * (64 * 128) + (kk & 3) * 32);
-                const unsigned long long db = kiln_wg::desc_add(dk, ((loads + j) & 1) * TBYTES + (kk >> 2) * (BN * 128) + (kk & 3) * 32);
+                const unsigned long long db = kiln_wg::desc_add(dk, k_stage(j) * TBYTES + (kk >> 2) * (BN * 128) + (kk & 3) * 32);
                 kiln_wg::mma_ss<BF16>(s, da, db, kk > 0);
             }
             kiln_wg::commit();
@@ -234,7 +237,7 @@
         auto issue_pv = [&](int j) {
 #pragma unroll
             for (int kk = 0; kk < BN / 16; ++kk) {
-                const unsigned long long db = kiln_wg::desc_add(dv, ((loads + j) & 1) * VSTRIDE + kk * 2048);
+                const unsigned long long db = kiln_wg::desc_add(dv, k_stage(j) * VSTRIDE + kk * 2048);
                 if constexpr (ROWSUM) {
                     kiln_wg::mma_rs_vt72<BF16>(o, pa[kk], db, 1);
                 } else {
@@ -243,8 +246,6 @@
             }
             kiln_wg::commit();
         };
-        auto k_stage = [&](int j) { return (loads + j) & 1; };
-        auto phase = [&](int j) { return ((loads + j) >> 1) & 1; };
         // O scaled by the last tile's correction, before P V of that tile is added; skipped
         // when the last softmax kept the row extremes.
         auto rescale = [&]() {
