@@ -83,6 +83,9 @@ pub fn bench(args: BenchArgs, device: kiln::Device) -> kiln::Result<()> {
                 "driver floor: bare cuLaunchKernel {bare:.2} us, with the largest KilnArgs block (1376 bytes) {args:.2} us"
             );
         }
+        if let Some(graph) = cost.graph_launch_us {
+            println!("kiln's launch path alone (one-node graph, 368-byte block): {graph:.2} us");
+        }
         if let Some(json) = &args.json {
             let text = serde_json::to_string_pretty(&cost).unwrap_or_default();
             write(&json.with_extension("host.json"), &text)?;

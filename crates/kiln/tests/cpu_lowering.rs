@@ -114,8 +114,8 @@ fn run_row_sum(dtype: DType, function: &str, use_bias: bool) {
             program: &prog,
             bindings: vec![
                 Binding::Array(x.clone()),
-                Binding::Output(OutputSpec { shape: vec![rows], dtype: DType::F32, init_value: None }),
-                Binding::Bytes(params),
+                Binding::Output(OutputSpec { shape: vec![rows].into(), dtype: DType::F32, init_value: None }),
+                Binding::Bytes(params.into()),
             ],
             dispatch: Dispatch::Threadgroups([rows as u32, 1, 1]),
             threadgroup: [32, 1, 1],
@@ -161,7 +161,7 @@ fn invalid_msl_reports_the_users_line() {
     let err = backend
         .launch(&Launch {
             program: &prog,
-            bindings: vec![Binding::Output(OutputSpec { shape: vec![4], dtype: DType::F32, init_value: None })],
+            bindings: vec![Binding::Output(OutputSpec { shape: vec![4].into(), dtype: DType::F32, init_value: None })],
             dispatch: Dispatch::Threads([4, 1, 1]),
             threadgroup: [4, 1, 1],
             threadgroup_memory: vec![],

@@ -31,6 +31,37 @@ fn exp_f16_matches_reference_on_a_partial_grid() {
     assert_close("exp", &out[0], &reference, DType::F16);
 }
 
+/// Repeated launches of one shape go through a cached graph whose parameters change at every
+/// call: each call must still see its own inputs, scalar and output, with no wait in between.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn repeated_launches_keep_their_own_arguments() {
+    let Some(dev) = gpu() else { return };
+    let mut rng = Rng::new(11);
+    let k = MetalKernel::new(
+        "axpb",
+        &["x", "a", "b"],
+        &["out"],
+        "uint i = thread_position_in_grid.x;\nout[i] = x[i] * a + b;\n",
+    )
+    .unwrap();
+    // Whole groups (one region, the graph path) of two sizes and a partial grid (two regions).
+    let shapes = [(1024usize, 256u32), (4096, 128), (1000, 256)];
+    let mut calls = Vec::new();
+    for c in 0..300 {
+        let (n, tg) = shapes[c % shapes.len()];
+        let x = random_array(&mut rng, DType::F32, &[n]);
+        let (a, b) = (1.0 + c as f32 * 0.25, c as f32 - 100.0);
+        let spec = LaunchSpec::new([n as u32, 1, 1], [tg, 1, 1]).output(&[n], DType::F32).device(dev);
+        let out = k.call(&[x.to_device(dev).unwrap().into(), a.into(), b.into()], &spec).unwrap();
+        calls.push((x, a, b, out));
+    }
+    for (c, (x, a, b, out)) in calls.iter().enumerate() {
+        let reference: Vec<f64> = x.to_f64_vec().unwrap().iter().map(|v| (*v as f32 * a + b) as f64).collect();
+        assert_close(&format!("call {c}"), &out[0], &reference, DType::F32);
+    }
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn builtins_have_metal_values_in_partial_2d_groups() {

@@ -73,7 +73,7 @@ impl fmt::Debug for HostBuffer {
 #[derive(Debug)]
 pub enum Storage {
     Host(HostBuffer),
-    Device(Arc<dyn DeviceBuffer>),
+    Device(Box<dyn DeviceBuffer>),
 }
 
 /// An n-dimensional array view over shared storage.
@@ -128,7 +128,7 @@ impl Array {
     }
 
     /// A row-contiguous array over device memory made by a backend.
-    pub fn from_device_buffer(buffer: Arc<dyn DeviceBuffer>, dtype: DType, shape: &[usize]) -> Array {
+    pub fn from_device_buffer(buffer: Box<dyn DeviceBuffer>, dtype: DType, shape: &[usize]) -> Array {
         Array {
             storage: Arc::new(Storage::Device(buffer)),
             offset: 0,
@@ -221,10 +221,10 @@ impl Array {
     }
 
     /// The device buffer, when the array lives on a device.
-    pub fn device_buffer(&self) -> Option<&Arc<dyn DeviceBuffer>> {
+    pub fn device_buffer(&self) -> Option<&dyn DeviceBuffer> {
         match &*self.storage {
             Storage::Host(_) => None,
-            Storage::Device(b) => Some(b),
+            Storage::Device(b) => Some(b.as_ref()),
         }
     }
 

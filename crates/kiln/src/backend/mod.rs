@@ -10,7 +10,9 @@ use std::any::Any;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::array::Array;
+use smallvec::SmallVec;
+
+use crate::array::{Array, Shape};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -62,12 +64,15 @@ pub struct MetalProgram {
 /// A freshly allocated, row-contiguous output.
 #[derive(Clone, Debug)]
 pub struct OutputSpec {
-    pub shape: Vec<usize>,
+    pub shape: Shape,
     pub dtype: DType,
     /// Fill value (numeric cast to `dtype`) applied before the kernel; `None` leaves the
     /// contents unspecified.
     pub init_value: Option<f64>,
 }
+
+/// The bytes of a constant binding: held inline up to 4-D shapes and strides.
+pub type ConstBytes = SmallVec<[u8; 32]>;
 
 /// What is bound to one `[[buffer(i)]]` slot, in slot order.
 #[derive(Clone, Debug)]
@@ -75,7 +80,7 @@ pub enum Binding {
     /// An input array, bound at its offset with its own layout (already on the backend's device).
     Array(Array),
     /// Small constant data (shapes, strides, parameter structs), copied at launch.
-    Bytes(Vec<u8>),
+    Bytes(ConstBytes),
     /// An output the backend allocates and returns.
     Output(OutputSpec),
 }
@@ -112,12 +117,12 @@ pub struct ResolvedSlot(OnceLock<(Device, Arc<dyn Any + Send + Sync>)>);
 
 impl ResolvedSlot {
     /// What `device` resolved here, if it filled the slot.
-    pub fn get<T: Any + Send + Sync>(&self, device: Device) -> Option<Arc<T>> {
+    pub fn get<T: Any + Send + Sync>(&self, device: Device) -> Option<&T> {
         let (owner, value) = self.0.get()?;
         if *owner != device {
             return None;
         }
-        value.clone().downcast::<T>().ok()
+        value.downcast_ref::<T>()
     }
 
     /// Keeps `value` for `device` unless the slot is already filled.
@@ -245,11 +250,11 @@ mod tests {
         let slot = ResolvedSlot::default();
         assert!(slot.get::<u32>(Device::Cuda(0)).is_none(), "an empty slot holds nothing");
         slot.set(Device::Cuda(0), Arc::new(7u32));
-        assert_eq!(slot.get::<u32>(Device::Cuda(0)).as_deref(), Some(&7));
+        assert_eq!(slot.get::<u32>(Device::Cuda(0)), Some(&7));
         assert!(slot.get::<u32>(Device::Cuda(1)).is_none(), "another device looks its program up");
         assert!(slot.get::<u64>(Device::Cuda(0)).is_none(), "another type is not this one");
         slot.set(Device::Cuda(1), Arc::new(9u32));
-        assert_eq!(slot.get::<u32>(Device::Cuda(0)).as_deref(), Some(&7), "the first device keeps the slot");
+        assert_eq!(slot.get::<u32>(Device::Cuda(0)), Some(&7), "the first device keeps the slot");
         assert!(slot.get::<u32>(Device::Cuda(1)).is_none());
     }
 }

@@ -31,6 +31,10 @@ pub struct HostCost {
     /// parameter block the size of kiln's (CUDA only).
     pub bare_launch_us: Option<f64>,
     pub bare_launch_kiln_args_us: Option<f64>,
+    /// An empty kernel with a body kernel's 368-byte parameter block through kiln's launch path
+    /// (a one-node graph for such a short launch): the floor under a cached call (CUDA only).
+    #[serde(default)]
+    pub graph_launch_us: Option<f64>,
 }
 
 const BODY: &str = "out[0] = inp[0] + static_cast<T>(1);";
@@ -81,16 +85,21 @@ pub fn measure(device: Device, calls: usize) -> Result<HostCost> {
     if check.as_deref() != Some(&[1.5][..]) {
         return Err(crate::error::Error::invalid("bench", format!("the timed kernel returned {check:?}, not [1.5]")));
     }
-    let (bare_launch_us, bare_launch_kiln_args_us) = match device {
+    let (bare_launch_us, bare_launch_kiln_args_us, graph_launch_us) = match device {
         Device::Cuda(i) => {
             let b = backend::cuda::cuda_backend(i)?;
-            (Some(b.bare_launch_us(calls, 0)?), Some(b.bare_launch_us(calls, 1376)?))
+            (
+                Some(b.bare_launch_us(calls, 0, false)?),
+                Some(b.bare_launch_us(calls, 1376, false)?),
+                Some(b.bare_launch_us(calls, 368, true)?),
+            )
         }
-        _ => (None, None),
+        _ => (None, None, None),
     };
     Ok(HostCost {
         bare_launch_us,
         bare_launch_kiln_args_us,
+        graph_launch_us,
         device: device.to_string(),
         calls,
         cached_call_us: queued / n * 1e6,

@@ -8,6 +8,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 
 use super::launch::{KernelInput, LaunchSpec, MathMode};
 use crate::array::Array;
@@ -294,7 +295,7 @@ impl MetalKernel {
     pub fn call(&self, inputs: &[KernelInput], spec: &LaunchSpec) -> Result<Vec<Array>> {
         self.check_counts(inputs.len(), spec)?;
         let device = self.resolve_device(inputs, spec)?;
-        let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
+        let arrays: SmallVec<[Array; 4]> = inputs.iter().map(KernelInput::to_array).collect();
         let memo = self.generate_memoised(&arrays, spec)?;
         let (generated, program) = (&memo.0, &memo.1);
         if spec.verbose {
@@ -304,15 +305,14 @@ impl MetalKernel {
         }
         self.check_threadgroup(spec)?;
         let backend = backend::backend_for(device)?;
-        let mut bindings = Vec::new();
-        for ((array, input), info) in arrays.iter().zip(inputs).zip(&self.shape_info) {
+        let mut bindings = Vec::with_capacity(arrays.len() + spec.output_shapes.len());
+        for ((mut array, input), info) in arrays.into_iter().zip(inputs).zip(&self.shape_info) {
             if !matches!(input, KernelInput::Array(_)) {
                 // A scalar (0-d, `constant` space, no shape bindings) travels with the launch as
                 // constant bytes: no device allocation and no copy queued before the kernel.
-                bindings.push(Binding::Bytes(array.to_contiguous_bytes()?));
+                bindings.push(Binding::Bytes(array.to_contiguous_bytes()?.into()));
                 continue;
             }
-            let mut array = array.clone();
             if self.ensure_row_contiguous && !array.is_row_contiguous() {
                 array = backend.row_contiguous(&array)?;
             }
@@ -326,11 +326,15 @@ impl MetalKernel {
             bindings.extend(shape_bytes.map(Binding::Bytes));
             bindings.extend(stride_bytes.map(Binding::Bytes));
             if info.ndim {
-                bindings.push(Binding::Bytes(ndim.to_le_bytes().to_vec()));
+                bindings.push(Binding::Bytes(ndim.to_le_bytes().as_slice().into()));
             }
         }
         for (shape, &dtype) in spec.output_shapes.iter().zip(&spec.output_dtypes) {
-            bindings.push(Binding::Output(OutputSpec { shape: shape.clone(), dtype, init_value: spec.init_value }));
+            bindings.push(Binding::Output(OutputSpec {
+                shape: shape.as_slice().into(),
+                dtype,
+                init_value: spec.init_value,
+            }));
         }
         backend.launch(&Launch {
             program,

@@ -122,9 +122,9 @@ impl MetalLibrary {
                     }
                     Binding::Array(a.clone())
                 }
-                LibraryArg::Bytes(b) => Binding::Bytes(b.clone()),
+                LibraryArg::Bytes(b) => Binding::Bytes(b.as_slice().into()),
                 LibraryArg::Output { shape, dtype, init_value } => {
-                    Binding::Output(OutputSpec { shape: shape.clone(), dtype: *dtype, init_value: *init_value })
+                    Binding::Output(OutputSpec { shape: shape.as_slice().into(), dtype: *dtype, init_value: *init_value })
                 }
             });
         }

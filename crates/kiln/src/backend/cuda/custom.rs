@@ -121,17 +121,8 @@ impl CudaBackend {
             // SAFETY: one pointer per kernel parameter, in declaration order, each to storage of
             // the parameter's size (copied by the driver at the call); buffers are freed
             // stream-ordered, after the kernel.
-            unsafe {
-                cudarc::driver::result::launch_kernel(
-                    func.cu_function(),
-                    (blocks[0], blocks[1], blocks[2]),
-                    (block[0], block[1], block[2]),
-                    call.shared_memory as u32,
-                    self.stream.cu_stream(),
-                    &mut ptrs,
-                )
-            }
-            .map_err(|e| self.fail(kernel, "launch", e))?;
+            unsafe { self.queue_launch(&func, blocks, block, call.shared_memory as u32, &mut ptrs) }
+                .map_err(|e| self.fail(kernel, "launch", e))?;
         }
         drop(keep);
         Ok(outputs)

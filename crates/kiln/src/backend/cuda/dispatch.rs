@@ -4,7 +4,7 @@
 //! every thread reaches every barrier, and `threads_per_threadgroup` of an edge group is its
 //! real size. Region counts beyond CUDA's grid limits are chunked by moving the region origin.
 
-use cudarc::driver::{result as drv, sys};
+use cudarc::driver::{sys, DriverError};
 use smallvec::{smallvec, SmallVec};
 
 use super::memory::CudaBuffer;
@@ -217,34 +217,30 @@ impl CudaBackend {
             // SAFETY: the entry takes one `KilnArgs` by value whose layout `args_layout`
             // mirrors; the driver copies it at the call. Every address in it stays valid until
             // the kernel ends: buffers are freed stream-ordered, after this launch.
-            let launched = unsafe {
-                drv::launch_kernel(
-                    func.cu_function(),
-                    (r.groups[0], r.groups[1], r.groups[2]),
-                    (r.block[0], r.block[1], r.block[2]),
-                    dyn_smem as u32,
-                    self.stream.cu_stream(),
-                    &mut params,
-                )
-            };
-            launched.map_err(|e| match e.0 {
-                sys::CUresult::CUDA_ERROR_INVALID_VALUE | sys::CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES => {
-                    Error::invalid(
-                        kernel,
-                        format!(
-                            "launch of {:?} groups of {:?} threads rejected: {}",
-                            r.groups,
-                            r.block,
-                            super::driver_error(e)
-                        ),
-                    )
-                }
-                _ => self.fail(kernel, "launch", e),
-            })?;
+            let launched = unsafe { self.queue_launch(&func, r.groups, r.block, dyn_smem as u32, &mut params) };
+            launched.map_err(|e| self.launch_error(kernel, &r, e))?;
         }
         drop(keep);
         drop(keep_bufs);
         Ok(outputs)
+    }
+
+    /// The error of a rejected or failed launch of region `r`.
+    fn launch_error(&self, kernel: &str, r: &Region, e: DriverError) -> Error {
+        match e.0 {
+            sys::CUresult::CUDA_ERROR_INVALID_VALUE | sys::CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES => {
+                Error::invalid(
+                    kernel,
+                    format!(
+                        "launch of {:?} groups of {:?} threads rejected: {}",
+                        r.groups,
+                        r.block,
+                        super::driver_error(e)
+                    ),
+                )
+            }
+            _ => self.fail(kernel, "launch", e),
+        }
     }
 
     /// Copies a host view to this device, keeping only its elements (row-contiguous).

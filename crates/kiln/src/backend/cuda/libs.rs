@@ -31,6 +31,18 @@ pub fn nvrtc_present() -> bool {
     })
 }
 
+/// Whether the driver library exports every function in `names`: cudarc panics when a function
+/// the driver lacks is called, so optional paths ask first.
+pub fn driver_exports(names: &[&str]) -> bool {
+    if !driver_present() {
+        return false;
+    }
+    // SAFETY: the library is present (probed above); loading it runs only its initialisers.
+    let lib = unsafe { cudarc::driver::sys::culib() };
+    // SAFETY: a symbol lookup runs no code of the library, and the address is not used.
+    names.iter().all(|name| unsafe { lib.get::<unsafe extern "C" fn()>(name.as_bytes()) }.is_ok())
+}
+
 /// `Ok` when the driver can be used, else why not.
 pub fn require_driver() -> Result<()> {
     if driver_present() {

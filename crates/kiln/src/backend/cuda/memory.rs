@@ -124,7 +124,7 @@ impl CudaBackend {
             let mut view = buf.slice.slice_mut(0..bytes.len());
             self.stream.memcpy_htod(bytes, &mut view).map_err(|e| self.fail(what, "upload", e))?;
         }
-        Ok(Array::from_device_buffer(Arc::new(buf), dtype, shape))
+        Ok(Array::from_device_buffer(Box::new(buf), dtype, shape))
     }
 
     /// Fills `buf` with `count` copies of the element `one`.
@@ -155,7 +155,7 @@ impl CudaBackend {
         if let Some(v) = init {
             self.fill(what, &mut buf, &f64_to_element_bytes(v, dtype), count)?;
         }
-        Ok(Array::from_device_buffer(Arc::new(buf), dtype, shape))
+        Ok(Array::from_device_buffer(Box::new(buf), dtype, shape))
     }
 
     /// The buffer of a device array of this backend.
@@ -233,6 +233,6 @@ impl CudaBackend {
             }
             .map_err(|e| self.fail(what, "launch", e))?;
         }
-        Ok(Array::from_device_buffer(Arc::new(out_buf), array.dtype(), array.shape()))
+        Ok(Array::from_device_buffer(Box::new(out_buf), array.dtype(), array.shape()))
     }
 }

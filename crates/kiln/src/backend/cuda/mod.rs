@@ -14,6 +14,7 @@
 mod compile;
 mod custom;
 mod dispatch;
+mod graphs;
 mod libs;
 mod memory;
 mod pool;
@@ -21,6 +22,7 @@ mod programs;
 mod tensor_map;
 mod timing;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -53,6 +55,8 @@ pub struct CudaBackend {
     modules: Mutex<HashMap<String, Arc<LoadedModule>>>,
     programs: ProgramTable,
     pool: Arc<pool::BlockPool>,
+    /// One-node graphs of launch shapes seen more than once.
+    graphs: graphs::GraphLaunches,
     /// `CudaKernel` modules by the user's source, bucketed by its hash.
     custom_modules: Mutex<HashMap<u64, Vec<CustomModule>>>,
 }
@@ -274,6 +278,7 @@ impl CudaBackend {
             modules: Mutex::new(HashMap::new()),
             programs: ProgramTable::default(),
             pool: Arc::default(),
+            graphs: graphs::GraphLaunches::new(),
             custom_modules: Mutex::new(HashMap::new()),
         })
     }
@@ -400,12 +405,13 @@ impl CudaBackend {
         Ok(resolved)
     }
 
-    /// The entry of a resolved program allowing `dyn_smem` bytes of dynamic shared memory.
-    fn resolved_function(&self, kernel: &str, r: &Resolved, dyn_smem: usize) -> Result<CudaFunction> {
+    /// The entry of a resolved program allowing `dyn_smem` bytes of dynamic shared memory: the
+    /// program's own up to 48 KiB, else one with the limit raised.
+    fn resolved_function<'r>(&self, kernel: &str, r: &'r Resolved, dyn_smem: usize) -> Result<Cow<'r, CudaFunction>> {
         if dyn_smem <= 48 * 1024 {
-            return Ok(r.func.clone());
+            return Ok(Cow::Borrowed(&r.func));
         }
-        self.entry(kernel, &r.module, &r.symbol, dyn_smem)
+        self.entry(kernel, &r.module, &r.symbol, dyn_smem).map(Cow::Owned)
     }
 
     /// A kiln-internal helper kernel (no prelude, safe math).
@@ -445,16 +451,13 @@ impl Backend for CudaBackend {
 
     fn launch(&self, launch: &Launch<'_>) -> Result<Vec<Array>> {
         let device = Device::Cuda(self.ordinal);
-        let resolved = match launch.resolved.and_then(|slot| slot.get::<Resolved>(device)) {
-            Some(r) => r,
-            None => {
-                let r = self.resolve(launch.program)?;
-                if let Some(slot) = launch.resolved {
-                    slot.set(device, r.clone());
-                }
-                r
-            }
-        };
-        self.run(launch, &resolved)
+        if let Some(r) = launch.resolved.and_then(|slot| slot.get::<Resolved>(device)) {
+            return self.run(launch, r);
+        }
+        let r = self.resolve(launch.program)?;
+        if let Some(slot) = launch.resolved {
+            slot.set(device, r.clone());
+        }
+        self.run(launch, &r)
     }
 }

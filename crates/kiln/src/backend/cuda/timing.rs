@@ -44,27 +44,43 @@ impl CudaBackend {
         self.ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE).unwrap_or(0).max(0) as usize
     }
 
-    /// Mean host microseconds of one bare `cuLaunchKernel` of an empty kernel, over `calls`
-    /// launches, with a parameter block of `param_bytes` (0, or the 1376 bytes of the largest
-    /// `KilnArgs`, a full-file kernel's):
-    /// the driver's floor under a kernel call.
-    pub fn bare_launch_us(&self, calls: usize, param_bytes: usize) -> Result<f64> {
+    /// Mean host microseconds of one bare launch of an empty 1-block kernel, over `calls`
+    /// launches: the driver's floor under a kernel call. `param_bytes` is 0, 368 (a body
+    /// kernel's `KilnArgs`) or 1376 (the largest, a full-file kernel's); `through_graph` queues
+    /// through kiln's launch path, which gives such a short launch a one-node graph, instead of
+    /// calling `cuLaunchKernel` directly.
+    pub fn bare_launch_us(&self, calls: usize, param_bytes: usize, through_graph: bool) -> Result<f64> {
         const SOURCE: &str = r#"
-struct KilnNopArgs { unsigned long long w[172]; };
+template <int N> struct KilnNopArgs { unsigned long long w[N]; };
+template <int N> __device__ void nop(const KilnNopArgs<N>& a) { if (a.w[0] == 1ull) *(int*)a.w[1] = 1; }
 extern "C" __global__ void kiln_nop() {}
-extern "C" __global__ void kiln_nop_args(const __grid_constant__ KilnNopArgs a) {
-  if (a.w[0] == 1ull) *(int*)a.w[1] = 1;
-}
+extern "C" __global__ void kiln_nop_args_368(const __grid_constant__ KilnNopArgs<46> a) { nop(a); }
+extern "C" __global__ void kiln_nop_args_1376(const __grid_constant__ KilnNopArgs<172> a) { nop(a); }
 "#;
-        let big = param_bytes > 0;
-        let func = self.helper_function("bare launch", SOURCE, if big { "kiln_nop_args" } else { "kiln_nop" })?;
+        let entry = match param_bytes {
+            0 => "kiln_nop",
+            368 => "kiln_nop_args_368",
+            1376 => "kiln_nop_args_1376",
+            other => {
+                return Err(crate::error::Error::invalid(
+                    "bare launch",
+                    format!("parameter blocks of 0, 368 or 1376 bytes are measured, not {other}"),
+                ))
+            }
+        };
+        let func = self.helper_function("bare launch", SOURCE, entry)?;
         self.ctx.bind_to_thread().map_err(|e| self.fail("bare launch", "binding the context", e))?;
         let mut words = [0u64; 172];
         let mut params: Vec<*mut std::ffi::c_void> =
-            if big { vec![words.as_mut_ptr() as *mut std::ffi::c_void] } else { Vec::new() };
+            if param_bytes > 0 { vec![words.as_mut_ptr() as *mut std::ffi::c_void] } else { Vec::new() };
         let mut launch = || {
-            // SAFETY: the entry takes no parameter, or one 1376-byte struct that `words` holds;
-            // the driver copies it at the call.
+            if through_graph {
+                // SAFETY: the entry takes no parameter, or one struct of `param_bytes` bytes,
+                // which `words` covers; the driver copies it at the call.
+                return unsafe { self.queue_launch(&func, [1; 3], [1; 3], 0, &mut params) }
+                    .map_err(|e| self.fail("bare launch", "launch", e));
+            }
+            // SAFETY: as above.
             unsafe {
                 drv::launch_kernel(func.cu_function(), (1, 1, 1), (1, 1, 1), 0, self.stream.cu_stream(), &mut params)
             }
