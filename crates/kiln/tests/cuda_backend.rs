@@ -45,10 +45,11 @@ fn repeated_launches_keep_their_own_arguments() {
         "uint i = thread_position_in_grid.x;\nout[i] = x[i] * a + b;\n",
     )
     .unwrap();
-    // Whole groups (one region, the graph path) of two sizes and a partial grid (two regions).
-    let shapes = [(1024usize, 256u32), (4096, 128), (1000, 256)];
+    // Short launches (the graph path) of whole groups in two sizes and of a partial grid (two
+    // regions), and a grid too large for graphs (launched directly), in turn.
+    let shapes = [(1024usize, 256u32), (4096, 128), (1000, 256), (65536, 256)];
     let mut calls = Vec::new();
-    for c in 0..300 {
+    for c in 0..320 {
         let (n, tg) = shapes[c % shapes.len()];
         let x = random_array(&mut rng, DType::F32, &[n]);
         let (a, b) = (1.0 + c as f32 * 0.25, c as f32 - 100.0);

@@ -6,10 +6,12 @@
 //! grid at each launch made it dearer than a plain launch, so each launch shape (function, grid,
 //! block, dynamic shared memory) gets its own graph.
 //!
-//! A graph launch also took about 0.3 µs more device time in the benchmarks (16384 rows of 1024
-//! bf16: rms_norm 0.0276 against 0.0272–0.0273 ms), which matters for kernels that keep the GPU
-//! busy and not for short ones, whose cost is the host's: only grids of at most one threadgroup
-//! per multiprocessor go through graphs.
+//! A kernel launched through a graph also took more device time in the benchmarks: 0.3 µs on
+//! 16384 rows of 1024 bf16 (rms_norm 0.0276 against 0.0272–0.0273 ms), 0.8 µs on scatter_add's
+//! 132 blocks of 1024 threads (0.2011 against 0.2002–0.2004 ms), 6–14 µs on the persistent
+//! attention prefill (D = 64 causal 0.626–0.628 against 0.614–0.621 ms). That matters for
+//! kernels that keep the GPU busy, not for short ones, whose cost is the host's: only launches
+//! of at most 8192 threads and at most one threadgroup per multiprocessor go through graphs.
 //!
 //! The first launch of a shape goes through `cuLaunchKernel` (which also validates it); the
 //! second instantiates the shape's graph, and later ones reuse it. Updating a node's parameters
@@ -29,6 +31,8 @@ use super::CudaBackend;
 const MAX_SHAPES: usize = 4096;
 /// Most graphs instantiated.
 const MAX_GRAPHS: usize = 512;
+/// Most threads of a launch that goes through a graph.
+const MAX_GRAPH_THREADS: u64 = 8192;
 
 /// One launch shape.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -237,8 +241,9 @@ impl CudaBackend {
         params: &mut [*mut c_void],
     ) -> Result<(), DriverError> {
         let stream = self.stream.cu_stream();
-        let total: u64 = groups.iter().map(|&g| g as u64).product();
-        if total <= self.multiprocessors as u64 {
+        let groups_total: u64 = groups.iter().map(|&g| g as u64).product();
+        let threads = groups_total * block.iter().map(|&b| b as u64).product::<u64>();
+        if groups_total <= self.multiprocessors as u64 && threads <= MAX_GRAPH_THREADS {
             let by_graph = self.graphs.launch(function, groups, block, shared_bytes, stream, params.as_mut_ptr())?;
             if let Launched::Queued = by_graph {
                 return Ok(());
