@@ -71,8 +71,9 @@ extern "C" __global__ void kiln_nop_args_1376(const __grid_constant__ KilnNopArg
         let func = self.helper_function("bare launch", SOURCE, entry)?;
         self.ctx.bind_to_thread().map_err(|e| self.fail("bare launch", "binding the context", e))?;
         let mut words = [0u64; 172];
+        let base = words.as_mut_ptr();
         let mut params: Vec<*mut std::ffi::c_void> =
-            if param_bytes > 0 { vec![words.as_mut_ptr() as *mut std::ffi::c_void] } else { Vec::new() };
+            if param_bytes > 0 { vec![base as *mut std::ffi::c_void] } else { Vec::new() };
         let mut launch = || {
             if through_graph {
                 // SAFETY: the entry takes no parameter, or one struct of `param_bytes` bytes,
@@ -91,7 +92,10 @@ extern "C" __global__ void kiln_nop_args_1376(const __grid_constant__ KilnNopArg
         }
         self.synchronize_all()?;
         let t = std::time::Instant::now();
-        for _ in 0..calls {
+        for i in 0..calls {
+            // Each launch passes other arguments, as kernel calls do (the kernel ignores them).
+            // SAFETY: `base` points at `words`, alive and not otherwise borrowed here.
+            unsafe { base.add(2).write(i as u64) };
             launch()?;
         }
         let us = t.elapsed().as_secs_f64() * 1e6 / calls.max(1) as f64;
