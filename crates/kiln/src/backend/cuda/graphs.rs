@@ -67,10 +67,13 @@ unsafe impl Send for OneNodeGraph {}
 
 impl Drop for OneNodeGraph {
     fn drop(&mut self) {
-        // SAFETY: both handles were made by this value and are destroyed once, here; the driver
-        // finishes launches already queued before it releases an executable graph.
+        // SAFETY: the handles were made by this value (the executable one may be missing when
+        // instantiation failed) and are destroyed once, here; the driver finishes launches
+        // already queued before it releases an executable graph.
         unsafe {
-            sys::cuGraphExecDestroy(self.exec);
+            if !self.exec.is_null() {
+                sys::cuGraphExecDestroy(self.exec);
+            }
             sys::cuGraphDestroy(self.graph);
         }
     }
