@@ -36,7 +36,7 @@ const MAX_GRAPH_THREADS: u64 = 8192;
 
 /// One launch shape.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct Shape {
+struct LaunchShape {
     func: usize,
     groups: [u32; 3],
     block: [u32; 3],
@@ -81,7 +81,7 @@ impl Drop for OneNodeGraph {
 
 impl OneNodeGraph {
     /// A graph of one node launching `function` with `params` (copied at the call).
-    fn new(function: &CudaFunction, shape: Shape, params: *mut *mut c_void) -> Result<Self, DriverError> {
+    fn new(function: &CudaFunction, shape: LaunchShape, params: *mut *mut c_void) -> Result<Self, DriverError> {
         let node_params = sys::CUDA_KERNEL_NODE_PARAMS {
             func: function.cu_function(),
             gridDimX: shape.groups[0],
@@ -146,7 +146,7 @@ const GRAPH_FUNCTIONS: [&str; 7] = [
 pub(super) struct GraphLaunches {
     /// Whether the driver has the graph functions; without them every launch is direct.
     enabled: bool,
-    table: Mutex<(FxHashMap<Shape, Slot>, usize)>,
+    table: Mutex<(FxHashMap<LaunchShape, Slot>, usize)>,
 }
 
 impl GraphLaunches {
@@ -179,7 +179,7 @@ impl GraphLaunches {
         if !self.enabled {
             return Ok(Launched::Direct);
         }
-        let shape = Shape { func: function.cu_function() as usize, groups, block, shared_bytes };
+        let shape = LaunchShape { func: function.cu_function() as usize, groups, block, shared_bytes };
         let Ok(mut guard) = self.table.lock() else {
             return Ok(Launched::Direct);
         };
