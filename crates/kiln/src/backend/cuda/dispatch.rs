@@ -3,6 +3,8 @@
 //! region (up to 8 in 3-D) is launched with its real block size: exactly `grid` threads exist,
 //! every thread reaches every barrier, and `threads_per_threadgroup` of an edge group is its
 //! real size. Region counts beyond CUDA's grid limits are chunked by moving the region origin.
+//! Each region is queued by `queue_launch` (graphs.rs: a one-node graph for a short launch
+//! whose shape repeats, else `cuLaunchKernel`).
 
 use cudarc::driver::{sys, DriverError};
 use smallvec::{smallvec, SmallVec};
