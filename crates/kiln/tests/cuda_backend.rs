@@ -63,6 +63,43 @@ fn repeated_launches_keep_their_own_arguments() {
     }
 }
 
+/// Threads calling one kernel of one launch shape at once share its graph: each call must
+/// still see its own arguments.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn concurrent_callers_keep_their_own_arguments() {
+    let Some(dev) = gpu() else { return };
+    let k = MetalKernel::new(
+        "axpb_threads",
+        &["x", "a", "b"],
+        &["out"],
+        "uint i = thread_position_in_grid.x;\nout[i] = x[i] * a + b;\n",
+    )
+    .unwrap();
+    let n = 2048;
+    std::thread::scope(|scope| {
+        for t in 0..4u64 {
+            let k = &k;
+            scope.spawn(move || {
+                let mut rng = Rng::new(100 + t);
+                let mut calls = Vec::new();
+                for c in 0..100 {
+                    let x = random_array(&mut rng, DType::F32, &[n]);
+                    let (a, b) = (1.0 + t as f32 + c as f32 * 0.5, c as f32 - 7.0 * t as f32);
+                    let spec = LaunchSpec::new([n as u32, 1, 1], [256, 1, 1]).output(&[n], DType::F32).device(dev);
+                    let out = k.call(&[x.to_device(dev).unwrap().into(), a.into(), b.into()], &spec).unwrap();
+                    calls.push((x, a, b, out));
+                }
+                for (c, (x, a, b, out)) in calls.iter().enumerate() {
+                    let reference: Vec<f64> =
+                        x.to_f64_vec().unwrap().iter().map(|v| (*v as f32 * a + b) as f64).collect();
+                    assert_close(&format!("thread {t} call {c}"), &out[0], &reference, DType::F32);
+                }
+            });
+        }
+    });
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn builtins_have_metal_values_in_partial_2d_groups() {
