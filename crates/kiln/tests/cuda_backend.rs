@@ -6,7 +6,7 @@
 mod common;
 
 use common::{assert_close, device_or_skip, random_array, Rng};
-use kiln::{CudaKernel, DType, Device, Error, LaunchSpec, MetalKernel};
+use kiln::{Array, CudaKernel, DType, Device, Error, LaunchSpec, MetalKernel};
 
 fn gpu() -> Option<Device> {
     device_or_skip("cuda")
@@ -31,6 +31,30 @@ fn exp_f16_matches_reference_on_a_partial_grid() {
     assert_close("exp", &out[0], &reference, DType::F16);
 }
 
+/// `out = x * a + b` with scalar `a`, `b`: the kernel of the launch-argument tests.
+fn axpb(name: &str) -> MetalKernel {
+    let body = "uint i = thread_position_in_grid.x;\nout[i] = x[i] * a + b;\n";
+    MetalKernel::new(name, &["x", "a", "b"], &["out"], body).unwrap()
+}
+
+/// One `axpb` call of `n` fresh random elements in threadgroups of `tg`, queued without a
+/// wait: its input, scalars and output.
+type AxpbCall = (Array, f32, f32, Vec<Array>);
+fn queue_axpb(k: &MetalKernel, dev: Device, rng: &mut Rng, n: usize, tg: u32, a: f32, b: f32) -> AxpbCall {
+    let x = random_array(rng, DType::F32, &[n]);
+    let spec = LaunchSpec::new([n as u32, 1, 1], [tg, 1, 1]).output(&[n], DType::F32).device(dev);
+    let out = k.call(&[x.to_device(dev).unwrap().into(), a.into(), b.into()], &spec).unwrap();
+    (x, a, b, out)
+}
+
+/// Checks every queued call against its own arguments.
+fn check_axpb(what: &str, calls: &[AxpbCall]) {
+    for (c, (x, a, b, out)) in calls.iter().enumerate() {
+        let reference: Vec<f64> = x.to_f64_vec().unwrap().iter().map(|v| (*v as f32 * a + b) as f64).collect();
+        assert_close(&format!("{what} call {c}"), &out[0], &reference, DType::F32);
+    }
+}
+
 /// Repeated launches of one shape go through a cached graph whose parameters change at every
 /// call: each call must still see its own inputs, scalar and output, with no wait in between.
 #[test]
@@ -38,29 +62,17 @@ fn exp_f16_matches_reference_on_a_partial_grid() {
 fn repeated_launches_keep_their_own_arguments() {
     let Some(dev) = gpu() else { return };
     let mut rng = Rng::new(11);
-    let k = MetalKernel::new(
-        "axpb",
-        &["x", "a", "b"],
-        &["out"],
-        "uint i = thread_position_in_grid.x;\nout[i] = x[i] * a + b;\n",
-    )
-    .unwrap();
+    let k = axpb("axpb");
     // Short launches (the graph path) of whole groups in two sizes and of a partial grid (two
     // regions), and a grid too large for graphs (launched directly), in turn.
     let shapes = [(1024usize, 256u32), (4096, 128), (1000, 256), (65536, 256)];
-    let mut calls = Vec::new();
-    for c in 0..320 {
-        let (n, tg) = shapes[c % shapes.len()];
-        let x = random_array(&mut rng, DType::F32, &[n]);
-        let (a, b) = (1.0 + c as f32 * 0.25, c as f32 - 100.0);
-        let spec = LaunchSpec::new([n as u32, 1, 1], [tg, 1, 1]).output(&[n], DType::F32).device(dev);
-        let out = k.call(&[x.to_device(dev).unwrap().into(), a.into(), b.into()], &spec).unwrap();
-        calls.push((x, a, b, out));
-    }
-    for (c, (x, a, b, out)) in calls.iter().enumerate() {
-        let reference: Vec<f64> = x.to_f64_vec().unwrap().iter().map(|v| (*v as f32 * a + b) as f64).collect();
-        assert_close(&format!("call {c}"), &out[0], &reference, DType::F32);
-    }
+    let calls: Vec<AxpbCall> = (0..320)
+        .map(|c| {
+            let (n, tg) = shapes[c % shapes.len()];
+            queue_axpb(&k, dev, &mut rng, n, tg, 1.0 + c as f32 * 0.25, c as f32 - 100.0)
+        })
+        .collect();
+    check_axpb("one thread", &calls);
 }
 
 /// Threads calling one kernel of one launch shape at once share its graph: each call must
@@ -69,32 +81,19 @@ fn repeated_launches_keep_their_own_arguments() {
 #[ignore = "needs an NVIDIA GPU"]
 fn concurrent_callers_keep_their_own_arguments() {
     let Some(dev) = gpu() else { return };
-    let k = MetalKernel::new(
-        "axpb_threads",
-        &["x", "a", "b"],
-        &["out"],
-        "uint i = thread_position_in_grid.x;\nout[i] = x[i] * a + b;\n",
-    )
-    .unwrap();
-    let n = 2048;
+    let k = axpb("axpb_threads");
     std::thread::scope(|scope| {
         for t in 0..4u64 {
             let k = &k;
             scope.spawn(move || {
                 let mut rng = Rng::new(100 + t);
-                let mut calls = Vec::new();
-                for c in 0..100 {
-                    let x = random_array(&mut rng, DType::F32, &[n]);
-                    let (a, b) = (1.0 + t as f32 + c as f32 * 0.5, c as f32 - 7.0 * t as f32);
-                    let spec = LaunchSpec::new([n as u32, 1, 1], [256, 1, 1]).output(&[n], DType::F32).device(dev);
-                    let out = k.call(&[x.to_device(dev).unwrap().into(), a.into(), b.into()], &spec).unwrap();
-                    calls.push((x, a, b, out));
-                }
-                for (c, (x, a, b, out)) in calls.iter().enumerate() {
-                    let reference: Vec<f64> =
-                        x.to_f64_vec().unwrap().iter().map(|v| (*v as f32 * a + b) as f64).collect();
-                    assert_close(&format!("thread {t} call {c}"), &out[0], &reference, DType::F32);
-                }
+                let calls: Vec<AxpbCall> = (0..100)
+                    .map(|c| {
+                        let (a, b) = (1.0 + t as f32 + c as f32 * 0.5, c as f32 - 7.0 * t as f32);
+                        queue_axpb(k, dev, &mut rng, 2048, 256, a, b)
+                    })
+                    .collect();
+                check_axpb(&format!("thread {t}"), &calls);
             });
         }
     });
