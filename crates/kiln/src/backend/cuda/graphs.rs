@@ -149,12 +149,6 @@ pub(super) struct GraphLaunches {
     table: Mutex<(FxHashMap<LaunchShape, Slot>, usize)>,
 }
 
-impl GraphLaunches {
-    pub fn new() -> Self {
-        GraphLaunches { enabled: super::libs::driver_exports(&GRAPH_FUNCTIONS), table: Mutex::default() }
-    }
-}
-
 /// What [`GraphLaunches::launch`] did.
 enum Launched {
     /// Queued through a graph.
@@ -164,6 +158,10 @@ enum Launched {
 }
 
 impl GraphLaunches {
+    pub fn new() -> Self {
+        GraphLaunches { enabled: super::libs::driver_exports(&GRAPH_FUNCTIONS), table: Mutex::default() }
+    }
+
     /// Queues `function` with `params` through the graph of its launch shape when the shape was
     /// launched before; otherwise asks the caller to launch it directly. An error is the
     /// driver's answer to the graph launch itself.
@@ -184,42 +182,30 @@ impl GraphLaunches {
             return Ok(Launched::Direct);
         };
         let (table, graphs) = &mut *guard;
-        let fresh = match table.get_mut(&shape) {
-            None => {
-                if table.len() < MAX_SHAPES {
-                    table.insert(shape, Slot::Seen);
-                }
-                return Ok(Launched::Direct);
-            }
-            Some(Slot::Direct) => return Ok(Launched::Direct),
-            Some(slot @ Slot::Seen) => {
-                if *graphs >= MAX_GRAPHS {
-                    *slot = Slot::Direct;
-                    return Ok(Launched::Direct);
-                }
-                match OneNodeGraph::new(function, shape, params) {
-                    Ok(g) => {
-                        *graphs += 1;
-                        *slot = Slot::Ready(g);
-                        true
-                    }
-                    Err(_) => {
-                        *slot = Slot::Direct;
-                        return Ok(Launched::Direct);
-                    }
-                }
-            }
-            Some(Slot::Ready(_)) => false,
-        };
         let Some(slot) = table.get_mut(&shape) else {
+            if table.len() < MAX_SHAPES {
+                table.insert(shape, Slot::Seen);
+            }
             return Ok(Launched::Direct);
         };
+        if let Slot::Seen = slot {
+            let made = if *graphs < MAX_GRAPHS { OneNodeGraph::new(function, shape, params).ok() } else { None };
+            *slot = match made {
+                Some(g) => {
+                    *graphs += 1;
+                    Slot::Ready(g)
+                }
+                None => Slot::Direct,
+            };
+            // A graph just made holds this launch's parameters already.
+            if let Slot::Ready(graph) = slot {
+                return graph.launch(stream).map(|()| Launched::Queued);
+            }
+        }
         let Slot::Ready(graph) = slot else {
             return Ok(Launched::Direct);
         };
-        // A graph just made holds this launch's parameters already.
-        let ready = fresh || graph.set_params(params).is_ok();
-        if !ready {
+        if graph.set_params(params).is_err() {
             // The direct launch reports whatever is wrong.
             *slot = Slot::Direct;
             return Ok(Launched::Direct);
@@ -230,7 +216,8 @@ impl GraphLaunches {
 
 impl CudaBackend {
     /// Queues one launch of `function` on the backend's stream: through the graph of its launch
-    /// shape when the grid has at most one threadgroup per multiprocessor, else directly.
+    /// shape when the launch is short (at most `MAX_GRAPH_THREADS` threads and one threadgroup
+    /// per multiprocessor), else directly.
     ///
     /// # Safety
     /// `params` holds one pointer per parameter of `function`, in order, each to storage of that
