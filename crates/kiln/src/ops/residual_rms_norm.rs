@@ -21,7 +21,7 @@
 //! Reference: `rms_norm::reference` of the f64 sum `x + residual` of the dtype-rounded inputs,
 //! and that sum for `h`. Tolerance: the dtype table.
 
-use super::rms_norm::{check_norm_args, norm_source, RowLaunch, SIMDGROUP_MAX_D};
+use super::rms_norm::{check_norm_args, norm_source, RowLaunch, RowUnits, SIMDGROUP_MAX_D};
 use super::util::{check_same_dtype, common_device, vec4_aligned, vec8_aligned, OpCall, RowKernels, VEC4_HEADER};
 use crate::array::Array;
 use crate::dtype::DType;
@@ -31,8 +31,8 @@ use crate::kernel::MetalKernel;
 const OP: &str = "residual_rms_norm";
 /// Units per thread of short f32 rows kept in registers (128 threads at D = 1024; measured on
 /// the H100 at 16384 × 1024: 0.0943 ms against 0.0952 with 64 threads and 0.0959 with one
-/// simdgroup per row).
-const SHORT_F32_UNITS: usize = 2;
+/// simdgroup per row); 16-bit rows of D > 1024 loop (see the call), so their default stays.
+const UNITS: RowUnits = RowUnits { short_f32: 2, long_16bit: 4 };
 
 // Register form (CPT > 0, the plan of `rms_norm::RowLaunch`): `x` and `residual` are loaded
 // whole before any store (and, for 16-byte units, `w` still packed), `h` kept in registers for
@@ -147,7 +147,7 @@ pub fn residual_rms_norm_call(x: &Array, residual: &Array, w: &Array, eps: f32) 
     // vs 0.1867, 0.3710 vs 0.3638 ms), so 16-bit rows take registers only up to D = 1024.
     let registers = vec4 && (x.dtype() == DType::F32 || d <= SIMDGROUP_MAX_D);
     let wide = vec8_aligned(x) && vec8_aligned(residual) && vec8_aligned(w);
-    let launch = RowLaunch::new(OP, rows, d, x.dtype(), registers, wide, SHORT_F32_UNITS)?;
+    let launch = RowLaunch::new(OP, rows, d, x.dtype(), registers, wide, UNITS)?;
     let spec = launch.spec(x.dtype()).output(x.shape(), x.dtype()).output(x.shape(), x.dtype());
     let inputs = vec![x.into(), residual.into(), w.into(), (d as i32).into(), eps.into()];
     Ok(OpCall::new(kernel(launch.row_per_simdgroup, vec4)?, inputs, spec))

@@ -38,7 +38,7 @@
 //!
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::rms_norm::RowLaunch;
+use super::rms_norm::{RowLaunch, RowUnits};
 use super::util::{
     check_float, check_nonempty, row_index_source, vec4_aligned, vec8_aligned, OpCall, RowKernels, VEC4_HEADER,
 };
@@ -48,8 +48,9 @@ use crate::kernel::MetalKernel;
 
 const OP: &str = "softmax";
 /// Units per thread of short f32 rows kept in registers: 8, one simdgroup per row at D = 1024
-/// (measured on the H100 at 16384 × 1024: 0.0497 ms against 0.0500 with 64 threads).
-const SHORT_F32_UNITS: usize = 8;
+/// (measured on the H100 at 16384 × 1024: 0.0497 ms against 0.0500 with 64 threads). 16-bit
+/// rows of D > 1024 take the packed plan where aligned; unaligned ones keep the default 4.
+const UNITS: RowUnits = RowUnits { short_f32: 8, long_16bit: 4 };
 
 const HEADER: &str = r#"
 // exp for the element values: exp2(y log2 e) for 16-bit outputs (relative error about
@@ -291,7 +292,7 @@ pub fn softmax_call(x: &Array) -> Result<OpCall> {
     let packed = if vec4 { RowLaunch::packed(OP, rows, d, x.dtype(), vec8_aligned(x))? } else { None };
     let (launch, packed) = match packed {
         Some(launch) => (launch, true),
-        None => (RowLaunch::new(OP, rows, d, x.dtype(), vec4, vec8_aligned(x), SHORT_F32_UNITS)?, false),
+        None => (RowLaunch::new(OP, rows, d, x.dtype(), vec4, vec8_aligned(x), UNITS)?, false),
     };
     let spec = launch.spec(x.dtype()).output(x.shape(), x.dtype());
     Ok(OpCall::new(kernel(launch.row_per_simdgroup, vec4, packed)?, vec![x.into(), (d as i32).into()], spec))
