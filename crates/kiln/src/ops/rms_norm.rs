@@ -48,10 +48,10 @@ const ROWS_PER_GROUP: usize = 2;
 /// half the registers (39 against 68 on sm_90, 70 % of the warps active against 41 %).
 /// Measured on the H100 (16384 bf16 rows, three rounds in one call, ms): D = 4096
 /// 0.0946–0.0948 against 0.0949, `ncu` 86.1 against 86.5 µs; D = 8192 level (0.1820–0.1823).
-const UNITS: RowUnits = RowUnits { short_f32: 4, long_16bit: 2 };
+const UNITS: RowUnits = RowUnits { short_f32: 4, long_16bit: 2, long_f32: UNITS_PER_THREAD };
 /// Units each thread of a threadgroup row aims for: enough loads in flight per thread, and
 /// small threadgroups so that several rows share a multiprocessor.
-const UNITS_PER_THREAD: usize = 4;
+pub(crate) const UNITS_PER_THREAD: usize = 4;
 /// Most 4-element chunks a thread keeps in registers (32 floats); longer rows loop.
 pub(crate) const MAX_REGISTER_CHUNKS: usize = 8;
 /// Most threads per row of the packed plan: two 512-thread rows fit on a multiprocessor at
@@ -183,14 +183,15 @@ pub(crate) fn norm_source(template: &str, row_per_simdgroup: bool) -> String {
         .replace("%KEEP16%", if row_per_simdgroup { "true" } else { "false" })
 }
 
-/// Units per thread of an op's register rows where the plan's default (4) is not
-/// its best.
+/// Units per thread of an op's register rows (the plan's default is [`UNITS_PER_THREAD`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RowUnits {
     /// f32 rows of D ≤ 1024 (more than 32 threads make it a threadgroup row).
     pub short_f32: usize,
     /// f16/bf16 rows of D > 1024 in the float register form.
     pub long_16bit: usize,
+    /// f32 rows of D > 1024.
+    pub long_f32: usize,
 }
 
 /// The row-to-thread mapping and register plan, shared with `residual_rms_norm` and `softmax`.
@@ -235,7 +236,7 @@ impl RowLaunch {
         } else if dtype.size() == 2 {
             threads(units_per_thread.long_16bit)
         } else {
-            threads(UNITS_PER_THREAD)
+            threads(units_per_thread.long_f32)
         };
         let cpt = units.div_ceil(nt);
         let (nt, cpt) = if registers && cpt * p <= MAX_REGISTER_CHUNKS {

@@ -13,7 +13,7 @@
 //! row-contiguous first); output (..., D) row-contiguous in the dtype of `x`.
 //!
 //! Variant rule (deterministic on D, dtype and alignment), the row plan of `rms_norm` with 8
-//! units per thread for short f32 rows:
+//! units per thread for f32 rows:
 //! - `simdgroup`: D ≤ 1024 — one simdgroup per row, 2 rows per threadgroup, no barrier.
 //! - `threadgroup`: D > 1024 — one threadgroup per row, one barrier.
 //!
@@ -38,7 +38,7 @@
 //!
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::rms_norm::{RowLaunch, RowUnits};
+use super::rms_norm::{RowLaunch, RowUnits, UNITS_PER_THREAD};
 use super::util::{
     check_float, check_nonempty, row_index_source, vec4_aligned, vec8_aligned, OpCall, RowKernels, VEC4_HEADER,
 };
@@ -47,10 +47,12 @@ use crate::error::Result;
 use crate::kernel::MetalKernel;
 
 const OP: &str = "softmax";
-/// Units per thread of short f32 rows kept in registers: 8, one simdgroup per row at D = 1024
-/// (measured on the H100 at 16384 × 1024: 0.0497 ms against 0.0500 with 64 threads). 16-bit
-/// rows of D > 1024 take the packed plan where aligned; unaligned ones keep the default 4.
-const UNITS: RowUnits = RowUnits { short_f32: 8, long_16bit: 4 };
+/// Units per thread of f32 rows kept in registers: 8, one simdgroup per row at D = 1024
+/// (measured on the H100 at 16384 × 1024: 0.0497 ms against 0.0500 with 64 threads) and 128
+/// threads at D = 4096 (16384 rows, three rounds in one call: 0.1817–0.1818 ms against
+/// 0.1822–0.1823 with 4 units; D = 32768 level, 1.4152–1.4157). 16-bit rows of D > 1024 take
+/// the packed plan where aligned; unaligned ones keep the default.
+const UNITS: RowUnits = RowUnits { short_f32: 8, long_16bit: UNITS_PER_THREAD, long_f32: 8 };
 
 const HEADER: &str = r#"
 // exp for the element values: exp2(y log2 e) for 16-bit outputs (relative error about
