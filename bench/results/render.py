@@ -12,6 +12,17 @@ def fmt(v, p=4):
     return "-" if v is None else f"{v:.{p}f}"
 
 
+def rounds_note(kiln, peers):
+    """The sentence naming the cases measured in more than one round, if any."""
+    reports = [kiln] + peers
+    most = max((c.get("rounds", 1) for r in reports for c in r["cases"]), default=1)
+    if most < 2:
+        return ""
+    ops = sorted({c["op"] for c in kiln["cases"] if c.get("rounds", 1) > 1})
+    return (f" The {', '.join(ops)} cases ran in {most} rounds, kiln and every peer alike, taking turns; "
+            "each side's time is its faster round's median (bench/results/merge.py).")
+
+
 def main():
     kiln = json.load(open(sys.argv[1]))
     peers = json.load(open(sys.argv[2]))
@@ -27,7 +38,7 @@ def main():
                "time (above 1: kiln is faster). % of same-size copy = time of a device-to-device copy "
                "of the case's bytes (half read, half written), timed the same way in the same run, "
                "over kiln's time: short transfers do not reach the large copy's bandwidth. A case "
-               "whose output disagrees with its reference gets no time.\n")
+               "whose output disagrees with its reference gets no time." + rounds_note(kiln, peers) + "\n")
     out.append("| case | kiln ms | " + " | ".join(f"{p['implementation']} ms" for p in peers) +
                " | best peer | ratio | kiln GB/s | % of copy roofline | % of same-size copy | kiln TFLOP/s | rel. error | status |")
     out.append("|---" * (len(peers) + 10) + "|")

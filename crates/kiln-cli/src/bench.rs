@@ -12,7 +12,8 @@ pub struct BenchArgs {
     /// Where to run: cpu, cuda, cuda:N, or auto (the best available).
     #[arg(long, default_value = "auto")]
     device: String,
-    /// Only cases whose id (op/shape/dtype) contains this text.
+    /// Only cases whose id (op/shape/dtype) contains this text (several: comma-separated, any
+    /// of them).
     #[arg(long)]
     filter: Option<String>,
     /// Write the report here (JSON), the plot beside it (.svg).

@@ -65,7 +65,8 @@ pub struct Prepared {
 #[derive(Clone, Debug)]
 pub struct Options {
     pub device: Device,
-    /// Only cases whose id contains this text.
+    /// Only cases whose id contains this text; several texts separated by commas select the
+    /// cases that contain any of them.
     pub filter: Option<String>,
     /// Device time to spend timing each case, in seconds (bounded by `min_reps`/`max_reps`).
     pub time_per_case: f64,
@@ -150,6 +151,11 @@ impl Clock {
     }
 }
 
+/// Whether a filter (texts separated by commas) selects the case `id`: some text is part of it.
+fn selects(filter: &str, id: &str) -> bool {
+    filter.split(',').any(|f| id.contains(f))
+}
+
 /// The median of `v` (NaN when empty).
 pub fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
@@ -169,7 +175,7 @@ pub type Progress<'a> = dyn FnMut(&str, usize, usize, Option<&CaseResult>) + 'a;
 pub fn run(cases: Vec<Case>, opts: &Options, progress: &mut Progress<'_>) -> Result<Report> {
     let clock = Clock::for_device(opts.device)?;
     let cases: Vec<Case> =
-        cases.into_iter().filter(|c| opts.filter.as_deref().is_none_or(|f| c.id().contains(f))).collect();
+        cases.into_iter().filter(|c| opts.filter.as_deref().is_none_or(|f| selects(f, &c.id()))).collect();
     let total = cases.len() + 1;
     progress("copy roofline", 0, total, None);
     let copy_ms = median(&clock.copy(opts.copy_bytes, 20)?);
@@ -234,4 +240,17 @@ fn run_case(clock: &Clock, case: &Case, opts: &Options, seed: u64) -> Result<(Op
     let reps = ((opts.time_per_case * 1e3 / first.max(1e-3)) as usize).clamp(opts.min_reps, opts.max_reps);
     let times = clock.time(reps, &mut body)?;
     Ok((Some(median(&times)), error, prepared.tolerance))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::selects;
+
+    #[test]
+    fn a_filter_selects_the_ids_containing_any_of_its_texts() {
+        assert!(selects("rms_norm/", "residual_rms_norm/16384x1024/float32"));
+        assert!(selects("softmax/,exp/", "exp/67108864/float16"));
+        assert!(!selects("softmax/,exp/", "rope/32x32x1024x128/bfloat16"));
+        assert!(selects("", "anything"));
+    }
 }
