@@ -11,3 +11,5 @@ export LD_LIBRARY_PATH="$nvrtc_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export KILN_REQUIRE_BACKEND="${KILN_REQUIRE_BACKEND:-nvrtc}"
 
 cargo test --workspace --locked "$@"
+# The benchmark scripts' merge of rounds (Python, no packages needed).
+python3 bench/results/test_merge.py

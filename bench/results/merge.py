@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Merges benchmark rounds: reports of the same implementation from several runs on one machine
 (`kiln bench --json`, one report; `bench/peers.py --out`, a list of reports) become one, keeping
-for every case the round with the shortest median among those whose output passed its check.
+for every case the round with the shortest median among those whose output passed its check
+(a round whose output was wrong is kept instead: a good round never hides a wrong one).
 Every implementation is merged by the same rule, so the comparison stays fair while a single
 slow round of either side (a clock dip, a recompilation) no longer decides a ratio. A merged
 case records how many rounds measured it in `rounds`. Usage:
@@ -18,10 +19,15 @@ def as_list(doc):
 
 
 def better(a, b):
-    """The entry to keep of two measurements of one case."""
+    """The entry to keep of two measurements of one case: an output that disagreed with its
+    reference in any round stands (a wrong result is never hidden by a good round); else the
+    shortest median of the rounds that timed the case; else (no round timed it) the first."""
     def key(e):
-        ok = e.get("status") == "ok" and e.get("median_ms") is not None
-        return (0, e["median_ms"]) if ok else (1, 0.0)
+        if e.get("status") == "wrong":
+            return (0, 0.0)
+        if e.get("status") == "ok" and e.get("median_ms") is not None:
+            return (1, e["median_ms"])
+        return (2, 0.0)
     return a if key(a) <= key(b) else b
 
 
