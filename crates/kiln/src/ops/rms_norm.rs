@@ -211,8 +211,8 @@ pub(crate) struct RowLaunch {
 impl RowLaunch {
     /// `registers`: the kernel takes 4-element loads and the caller wants the row kept in
     /// registers where it fits (the caller's rule on dtype and D); `wide`: every input is
-    /// 8-element aligned (`vec8_aligned`); `units`: the units per thread the op wants where its
-    /// best differs from the plan's default.
+    /// 8-element aligned (`vec8_aligned`); `units_per_thread`: the op's units per thread for
+    /// each kind of register row.
     pub(crate) fn new(
         op: &str,
         rows: usize,
