@@ -3,11 +3,12 @@
 FLA (Triton) where installed. Writes a JSON list of reports (one per implementation) in the
 format of `kiln bench --json`; `kiln bench --compare peers.json` prints kiln/peer ratios.
 
-Timing: CUDA events around each call, the L2 flushed before each (a write to a buffer four times
-its size), median of many runs. Inputs are random (never all zeros). Case ids (op/shape/dtype)
+Timing: CUDA events around each call, the L2 flushed before each (its persisting lines reset to
+normal, as kiln's timer does, then a write to a buffer four times its size), median of many runs. Inputs are random (never all zeros). Case ids (op/shape/dtype)
 match crates/kiln/src/bench/cases.rs.
 """
 import argparse
+import ctypes
 import json
 import math
 import time
@@ -20,6 +21,28 @@ N_ELEM = 64 << 20
 ROWS = 16384
 
 
+def _driver_reset():
+    """The driver's cuCtxResetPersistingL2Cache, or None where libcuda cannot be loaded."""
+    try:
+        return ctypes.CDLL("libcuda.so.1").cuCtxResetPersistingL2Cache
+    except OSError:
+        return None
+
+
+_RESET_PERSISTING = _driver_reset()
+CUDA_ERROR_NOT_SUPPORTED = 801
+
+
+def reset_persisting_lines():
+    """Waits for queued work, then turns the L2's persisting (evict-last) lines into normal ones,
+    which the flush can evict (they survive a plain write of four times the L2)."""
+    torch.cuda.synchronize()
+    if _RESET_PERSISTING is not None:
+        rc = _RESET_PERSISTING()
+        if rc not in (0, CUDA_ERROR_NOT_SUPPORTED):
+            raise RuntimeError(f"cuCtxResetPersistingL2Cache failed: CUresult {rc}")
+
+
 def timed(fn, time_per_case=0.25, min_reps=10, max_reps=200):
     """Median milliseconds of fn() with the L2 flushed before each call."""
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -28,6 +51,7 @@ def timed(fn, time_per_case=0.25, min_reps=10, max_reps=200):
     def run(reps):
         ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
         for s, e in ev:
+            reset_persisting_lines()
             flush.fill_(0x5A)
             s.record()
             fn()

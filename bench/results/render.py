@@ -33,7 +33,8 @@ def main():
     out.append(f"# kiln on {kiln['device_name']}\n")
     out.append(f"Commit measured: `{kiln['commit']}`. Copy roofline measured in the same run: "
                f"{bw:.0f} GB/s (kiln), {peers[0]['copy_gbs']:.0f} GB/s (torch `copy_`).\n")
-    out.append("Median device time over many runs, CUDA events, L2 flushed before each run; bytes "
+    out.append("Median device time over many runs, CUDA events, L2 flushed before each run (its persisting "
+               "lines reset to normal, then a write of four times its size); bytes "
                "and FLOPs are the fewest the op must move and do. Ratio = best peer time / kiln "
                "time (above 1: kiln is faster). % of same-size copy = time of a device-to-device copy "
                "of the case's bytes (half read, half written), timed the same way in the same run, "
