@@ -54,7 +54,7 @@ def main():
             cells.append(fmt(t) + ("" if not pc or pc["status"] == "ok" else f" ({pc['status']})"))
         ms = c.get("median_ms")
         best = min(times.items(), key=lambda kv: kv[1]) if times else None
-        ratio = fmt(best[1] / ms, 2) if best and ms else "-"
+        ratio = fmt(best[1] / ms, 3) if best and ms else "-"
         gbs = c["bytes"] / (ms * 1e-3) / 1e9 if ms else None
         tf = c["flops"] / (ms * 1e-3) / 1e12 if ms and c["flops"] else None
         pct = 100 * gbs / bw if gbs else None

@@ -186,7 +186,7 @@ pub fn compare(kiln: &Report, peers: &[Report]) -> String {
         }
         let best = by_peer.iter().min_by(|a, b| a.1.total_cmp(b.1));
         let ratio = match (best, c.median_ms) {
-            (Some((_, &t)), Some(k)) => format!("{:.2}", t / k),
+            (Some((_, &t)), Some(k)) => format!("{:.3}", t / k),
             _ => "-".into(),
         };
         let pct = kiln.roofline_pct(c).map_or("-".into(), |v| format!("{v:.1}"));
@@ -194,4 +194,38 @@ pub fn compare(kiln: &Report, peers: &[Report]) -> String {
         let _ = writeln!(s, " {:>14} {:>8} {:>7} {:>7}", best.map_or("-", |b| b.0), ratio, pct, copy);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{compare, CaseResult, Report, Status};
+    use crate::device::Device;
+
+    fn report(implementation: &str, ms: f64) -> Report {
+        let mut r = Report::new("test GPU".into(), Device::Cpu, String::new(), 3000.0);
+        r.implementation = implementation.into();
+        r.cases.push(CaseResult {
+            id: "rms_norm/16384x8192/bfloat16".into(),
+            op: "rms_norm".into(),
+            shape: "16384x8192".into(),
+            dtype: "bfloat16".into(),
+            bytes: 536_887_296.0,
+            flops: 0.0,
+            median_ms: Some(ms),
+            error: Some(1e-3),
+            tolerance: 1e-2,
+            status: Status::Ok,
+            note: String::new(),
+            copy_ms: None,
+        });
+        r
+    }
+
+    #[test]
+    fn a_ratio_just_under_one_is_not_rounded_up_to_it() {
+        let table = compare(&report("kiln", 0.18125), &[report("torch-compile", 0.18115)]);
+        let row = table.lines().find(|l| l.starts_with("rms_norm/")).expect("the case's row");
+        assert!(row.contains(" 0.999 "), "{row}");
+        assert!(!row.contains(" 1.00 "), "{row}");
+    }
 }
