@@ -3,8 +3,9 @@
 # elsewhere (scripts/collect-test-binaries.sh BIN), runs the GPU conformance tests that guard the
 # benchmarked kernels, the host-cost measurement twice (cold, then warm disk cache), every bench
 # case with kiln, the same cases with the peers (bench/peers.py: torch eager, torch.compile, FLA
-# where importable), a second round of the memory-bound cases on both sides (their ratios sit
-# within the run-to-run spread; bench/results/merge.py keeps each side's faster round), the
+# where importable), a second round of the memory-bound cases (GDN kkt among them) on both
+# sides (their ratios sit within the run-to-run spread, and a peer's round can be slow:
+# bench/results/merge.py keeps each side's faster round), the
 # comparison, and renders the page.
 #
 #   bench/run-h100.sh BIN OUTDIR COMMIT
@@ -35,7 +36,7 @@ done
 
 "$bin/kiln" bench --device cuda --host-calls 100000 --no-cases --json "$out/host1.json" 2>&1 | tee -a "$log"
 "$bin/kiln" bench --device cuda --host-calls 100000 --no-cases --json "$out/host2.json" 2>&1 | tee -a "$log"
-memory_bound="exp/,silu/,gelu_tanh/,rms_norm/,softmax/,rope/,scatter_add/"
+memory_bound="exp/,silu/,gelu_tanh/,rms_norm/,softmax/,rope/,scatter_add/,gdn_kkt/"
 "$bin/kiln" bench --device cuda --json "$out/kiln.round1.json" --commit "$commit" --time-per-case 0.1 >>"$log" 2>&1 || status=1
 python3 "$here/peers.py" --out "$out/peers.round1.json" --time-per-case 0.1 >>"$log" 2>&1 || status=1
 "$bin/kiln" bench --device cuda --filter "$memory_bound" --json "$out/kiln.round2.json" --commit "$commit" \
