@@ -202,9 +202,13 @@ def cases():
     return out
 
 
+GDN_SHAPE = (8, 4096, 16, 128, 32, 64)  # B, T, Hg, K, H, chunk
+GDN_ID = "gdn_kkt/{}x{}x{}x{}/bfloat16".format(*GDN_SHAPE[:4])
+
+
 def gdn_case():
     """GDN chunk_scaled_dot_kkt through FLA when installed, else a torch eager reference."""
-    B, T, Hg, K, H, C = 8, 4096, 16, 128, 32, 64
+    B, T, Hg, K, H, C = GDN_SHAPE
     k = rand((B, T, Hg, K), "bfloat16")
     beta = torch.rand((B, T, H), device="cuda")
     g = -torch.rand((B, T, H), device="cuda").reshape(B, T // C, C, H).cumsum(2).reshape(B, T, H)
@@ -226,7 +230,7 @@ def gdn_case():
     impls["torch-eager"] = eager
     flops = 2 * B * H * T * C / 2 * K
     nbytes = B * T * Hg * K * 2 + 2 * B * T * H * 4 + B * T * H * C * 4
-    return f"gdn_kkt/{B}x{T}x{Hg}x{K}/bfloat16", nbytes, flops, impls
+    return GDN_ID, nbytes, flops, impls
 
 
 def report(impl, dev, results):
@@ -285,7 +289,7 @@ def main():
         record("torch-eager", cid, nbytes, flops, dt, bind(f), check, tol)
         if compile_too and not args.no_compile:
             record("torch-compile", cid, nbytes, flops, dt, bind(torch.compile(f, dynamic=False)), check, tol)
-    if selected("gdn_kkt"):
+    if selected(GDN_ID):
         cid, nbytes, flops, impls = gdn_case()
         for impl, fn in impls.items():
             record(impl, cid, nbytes, flops, "bfloat16", fn, lambda o: 0.0, 1e-5)
