@@ -24,7 +24,10 @@ export KILN_CACHE_DIR="${KILN_CACHE_DIR:-$(mktemp -d)}"
 log="$out/log.txt"
 : >"$log"
 status=0
+# Marks each step's start in the log, so a slow step shows.
+step() { echo "[$(date +%T)] $*" >>"$log"; }
 
+step tests
 tests=""
 for t in ops_memory_bound ops_compute attention_cuda gdn_kkt_cuda scatter_add_cuda; do
   r=$("$bin/$t" --include-ignored cuda 2>&1) || status=1
@@ -34,14 +37,20 @@ for t in ops_memory_bound ops_compute attention_cuda gdn_kkt_cuda scatter_add_cu
   tests="$tests\n#   $line"
 done
 
+step host cost
 "$bin/kiln" bench --device cuda --host-calls 100000 --no-cases --json "$out/host1.json" 2>&1 | tee -a "$log"
 "$bin/kiln" bench --device cuda --host-calls 100000 --no-cases --json "$out/host2.json" 2>&1 | tee -a "$log"
 memory_bound="exp/,silu/,gelu_tanh/,rms_norm/,softmax/,rope/,scatter_add/,gdn_kkt/"
+step kiln round 1
 "$bin/kiln" bench --device cuda --json "$out/kiln.round1.json" --commit "$commit" --time-per-case 0.1 >>"$log" 2>&1 || status=1
+step peers round 1
 python3 "$here/peers.py" --out "$out/peers.round1.json" --time-per-case 0.1 >>"$log" 2>&1 || status=1
+step kiln round 2
 "$bin/kiln" bench --device cuda --filter "$memory_bound" --json "$out/kiln.round2.json" --commit "$commit" \
   --time-per-case 0.1 >>"$log" 2>&1 || status=1
+step peers round 2
 python3 "$here/peers.py" --filter "$memory_bound" --out "$out/peers.round2.json" --time-per-case 0.1 >>"$log" 2>&1 || status=1
+step merge and render
 python3 "$here/results/merge.py" "$out/kiln.json" "$out/kiln.round1.json" "$out/kiln.round2.json" || status=1
 python3 "$here/results/merge.py" "$out/peers.json" "$out/peers.round1.json" "$out/peers.round2.json" || status=1
 "$bin/kiln" bench --report "$out/kiln.json" --compare "$out/peers.json" 2>&1 | tee -a "$log"
