@@ -4,8 +4,9 @@ FLA (Triton) where installed. Writes a JSON list of reports (one per implementat
 format of `kiln bench --json`; `kiln bench --compare peers.json` prints kiln/peer ratios.
 
 Timing: CUDA events around each call, the L2 flushed before each (its persisting lines reset to
-normal, as kiln's timer does, then a write to a buffer four times its size), median of many runs. Inputs are random (never all zeros). Case ids (op/shape/dtype)
-match crates/kiln/src/bench/cases.rs.
+normal, as kiln's timer does, then a write to a buffer four times its size), median of many
+runs. Inputs are random (never all zeros). Case ids (op/shape/dtype) match
+crates/kiln/src/bench/cases.rs.
 """
 import argparse
 import ctypes
