@@ -5,8 +5,7 @@
 # case with kiln, the same cases with the peers (bench/peers.py: torch eager, torch.compile, FLA
 # where importable), a second round of the memory-bound cases (GDN kkt among them) on both
 # sides (their ratios sit within the run-to-run spread, and a peer's round can be slow:
-# bench/results/merge.py keeps each side's faster round), the
-# comparison, and renders the page.
+# bench/results/merge.py keeps each side's faster round), the comparison, and renders the page.
 #
 #   bench/run-h100.sh BIN OUTDIR COMMIT
 #

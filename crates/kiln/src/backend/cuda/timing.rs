@@ -5,10 +5,10 @@
 //!
 //! Why the reset: lines read with an evict-last policy (the row kernels' loads, Triton's too)
 //! stay in the L2 through a write of four times its size, so without it a run would start with
-//! part of the L2 held by the previous run's lines. Measured on
-//! the H100 (16384 × 1024 bf16 rows): a 32 MiB copy timed after such a kernel took 0.0246 ms
-//! without the reset and 0.0273 ms with it; the row kernels themselves, kiln's and
-//! torch.compile's alike, 0.3–4 % less with it.
+//! part of the L2 held by the previous run's lines. Measured on the H100 (16384 × 1024 bf16
+//! rows): a 32 MiB copy timed after such a kernel took 0.0246 ms without the reset and
+//! 0.0273 ms with it; the row kernels themselves, kiln's and torch.compile's alike, 0.3–4 %
+//! less with it.
 
 use cudarc::driver::{result as drv, sys, CudaEvent, CudaFunction};
 
