@@ -39,4 +39,4 @@ pub use device::Device;
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use kernel::{CudaKernel, KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MathMode, MetalKernel, MetalLibrary};
-pub use source::mangle::TemplateArg;
+pub use source::mangle::{TemplateArg, TemplateName};

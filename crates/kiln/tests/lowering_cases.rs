@@ -14,7 +14,7 @@ use kiln::{Array, DType, Device, KernelInput, LaunchSpec, LibraryArg, LibraryLau
 
 /// How a case runs: an `mx.fast.metal_kernel` body, or a full file with one function.
 enum Program {
-    Body { kernel: MetalKernel, inputs: Vec<KernelInput>, spec: LaunchSpec },
+    Body { kernel: MetalKernel, inputs: Vec<KernelInput>, spec: Box<LaunchSpec> },
     File { library: MetalLibrary, args: Vec<LibraryArg>, launch: LibraryLaunch },
 }
 
@@ -136,7 +136,7 @@ fn mixed_conditionals() -> Case {
     let dtypes = [DType::F32, DType::F16, DType::F16, DType::F32, DType::F32, DType::F32];
     Case {
         name: "mixed_conditionals",
-        program: Program::Body { kernel, inputs: vec![true.into(), scale.into(), x.into(), f.into(), b.into()], spec },
+        program: Program::Body { kernel, inputs: vec![true.into(), scale.into(), x.into(), f.into(), b.into()], spec: Box::new(spec) },
         want: want.into_iter().zip(dtypes).collect(),
     }
 }
@@ -188,7 +188,7 @@ fn expression_sized_threadgroup_arrays() -> Case {
         .collect();
     Case {
         name: "tg_expr",
-        program: Program::Body { kernel, inputs: vec![x.into()], spec },
+        program: Program::Body { kernel, inputs: vec![x.into()], spec: Box::new(spec) },
         want: vec![(want, DType::F32)],
     }
 }
@@ -258,7 +258,7 @@ struct Pt {
     }
     Case {
         name: "swizzles",
-        program: Program::Body { kernel, inputs: vec![x.into()], spec },
+        program: Program::Body { kernel, inputs: vec![x.into()], spec: Box::new(spec) },
         want: vec![(color, DType::F32), (strukt, DType::F32), (mixed, DType::F32)],
     }
 }
@@ -446,7 +446,7 @@ MLX_MTL_CONST int kMul = 3;
         .collect();
     Case {
         name: "body_idioms",
-        program: Program::Body { kernel, inputs: vec![x.into()], spec },
+        program: Program::Body { kernel, inputs: vec![x.into()], spec: Box::new(spec) },
         want: vec![(want, DType::F32)],
     }
 }

@@ -7,7 +7,7 @@ mod common;
 
 use kiln::backend::cuda;
 use kiln::backend::{MetalProgram, ProgramKind};
-use kiln::{Array, CudaKernel, DType, LaunchSpec, MathMode, MetalKernel, TemplateArg};
+use kiln::{Array, CudaKernel, DType, LaunchSpec, MathMode, MetalKernel, TemplateArg, TemplateName};
 
 const ARCH: cuda::Arch = (9, 0);
 
@@ -27,7 +27,7 @@ struct Body {
     outputs: &'static [&'static str],
     source: &'static str,
     header: &'static str,
-    template: Vec<(String, TemplateArg)>,
+    template: Vec<(TemplateName, TemplateArg)>,
     arrays: Vec<Array>,
     atomic: bool,
 }
@@ -52,13 +52,13 @@ fn program_of(b: &Body, out_dtype: DType) -> MetalProgram {
     for _ in b.outputs {
         spec = spec.output(&[64], out_dtype);
     }
-    spec.template = b.template.clone();
+    spec.template = b.template.iter().cloned().collect();
     let generated = k.generate(&b.arrays, &spec).unwrap();
     k.program(&generated)
 }
 
 fn mlx_bodies() -> Vec<Body> {
-    let t = |name: &str, d: DType| (name.to_string(), TemplateArg::DType(d));
+    let t = |name: &'static str, d: DType| (TemplateName::from(name), TemplateArg::DType(d));
     vec![
         // T1: elementwise exp with a dtype template.
         Body {
@@ -243,7 +243,8 @@ fn cuda_kernel_bodies_compile() {
     .header("__device__ unsigned cooperative_groups_thread_rank() { return blockIdx.x * blockDim.x + threadIdx.x; }\n");
     let a = Array::from_f64(DType::F16, &[8], &[1.0; 8]).unwrap();
     let mut spec = LaunchSpec::new([8, 1, 1], [4, 1, 1]).output(&[8], DType::F16);
-    spec.template = vec![("T".into(), TemplateArg::DType(DType::F16)), ("SCALE".into(), TemplateArg::Int(3))];
+    spec.template =
+        smallvec::smallvec![("T".into(), TemplateArg::DType(DType::F16)), ("SCALE".into(), TemplateArg::Int(3))];
     let source = format!("{}\n{}", kiln::source::cuda::prelude(), k.generate(&[a], &spec).unwrap());
     let cubin = cuda::compile_source("scaled_copy", &source, ARCH, MathMode::Safe).unwrap();
     assert_eq!(&cubin[..4], b"\x7fELF");

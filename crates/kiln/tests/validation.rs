@@ -39,7 +39,7 @@ fn wrong_input_count_is_reported_like_mlx() {
 #[test]
 fn wrong_output_shape_and_dtype_counts_are_reported() {
     let mut spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32);
-    spec.output_shapes.push(vec![4]);
+    spec.output_shapes.push([4].as_slice().into());
     let msg = invalid_message(copy_kernel().call(&[input(&[4])], &spec).unwrap_err());
     assert_eq!(msg, "Expected `output_shapes` to have size 1 but got size 2.");
     let mut spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32);

@@ -11,7 +11,7 @@ use crate::array::Array;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::source::mangle::TemplateArg;
+use crate::source::mangle::{TemplateArg, TemplateName};
 use crate::source::scan::{self, ShapeInfo};
 
 /// The most axes `X_shape`/`X_strides` carry (`MAX_NDIM` in the kernel).
@@ -150,7 +150,7 @@ impl CudaKernel {
     }
 
     /// The entry name: `custom_kernel_<name>` plus one suffix per template argument.
-    pub fn kernel_name(&self, template: &[(String, TemplateArg)]) -> String {
+    pub fn kernel_name(&self, template: &[(TemplateName, TemplateArg)]) -> String {
         let mut s = format!("custom_kernel_{}", self.name);
         for (_, arg) in template {
             match arg {
@@ -257,7 +257,7 @@ impl CudaKernel {
             inputs: arrays,
             shape_info: self.shape_info.clone(),
             ensure_row_contiguous: self.ensure_row_contiguous,
-            outputs: spec.output_shapes.iter().cloned().zip(spec.output_dtypes.iter().copied()).collect(),
+            outputs: spec.output_shapes.iter().map(|s| s.to_vec()).zip(spec.output_dtypes.iter().copied()).collect(),
             init_value: spec.init_value,
             grid: spec.grid,
             threadgroup: spec.threadgroup,
@@ -290,14 +290,14 @@ mod tests {
     fn names_and_templates_follow_mlx() {
         let k = CudaKernel::new("arg_test", &["a"], &["out"], "out[0] = a[0];").unwrap();
         let template = vec![
-            ("B".to_string(), TemplateArg::Bool(true)),
-            ("N".to_string(), TemplateArg::Int(3)),
-            ("T".to_string(), TemplateArg::DType(DType::F16)),
+            ("B".into(), TemplateArg::Bool(true)),
+            ("N".into(), TemplateArg::Int(3)),
+            ("T".into(), TemplateArg::DType(DType::F16)),
         ];
         assert_eq!(k.kernel_name(&template), "custom_kernel_arg_test_t_3_float16_t");
         let a = Array::from_vec(&[4], vec![1.0f32; 4]).unwrap();
         let mut spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32);
-        spec.template = template;
+        spec.template = template.into();
         let src = k.generate(&[a], &spec).unwrap();
         assert!(src.contains("  constexpr bool B = true;\n  constexpr int N = 3;\n  using T = __half;\n"));
         assert!(src.contains("const float* a,\n    float* out) {"));

@@ -4,11 +4,14 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::array::Array;
+use smallvec::SmallVec;
+
+use crate::array::{Array, Shape};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Error;
 use crate::source::mangle::TemplateArg;
+pub use crate::source::mangle::TemplateName;
 
 /// The compiler's floating-point mode (MLX `compile_options={"math_mode": ...}`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -108,17 +111,25 @@ impl From<f64> for KernelInput {
     }
 }
 
+/// Ordered template arguments of a call (inline up to four, so that building a spec at every
+/// call, as ops do, allocates nothing on the heap).
+pub type TemplateArgs = SmallVec<[(TemplateName, TemplateArg); 4]>;
+/// Output shapes of a call (inline up to two outputs of up to four axes each).
+pub type OutputShapes = SmallVec<[Shape; 2]>;
+/// Output dtypes of a call.
+pub type OutputDTypes = SmallVec<[DType; 2]>;
+
 /// The launch description of one `MetalKernel` call (MLX's call keywords).
 #[derive(Clone, Debug)]
 pub struct LaunchSpec {
-    pub output_shapes: Vec<Vec<usize>>,
-    pub output_dtypes: Vec<DType>,
+    pub output_shapes: OutputShapes,
+    pub output_dtypes: OutputDTypes,
     /// Total threads per dimension (not threadgroups).
     pub grid: [u32; 3],
     /// Threads per threadgroup; clamped to the grid per dimension at dispatch.
     pub threadgroup: [u32; 3],
     /// Ordered template arguments.
-    pub template: Vec<(String, TemplateArg)>,
+    pub template: TemplateArgs,
     /// Fill every output with this value (cast to its dtype) before the kernel runs.
     pub init_value: Option<f64>,
     /// Print the generated source as MLX does.
@@ -133,11 +144,11 @@ impl LaunchSpec {
     /// A launch of `grid` threads in groups of `threadgroup`, with no outputs yet.
     pub fn new(grid: [u32; 3], threadgroup: [u32; 3]) -> Self {
         LaunchSpec {
-            output_shapes: Vec::new(),
-            output_dtypes: Vec::new(),
+            output_shapes: OutputShapes::new(),
+            output_dtypes: OutputDTypes::new(),
             grid,
             threadgroup,
-            template: Vec::new(),
+            template: TemplateArgs::new(),
             init_value: None,
             verbose: false,
             device: None,
@@ -147,14 +158,14 @@ impl LaunchSpec {
 
     /// Adds an output of `shape` and `dtype`.
     pub fn output(mut self, shape: &[usize], dtype: DType) -> Self {
-        self.output_shapes.push(shape.to_vec());
+        self.output_shapes.push(Shape::from_slice(shape));
         self.output_dtypes.push(dtype);
         self
     }
 
-    /// Appends a template argument.
-    pub fn template(mut self, name: &str, arg: impl Into<TemplateArg>) -> Self {
-        self.template.push((name.to_string(), arg.into()));
+    /// Appends a template argument (`name` a `&'static str` or a `String`).
+    pub fn template(mut self, name: impl Into<TemplateName>, arg: impl Into<TemplateArg>) -> Self {
+        self.template.push((name.into(), arg.into()));
         self
     }
 

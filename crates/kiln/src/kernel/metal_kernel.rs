@@ -10,13 +10,13 @@ use std::sync::{Arc, Mutex};
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
-use super::launch::{KernelInput, LaunchSpec, MathMode};
+use super::launch::{KernelInput, LaunchSpec, MathMode, OutputDTypes, TemplateArgs};
 use crate::array::Array;
 use crate::backend::{self, Binding, Dispatch, Launch, MetalProgram, OutputSpec, ProgramKind, ResolvedSlot};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::source::mangle::{metal_kernel_name, InputKind, TemplateArg};
+use crate::source::mangle::{metal_kernel_name, InputKind};
 use crate::source::metal_codegen::{self, MetalSourceParts, SignatureInput};
 use crate::source::scan::{self, ShapeInfo};
 
@@ -52,8 +52,8 @@ pub struct MetalKernel {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Signature {
     inputs: Vec<(DType, usize, bool)>,
-    template: Vec<(String, TemplateArg)>,
-    outputs: Vec<DType>,
+    template: TemplateArgs,
+    outputs: OutputDTypes,
 }
 
 impl Signature {

@@ -1,7 +1,12 @@
 //! MLX's kernel-name mangling for `metal_kernel`: `custom_kernel_` + name + template suffix (the
 //! double underscore) + per-input type and address-space markers + per-output types.
 
+use std::borrow::Cow;
+
 use crate::dtype::DType;
+
+/// A template parameter's name: borrowed for literal names (no allocation), owned otherwise.
+pub type TemplateName = Cow<'static, str>;
 
 /// A template argument: a dtype (`typename`), a 32-bit int or a bool.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -32,7 +37,7 @@ impl TemplateArg {
 }
 
 /// `<a1, a2, ...>` for the explicit instantiation.
-pub fn render_template_args(template: &[(String, TemplateArg)]) -> String {
+pub fn render_template_args(template: &[(TemplateName, TemplateArg)]) -> String {
     let items: Vec<String> = template.iter().map(|(_, a)| a.render()).collect();
     format!("<{}>", items.join(", "))
 }
@@ -49,7 +54,7 @@ pub struct InputKind {
 /// becomes `_`, which keeps the name an identifier).
 pub fn metal_kernel_name(
     name: &str,
-    template: &[(String, TemplateArg)],
+    template: &[(TemplateName, TemplateArg)],
     inputs: &[InputKind],
     outputs: &[DType],
 ) -> String {
@@ -87,9 +92,9 @@ mod tests {
     #[test]
     fn matches_mlx_arg_test_example() {
         let template = vec![
-            ("e".to_string(), TemplateArg::Bool(true)),
-            ("f".to_string(), TemplateArg::Int(3)),
-            ("T".to_string(), TemplateArg::DType(DType::F16)),
+            ("e".into(), TemplateArg::Bool(true)),
+            ("f".into(), TemplateArg::Int(3)),
+            ("T".into(), TemplateArg::DType(DType::F16)),
         ];
         let inputs = [
             InputKind { dtype: DType::F32, ndim: 2, size: 18 },
@@ -106,7 +111,7 @@ mod tests {
 
     #[test]
     fn negative_int_template_stays_an_identifier() {
-        let template = vec![("N".to_string(), TemplateArg::Int(-4))];
+        let template = vec![("N".into(), TemplateArg::Int(-4))];
         let name = metal_kernel_name("k", &template, &[], &[DType::F32]);
         assert_eq!(name, "custom_kernel_k___4_float");
         assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));

@@ -5,7 +5,7 @@
 //! One deliberate difference: MLX misplaces `) {` when several outputs follow shape parameters
 //! and no attribute is used; here parameters are always joined with commas.
 
-use super::mangle::{render_template_args, TemplateArg};
+use super::mangle::{render_template_args, TemplateArg, TemplateName};
 use super::scan::ShapeInfo;
 use crate::dtype::DType;
 
@@ -45,7 +45,7 @@ pub struct MetalSourceParts<'a> {
     pub kernel_name: &'a str,
     pub header: &'a str,
     pub body: &'a str,
-    pub template: &'a [(String, TemplateArg)],
+    pub template: &'a [(TemplateName, TemplateArg)],
     pub inputs: &'a [SignatureInput<'a>],
     pub outputs: &'a [(&'a str, DType)],
     pub atomic_outputs: bool,

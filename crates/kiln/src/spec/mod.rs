@@ -15,7 +15,7 @@ use crate::backend::{self, ConstantKey, ConstantValue, Dispatch, MetalProgram, T
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernel::{KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MathMode, MetalKernel, MetalLibrary};
-use crate::source::mangle::TemplateArg;
+use crate::source::mangle::{TemplateArg, TemplateName};
 use toml_access::{spec_err, usize_list, Section};
 
 /// A parsed spec file, ready to translate or run.
@@ -162,7 +162,7 @@ fn parse_body(root: &Section<'_>) -> Result<BodySpec> {
     c.only_keys(&["grid", "threadgroup", "output_shapes", "output_dtypes", "template", "init_value", "verbose"])?;
     let mut call = LaunchSpec::new(c.dims3("grid")?, c.dims3("threadgroup")?);
     for (i, v) in c.array("output_shapes")?.iter().enumerate() {
-        call.output_shapes.push(usize_list(file, &format!("call.output_shapes[{i}]"), v)?);
+        call.output_shapes.push(usize_list(file, &format!("call.output_shapes[{i}]"), v)?.into());
     }
     for (i, name) in c.strings("output_dtypes")?.iter().enumerate() {
         let d = crate::DType::from_name(name)
@@ -200,14 +200,14 @@ fn parse_body(root: &Section<'_>) -> Result<BodySpec> {
     Ok(BodySpec { file: file.to_path_buf(), kernel, output_names, call, inputs })
 }
 
-fn parse_template_item(c: &Section<'_>, i: usize, item: &Value) -> Result<(String, TemplateArg)> {
+fn parse_template_item(c: &Section<'_>, i: usize, item: &Value) -> Result<(TemplateName, TemplateArg)> {
     let key = format!("template[{i}]");
     let pair = match item {
         Value::Array(p) if p.len() == 2 => p,
         _ => return Err(c.err(&key, "expected a [name, value] pair")),
     };
     let name = match &pair[0] {
-        Value::String(s) => s.clone(),
+        Value::String(s) => TemplateName::Owned(s.clone()),
         v => return Err(c.err(&key, format!("template name must be a string, found {}", v.type_str()))),
     };
     let arg = match &pair[1] {
