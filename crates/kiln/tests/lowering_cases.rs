@@ -136,7 +136,11 @@ fn mixed_conditionals() -> Case {
     let dtypes = [DType::F32, DType::F16, DType::F16, DType::F32, DType::F32, DType::F32];
     Case {
         name: "mixed_conditionals",
-        program: Program::Body { kernel, inputs: vec![true.into(), scale.into(), x.into(), f.into(), b.into()], spec: Box::new(spec) },
+        program: Program::Body {
+            kernel,
+            inputs: vec![true.into(), scale.into(), x.into(), f.into(), b.into()],
+            spec: Box::new(spec),
+        },
         want: want.into_iter().zip(dtypes).collect(),
     }
 }
