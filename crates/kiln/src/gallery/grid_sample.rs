@@ -86,7 +86,7 @@ pub fn grid_sample(x: &Array, grid: &Array) -> Result<Array> {
 }
 
 /// The forward pass in f64 (the library op's reference: same semantics); `dims` as returned
-/// by [`dims`].
+/// by `dims`.
 pub fn reference(x: &[f64], grid: &[f64], dims: [usize; 6]) -> Vec<f64> {
     crate::ops::grid_sample::reference(x, grid, dims)
 }

@@ -41,7 +41,7 @@ pub struct MetalKernel {
     attributes: Vec<(&'static str, &'static str)>,
     shape_info: Vec<ShapeInfo>,
     memo: Memo,
-    /// "metal_kernel <name>", the op named in errors.
+    /// `"metal_kernel <name>"`, the op named in errors.
     op: String,
     restrict_pointers: bool,
 }

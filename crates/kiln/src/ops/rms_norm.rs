@@ -8,7 +8,7 @@
 //! Variant rule (deterministic on D, dtype and alignment):
 //! - `simdgroup`: D ≤ 1024 — one simdgroup of 32 lanes per row, 2 rows per threadgroup, the
 //!   reduction a single `simd_sum` (no barrier). f32 rows kept in registers go here only when
-//!   the op's units per thread for short f32 rows ([`RowLaunch::new`]) give at most 32 threads.
+//!   the op's units per thread for short f32 rows (`RowLaunch::new`) give at most 32 threads.
 //! - `threadgroup`: D > 1024, or short f32 register rows with more than 32 threads — one
 //!   threadgroup per row, `simd_sum` then one barrier to combine the simdgroup partials.
 //!

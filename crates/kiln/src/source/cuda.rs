@@ -37,7 +37,7 @@ pub const INLINE_BYTES: usize = 1024;
 const INLINE_PER_REFERENCE: usize = 16;
 const INLINE_PER_POINTER: usize = 80;
 
-/// Byte offsets of the `KilnArgs` fields (kept in step with [`ARGS_STRUCT`]).
+/// Byte offsets of the `KilnArgs` fields (kept in step with `ARGS_STRUCT`).
 pub mod args_layout {
     pub const ORIGIN: usize = 0;
     pub const REGION: usize = 12;

@@ -35,7 +35,7 @@
 //!
 //! Layout: `q` (B, Hq, Tq, D), `k`, `v` (B, Hkv, Tk, D) of f32/f16/bf16 (one dtype), D <= 256;
 //! mask of any float dtype; output (B, Hq, Tq, D) in the input dtype.
-//! Reference: [`reference`], two-pass softmax in f64 on the dtype-rounded inputs.
+//! Reference: [`reference`](fn@reference), two-pass softmax in f64 on the dtype-rounded inputs.
 //! Tolerance: the dtype table.
 
 use std::sync::OnceLock;
@@ -101,7 +101,7 @@ pub enum Path {
 
 /// The deterministic path rule, on `heads` = B·Hq and the shape: decode for at most
 /// [`DECODE_MAX_QUERIES`] queries, the keys split into ranges (multiples of
-/// [`DECODE_MIN_SPLIT`] keys) so that about [`DECODE_THREADGROUPS`] threadgroups fill the GPU;
+/// [`DECODE_MIN_SPLIT`] keys) so that about `DECODE_THREADGROUPS` threadgroups fill the GPU;
 /// else prefill with the largest key tile (32, 16, 8 rows) that fits the budget.
 pub fn path(heads: usize, tq: usize, tk: usize, d: usize, dtype: DType) -> Path {
     if tq <= DECODE_MAX_QUERIES {

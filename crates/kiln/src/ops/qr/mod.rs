@@ -19,7 +19,7 @@
 //! `simd_sum`.
 //! Layout: `a` (..., m, n) f32, any batch shape, m >= n, 1 <= n <= 1024; outputs Q (..., m, n)
 //! and R (..., n, n) f32. The sign convention makes the factorisation unique, so Q and R are
-//! compared with [`reference`] (the same Householder steps in f64).
+//! compared with [`reference`](fn@reference) (the same Householder steps in f64).
 //! Tolerance: the f32 entry of the table for Q and R against the reference (on well-conditioned
 //! inputs) and for ‖A − Q R‖ / ‖A‖ and ‖QᵀQ − I‖ / ‖I‖.
 
