@@ -77,13 +77,27 @@ pub enum Storage {
 }
 
 /// An n-dimensional array view over shared storage.
-#[derive(Clone)]
 pub struct Array {
     storage: Arc<Storage>,
     offset: usize,
     shape: Shape,
     strides: Strides,
     dtype: DType,
+}
+
+impl Clone for Array {
+    /// A new view of the same storage. Shape and strides are copied as slices (the derived
+    /// clone goes element by element through `SmallVec::extend`, several times slower; arrays
+    /// are cloned at every kernel call).
+    fn clone(&self) -> Self {
+        Array {
+            storage: Arc::clone(&self.storage),
+            offset: self.offset,
+            shape: Shape::from_slice(&self.shape),
+            strides: Strides::from_slice(&self.strides),
+            dtype: self.dtype,
+        }
+    }
 }
 
 /// Row-major (C order) strides for `shape`.
