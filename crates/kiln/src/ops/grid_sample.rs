@@ -20,8 +20,9 @@
 //! atomic additions makes `x_grad` vary in the last bits from run to run.
 //! Layout: `x` (B, H, W, C), `grid` (B, gH, gW, 2), `cotangent` (B, gH, gW, C); f32/f16/bf16,
 //! `grid` and `cotangent` of any of them. Output (B, gH, gW, C) in x's dtype.
-//! Reference: [`reference`](fn@reference) and [`reference_vjp`], f64 on the dtype-rounded inputs; the VJP
-//! reference is itself checked against central differences of the forward reference.
+//! Reference: [`reference`](fn@reference) and [`reference_vjp`], f64 on the dtype-rounded
+//! inputs; the VJP reference is itself checked against central differences of the forward
+//! reference.
 //! Tolerance: the dtype table (of the output's dtype).
 
 use std::sync::OnceLock;

@@ -20,8 +20,8 @@
 //! turns into an error naming its batch index and the column. Only the lower triangle of A is
 //! read; L's upper triangle is 0.
 //! Layout: `a` (..., N, N) f32, any batch shape, 1 <= N <= 1024; output L of the same shape.
-//! Reference: [`reference`](fn@reference), Cholesky–Banachiewicz in f64. Tolerance: the f32 entry of the
-//! table, for L against the reference and for ‖A − L Lᵀ‖ / ‖A‖.
+//! Reference: [`reference`](fn@reference), Cholesky–Banachiewicz in f64. Tolerance: the f32
+//! entry of the table, for L against the reference and for ‖A − L Lᵀ‖ / ‖A‖.
 
 pub mod blocked;
 

@@ -25,8 +25,9 @@
 //! Both form `kb` with one f32 product and one RNE rounding, and the products of two bf16/f16
 //! values are exact in f32, so they differ from each other and from the reference only in the
 //! order of the f32 sums.
-//! Reference: [`reference`](fn@reference), f64 sums of the same rounded `kb`, f64 gates. Tolerance: 1e-5
-//! relative L2 for every input dtype (the output is f32 and the rounding of `kb` is reproduced).
+//! Reference: [`reference`](fn@reference), f64 sums of the same rounded `kb`, f64 gates.
+//! Tolerance: 1e-5 relative L2 for every input dtype (the output is f32 and the rounding of `kb`
+//! is reproduced).
 
 use std::sync::OnceLock;
 
