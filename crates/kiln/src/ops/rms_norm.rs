@@ -64,6 +64,13 @@ const MAX_PACKED_UNITS: usize = 16;
 // rows of one threadgroup (16-bit, D > 1024), which measured slower with it on the H100 (16384
 // bf16 rows: 0.1073 / 0.2285 ms against 0.0951 / 0.1822 ms at D = 4096 / 8192, while D = 1024
 // went 0.0280 → 0.0274 ms).
+// Other forms of those rows, against this one (16384 bf16 rows, D = 8192 / 4096, four rounds in
+// one call, ms: 0.1814–0.1816 / 0.0939–0.0940): the loop form with 512 threads and 16-byte
+// units, first pass evict-last and second evict-first 0.1853–0.1855 / 0.1028–0.1030 (both
+// evict-last 0.1857–0.1859; with streaming stores 0.1841–0.1842); the same with 8-byte units,
+// torch.compile's structure, 0.2079–0.2081 / 0.1227–0.1229; register rows with streaming
+// (`st.global.cs`) stores 0.1816–0.1817 / 0.0941, with evict-first loads 0.1987–0.1992, with
+// evict-last loads 0.1930–0.1931.
 // Register form (CPT > 0): thread `tid` owns units `i * nt + tid` of P adjacent 4-element
 // chunks, loads them all before the reduction and scales them from registers, so the row is read
 // from memory once; 16-byte units (P = 2) also fetch their `w` units, still packed, before the
