@@ -29,6 +29,10 @@ enum Command {
         /// Directory for the outputs (created if missing).
         #[arg(long, default_value = ".")]
         out: PathBuf,
+        /// CPU only: every buffer between guard pages, so an out-of-bounds read or write names
+        /// the buffer (copies the inputs first).
+        #[arg(long)]
+        checked: bool,
     },
     /// Print the source a backend compiles for a spec file.
     Translate {
@@ -60,7 +64,7 @@ enum Emit {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { spec, device, out } => run(&spec, &device, &out),
+        Command::Run { spec, device, out, checked } => run(&spec, &device, &out, checked),
         Command::Translate { spec, emit } => translate(&spec, emit),
         Command::Devices => {
             devices();
@@ -86,9 +90,16 @@ fn parse_device(text: &str) -> kiln::Result<Device> {
     }
 }
 
-fn run(spec: &Path, device: &str, out: &Path) -> kiln::Result<()> {
+fn run(spec: &Path, device: &str, out: &Path, checked: bool) -> kiln::Result<()> {
     let device = parse_device(device)?;
+    if checked && device != Device::Cpu {
+        return Err(kiln::Error::invalid(
+            "run",
+            format!("--checked runs on the CPU emulator (--device cpu), not on {device}"),
+        ));
+    }
     let spec = KernelSpec::load(spec)?;
+    let _checked = checked.then(backend::cpu::CheckedScope::enter);
     let outputs = spec.run(device)?;
     std::fs::create_dir_all(out).map_err(|e| kiln::Error::io(out, e))?;
     for (name, array) in outputs {

@@ -194,3 +194,45 @@ fn run_on_cpu_writes_outputs_that_match_a_reference() {
         }
     }
 }
+
+/// A spec of one kernel over `x` (4 f32 elements, from the file `x.npy`) whose body is `body`.
+fn fault_spec(dir: &Path, name: &str, body: &str) -> PathBuf {
+    write_f32_npy(&dir.join("x.npy"), &[4], &[0.75, -1.5, 2.25, 3.0]);
+    let spec = format!(
+        "[kernel]\nname = \"{name}\"\ninput_names = [\"x\"]\noutput_names = [\"out\"]\nsource = '''\n    uint i = thread_position_in_grid.x;\n    {body}\n'''\n\n[call]\ngrid = [4, 1, 1]\nthreadgroup = [4, 1, 1]\noutput_shapes = [[4]]\noutput_dtypes = [\"float32\"]\n\n[[input]]\nfile = \"x.npy\"\n"
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, spec).unwrap();
+    path
+}
+
+#[test]
+fn faulting_kernels_end_with_an_error_not_a_signal() {
+    let dir = scratch("faults");
+    let out_dir = dir.join("out");
+    let out_dir = out_dir.to_str().unwrap();
+    // A read one element past the input goes unnoticed unless checked, which names the input.
+    let near = fault_spec(&dir, "near", "out[i] = x[i + 1];");
+    let near = near.to_str().unwrap();
+    let out = kiln(&["run", near, "--device", "cpu", "--out", out_dir]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = kiln(&["run", near, "--device", "cpu", "--checked", "--out", out_dir]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("out-of-bounds access to input 0"), "{}", stderr(&out));
+    // A read 4 TiB away and an integer division by zero, checked or not.
+    let far = fault_spec(&dir, "far", "out[i] = x[int64_t(i + 1) << 40];");
+    let div = fault_spec(&dir, "div", "int d = int(x[i] * 0.0f);\n    out[i] = float(int(i) / d);");
+    for (spec, want) in [(far, "outside every buffer"), (div, "arithmetic exception")] {
+        for checked in [false, true] {
+            let mut args = vec!["run", spec.to_str().unwrap(), "--device", "cpu", "--out", out_dir];
+            if checked {
+                args.push("--checked");
+            }
+            let out = kiln(&args);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+            assert!(stderr(&out).contains(want), "{args:?}: {}", stderr(&out));
+        }
+    }
+    let out = kiln(&["run", near, "--device", "cuda", "--checked", "--out", out_dir]);
+    assert!(!out.status.success() && stderr(&out).contains("--checked runs on the CPU emulator"), "{}", stderr(&out));
+}

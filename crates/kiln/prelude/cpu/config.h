@@ -3,10 +3,15 @@
 // the lowering emits (KILN_CONSTANT for file-scope `constant` data, KILN_POLL for loop
 // conditions, which lets a cancelled kernel stop).
 #pragma once
+// The scheduler leaves a faulting kernel with siglongjmp from the signal handler, which may run
+// on another stack: the fortified longjmp would take that for a corrupt stack.
+#undef _FORTIFY_SOURCE
 #include <stdint.h>
 #include <stddef.h>
 #include <sys/mman.h>
 #include <signal.h>
+#include <setjmp.h>
+#include <pthread.h>
 // Fibers switch with a few instructions on x86-64 (System V) and aarch64; elsewhere ucontext.
 #if (defined(__x86_64__) && !defined(_WIN32)) || defined(__aarch64__)
 #define KILN_FAST_FIBERS 1

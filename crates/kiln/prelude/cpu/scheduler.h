@@ -13,6 +13,9 @@ const size_t GUARD_BYTES = 4096;
 struct Worker {
   Thread threads[1024];
   void* stacks[1024];
+  // The group being run (here rather than on the stack: a fault's recovery frees its memory
+  // after leaving the frames that ran it).
+  Group group;
   int count;
   // The group shape the shape-dependent fields of threads[0, shaped) were written for.
   uint32_t shape[12];
@@ -204,8 +207,8 @@ inline void copy_msg(char* dst, int cap, const char* src) {
 
 // Runs groups [begin, end) of the linearised group grid. Returns 0, 1 (cancelled) or 2 (fault,
 // message in `msg`).
-inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin, uint64_t end,
-                      char* msg, int msg_cap) {
+inline int run_groups_unprotected(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin, uint64_t end,
+                                  char* msg, int msg_cap) {
   g_cur.cancel = d->cancel;
   Worker& w = g_worker;
   Thread* threads = w.threads;
@@ -222,7 +225,7 @@ inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t
     }
     const uint n = size.x * size.y * size.z;
     const uint nd = tg.x * tg.y * tg.z;
-    Group g;
+    Group& g = w.group;
     g.threads = threads;
     g.n = (int)n;
     g.body = body;
@@ -306,10 +309,15 @@ inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t
   return 0;
 }
 
-// ---- checked mode ----------------------------------------------------------------------------
-// The host surrounds every buffer of a checked launch with PROT_NONE guard ranges. A fault in a
-// guard is recorded (first one wins), the guard is opened so the access completes, and the
-// launch is cancelled: the kernel stops at its next poll and the host reports the buffer. Every
+// ---- faults -----------------------------------------------------------------------------------
+// One handler serves two purposes. Checked mode: the host surrounds every buffer of a checked
+// launch with PROT_NONE guard ranges; a fault in a guard is recorded (first one wins), the guard
+// is opened so the access completes, and the launch is cancelled: the kernel stops at its next
+// poll and the host reports the buffer. Any launch: while an OS thread runs groups it holds an
+// escape point, and a SIGSEGV / SIGBUS (an access outside every mapping), SIGFPE (integer
+// division by zero) or SIGILL (a trap the compiler put where the kernel's behaviour is
+// undefined) raised on that thread jumps back to it: the group is abandoned (its fibers' stacks
+// are simply reused) and the launch reports the fault instead of the process dying. Every
 // library installs its handler once and passes faults it does not own to the previous one.
 
 struct Guard {
@@ -325,7 +333,22 @@ struct CheckedLaunch {
 
 const int CHECKED_SLOTS = 64;
 static CheckedLaunch* g_checked[CHECKED_SLOTS];
-static struct sigaction g_prev_segv, g_prev_bus;
+
+// An OS thread running groups: where its faults jump to. Found by the thread's id, so the
+// handler reads no thread-local storage (whose first use in a dlopen'ed library may allocate).
+struct Escape {
+  int used;   // claimed (compare-and-swap)
+  int armed;  // the handler may jump to `env`
+  pthread_t owner;
+  sigjmp_buf* env;
+  int sig;
+  uint64_t addr;
+};
+const int ESCAPE_SLOTS = 256;
+static Escape g_escapes[ESCAPE_SLOTS];
+
+const int FAULT_SIGNALS[4] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+static struct sigaction g_prev[4];
 // Internal linkage throughout: a function-local static of an inline function would be one
 // object shared by every kernel library in the process.
 static int g_handler_state;  // 0 not installed, 1 installing, 2 installed
@@ -348,19 +371,32 @@ static bool claim_fault(uintptr_t a) {
 }
 
 static void on_fault(int sig, siginfo_t* info, void* uc) {
-  if (claim_fault((uintptr_t)info->si_addr)) return;
-  struct sigaction* prev = sig == SIGSEGV ? &g_prev_segv : &g_prev_bus;
+  const uintptr_t a = (uintptr_t)info->si_addr;
+  if ((sig == SIGSEGV || sig == SIGBUS) && claim_fault(a)) return;
+  const pthread_t self = pthread_self();
+  for (int s = 0; s < ESCAPE_SLOTS; ++s) {
+    Escape& e = g_escapes[s];
+    if (!__atomic_load_n(&e.armed, __ATOMIC_ACQUIRE) || !pthread_equal(e.owner, self)) continue;
+    __atomic_store_n(&e.armed, 0, __ATOMIC_RELAXED);
+    e.sig = sig;
+    e.addr = a;
+    siglongjmp(*e.env, 1);
+  }
+  int k = 0;
+  while (k < 3 && FAULT_SIGNALS[k] != sig) ++k;
+  struct sigaction* prev = &g_prev[k];
   if (prev->sa_flags & SA_SIGINFO) {
     if (prev->sa_sigaction) { prev->sa_sigaction(sig, info, uc); return; }
   } else if (prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
     prev->sa_handler(sig);
     return;
   }
-  // Not ours and no handler before us: the default action, once the access repeats.
+  // Not ours and no handler before us: the default action, once the instruction repeats.
   signal(sig, SIG_DFL);
 }
 
 static int install_fault_handler() {
+  if (__atomic_load_n(&g_handler_state, __ATOMIC_ACQUIRE) == 2) return 0;
   int zero = 0;
   if (__atomic_compare_exchange_n(&g_handler_state, &zero, 1, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
     struct sigaction sa;
@@ -368,9 +404,12 @@ static int install_fault_handler() {
     sa.sa_sigaction = on_fault;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGSEGV, &sa, &g_prev_segv) != 0 || sigaction(SIGBUS, &sa, &g_prev_bus) != 0) {
-      __atomic_store_n(&g_handler_state, 0, __ATOMIC_SEQ_CST);
-      return 1;
+    for (int k = 0; k < 4; ++k) {
+      if (sigaction(FAULT_SIGNALS[k], &sa, &g_prev[k]) != 0) {
+        for (int j = 0; j < k; ++j) sigaction(FAULT_SIGNALS[j], &g_prev[j], nullptr);
+        __atomic_store_n(&g_handler_state, 0, __ATOMIC_SEQ_CST);
+        return 1;
+      }
     }
     __atomic_store_n(&g_handler_state, 2, __ATOMIC_SEQ_CST);
   }
@@ -379,6 +418,100 @@ static int install_fault_handler() {
     if (st == 2) return 0;
     if (st == 0) return 1;  // the installing thread failed
   }
+}
+
+// Appends `text`, or `v` in decimal or hexadecimal, to the message at `*at` (no stdio: its names
+// would share the kernel's global namespace).
+inline void msg_put(char* dst, int cap, int* at, const char* text) {
+  for (; *text && *at + 1 < cap; ++text) dst[(*at)++] = *text;
+  if (cap > 0) dst[*at < cap ? *at : cap - 1] = 0;
+}
+inline void msg_put(char* dst, int cap, int* at, uint64_t v, bool hex) {
+  char digits[24];
+  int n = 0;
+  const unsigned base = hex ? 16 : 10;
+  do {
+    digits[n++] = "0123456789abcdef"[v % base];
+    v /= base;
+  } while (v);
+  char text[24];
+  for (int i = 0; i < n; ++i) text[i] = digits[n - 1 - i];
+  text[n] = 0;
+  msg_put(dst, cap, at, text);
+}
+
+// After a jump out of a faulting kernel: unblocks the fault signals (the handler was left
+// without returning), frees the group's memory, forgets the group and describes the fault.
+inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int k = 0; k < 4; ++k) sigaddset(&set, FAULT_SIGNALS[k]);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  Current& c = g_cur;
+  Group* g = c.group;
+  Thread* t = c.thread;
+  int at = 0;
+  msg_put(msg, cap, &at, "");
+  if (t) {
+    msg_put(msg, cap, &at, "thread (");
+    for (int k = 0; k < 3; ++k) {
+      msg_put(msg, cap, &at, k == 0 ? t->thread_position_in_grid.x : k == 1 ? t->thread_position_in_grid.y : t->thread_position_in_grid.z, false);
+      msg_put(msg, cap, &at, k < 2 ? ", " : ") ");
+    }
+  } else {
+    msg_put(msg, cap, &at, "the kernel ");
+  }
+  if (sig == SIGFPE) {
+    msg_put(msg, cap, &at, "raised an arithmetic exception (integer division or remainder by zero, or of the "
+                           "most negative value by -1)");
+  } else if (sig == SIGILL) {
+    msg_put(msg, cap, &at, "reached a trap (behaviour the C++ compiler found undefined, such as a division by "
+                           "a constant zero)");
+  } else {
+    msg_put(msg, cap, &at, "accessed address 0x");
+    msg_put(msg, cap, &at, addr, true);
+    msg_put(msg, cap, &at, ", outside every buffer of the launch (checked mode, `kiln run --checked` or "
+                           "`CheckedScope`, names the buffer when an access lands just outside one)");
+  }
+  if (g) {
+    for (int i = 0; i < g->nallocs; ++i) free(g->allocs[i].mem);
+    g->nallocs = 0;
+    for (uint32_t i = 0; i < 16; ++i) {
+      free(g->tg_mem[i]);
+      g->tg_mem[i] = nullptr;
+    }
+  }
+  c.group = nullptr;
+  c.thread = nullptr;
+  return 2;
+}
+
+// `run_groups_unprotected` with an escape point for faults (see above); without a free slot or
+// a handler, the groups run unprotected.
+inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin, uint64_t end, char* msg,
+                      int msg_cap) {
+  int slot = -1;
+  if (install_fault_handler() == 0) {
+    for (int s = 0; s < ESCAPE_SLOTS && slot < 0; ++s) {
+      int zero = 0;
+      if (__atomic_compare_exchange_n(&g_escapes[s].used, &zero, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) slot = s;
+    }
+  }
+  if (slot < 0) return run_groups_unprotected(body, cooperative, d, begin, end, msg, msg_cap);
+  Escape& e = g_escapes[slot];
+  sigjmp_buf env;
+  e.owner = pthread_self();
+  e.env = &env;
+  int rc;
+  if (sigsetjmp(env, 0) == 0) {
+    __atomic_store_n(&e.armed, 1, __ATOMIC_RELEASE);
+    rc = run_groups_unprotected(body, cooperative, d, begin, end, msg, msg_cap);
+    __atomic_store_n(&e.armed, 0, __ATOMIC_RELEASE);
+  } else {
+    rc = abandon_group(e.sig, e.addr, msg, msg_cap);
+  }
+  __atomic_store_n(&e.used, 0, __ATOMIC_RELEASE);
+  return rc;
 }
 
 }  // namespace rt

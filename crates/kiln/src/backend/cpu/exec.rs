@@ -7,7 +7,8 @@
 //! `RED_ZONE` canary bytes on both sides, checked after the run, and a changed canary is an
 //! `Error::KernelFault` naming the output. Writes further out than the red zone, and
 //! out-of-bounds reads, are detected only in checked mode (see `checked`), which copies the
-//! inputs and places every buffer between guard pages.
+//! inputs and places every buffer between guard pages; an access that lands outside every
+//! mapping is a fault in any mode (the kernel library's signal handler, `prelude/cpu`).
 
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};

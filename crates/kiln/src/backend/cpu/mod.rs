@@ -6,6 +6,11 @@
 //! Outputs without `init_value` are poisoned with 0xFF bytes (NaN for float types) so unwritten
 //! elements are visible. Inputs are bound in place with their true strides.
 //!
+//! A kernel that accesses memory outside every mapping, divides an integer by zero or reaches a
+//! compiler trap stops with `Error::KernelFault` naming the thread (SIGSEGV, SIGBUS, SIGFPE and
+//! SIGILL raised while a worker runs groups jump back to the worker; see `prelude/cpu/
+//! scheduler.h`); the process and the kernel library go on.
+//!
 //! Checked mode (`CpuBackend::checked`, or `CheckedScope` for kernels launched from the current
 //! thread through `MetalKernel::call` and friends) also catches out-of-bounds reads of inputs
 //! and writes beyond the red zones: every buffer is copied between guard pages and the first

@@ -1,6 +1,7 @@
 //! Emulator behaviours around stopping a group early: a fault or a timeout while other fibers
 //! of the group are suspended unwinds them, and the same kernel then runs cleanly on the
-//! reused fiber stacks.
+//! reused fiber stacks; an access outside every mapping, an integer division by zero or a
+//! compiler trap in a kernel is an `Error::KernelFault`, not the end of the process.
 
 use std::time::Duration;
 
@@ -133,4 +134,95 @@ fn checked_mode_reports_writes_beyond_the_red_zones() {
             other => panic!("{name}: expected a kernel fault, got {other:?}"),
         }
     }
+}
+
+/// Runs `src` over `n` threads in groups of 64 (reading `x`, writing `out`, f32 of `n`).
+fn run_plain(name: &str, src: &str, x: &[f32]) -> crate::Result<Vec<f64>> {
+    let k = MetalKernel::new(name, &["x"], &["out"], src).unwrap();
+    let n = x.len();
+    let input = Array::from_vec(&[n], x.to_vec()).unwrap();
+    let spec = LaunchSpec::new([n as u32, 1, 1], [64, 1, 1]).output(&[n], DType::F32).device(Device::Cpu);
+    Ok(values(&k.call(&[(&input).into()], &spec)?[0]))
+}
+
+fn expect_fault(name: &str, result: crate::Result<Vec<f64>>, wants: &[&str]) {
+    match result {
+        Err(Error::KernelFault { kernel, msg }) => {
+            assert_eq!(kernel, name);
+            for want in wants {
+                assert!(msg.contains(want), "{name}: {msg}");
+            }
+        }
+        other => panic!("{name}: expected a kernel fault, got {other:?}"),
+    }
+}
+
+#[test]
+fn wild_accesses_are_kernel_faults_and_the_kernels_run_again() {
+    let x = random_f32(26, 4096);
+    // `far` is 0 in the clean runs; 1 << 40 elements (4 TiB) past `x` is mapped by nothing.
+    let barrier = r#"
+        uint i = thread_position_in_grid.x;
+        uint t = thread_index_in_threadgroup;
+        threadgroup float buf[64];
+        int64_t far = int64_t(x[0] != x[0]) << 40;
+        buf[t] = x[i];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        float v = buf[63 - t];
+        if (i == 4037) { v += x[far + int64_t(FAR)]; }
+        out[i] = v;
+    "#;
+    let plain = r#"
+        uint i = thread_position_in_grid.x;
+        out[i] = 2.0f * x[i] + (i % 7 == 3 ? x[int64_t(i) * int64_t(FAR)] : 0.0f);
+    "#;
+    // In the clean runs (FAR = 0) the marked threads add x[0].
+    let want_barrier: Vec<f64> = (0..4096)
+        .map(|i| {
+            let v = x[(i / 64) * 64 + 63 - i % 64];
+            (if i == 4037 { v + x[0] } else { v }) as f64
+        })
+        .collect();
+    let want_plain: Vec<f64> =
+        (0..4096).map(|i| (2.0f32 * x[i] + if i % 7 == 3 { x[0] } else { 0.0 }) as f64).collect();
+    for round in 0..8 {
+        // One thread of a cooperative group faults while the others are suspended at a barrier.
+        let name = "cpu_wild_read_barrier";
+        let far = barrier.replace("FAR", "1099511627776");
+        expect_fault(name, run_plain(name, &far, &x), &["thread (4037, 0, 0)", "outside every buffer"]);
+        assert_eq!(run_plain(name, &barrier.replace("FAR", "0"), &x).unwrap(), want_barrier, "round {round}");
+        // Hundreds of threads fault at once on every worker of the pool.
+        let name = "cpu_wild_read_plain";
+        expect_fault(name, run_plain(name, &plain.replace("FAR", "1099511627776"), &x), &["outside every buffer"]);
+        assert_eq!(run_plain(name, &plain.replace("FAR", "0"), &x).unwrap(), want_plain, "round {round}");
+    }
+    // In checked mode too: the access is outside every guard.
+    let name = "cpu_wild_read_checked";
+    let src = "uint i = thread_position_in_grid.x;\nout[i] = x[int64_t(i) << 40];";
+    expect_fault(name, run_checked(name, src, &x[..64]), &["outside every buffer"]);
+}
+
+#[test]
+fn integer_division_by_zero_and_traps_are_kernel_faults() {
+    let x = random_f32(27, 256);
+    // The divisor is 0 at run time only (x * 0 does not fold under IEEE maths).
+    let name = "cpu_integer_division_by_zero";
+    let src = "uint i = thread_position_in_grid.x;\nint d = int(x[i] * 0.0f);\nout[i] = float(int(i) / d);";
+    expect_fault(name, run_plain(name, src, &x), &["arithmetic exception"]);
+    // A division by a constant zero, which the compiler replaces with a trap.
+    let name = "cpu_constant_division_by_zero";
+    let src = "uint i = thread_position_in_grid.x;\nint d = 0;\nout[i] = x[i] + float(int(i) / d);";
+    match run_plain(name, src, &x) {
+        // Whether the compiler traps, divides or folds the quotient away is its choice.
+        Err(Error::KernelFault { msg, .. }) => {
+            assert!(msg.contains("trap") || msg.contains("arithmetic exception"), "{msg}")
+        }
+        Ok(out) => assert_eq!(out.len(), 256),
+        Err(other) => panic!("{name}: {other}"),
+    }
+    // The pool's threads still run kernels afterwards.
+    let name = "cpu_after_division_faults";
+    let src = "uint i = thread_position_in_grid.x;\nout[i] = x[i] * 3.0f;";
+    let want: Vec<f64> = x.iter().map(|&v| (v * 3.0) as f64).collect();
+    assert_eq!(run_plain(name, src, &x).unwrap(), want);
 }
