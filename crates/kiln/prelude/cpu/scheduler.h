@@ -467,6 +467,15 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
   } else if (sig == SIGILL) {
     msg_put(msg, cap, &at, "reached a trap (behaviour the C++ compiler found undefined, such as a division by "
                            "a constant zero)");
+  } else if (t && t->stack && addr < (uint64_t)(uintptr_t)t->stack &&
+             (uint64_t)(uintptr_t)t->stack - addr <= (uint64_t)64 << 20) {
+    // Just below the running fiber's stack: its frames outgrew it.
+    msg_put(msg, cap, &at, "overflowed its fiber stack (");
+    msg_put(msg, cap, &at, (uint64_t)(STACK_BYTES >> 10), false);
+    msg_put(msg, cap, &at, " KiB; the access lies ");
+    msg_put(msg, cap, &at, (uint64_t)(uintptr_t)t->stack - addr, false);
+    msg_put(msg, cap, &at, " bytes below it): threads of kernels with barriers or SIMD collectives run on "
+                           "stacks of that size, so their private arrays must stay well under it");
   } else {
     msg_put(msg, cap, &at, "accessed address 0x");
     msg_put(msg, cap, &at, addr, true);

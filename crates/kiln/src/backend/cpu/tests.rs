@@ -226,3 +226,18 @@ fn integer_division_by_zero_and_traps_are_kernel_faults() {
     let want: Vec<f64> = x.iter().map(|&v| (v * 3.0) as f64).collect();
     assert_eq!(run_plain(name, src, &x).unwrap(), want);
 }
+
+#[test]
+fn a_fiber_stack_overflow_is_named() {
+    let x = random_f32(28, 128);
+    // 400 KB of private floats in a kernel with a barrier: more than a fiber's 256 KiB stack.
+    let name = "cpu_fiber_stack_overflow";
+    let src = r#"
+        uint i = thread_position_in_grid.x;
+        float tmp[100000];
+        for (uint k = 0; k < 100000; ++k) { tmp[k] = x[(i + k) % 128] * float(k); }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[i] = tmp[(i * 7919) % 100000];
+    "#;
+    expect_fault(name, run_plain(name, src, &x), &["overflowed its fiber stack (256 KiB"]);
+}
