@@ -1,16 +1,16 @@
-//! Checked mode: every input and output of a launch lives in its own allocation between two
-//! guard ranges that the kernel library protects (`kiln_checked_begin`) for the duration of
-//! the run, so a read or write beyond a buffer faults; the library's signal handler records the
-//! first such access and cancels the launch, and the host reports it as `Error::KernelFault`
-//! naming the buffer.
+//! Guarded buffers: every output of a launch, and in checked mode every input too (copied), lives
+//! in its own allocation between two guard ranges that the kernel library protects
+//! (`kiln_checked_begin`) for the duration of the run, so a read or write beyond the buffer
+//! faults; the library's signal handler records the first such access and cancels the launch,
+//! and the host reports it as `Error::KernelFault` naming the buffer.
 //!
 //! Layout of one allocation (64 KiB granules, so it works for any page size up to 64 KiB):
 //! `[guard][slack][data][guard]`. The data ends at the trailing guard (rounded down to 16 bytes,
 //! so vector loads stay aligned): an access past the end faults unless it lands in those
 //! alignment bytes. Before the start, accesses within the slack (less than 64 KiB) are caught
-//! only for outputs, whose slack is filled with canaries like their red zones.
+//! only for outputs, whose slack is filled with canaries checked after the run.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::alloc::{alloc, dealloc, Layout};
 
 use crate::error::{Error, Result};
 
@@ -52,15 +52,24 @@ unsafe impl Send for GuardedBuf {}
 impl GuardedBuf {
     /// A zeroed allocation with `len` data bytes placed against the trailing guard.
     pub fn new(kernel: &str, len: usize) -> Result<GuardedBuf> {
+        Self::filled(kernel, len, 0)
+    }
+
+    /// An allocation with `len` data bytes placed against the trailing guard, every byte between
+    /// the guards set to `fill` (the guards themselves are never read: the kernel library
+    /// protects them while a launch runs).
+    pub fn filled(kernel: &str, len: usize, fill: u8) -> Result<GuardedBuf> {
         let middle = (len + DATA_ALIGN).div_ceil(GRANULE) * GRANULE;
         let size = middle + 2 * GRANULE;
         let layout = Layout::from_size_align(size, GRANULE)
-            .map_err(|e| Error::invalid(kernel.to_string(), format!("checked buffer of {len} bytes: {e}")))?;
+            .map_err(|e| Error::invalid(kernel.to_string(), format!("guarded buffer of {len} bytes: {e}")))?;
         // SAFETY: the layout has a non-zero size (at least three granules).
-        let base = unsafe { alloc_zeroed(layout) };
+        let base = unsafe { alloc(layout) };
         if base.is_null() {
-            return Err(Error::invalid(kernel.to_string(), format!("cannot allocate a checked buffer of {len} bytes")));
+            return Err(Error::invalid(kernel.to_string(), format!("cannot allocate a guarded buffer of {len} bytes")));
         }
+        // SAFETY: the middle part, [GRANULE, GRANULE + middle), lies inside the allocation.
+        unsafe { std::ptr::write_bytes(base.add(GRANULE), fill, middle) };
         let data = (GRANULE + middle - len) & !(DATA_ALIGN - 1);
         Ok(GuardedBuf { base, layout, data, len })
     }
@@ -89,7 +98,7 @@ impl GuardedBuf {
     /// Everything between the guards: slack before, data, and alignment bytes after.
     pub fn between_guards(&mut self) -> &mut [u8] {
         let n = self.layout.size() - 2 * GRANULE;
-        // SAFETY: the middle part is inside the allocation, initialised (zeroed) and not
+        // SAFETY: the middle part is inside the allocation, initialised (see `filled`) and not
         // protected while the host holds `&mut self`.
         unsafe { std::slice::from_raw_parts_mut(self.base.add(GRANULE), n) }
     }
@@ -102,7 +111,7 @@ impl GuardedBuf {
 
 impl Drop for GuardedBuf {
     fn drop(&mut self) {
-        // SAFETY: `base` came from `alloc_zeroed` with this layout and is freed once; the guards
+        // SAFETY: `base` came from `alloc` with this layout and is freed once; the guards
         // were unprotected by `kiln_checked_end` before any buffer is dropped.
         unsafe { dealloc(self.base, self.layout) }
     }

@@ -3,12 +3,14 @@
 //! over the rayon pool and stops the kernel through a shared cancel flag when it faults or runs
 //! past its timeout.
 //!
-//! Out-of-bounds writes to outputs are caught by red zones: each output is allocated with
-//! `RED_ZONE` canary bytes on both sides, checked after the run, and a changed canary is an
-//! `Error::KernelFault` naming the output. Writes further out than the red zone, and
-//! out-of-bounds reads, are detected only in checked mode (see `checked`), which copies the
-//! inputs and places every buffer between guard pages; an access that lands outside every
-//! mapping is a fault in any mode (the kernel library's signal handler, `prelude/cpu`).
+//! Out-of-bounds accesses to outputs are caught on every launch: each output lies between two
+//! guard ranges of 64 KiB (`checked::GuardedBuf`), armed while the kernel runs, and the slack
+//! before its data is filled with canary bytes checked after the run; a touched guard or a
+//! changed canary is an `Error::KernelFault` naming the output. (A launch that cannot arm its
+//! guards, with 64 launches of one kernel armed at once, runs with the canaries alone.)
+//! Out-of-bounds reads of inputs are detected only in checked mode (see `checked`), which
+//! copies the inputs between guards too; an access that lands outside every mapping is a fault
+//! in any mode (the kernel library's signal handler, `prelude/cpu`).
 
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -43,8 +45,7 @@ struct Shared<'a>(&'a LaunchDesc);
 // until every worker has finished.
 unsafe impl Sync for Shared<'_> {}
 
-/// Canary bytes on each side of every output.
-const RED_ZONE: usize = 4096;
+/// The byte the slack before every output's data is filled with.
 const CANARY: u8 = 0xA5;
 
 /// Largest threadgroup the emulator runs (Metal's limit).
@@ -68,7 +69,7 @@ enum Role {
 /// The canary bytes before and after an output's data, and the data itself.
 fn output_parts(storage: &mut Storage, n: usize) -> Option<(&[u8], &[u8], &[u8])> {
     let (all, off): (&[u8], usize) = match storage {
-        Storage::Host(buf) => (buf.bytes(), RED_ZONE),
+        Storage::Host(_) => return None,
         Storage::Guarded(buf) => {
             let off = buf.data_offset();
             (buf.between_guards(), off)
@@ -119,21 +120,9 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
             }
             Binding::Output(spec) => {
                 let n: usize = spec.shape.iter().product::<usize>() * spec.dtype.size();
-                let mut s = if checked {
-                    Storage::Guarded(GuardedBuf::new(kernel, n)?)
-                } else {
-                    Storage::Host(HostBuffer::zeroed(n + 2 * RED_ZONE))
-                };
-                let (all, off) = match &mut s {
-                    Storage::Host(buf) => (buf.bytes_mut(), RED_ZONE),
-                    Storage::Guarded(buf) => {
-                        let off = buf.data_offset();
-                        (buf.between_guards(), off)
-                    }
-                    Storage::InPlace => (&mut [][..], 0),
-                };
-                all.fill(CANARY);
-                let body = &mut all[off..off + n];
+                let mut buf = GuardedBuf::filled(kernel, n, CANARY)?;
+                let off = buf.data_offset();
+                let body = &mut buf.between_guards()[off..off + n];
                 match spec.init_value {
                     Some(v) => {
                         let one = f64_to_element_bytes(v, spec.dtype);
@@ -143,7 +132,7 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
                     }
                     None => body.fill(0xFF),
                 }
-                storage.push(s);
+                storage.push(Storage::Guarded(buf));
                 roles.push(Some(Role::Output(n_out)));
                 n_out += 1;
             }
@@ -175,10 +164,7 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
                 guarded.push((slot, buf.data_addr(), buf.len()));
                 buf.data_ptr() as *mut c_void
             }
-            (binding, Storage::Host(buf)) => {
-                let skip = if matches!(binding, Binding::Output(_)) { RED_ZONE } else { 0 };
-                buf.bytes_mut()[skip..].as_mut_ptr() as *mut c_void
-            }
+            (_, Storage::Host(buf)) => buf.bytes_mut().as_mut_ptr() as *mut c_void,
             (_, Storage::InPlace) => std::ptr::null_mut(),
         };
         ptrs.push(ptr);
@@ -205,7 +191,14 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
         addr: 0,
         cancel: cancel.as_ptr(),
     };
-    let armed = if checked { Some(Armed::new(compiled, kernel, &mut watch)?) } else { None };
+    // Unchecked launches arm their outputs' guards where they can (the canaries stay).
+    let armed = if checked {
+        Some(Armed::new(compiled, kernel, &mut watch)?)
+    } else if guards.is_empty() {
+        None
+    } else {
+        Armed::new(compiled, kernel, &mut watch).ok()
+    };
     let (fault, timed_out) = execute(compiled, entry, &desc, &cancel, launch.timeout);
     if let Some(armed) = armed {
         armed.disarm()?;

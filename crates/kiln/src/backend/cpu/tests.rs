@@ -241,3 +241,31 @@ fn a_fiber_stack_overflow_is_named() {
     "#;
     expect_fault(name, run_plain(name, src, &x), &["overflowed its fiber stack (256 KiB"]);
 }
+
+#[test]
+fn writes_past_an_output_are_faults_on_unchecked_launches() {
+    let x = random_f32(29, 64);
+    // 4096 threads write an output of 64 elements: the first write past its end touches the
+    // guard after it (the writes reach 16 KB past the end, beyond where canaries alone reach).
+    let k = MetalKernel::new(
+        "cpu_write_past_output",
+        &["x"],
+        &["out"],
+        "uint i = thread_position_in_grid.x;\nout[i] = x[i % 64];",
+    )
+    .unwrap();
+    let input = Array::from_vec(&[64], x.clone()).unwrap();
+    let spec = LaunchSpec::new([4096, 1, 1], [64, 1, 1]).output(&[64], DType::F32).device(Device::Cpu);
+    for _ in 0..4 {
+        match k.call(&[(&input).into()], &spec) {
+            Err(Error::KernelFault { kernel, msg }) => {
+                assert_eq!(kernel, "cpu_write_past_output");
+                assert!(msg.contains("output 0") && msg.contains("past the end"), "{msg}");
+            }
+            other => panic!("expected a kernel fault, got {other:?}"),
+        }
+    }
+    let fits = LaunchSpec::new([64, 1, 1], [64, 1, 1]).output(&[64], DType::F32).device(Device::Cpu);
+    let out = values(&k.call(&[(&input).into()], &fits).unwrap()[0]);
+    assert_eq!(out, x.iter().map(|&v| v as f64).collect::<Vec<_>>());
+}
