@@ -29,8 +29,9 @@ enum Command {
         /// Directory for the outputs (created if missing).
         #[arg(long, default_value = ".")]
         out: PathBuf,
-        /// CPU only: every buffer between guard pages, so an out-of-bounds read or write names
-        /// the buffer (copies the inputs first).
+        /// Run on the CPU emulator with every buffer between guard pages, so an out-of-bounds
+        /// read or write names the buffer (copies the inputs first); `--device auto` then means
+        /// cpu.
         #[arg(long)]
         checked: bool,
     },
@@ -91,7 +92,8 @@ fn parse_device(text: &str) -> kiln::Result<Device> {
 }
 
 fn run(spec: &Path, device: &str, out: &Path, checked: bool) -> kiln::Result<()> {
-    let device = parse_device(device)?;
+    // Checking is the emulator's: with it, "auto" means the CPU.
+    let device = if checked && device == "auto" { Device::Cpu } else { parse_device(device)? };
     if checked && device != Device::Cpu {
         return Err(kiln::Error::invalid(
             "run",

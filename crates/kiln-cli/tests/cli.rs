@@ -216,9 +216,11 @@ fn faulting_kernels_end_with_an_error_not_a_signal() {
     let near = near.to_str().unwrap();
     let out = kiln(&["run", near, "--device", "cpu", "--out", out_dir]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let out = kiln(&["run", near, "--device", "cpu", "--checked", "--out", out_dir]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("out-of-bounds access to input 0"), "{}", stderr(&out));
+    for device in ["cpu", "auto"] {
+        let out = kiln(&["run", near, "--device", device, "--checked", "--out", out_dir]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stderr(&out).contains("out-of-bounds access to input 0"), "{}", stderr(&out));
+    }
     // A read 4 TiB away and an integer division by zero, checked or not.
     let far = fault_spec(&dir, "far", "out[i] = x[int64_t(i + 1) << 40];");
     let div = fault_spec(&dir, "div", "int d = int(x[i] * 0.0f);\n    out[i] = float(int(i) / d);");
