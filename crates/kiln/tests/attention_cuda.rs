@@ -309,7 +309,7 @@ fn the_rule_keeps_the_metal_path_off_cuda_and_outside_the_tensor_core_set() {
         attention::route_rule(cuda, Some((9, 0)), DType::F32, dims(4096, 128), &Mask::Causal, true),
         metal(4096, 128, DType::F32)
     );
-    let additive = Array::full(bf16, &[4096, 4096], 0.0);
+    let additive = Array::full(bf16, &[4096, 4096], 0.0).unwrap();
     assert_eq!(
         attention::route_rule(cuda, Some((9, 0)), bf16, dims(4096, 128), &Mask::Additive(&additive), true),
         metal(4096, 128, bf16)

@@ -109,7 +109,7 @@ fn t4_helper(device: Device) {
 
 // T5: threads_per_threadgroup.x with no thread index, a uint32 output, an unused input.
 fn t5_attributes(device: Device) {
-    let a = Array::full(DType::F32, &[1, 1], 0.5);
+    let a = Array::full(DType::F32, &[1, 1], 0.5).unwrap();
     let k = MetalKernel::new("test_fun", &["a"], &["out"], "out[0] = threads_per_threadgroup.x;").unwrap();
     let spec = LaunchSpec::new([2, 1, 1], [2, 1, 1]).output(&[1, 1], DType::U32).device(device);
     let out = k.call(&[on(device, &a)], &spec).unwrap();
@@ -149,7 +149,7 @@ fn t7_same_name_different_source(device: Device) {
 // T9: bad math modes are rejected; `__FAST_MATH__` is defined only in fast mode.
 fn t9_math_mode(device: Device) {
     assert!(matches!("precise".parse::<MathMode>(), Err(Error::InvalidArgument { .. })));
-    let a = Array::full(DType::F32, &[4], 0.25);
+    let a = Array::full(DType::F32, &[4], 0.25).unwrap();
     let src = "#if defined(__FAST_MATH__) && __FAST_MATH__\n  out[thread_position_in_grid.x] = 1.0;\n#else\n  out[thread_position_in_grid.x] = 0.0;\n#endif";
     for (mode, want) in [(MathMode::Safe, 0.0), (MathMode::Fast, 1.0)] {
         let k = MetalKernel::new("math_mode", &["a"], &["out"], src).unwrap().math_mode(mode);
@@ -168,8 +168,8 @@ fn t10_mixed_dtypes(device: Device) {
         "uint i = thread_position_in_grid.x;\nout[i] = inp[i] + inp[i];",
     )
     .unwrap();
-    let h = Array::full(DType::F16, &[32], 1.5);
-    let f = Array::full(DType::F32, &[32], 2.5);
+    let h = Array::full(DType::F16, &[32], 1.5).unwrap();
+    let f = Array::full(DType::F32, &[32], 2.5).unwrap();
     let oh = k
         .call(&[on(device, &h)], &LaunchSpec::new([32, 1, 1], [32, 1, 1]).output(&[32], DType::F16).device(device))
         .unwrap();
@@ -183,7 +183,7 @@ fn t10_mixed_dtypes(device: Device) {
 // T11: an invalid body is a compile error, and the backend keeps working afterwards.
 fn t11_invalid_source_is_an_error(device: Device) {
     let bad = MetalKernel::new("bad", &["a"], &["out"], "out[0] = this is not metal;").unwrap();
-    let a = Array::full(DType::F32, &[4], 1.0);
+    let a = Array::full(DType::F32, &[4], 1.0).unwrap();
     let spec = LaunchSpec::new([1, 1, 1], [1, 1, 1]).output(&[1], DType::F32).device(device);
     match bad.call(&[on(device, &a)], &spec) {
         Err(Error::Compile { log, .. }) => assert!(!log.is_empty()),

@@ -508,7 +508,7 @@ fn cholesky_rejects_bad_input(device: Device) {
     assert_op_error("f16", "cholesky", cholesky::cholesky(&h));
     let (v, _) = input(&mut rng, device, DType::F32, &[4], 1.0);
     assert_op_error("1-D", "cholesky", cholesky::cholesky(&v));
-    let big = Array::full(DType::F32, &[1025, 1025], 1.0).to_device(device).unwrap();
+    let big = Array::full(DType::F32, &[1025, 1025], 1.0).unwrap().to_device(device).unwrap();
     assert_op_error("too large", "cholesky", cholesky::cholesky(&big));
     let empty = Array::from_f64(DType::F32, &[0, 4, 4], &[]).unwrap().to_device(device).unwrap();
     assert_op_error("empty", "cholesky", cholesky::cholesky(&empty));
@@ -645,7 +645,7 @@ fn every_compute_kernel_compiles_with_nvrtc() {
                         .output_shapes
                         .iter()
                         .zip(&spec.output_dtypes)
-                        .map(|(s, &t)| Array::full(t, s, 0.0))
+                        .map(|(s, &t)| Array::full(t, s, 0.0).unwrap())
                         .collect();
                 }
             }
@@ -656,16 +656,16 @@ fn every_compute_kernel_compiles_with_nvrtc() {
         assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", program.kernel);
     }
     for n in [1, 5, 8, 16, 40, 64] {
-        let a = Array::full(DType::F32, &[2, n, n], 1.0);
+        let a = Array::full(DType::F32, &[2, n, n], 1.0).unwrap();
         let (kernel, inputs, spec) = cholesky::kernel_and_spec(&a).unwrap();
         let inputs: Vec<Array> = inputs.iter().map(|i| i.to_array()).collect();
         assert_nvrtc_compiles(kernel, &inputs, &spec);
-        let info = Array::full(DType::I32, &[2], 0.0);
+        let info = Array::full(DType::I32, &[2], 0.0).unwrap();
         let (kernel, spec) = cholesky::first_failure_kernel_and_spec(&info).unwrap();
         assert_nvrtc_compiles(kernel, &[info], &spec);
     }
     for (m, n) in [(16, 16), (64, 64)] {
-        let a = Array::full(DType::F32, &[2, m, n], 1.0);
+        let a = Array::full(DType::F32, &[2, m, n], 1.0).unwrap();
         let (kernel, spec) = qr::kernel_and_spec(&a).unwrap();
         assert_nvrtc_compiles(kernel, &[a], &spec);
     }

@@ -63,7 +63,7 @@ fn builtins_on(device: Device, grid: [u32; 3], tg: [u32; 3]) {
     "#;
     let k = MetalKernel::new("builtins", &["a"], &["out"], src).unwrap();
     let total = (grid[0] * grid[1] * grid[2]) as usize;
-    let a = Array::full(DType::F32, &[8], 1.0);
+    let a = Array::full(DType::F32, &[8], 1.0).unwrap();
     let spec = LaunchSpec::new(grid, tg).output(&[total * FIELDS], DType::U32).device(device);
     let out = values(&k.call(&[on(device, &a)], &spec).unwrap()[0]);
     for z in 0..grid[2] {
@@ -236,7 +236,7 @@ fn threadgroup_atomics_count_the_group(device: Device) {
         threadgroup_barrier(mem_flags::mem_threadgroup);
         out[thread_position_in_grid.x] = atomic_load_explicit(&count, memory_order_relaxed) + x[0] * 0;
     "#;
-    let x = Array::full(DType::F32, &[8], 3.0);
+    let x = Array::full(DType::F32, &[8], 3.0).unwrap();
     let k = MetalKernel::new("tg_atomics", &["x"], &["out"], src).unwrap();
     let spec = LaunchSpec::new([300, 1, 1], [128, 1, 1]).output(&[300], DType::U32).device(device);
     let out = values(&k.call(&[on(device, &x)], &spec).unwrap()[0]);
@@ -305,7 +305,7 @@ fn safe_math_keeps_ieee_special_values(device: Device) {
 }
 
 fn fast_math_macro_only_in_fast_mode(device: Device) {
-    let x = Array::full(DType::F32, &[8], 1.0);
+    let x = Array::full(DType::F32, &[8], 1.0).unwrap();
     let src =
         "#ifdef __FAST_MATH__\nout[thread_position_in_grid.x] = 1;\n#else\nout[thread_position_in_grid.x] = 0;\n#endif";
     for (mode, want) in [(MathMode::Safe, 0.0), (MathMode::Relaxed, 0.0), (MathMode::Fast, 1.0)] {
@@ -317,7 +317,7 @@ fn fast_math_macro_only_in_fast_mode(device: Device) {
 
 // A kernel that never finishes is stopped by the timeout with a typed error.
 fn hanging_kernel_times_out(device: Device) {
-    let x = Array::full(DType::F32, &[8], 1.0);
+    let x = Array::full(DType::F32, &[8], 1.0).unwrap();
     let src = "uint n = 0;\nwhile (x[0] > 0.0f) { n++; }\nout[0] = n;";
     let k = MetalKernel::new("hang", &["x"], &["out"], src).unwrap();
     let spec = LaunchSpec::new([64, 1, 1], [32, 1, 1])
@@ -404,7 +404,7 @@ fn hanging_kernel_times_out_on_cpu() {
 // A write past the end of an output is reported as a fault naming that output, and the caller's
 // other data stays intact.
 fn out_of_bounds_output_write_is_a_fault(device: Device) {
-    let x = Array::full(DType::F32, &[16], 2.0);
+    let x = Array::full(DType::F32, &[16], 2.0).unwrap();
     let k =
         MetalKernel::new("oob", &["x"], &["out"], "uint i = thread_position_in_grid.x;\nout[i + 4] = x[i];").unwrap();
     let spec = LaunchSpec::new([16, 1, 1], [8, 1, 1]).output(&[16], DType::F32).device(device);

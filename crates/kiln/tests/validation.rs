@@ -163,3 +163,23 @@ fn cuda_translation_restricts_pointers_unless_asked_not_to() {
     assert!(!generic.contains("__restrict__ kiln_b"), "restrict_pointers(false) keeps generic pointers");
     assert!(!generic.contains("global_slot(a, "), "restrict_pointers(false) keeps generic pointers");
 }
+
+#[test]
+fn shapes_whose_bytes_overflow_are_errors_not_wrapped_sizes() {
+    // 2^62 float32 elements are 2^64 bytes; [2^63, 2] wraps to 0 elements.
+    let huge = [1usize << 62];
+    let wraps = [1usize << 63, 2];
+    let spec = LaunchSpec::new([1, 1, 1], [1, 1, 1]).output(&huge, DType::F32);
+    let e = copy_kernel().call(&[input(&[4])], &spec).unwrap_err();
+    let msg = invalid_message(e);
+    assert!(msg.contains("output 0") && msg.contains("more bytes than an address space holds"), "{msg}");
+    let spec = LaunchSpec::new([1, 1, 1], [1, 1, 1]).output(&wraps, DType::F32);
+    assert!(invalid_message(copy_kernel().call(&[input(&[4])], &spec).unwrap_err()).contains("output 0"));
+    for shape in [&huge[..], &wraps[..]] {
+        assert!(matches!(Array::full(DType::F32, shape, 1.0), Err(Error::InvalidArgument { .. })), "{shape:?}");
+        assert!(matches!(Array::from_bytes(DType::F32, shape, &[]), Err(Error::InvalidArgument { .. })), "{shape:?}");
+    }
+    let empty = Array::from_vec::<f32>(&[0], vec![]).unwrap();
+    assert!(matches!(empty.reshape(&wraps), Err(Error::ShapeMismatch { .. })));
+    assert_eq!(empty.reshape(&[0, 7]).unwrap().shape(), &[0, 7]);
+}

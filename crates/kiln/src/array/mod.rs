@@ -100,6 +100,21 @@ impl Clone for Array {
     }
 }
 
+/// Bytes of a contiguous array of `shape` and `dtype`, or `None` when they exceed what an
+/// address space holds (`isize::MAX`).
+pub fn checked_byte_size(shape: &[usize], dtype: DType) -> Option<usize> {
+    let n = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
+    n.checked_mul(dtype.size()).filter(|&b| b <= isize::MAX as usize)
+}
+
+/// The error for a shape whose bytes overflow (see [`checked_byte_size`]).
+pub(crate) fn too_large(op: &str, what: &str, shape: &[usize], dtype: DType) -> Error {
+    Error::invalid(
+        op,
+        format!("{what} of shape {shape:?} and dtype {dtype} has more bytes than an address space holds"),
+    )
+}
+
 /// Row-major (C order) strides for `shape`.
 pub fn row_major_strides(shape: &[usize]) -> Strides {
     let mut strides: Strides = smallvec::smallvec![0isize; shape.len()];
@@ -114,17 +129,11 @@ pub fn row_major_strides(shape: &[usize]) -> Strides {
 impl Array {
     /// A row-contiguous host array from raw little-endian bytes.
     pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Array> {
-        let n: usize = shape.iter().product();
-        if bytes.len() != n * dtype.size() {
+        let want = checked_byte_size(shape, dtype).ok_or_else(|| too_large("array", "an array", shape, dtype))?;
+        if bytes.len() != want {
             return Err(Error::shape(
                 "array",
-                format!(
-                    "{} bytes given for shape {:?} of {} ({} bytes expected)",
-                    bytes.len(),
-                    shape,
-                    dtype,
-                    n * dtype.size()
-                ),
+                format!("{} bytes given for shape {:?} of {} ({} bytes expected)", bytes.len(), shape, dtype, want),
             ));
         }
         Ok(Array::from_host(HostBuffer::from_bytes(bytes), dtype, shape))
@@ -177,15 +186,16 @@ impl Array {
         Array::from_bytes(dtype, shape, &bytes)
     }
 
-    /// A host array filled with `value` (numeric cast to `dtype`).
-    pub fn full(dtype: DType, shape: &[usize], value: f64) -> Array {
-        let n: usize = shape.iter().product();
+    /// A host array filled with `value` (numeric cast to `dtype`); an error where the shape's
+    /// bytes exceed what an address space holds.
+    pub fn full(dtype: DType, shape: &[usize], value: f64) -> Result<Array> {
+        let bytes = checked_byte_size(shape, dtype).ok_or_else(|| too_large("array", "an array", shape, dtype))?;
         let one = f64_to_element_bytes(value, dtype);
-        let mut buf = HostBuffer::zeroed(n * dtype.size());
+        let mut buf = HostBuffer::zeroed(bytes);
         for chunk in buf.bytes_mut().chunks_exact_mut(dtype.size()) {
             chunk.copy_from_slice(&one);
         }
-        Array::from_host(buf, dtype, shape)
+        Ok(Array::from_host(buf, dtype, shape))
     }
 
     pub fn dtype(&self) -> DType {

@@ -156,7 +156,7 @@ mod tests {
 
     #[test]
     fn header_is_64_byte_aligned_and_bad_files_are_rejected() {
-        let a = Array::full(DType::F32, &[5], 1.0);
+        let a = Array::full(DType::F32, &[5], 1.0).unwrap();
         let bytes = a.to_npy_bytes().unwrap();
         let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
         assert_eq!((10 + header_len) % 64, 0);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::array::{Array, Shape};
+use crate::array::{checked_byte_size, too_large, Array, Shape};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Error;
@@ -225,6 +225,12 @@ impl LaunchSpec {
         };
         check("inputs", n_input_names, n_inputs)?;
         check("output_shapes", n_outputs, self.output_shapes.len())?;
-        check("output_dtypes", n_outputs, self.output_dtypes.len())
+        check("output_dtypes", n_outputs, self.output_dtypes.len())?;
+        for (k, (shape, &dtype)) in self.output_shapes.iter().zip(&self.output_dtypes).enumerate() {
+            if checked_byte_size(shape, dtype).is_none() {
+                return Err(too_large(op, &format!("output {k}"), shape, dtype));
+            }
+        }
+        Ok(())
     }
 }

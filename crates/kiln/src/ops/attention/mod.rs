@@ -269,7 +269,7 @@ fn plan(q: &Array, k: &Array, v: &Array, mask: Mask) -> Result<Plan> {
     let (mask_kind, mask_arr, strides) = match mask {
         Mask::None | Mask::Causal => {
             let kind = if matches!(mask, Mask::Causal) { 1 } else { 0 };
-            (kind, Array::full(DType::F32, &[1], 0.0).to_device(device)?, [0i64; 4])
+            (kind, Array::full(DType::F32, &[1], 0.0)?.to_device(device)?, [0i64; 4])
         }
         Mask::Additive(m) => {
             if !is_float(m.dtype()) {

@@ -425,7 +425,7 @@ pub(super) fn spec(op: &str, q: &Array, hq: usize, b: usize, d: usize, causal: b
 /// mask kind, for compile-only checks.
 pub fn cuda_source(dtype: DType, d: usize, causal: bool) -> Result<(String, String)> {
     let op = "scaled_dot_product_attention";
-    let q = Array::full(dtype, &[1, 1, 1, d], 0.0);
+    let q = Array::full(dtype, &[1, 1, 1, d], 0.0)?;
     let spec = spec(op, &q, 1, 1, d, causal)?;
     let k = kernel(op, d, causal)?;
     let scale = Array::scalar(1.0f32);

@@ -397,11 +397,11 @@ pub(super) fn inputs(op: &str, q: &Array, k: &Array, v: &Array, scale: f32) -> R
 /// compile-only checks (compile for `sm_90a`).
 pub fn cuda_source(dtype: DType, d: usize, causal: bool, scale: f32) -> Result<(String, String)> {
     let op = "scaled_dot_product_attention";
-    let q = Array::full(dtype, &[1, 1, 1, d], 0.0);
+    let q = Array::full(dtype, &[1, 1, 1, d], 0.0)?;
     let spec = spec(op, &q, 1, 1, causal, scale)?;
     let k = kernel(op, d)?;
     let scale = Array::scalar(1.0f32);
-    let maps = Array::full(DType::U8, &[3 * crate::backend::cuda::TENSOR_MAP_BYTES + SCHEDULE_BYTES], 0.0);
+    let maps = Array::full(DType::U8, &[3 * crate::backend::cuda::TENSOR_MAP_BYTES + SCHEDULE_BYTES], 0.0)?;
     Ok((k.kernel_name(&spec.template), k.generate(&[q.clone(), q.clone(), q, scale, maps], &spec)?))
 }
 
@@ -445,7 +445,7 @@ mod tests {
             assert!(matches!(err, Error::ShapeMismatch { .. }), "{err}");
         }
         for d in HEAD_DIMS {
-            let q = Array::full(DType::BF16, &[2, 3, 300, d], 0.0);
+            let q = Array::full(DType::BF16, &[2, 3, 300, d], 0.0).unwrap();
             let spec = spec("attention", &q, 3, 2, true, 0.125).unwrap();
             let t = threads(d) as u32;
             // A host array: one block (the launch takes one per multiprocessor).
