@@ -1,6 +1,10 @@
 //! Every MLX validation rule gives a typed error naming the kernel, before any backend work.
 
-use kiln::{Array, DType, Error, KernelInput, LaunchSpec, MathMode, MetalKernel, TemplateArg};
+use kiln::backend::Dispatch;
+use kiln::{
+    Array, DType, Device, Error, KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MathMode, MetalKernel,
+    MetalLibrary, TemplateArg,
+};
 
 fn input(shape: &[usize]) -> KernelInput {
     let n: usize = shape.iter().product();
@@ -178,6 +182,16 @@ fn shapes_whose_bytes_overflow_are_errors_not_wrapped_sizes() {
     for shape in [&huge[..], &wraps[..]] {
         assert!(matches!(Array::full(DType::F32, shape, 1.0), Err(Error::InvalidArgument { .. })), "{shape:?}");
         assert!(matches!(Array::from_bytes(DType::F32, shape, &[]), Err(Error::InvalidArgument { .. })), "{shape:?}");
+    }
+    // A full Metal file's output buffers too.
+    let library = MetalLibrary::new("big", "kernel void k(device float* o [[buffer(0)]]) { o[0] = 1.0f; }");
+    let args = [LibraryArg::Output { shape: wraps.to_vec(), dtype: DType::F32, init_value: None }];
+    let launch = LibraryLaunch::new("k", Dispatch::Threads([1, 1, 1]), [1, 1, 1]);
+    match library.dispatch(Device::Cpu, &args, &launch) {
+        Err(Error::InvalidArgument { op, msg }) => {
+            assert!(op.contains("big:k") && msg.contains("output buffer 0"), "{op}: {msg}")
+        }
+        other => panic!("expected an invalid-argument error, got {other:?}"),
     }
     let empty = Array::from_vec::<f32>(&[0], vec![]).unwrap();
     assert!(matches!(empty.reshape(&wraps), Err(Error::ShapeMismatch { .. })));
