@@ -199,10 +199,15 @@ struct LaunchDesc {
   uint32_t groups[3];
 };
 
+// Appends `text` (may be null) to the message at `*at`, keeping it NUL-terminated within `cap`.
+inline void msg_put(char* dst, int cap, int* at, const char* text) {
+  for (; text && *text && *at + 1 < cap; ++text) dst[(*at)++] = *text;
+  if (cap > 0) dst[*at < cap ? *at : cap - 1] = 0;
+}
+
 inline void copy_msg(char* dst, int cap, const char* src) {
-  int i = 0;
-  for (; src && src[i] && i + 1 < cap; ++i) dst[i] = src[i];
-  if (cap > 0) dst[i] = 0;
+  int at = 0;
+  msg_put(dst, cap, &at, src);
 }
 
 // Runs groups [begin, end) of the linearised group grid. Returns 0, 1 (cancelled) or 2 (fault,
@@ -420,24 +425,18 @@ static int install_fault_handler() {
   }
 }
 
-// Appends `text`, or `v` in decimal or hexadecimal, to the message at `*at` (no stdio: its names
-// would share the kernel's global namespace).
-inline void msg_put(char* dst, int cap, int* at, const char* text) {
-  for (; *text && *at + 1 < cap; ++text) dst[(*at)++] = *text;
-  if (cap > 0) dst[*at < cap ? *at : cap - 1] = 0;
-}
+// Appends `v` in decimal or hexadecimal (no stdio: its names would share the kernel's global
+// namespace).
 inline void msg_put(char* dst, int cap, int* at, uint64_t v, bool hex) {
-  char digits[24];
-  int n = 0;
+  char text[24];
+  int i = 23;
+  text[i] = 0;
   const unsigned base = hex ? 16 : 10;
   do {
-    digits[n++] = "0123456789abcdef"[v % base];
+    text[--i] = "0123456789abcdef"[v % base];
     v /= base;
   } while (v);
-  char text[24];
-  for (int i = 0; i < n; ++i) text[i] = digits[n - 1 - i];
-  text[n] = 0;
-  msg_put(dst, cap, at, text);
+  msg_put(dst, cap, at, text + i);
 }
 
 // After a jump out of a faulting kernel: unblocks the fault signals (the handler was left
@@ -451,11 +450,11 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
   Group* g = c.group;
   Thread* t = c.thread;
   int at = 0;
-  msg_put(msg, cap, &at, "");
   if (t) {
+    const uint pos[3] = {t->thread_position_in_grid.x, t->thread_position_in_grid.y, t->thread_position_in_grid.z};
     msg_put(msg, cap, &at, "thread (");
     for (int k = 0; k < 3; ++k) {
-      msg_put(msg, cap, &at, k == 0 ? t->thread_position_in_grid.x : k == 1 ? t->thread_position_in_grid.y : t->thread_position_in_grid.z, false);
+      msg_put(msg, cap, &at, pos[k], false);
       msg_put(msg, cap, &at, k < 2 ? ", " : ") ");
     }
   } else {

@@ -100,19 +100,25 @@ impl Clone for Array {
     }
 }
 
+/// Elements of `shape`, or `None` when their count overflows `usize`.
+pub fn checked_size(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
 /// Bytes of a contiguous array of `shape` and `dtype`, or `None` when they exceed what an
 /// address space holds (`isize::MAX`).
 pub fn checked_byte_size(shape: &[usize], dtype: DType) -> Option<usize> {
-    let n = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
-    n.checked_mul(dtype.size()).filter(|&b| b <= isize::MAX as usize)
+    checked_size(shape)?.checked_mul(dtype.size()).filter(|&b| b <= isize::MAX as usize)
 }
 
-/// The error for a shape whose bytes overflow (see [`checked_byte_size`]).
-pub(crate) fn too_large(op: &str, what: &str, shape: &[usize], dtype: DType) -> Error {
-    Error::invalid(
-        op,
-        format!("{what} of shape {shape:?} and dtype {dtype} has more bytes than an address space holds"),
-    )
+/// [`checked_byte_size`], or an error of `op` saying that `what` is too large.
+pub(crate) fn byte_size(op: &str, what: &str, shape: &[usize], dtype: DType) -> Result<usize> {
+    checked_byte_size(shape, dtype).ok_or_else(|| {
+        Error::invalid(
+            op,
+            format!("{what} of shape {shape:?} and dtype {dtype} has more bytes than an address space holds"),
+        )
+    })
 }
 
 /// Row-major (C order) strides for `shape`.
@@ -129,7 +135,7 @@ pub fn row_major_strides(shape: &[usize]) -> Strides {
 impl Array {
     /// A row-contiguous host array from raw little-endian bytes.
     pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Array> {
-        let want = checked_byte_size(shape, dtype).ok_or_else(|| too_large("array", "an array", shape, dtype))?;
+        let want = byte_size("array", "an array", shape, dtype)?;
         if bytes.len() != want {
             return Err(Error::shape(
                 "array",
@@ -189,7 +195,7 @@ impl Array {
     /// A host array filled with `value` (numeric cast to `dtype`); an error where the shape's
     /// bytes exceed what an address space holds.
     pub fn full(dtype: DType, shape: &[usize], value: f64) -> Result<Array> {
-        let bytes = checked_byte_size(shape, dtype).ok_or_else(|| too_large("array", "an array", shape, dtype))?;
+        let bytes = byte_size("array", "an array", shape, dtype)?;
         let one = f64_to_element_bytes(value, dtype);
         let mut buf = HostBuffer::zeroed(bytes);
         for chunk in buf.bytes_mut().chunks_exact_mut(dtype.size()) {

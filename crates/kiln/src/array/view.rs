@@ -154,7 +154,7 @@ impl Array {
     /// A view with a new shape of the same size; only for row-contiguous arrays (others must be
     /// copied with `to_row_contiguous` first).
     pub fn reshape(&self, shape: &[usize]) -> Result<Array> {
-        if shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)) != Some(self.size()) {
+        if super::checked_size(shape) != Some(self.size()) {
             return Err(Error::shape("reshape", format!("cannot reshape {:?} to {:?}", self.shape, shape)));
         }
         if !self.is_row_contiguous() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::array::{checked_byte_size, too_large, Array, Shape};
+use crate::array::{byte_size, Array, Shape};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Error;
@@ -208,7 +208,7 @@ impl From<bool> for TemplateArg {
 
 impl LaunchSpec {
     /// MLX's call-time size checks: one input per input name, one output shape and dtype per
-    /// output name.
+    /// output name; and every output's bytes fit an address space.
     pub(crate) fn check_counts(
         &self,
         op: &str,
@@ -227,9 +227,7 @@ impl LaunchSpec {
         check("output_shapes", n_outputs, self.output_shapes.len())?;
         check("output_dtypes", n_outputs, self.output_dtypes.len())?;
         for (k, (shape, &dtype)) in self.output_shapes.iter().zip(&self.output_dtypes).enumerate() {
-            if checked_byte_size(shape, dtype).is_none() {
-                return Err(too_large(op, &format!("output {k}"), shape, dtype));
-            }
+            byte_size(op, &format!("output {k}"), shape, dtype)?;
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::launch::MathMode;
-use crate::array::{checked_byte_size, too_large, Array};
+use crate::array::{byte_size, Array};
 use crate::backend::{
     self, Binding, ConstantKey, ConstantValue, Dispatch, Launch, MetalProgram, OutputSpec, ProgramKind,
 };
@@ -124,9 +124,7 @@ impl MetalLibrary {
                 }
                 LibraryArg::Bytes(b) => Binding::Bytes(b.as_slice().into()),
                 LibraryArg::Output { shape, dtype, init_value } => {
-                    if checked_byte_size(shape, *dtype).is_none() {
-                        return Err(too_large(&op, &format!("output buffer {slot}"), shape, *dtype));
-                    }
+                    byte_size(&op, &format!("output buffer {slot}"), shape, *dtype)?;
                     Binding::Output(OutputSpec { shape: shape.as_slice().into(), dtype: *dtype, init_value: *init_value })
                 }
             });

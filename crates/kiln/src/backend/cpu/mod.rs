@@ -11,11 +11,12 @@
 //! SIGILL raised while a worker runs groups jump back to the worker; see `prelude/cpu/
 //! scheduler.h`); the process and the kernel library go on.
 //!
-//! Checked mode (`CpuBackend::checked`, or `CheckedScope` for kernels launched from the current
-//! thread through `MetalKernel::call` and friends) also catches out-of-bounds reads of inputs
-//! and writes beyond the red zones: every buffer is copied between guard pages and the first
-//! access to a guard is an `Error::KernelFault` naming the buffer. It costs a copy of each input
-//! and a few system calls per launch.
+//! Outputs lie between guard ranges on every launch, so a kernel writing past one gets an
+//! `Error::KernelFault` naming it. Checked mode (`CpuBackend::checked`, or `CheckedScope` for
+//! kernels launched from the current thread through `MetalKernel::call` and friends) also
+//! catches out-of-bounds reads of inputs: the inputs are copied between guard ranges too, and
+//! the first access to a guard is an `Error::KernelFault` naming the buffer. It costs a copy of
+//! each input and a few system calls per launch.
 
 mod checked;
 mod compile;

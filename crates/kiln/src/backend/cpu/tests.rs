@@ -119,7 +119,7 @@ fn checked_mode_reports_an_out_of_bounds_read_naming_the_input() {
 }
 
 #[test]
-fn checked_mode_reports_writes_beyond_the_red_zones() {
+fn checked_mode_reports_writes_far_outside_an_output() {
     let x = random_f32(25, 64);
     for (name, index, side) in [
         ("cpu_checked_far_before", "int(i) - 20000", "before the start"),
