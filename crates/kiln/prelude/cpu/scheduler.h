@@ -5,11 +5,16 @@
 namespace kiln { namespace rt {
 
 const size_t STACK_BYTES = 256 * 1024;
-const size_t GUARD_BYTES = 4096;
+// Below each stack, as large as the stack itself (address space only, never committed): frames
+// probed page by page (-fstack-clash-protection, where the compiler has it) fault in its first
+// page; without probes a private array up to this size past the stack still lands in it rather
+// than in the next fiber's stack.
+const size_t GUARD_BYTES = 256 * 1024;
+const size_t ALT_STACK_BYTES = 64 * 1024;
 
 // Per OS thread: the emulated threads' state and their fiber stacks, reused across groups
-// (stack pages are only committed once touched). The lowest page of each stack is a guard so a
-// runaway recursion faults instead of overwriting a neighbour.
+// (stack pages are only committed once touched), each above a guard so a runaway recursion
+// faults instead of overwriting a neighbour.
 struct Worker {
   Thread threads[1024];
   void* stacks[1024];
@@ -20,8 +25,33 @@ struct Worker {
   // The group shape the shape-dependent fields of threads[0, shaped) were written for.
   uint32_t shape[12];
   uint32_t shaped;
+  // A fault on a fiber's guard is handled on an alternate signal stack (the fiber's own has no
+  // room left). Threads that have none (those not started by Rust's runtime) get this one.
+  void* alt_stack;
+  bool alt_checked;
   ~Worker() {
     for (int i = 0; i < count; ++i) munmap((char*)stacks[i] - GUARD_BYTES, STACK_BYTES + GUARD_BYTES);
+    if (alt_stack) {
+      stack_t off;
+      __builtin_memset(&off, 0, sizeof off);
+      off.ss_flags = SS_DISABLE;
+      sigaltstack(&off, nullptr);
+      munmap(alt_stack, ALT_STACK_BYTES);
+    }
+  }
+  void ensure_alt_stack() {
+    if (alt_checked) return;
+    alt_checked = true;
+    stack_t cur;
+    if (sigaltstack(nullptr, &cur) != 0 || !(cur.ss_flags & SS_DISABLE)) return;
+    void* m = mmap(nullptr, ALT_STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return;
+    stack_t ss;
+    __builtin_memset(&ss, 0, sizeof ss);
+    ss.ss_sp = m;
+    ss.ss_size = ALT_STACK_BYTES;
+    if (sigaltstack(&ss, nullptr) == 0) alt_stack = m;
+    else munmap(m, ALT_STACK_BYTES);
   }
   void* get(int i) {
     while (count <= i) {
@@ -389,6 +419,10 @@ static void on_fault(int sig, siginfo_t* info, void* uc) {
   }
   int k = 0;
   while (k < 3 && FAULT_SIGNALS[k] != sig) ++k;
+  // The kernel installs this handler before `sigaction` writes back the one it replaces: a fault
+  // on another thread in between must wait for it rather than read an empty `g_prev`.
+  while (__atomic_load_n(&g_handler_state, __ATOMIC_ACQUIRE) == 1) {
+  }
   struct sigaction* prev = &g_prev[k];
   if (prev->sa_flags & SA_SIGINFO) {
     if (prev->sa_sigaction) { prev->sa_sigaction(sig, info, uc); return; }
@@ -506,6 +540,7 @@ inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t
     }
   }
   if (slot < 0) return run_groups_unprotected(body, cooperative, d, begin, end, msg, msg_cap);
+  g_worker.ensure_alt_stack();
   Escape& e = g_escapes[slot];
   sigjmp_buf env;
   e.owner = pthread_self();

@@ -38,13 +38,24 @@ fn loaded() -> &'static Mutex<HashMap<String, Arc<Compiled>>> {
     LOADED.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// The first line of `cxx --version`, cached per compiler; a compiler that cannot run makes
-/// the backend unavailable.
-pub fn compiler_identity(cxx: &str) -> Result<String> {
-    static IDS: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
-    let ids = IDS.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(id) = ids.lock().ok().and_then(|m| m.get(cxx).cloned()) {
-        return Ok(id);
+/// What kiln needs to know of a host compiler: the first line of `cxx --version` (part of the
+/// cache key) and whether it accepts `-fstack-clash-protection`.
+#[derive(Clone, Debug)]
+pub struct HostCompiler {
+    pub identity: String,
+    /// Frames larger than a page are probed page by page from the top, so a kernel whose
+    /// private arrays outgrow its fiber stack touches the guard below it first instead of
+    /// writing into whatever lies further down.
+    pub stack_probes: bool,
+}
+
+/// The compiler `cxx`, examined once per process; a compiler that cannot run makes the backend
+/// unavailable.
+pub fn host_compiler(cxx: &str) -> Result<HostCompiler> {
+    static SEEN: OnceLock<Mutex<HashMap<String, HostCompiler>>> = OnceLock::new();
+    let seen = SEEN.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(c) = seen.lock().ok().and_then(|m| m.get(cxx).cloned()) {
+        return Ok(c);
     }
     let out = Command::new(cxx).arg("--version").output().map_err(|e| Error::BackendUnavailable {
         backend: "cpu",
@@ -56,19 +67,32 @@ pub fn compiler_identity(cxx: &str) -> Result<String> {
             reason: format!("`{cxx} --version` failed; set CXX to a C++17 compiler"),
         });
     }
-    let id = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").to_string();
-    if let Ok(mut m) = ids.lock() {
-        m.insert(cxx.to_string(), id.clone());
+    let identity = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").to_string();
+    // An empty translation unit compiled with the flag; warnings are errors so a compiler that
+    // only ignores it (with a warning) counts as not supporting it.
+    let stack_probes = Command::new(cxx)
+        .args(["-Werror", STACK_PROBES, "-x", "c++", "-c", "-o", "/dev/null", "/dev/null"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let c = HostCompiler { identity, stack_probes };
+    if let Ok(mut m) = seen.lock() {
+        m.insert(cxx.to_string(), c.clone());
     }
-    Ok(id)
+    Ok(c)
 }
+
+const STACK_PROBES: &str = "-fstack-clash-protection";
 
 /// Compiler flags for a math mode. Safe keeps IEEE semantics; only fast defines
 /// `__FAST_MATH__` (via -ffast-math). Inline functions are hidden so the runtime's calls to
-/// each other stay direct instead of going through the PLT.
-pub fn flags(mode: MathMode) -> Vec<&'static str> {
+/// each other stay direct instead of going through the PLT. Stack probes are added where the
+/// compiler has them.
+pub fn flags(mode: MathMode, compiler: &HostCompiler) -> Vec<&'static str> {
     let mut f =
         vec!["-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility-inlines-hidden", "-fno-strict-aliasing", "-w"];
+    if compiler.stack_probes {
+        f.push(STACK_PROBES);
+    }
     match mode {
         MathMode::Safe => f.extend(["-fno-fast-math", "-ffp-contract=off"]),
         MathMode::Relaxed => {
@@ -81,13 +105,13 @@ pub fn flags(mode: MathMode) -> Vec<&'static str> {
 
 /// Compiles (or finds) the library for `tu`.
 pub fn compile(cxx: &str, kernel: &str, tu: &str, mode: MathMode) -> Result<Arc<Compiled>> {
-    let identity = compiler_identity(cxx)?;
-    let flags = flags(mode);
+    let compiler = host_compiler(cxx)?;
+    let flags = flags(mode, &compiler);
     let mut h = Sha256::new();
     h.update(tu.as_bytes());
     h.update(flags.join(" ").as_bytes());
     h.update(cxx.as_bytes());
-    h.update(identity.as_bytes());
+    h.update(compiler.identity.as_bytes());
     let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     if let Some(c) = loaded().lock().ok().and_then(|m| m.get(&key).cloned()) {
         return Ok(c);

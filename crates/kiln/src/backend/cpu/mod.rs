@@ -53,7 +53,7 @@ impl CpuBackend {
     /// A backend that compiles with `cxx`; fails when that compiler cannot run.
     pub fn with_compiler(cxx: impl Into<String>) -> Result<CpuBackend> {
         let cxx = cxx.into();
-        compile::compiler_identity(&cxx)?;
+        compile::host_compiler(&cxx)?;
         Ok(CpuBackend { cxx, checked: false })
     }
 
@@ -107,14 +107,12 @@ pub fn backend() -> Result<Arc<dyn Backend>> {
 
 pub fn status() -> BackendStatus {
     let cxx = config::host_cxx();
-    match compile::compiler_identity(&cxx) {
-        Ok(id) => {
+    match compile::host_compiler(&cxx) {
+        Ok(c) => {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            BackendStatus {
-                backend: "cpu",
-                devices: vec![(Device::Cpu, format!("emulator on {cores} cores, compiler {cxx} ({id})"))],
-                unavailable: None,
-            }
+            let probes = if c.stack_probes { "" } else { ", without stack probes" };
+            let about = format!("emulator on {cores} cores, compiler {cxx} ({}{probes})", c.identity);
+            BackendStatus { backend: "cpu", devices: vec![(Device::Cpu, about)], unavailable: None }
         }
         Err(e) => BackendStatus { backend: "cpu", devices: Vec::new(), unavailable: Some(e.to_string()) },
     }
