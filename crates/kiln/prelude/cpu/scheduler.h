@@ -473,6 +473,31 @@ inline void msg_put(char* dst, int cap, int* at, uint64_t v, bool hex) {
   msg_put(dst, cap, at, text + i);
 }
 
+// Whether `addr` lies in the guard below the calling OS thread's stack or up to 64 MiB under
+// it (where an unprobed frame's first access lands); `size` is the stack's size.
+inline bool below_os_stack(uint64_t addr, uint64_t* size) {
+  uint64_t lo = 0;
+#if defined(__APPLE__)
+  pthread_t self = pthread_self();
+  *size = pthread_get_stacksize_np(self);
+  lo = (uint64_t)(uintptr_t)pthread_get_stackaddr_np(self) - *size;
+  const uint64_t guard = 16384;
+#else
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) return false;
+  void* base = nullptr;
+  size_t bytes = 0, guard_bytes = 0;
+  const bool known = pthread_attr_getstack(&attr, &base, &bytes) == 0;
+  pthread_attr_getguardsize(&attr, &guard_bytes);
+  pthread_attr_destroy(&attr);
+  if (!known) return false;
+  lo = (uint64_t)(uintptr_t)base;
+  *size = bytes;
+  const uint64_t guard = guard_bytes < 4096 ? 4096 : guard_bytes;
+#endif
+  return addr < lo + guard && lo - addr <= ((uint64_t)64 << 20);
+}
+
 // After a jump out of a faulting kernel: unblocks the fault signals (the handler was left
 // without returning), frees the group's memory, forgets the group and describes the fault.
 inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
@@ -484,6 +509,7 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
   Group* g = c.group;
   Thread* t = c.thread;
   int at = 0;
+  uint64_t os_stack = 0;
   if (t) {
     const uint pos[3] = {t->thread_position_in_grid.x, t->thread_position_in_grid.y, t->thread_position_in_grid.z};
     msg_put(msg, cap, &at, "thread (");
@@ -509,6 +535,12 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
     msg_put(msg, cap, &at, (uint64_t)(uintptr_t)t->stack - addr, false);
     msg_put(msg, cap, &at, " bytes below it): threads of kernels with barriers or SIMD collectives run on "
                            "stacks of that size, so their private arrays must stay well under it");
+  } else if (below_os_stack(addr, &os_stack)) {
+    // A kernel without barriers runs on the worker's own stack.
+    msg_put(msg, cap, &at, "overflowed its worker thread's stack (");
+    msg_put(msg, cap, &at, os_stack >> 10, false);
+    msg_put(msg, cap, &at, " KiB; threads of kernels without barriers or SIMD collectives run on it), so its "
+                           "private arrays must stay well under that size");
   } else {
     msg_put(msg, cap, &at, "accessed address 0x");
     msg_put(msg, cap, &at, addr, true);

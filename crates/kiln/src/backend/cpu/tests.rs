@@ -243,6 +243,35 @@ fn a_fiber_stack_overflow_is_named() {
 }
 
 #[test]
+fn a_worker_stack_overflow_is_named_and_the_kernel_runs_again() {
+    let x = random_f32(30, 128);
+    // 16 MB of private floats in a kernel without barriers: its threads run on the worker
+    // threads' own stacks (a few MiB), and the frame's first access lies far below them.
+    let name = "cpu_worker_stack_overflow";
+    let src = r#"
+        uint i = thread_position_in_grid.x;
+        float tmp[N];
+        for (uint k = 0; k < N; ++k) { tmp[k] = x[(i + k) % 128] * float(k % 5); }
+        out[i] = tmp[(i * 7919) % N];
+    "#;
+    for _ in 0..3 {
+        expect_fault(
+            name,
+            run_plain(name, &src.replace('N', "4000000"), &x),
+            &["overflowed its worker thread's stack"],
+        );
+    }
+    let fits = run_plain(name, &src.replace('N', "1000"), &x).unwrap();
+    let want: Vec<f64> = (0..128)
+        .map(|i| {
+            let k = (i * 7919) % 1000;
+            (x[(i + k) % 128] * (k % 5) as f32) as f64
+        })
+        .collect();
+    assert_eq!(fits, want);
+}
+
+#[test]
 fn writes_past_an_output_are_faults_on_unchecked_launches() {
     let x = random_f32(29, 64);
     // 4096 threads write an output of 64 elements: the first write past its end touches the
