@@ -380,11 +380,7 @@ fn scatter_add_matches_reference(device: Device) {
         // Out-of-range entries are skipped.
         idx[0] = -1;
         idx[n - 1] = bins as i64;
-        // The histogram kernels take 256-thread groups, whose emulator fiber stacks add up over
-        // instantiations: one index dtype there (NVRTC compiles the other).
-        let idx_dtypes: &[DType] =
-            if variant == "kiln_scatter_add_hist" { &[DType::I64] } else { &[DType::I32, DType::I64] };
-        for &idx_dtype in idx_dtypes {
+        for idx_dtype in [DType::I32, DType::I64] {
             let indices = index_array(device, idx_dtype, &idx);
             for dtype in FLOAT_DTYPES {
                 let values = on(device, &random_array(&mut rng, dtype, shape));

@@ -5,23 +5,46 @@
 namespace kiln { namespace rt {
 
 const size_t STACK_BYTES = 256 * 1024;
-// Below each stack, as large as the stack itself (address space only, never committed): frames
-// probed page by page (-fstack-clash-protection, where the compiler has it) fault in its first
-// page; without probes a private array up to this size past the stack still lands in it rather
-// than in the next fiber's stack.
-const size_t GUARD_BYTES = 256 * 1024;
+// Below each stack, nearly as large as the stack itself (address space only, never committed):
+// frames probed page by page (-fstack-clash-protection, where the compiler has it) fault in its
+// first page; without probes a private array up to this size past the stack still lands in it
+// rather than in the next fiber's stack. One page short of the stack's size: stacks mapped one
+// after another then start 4 KiB apart modulo 512 KiB, so the fibers' hot frames spread over
+// the L2's sets (at exactly 512 KiB apart they share a few sets: a third slower).
+const size_t GUARD_BYTES = STACK_BYTES - 4096;
 const size_t ALT_STACK_BYTES = 64 * 1024;
 
-// Per OS thread: the emulated threads' state and their fiber stacks, reused across groups
-// (stack pages are only committed once touched), each above a guard so a runaway recursion
-// faults instead of overwriting a neighbour.
+// Fiber stacks, lent by the host for one `kiln_run` call (one set per concurrently running call,
+// shared by every kernel library of the process: the stacks and their guards are two memory
+// mappings each, and the process has a limited number). Stacks are mapped on first use (their
+// pages committed only once touched), each above a guard so a runaway recursion faults instead
+// of overwriting a neighbour.
+struct StackSet {
+  void* stacks[1024];
+  uint32_t count;
+};
+
+inline void* stack_at(StackSet* set, uint32_t i) {
+  if (!set || i >= 1024) return nullptr;
+  while (set->count <= i) {
+    void* m = mmap(nullptr, STACK_BYTES + GUARD_BYTES, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    if (mprotect(m, GUARD_BYTES, PROT_NONE) != 0) {
+      munmap(m, STACK_BYTES + GUARD_BYTES);
+      return nullptr;
+    }
+    set->stacks[set->count++] = (char*)m + GUARD_BYTES;
+  }
+  return set->stacks[i];
+}
+
+// Per OS thread: the emulated threads' state.
 struct Worker {
   Thread threads[1024];
-  void* stacks[1024];
   // The group being run (here rather than on the stack: a fault's recovery frees its memory
   // after leaving the frames that ran it).
   Group group;
-  int count;
   // The group shape the shape-dependent fields of threads[0, shaped) were written for.
   uint32_t shape[12];
   uint32_t shaped;
@@ -30,7 +53,6 @@ struct Worker {
   void* alt_stack;
   bool alt_checked;
   ~Worker() {
-    for (int i = 0; i < count; ++i) munmap((char*)stacks[i] - GUARD_BYTES, STACK_BYTES + GUARD_BYTES);
     if (alt_stack) {
       stack_t off;
       __builtin_memset(&off, 0, sizeof off);
@@ -52,16 +74,6 @@ struct Worker {
     ss.ss_size = ALT_STACK_BYTES;
     if (sigaltstack(&ss, nullptr) == 0) alt_stack = m;
     else munmap(m, ALT_STACK_BYTES);
-  }
-  void* get(int i) {
-    while (count <= i) {
-      void* m = mmap(nullptr, STACK_BYTES + GUARD_BYTES, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (m == MAP_FAILED) return nullptr;
-      mprotect(m, GUARD_BYTES, PROT_NONE);
-      stacks[count++] = (char*)m + GUARD_BYTES;
-    }
-    return stacks[i];
   }
 };
 static thread_local Worker g_worker;
@@ -192,10 +204,10 @@ inline void unwind_all(Group& g) {
   }
 }
 
-inline void run_cooperative(Group& g, Worker& w) {
+inline void run_cooperative(Group& g, StackSet* stacks) {
   for (int i = 0; i < g.n; ++i) {
     Thread& t = g.threads[i];
-    t.stack = w.get(i);
+    t.stack = stack_at(stacks, (uint32_t)i);
     if (!t.stack) { g.aborted = 2; g.fault = "cannot allocate fiber stacks"; return; }
     // Staggered stack tops keep the fibers' hot frames out of the same L1 cache sets.
     fiber_prepare(t, g, (size_t)(i % 64) * 64);
@@ -243,7 +255,7 @@ inline void copy_msg(char* dst, int cap, const char* src) {
 // Runs groups [begin, end) of the linearised group grid. Returns 0, 1 (cancelled) or 2 (fault,
 // message in `msg`).
 inline int run_groups_unprotected(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin, uint64_t end,
-                                  char* msg, int msg_cap) {
+                                  StackSet* stacks, char* msg, int msg_cap) {
   g_cur.cancel = d->cancel;
   Worker& w = g_worker;
   Thread* threads = w.threads;
@@ -325,7 +337,7 @@ inline int run_groups_unprotected(Body body, bool cooperative, const LaunchDesc*
     }
     g_cur.group = &g;
     if (cooperative) {
-      run_cooperative(g, w);
+      run_cooperative(g, stacks);
     } else {
       // Polled per thread: after a checked launch opened a guard, later threads must not keep
       // writing through it.
@@ -562,8 +574,8 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
 
 // `run_groups_unprotected` with an escape point for faults (see above); without a free slot or
 // a handler, the groups run unprotected.
-inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin, uint64_t end, char* msg,
-                      int msg_cap) {
+inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin, uint64_t end,
+                      StackSet* stacks, char* msg, int msg_cap) {
   int slot = -1;
   if (install_fault_handler() == 0) {
     for (int s = 0; s < ESCAPE_SLOTS && slot < 0; ++s) {
@@ -571,7 +583,7 @@ inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t
       if (__atomic_compare_exchange_n(&g_escapes[s].used, &zero, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) slot = s;
     }
   }
-  if (slot < 0) return run_groups_unprotected(body, cooperative, d, begin, end, msg, msg_cap);
+  if (slot < 0) return run_groups_unprotected(body, cooperative, d, begin, end, stacks, msg, msg_cap);
   g_worker.ensure_alt_stack();
   Escape& e = g_escapes[slot];
   sigjmp_buf env;
@@ -580,7 +592,7 @@ inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t
   int rc;
   if (sigsetjmp(env, 0) == 0) {
     __atomic_store_n(&e.armed, 1, __ATOMIC_RELEASE);
-    rc = run_groups_unprotected(body, cooperative, d, begin, end, msg, msg_cap);
+    rc = run_groups_unprotected(body, cooperative, d, begin, end, stacks, msg, msg_cap);
     __atomic_store_n(&e.armed, 0, __ATOMIC_RELEASE);
   } else {
     rc = abandon_group(e.sig, e.addr, msg, msg_cap);
@@ -591,6 +603,13 @@ inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t
 
 }  // namespace rt
 }  // namespace kiln
+
+// Unmaps every stack of a set the host no longer needs.
+extern "C" void kiln_release_stacks(kiln::rt::StackSet* set) {
+  using namespace kiln::rt;
+  for (uint32_t i = 0; i < set->count; ++i) munmap((char*)set->stacks[i] - GUARD_BYTES, STACK_BYTES + GUARD_BYTES);
+  set->count = 0;
+}
 
 // Arms the guards of a checked launch: 0 ok, 1 no handler, 2 no free slot, 3 mprotect failed.
 extern "C" int kiln_checked_begin(kiln::rt::CheckedLaunch* l) {

@@ -95,11 +95,18 @@ pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Resul
     push_header(&mut out, "cpu/scheduler.h", CPU_SCHEDULER);
     out.push_str("#line 1 \"kiln/exports\"\n");
     let coop = if module.needs_cooperative_threads { "true" } else { "false" };
-    out.push_str("extern \"C\" int kiln_abi_version() { return 1; }\n");
-    out.push_str("extern \"C\" int kiln_run(int entry, const kiln::rt::LaunchDesc* d, uint64_t begin, uint64_t end, char* msg, int cap) {\n  switch (entry) {\n");
+    out.push_str("extern \"C\" int kiln_abi_version() { return 2; }\n");
+    let _ = writeln!(
+        out,
+        "extern \"C\" int kiln_cooperative() {{ return {}; }}",
+        u8::from(module.needs_cooperative_threads)
+    );
+    out.push_str("extern \"C\" int kiln_run(int entry, const kiln::rt::LaunchDesc* d, uint64_t begin, uint64_t end, kiln::rt::StackSet* stacks, char* msg, int cap) {\n  switch (entry) {\n");
     for i in 0..module.entries.len() {
-        let _ =
-            writeln!(out, "    case {i}: return kiln::rt::run_groups(kiln_body_{i}, {coop}, d, begin, end, msg, cap);");
+        let _ = writeln!(
+            out,
+            "    case {i}: return kiln::rt::run_groups(kiln_body_{i}, {coop}, d, begin, end, stacks, msg, cap);"
+        );
     }
     out.push_str("  }\n  kiln::rt::copy_msg(msg, cap, \"no such entry\");\n  return 2;\n}\n");
     Ok(out)

@@ -13,13 +13,21 @@ use sha2::{Digest, Sha256};
 
 use super::checked::CheckedLaunch;
 use super::exec::LaunchDesc;
+use super::stacks::StackSet;
 use crate::config;
 use crate::error::{Error, Result};
 use crate::kernel::MathMode;
 
-/// `kiln_run(entry, desc, begin, end, msg, cap)`: runs a range of groups; 0 ok, 1 cancelled,
-/// 2 fault (message in `msg`).
-pub type RunFn = unsafe extern "C" fn(i32, *const LaunchDesc, u64, u64, *mut c_char, i32) -> i32;
+/// `kiln_run(entry, desc, begin, end, stacks, msg, cap)`: runs a range of groups (cooperative
+/// kernels on fibers whose stacks come from `stacks`; others ignore it, may be null); 0 ok,
+/// 1 cancelled, 2 fault (message in `msg`).
+pub type RunFn = unsafe extern "C" fn(i32, *const LaunchDesc, u64, u64, *mut StackSet, *mut c_char, i32) -> i32;
+
+/// The `kiln_abi_version()` of the translation units `source::cpu` writes.
+const ABI_VERSION: i32 = 2;
+
+/// `kiln_release_stacks(set)`: unmaps every stack of a set.
+pub type ReleaseFn = unsafe extern "C" fn(*mut StackSet);
 
 /// `kiln_checked_begin` / `kiln_checked_end`: arm or disarm the guards of a checked launch.
 pub type CheckedFn = unsafe extern "C" fn(*mut CheckedLaunch) -> i32;
@@ -29,6 +37,10 @@ pub type CheckedFn = unsafe extern "C" fn(*mut CheckedLaunch) -> i32;
 pub struct Compiled {
     _lib: libloading::Library,
     pub run: RunFn,
+    /// Whether the kernel's threads run as fibers (barriers or SIMD collectives), so each
+    /// `run` call needs a stack set.
+    pub cooperative: bool,
+    pub release_stacks: ReleaseFn,
     pub checked_begin: Option<CheckedFn>,
     pub checked_end: Option<CheckedFn>,
 }
@@ -178,9 +190,25 @@ fn load(kernel: &str, so: &Path) -> Result<Compiled> {
     let run: RunFn = unsafe { lib.get::<RunFn>(b"kiln_run\0") }
         .map(|s| *s)
         .map_err(|e| fault(format!("{} has no kiln_run: {e}", so.display())))?;
+    let int_of = |name: &[u8]| -> Option<i32> {
+        // SAFETY: `kiln_abi_version` and `kiln_cooperative` take nothing and return an int.
+        let f = unsafe { lib.get::<unsafe extern "C" fn() -> i32>(name) }.ok()?;
+        // SAFETY: a function of that signature, which only returns a constant.
+        Some(unsafe { f() })
+    };
+    let abi = int_of(b"kiln_abi_version\0").unwrap_or(0);
+    if abi != ABI_VERSION {
+        return Err(fault(format!("{} has ABI version {abi}, not {ABI_VERSION}", so.display())));
+    }
+    let cooperative =
+        int_of(b"kiln_cooperative\0").ok_or_else(|| fault(format!("{} has no kiln_cooperative", so.display())))? != 0;
+    // SAFETY: `kiln_release_stacks` has exactly the ReleaseFn signature.
+    let release_stacks: ReleaseFn = unsafe { lib.get::<ReleaseFn>(b"kiln_release_stacks\0") }
+        .map(|s| *s)
+        .map_err(|e| fault(format!("{} has no kiln_release_stacks: {e}", so.display())))?;
     // SAFETY: both symbols, where present, have exactly the CheckedFn signature.
     let checked_begin = unsafe { lib.get::<CheckedFn>(b"kiln_checked_begin\0") }.ok().map(|s| *s);
     // SAFETY: as above.
     let checked_end = unsafe { lib.get::<CheckedFn>(b"kiln_checked_end\0") }.ok().map(|s| *s);
-    Ok(Compiled { _lib: lib, run, checked_begin, checked_end })
+    Ok(Compiled { _lib: lib, run, cooperative, release_stacks, checked_begin, checked_end })
 }

@@ -20,6 +20,7 @@ use rayon::prelude::*;
 
 use super::checked::{self, CheckedLaunch, Guard, GuardedBuf};
 use super::compile::Compiled;
+use super::stacks::Lease;
 use crate::array::{Array, HostBuffer};
 use crate::backend::{Binding, Dispatch, Launch};
 use crate::dtype::f64_to_element_bytes;
@@ -318,6 +319,7 @@ fn execute(
     timeout: Option<std::time::Duration>,
 ) -> (Option<String>, bool) {
     let total = desc.groups.iter().map(|&g| g as u64).product::<u64>();
+    let group_threads = desc.tg.iter().map(|&t| t as usize).product::<usize>();
     let fault: Mutex<Option<String>> = Mutex::new(None);
     let timed_out = AtomicI32::new(0);
     let shared = Shared(desc);
@@ -329,9 +331,15 @@ fn execute(
             let end = (begin + per_chunk).min(total);
             let mut msg = [0 as c_char; 512];
             let d = &shared;
+            let mut lease = compiled.cooperative.then(|| Lease::take(group_threads, compiled.release_stacks));
+            let stacks = lease.as_mut().map_or(std::ptr::null_mut(), |l| l.as_ptr());
             // SAFETY: `kiln_run` reads the descriptor (valid for this scope), runs groups
-            // [begin, end) and writes at most `msg.len()` bytes of NUL-terminated message.
-            let rc = unsafe { (compiled.run)(entry as i32, d.0, begin, end, msg.as_mut_ptr(), msg.len() as i32) };
+            // [begin, end) on fibers whose stacks it takes from the lent set (for this call
+            // only; non-cooperative kernels ignore it) and writes at most `msg.len()` bytes of
+            // NUL-terminated message.
+            let rc =
+                unsafe { (compiled.run)(entry as i32, d.0, begin, end, stacks, msg.as_mut_ptr(), msg.len() as i32) };
+            drop(lease);
             if rc == 2 {
                 let text: String = msg.iter().take_while(|&&b| b != 0).map(|&b| b as u8 as char).collect();
                 if let Ok(mut f) = fault.lock() {

@@ -21,6 +21,7 @@
 mod checked;
 mod compile;
 mod exec;
+mod stacks;
 
 use std::cell::Cell;
 use std::collections::HashMap;

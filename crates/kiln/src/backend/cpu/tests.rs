@@ -272,6 +272,32 @@ fn a_worker_stack_overflow_is_named_and_the_kernel_runs_again() {
 }
 
 #[test]
+fn wide_groups_on_many_workers_share_a_bounded_set_of_fiber_stacks() {
+    // 48 workers each running 1024-thread groups with a barrier would need 48 * 1024 fiber
+    // stacks of two mappings each, more than Linux's default limit of 65 530 mappings: the
+    // stacks are lent per call from a pool within that limit instead.
+    let groups = 48 * 8;
+    let x = random_f32(31, 1024 * groups);
+    let src = r#"
+        uint i = thread_position_in_grid.x;
+        uint t = thread_index_in_threadgroup;
+        threadgroup float buf[1024];
+        buf[t] = x[i];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[i] = buf[1023 - t];
+    "#;
+    let k = MetalKernel::new("cpu_wide_groups", &["x"], &["out"], src).unwrap();
+    let input = Array::from_vec(&[x.len()], x.clone()).unwrap();
+    let spec = LaunchSpec::new([x.len() as u32, 1, 1], [1024, 1, 1]).output(&[x.len()], DType::F32).device(Device::Cpu);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(48).build().unwrap();
+    for _ in 0..2 {
+        let out = pool.install(|| k.call(&[(&input).into()], &spec)).unwrap();
+        let want: Vec<f64> = (0..x.len()).map(|i| x[i - i % 1024 + 1023 - i % 1024] as f64).collect();
+        assert_eq!(values(&out[0]), want);
+    }
+}
+
+#[test]
 fn writes_past_an_output_are_faults_on_unchecked_launches() {
     let x = random_f32(29, 64);
     // 4096 threads write an output of 64 elements: the first write past its end touches the
