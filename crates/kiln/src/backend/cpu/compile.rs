@@ -119,45 +119,87 @@ pub fn flags(mode: MathMode, compiler: &HostCompiler) -> Vec<&'static str> {
 pub fn compile(cxx: &str, kernel: &str, tu: &str, mode: MathMode) -> Result<Arc<Compiled>> {
     let compiler = host_compiler(cxx)?;
     let flags = flags(mode, &compiler);
-    let mut h = Sha256::new();
-    h.update(tu.as_bytes());
-    h.update(flags.join(" ").as_bytes());
-    h.update(cxx.as_bytes());
-    h.update(compiler.identity.as_bytes());
-    let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let key = library_key(tu, &flags, cxx, &compiler);
     if let Some(c) = loaded().lock().ok().and_then(|m| m.get(&key).cloned()) {
         return Ok(c);
     }
-    let dir = config::cache_dir().join("cpu").join(&key);
-    let so = dir.join("kernel.so");
-    if !so.exists() {
-        build(cxx, kernel, tu, &flags, &dir, &so)?;
+    // One build of a key at a time in this process; the others wait for it and load its result.
+    let gate = build_gate(&key);
+    let _building = gate.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = loaded().lock().ok().and_then(|m| m.get(&key).cloned()) {
+        return Ok(c);
     }
-    let compiled = Arc::new(load(kernel, &so)?);
+    let dir = library_dir(&key);
+    let so = dir.join("kernel.so");
+    // A library on disk that does not load (damaged, or incomplete) is built again.
+    let compiled = match so.exists().then(|| load(kernel, &so)) {
+        Some(Ok(c)) => c,
+        _ => {
+            build(cxx, kernel, tu, &flags, &dir, &so)?;
+            load(kernel, &so)?
+        }
+    };
+    let compiled = Arc::new(compiled);
     if let Ok(mut m) = loaded().lock() {
         m.entry(key).or_insert_with(|| compiled.clone());
     }
     Ok(compiled)
 }
 
+/// The cache key of a library: everything that goes into it.
+fn library_key(tu: &str, flags: &[&str], cxx: &str, compiler: &HostCompiler) -> String {
+    let mut h = Sha256::new();
+    h.update(tu.as_bytes());
+    h.update(flags.join(" ").as_bytes());
+    h.update(cxx.as_bytes());
+    h.update(compiler.identity.as_bytes());
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn build_gate(key: &str) -> Arc<Mutex<()>> {
+    static GATES: OnceLock<Mutex<HashMap<String, Arc<Mutex<()>>>>> = OnceLock::new();
+    let gates = GATES.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut m = gates.lock().unwrap_or_else(|e| e.into_inner());
+    m.entry(key.to_string()).or_default().clone()
+}
+
+/// Where the library of `key` lives: the cache directory, or the system's temporary directory
+/// when the cache cannot be created (a read-only home, say).
+fn library_dir(key: &str) -> PathBuf {
+    let dir = config::cache_dir().join("cpu").join(key);
+    if std::fs::create_dir_all(&dir).is_ok() {
+        return dir;
+    }
+    std::env::temp_dir().join("kiln-cache").join("cpu").join(key)
+}
+
 fn build(cxx: &str, kernel: &str, tu: &str, flags: &[&str], dir: &Path, so: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let cpp = dir.join("kernel.cpp");
-    std::fs::write(&cpp, tu).map_err(|e| Error::io(&cpp, e))?;
-    // Build under a unique name and rename, so concurrent builds never see a partial library.
+    // Source and library under names of this build alone, renamed into place: another thread or
+    // process building the same key never reads a half-written source or loads a partial
+    // library.
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let tmp: PathBuf = dir.join(format!("kernel.{}.{}.so", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
-    let out = Command::new(cxx)
-        .args(flags)
-        .arg("-o")
-        .arg(&tmp)
-        .arg(&cpp)
-        .output()
-        .map_err(|e| Error::BackendUnavailable { backend: "cpu", reason: format!("cannot run `{cxx}`: {e}") })?;
+    let stem = format!("kernel.{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+    let cpp = dir.join(format!("{stem}.cpp"));
+    let tmp = dir.join(format!("{stem}.so"));
+    std::fs::write(&cpp, tu).map_err(|e| Error::io(&cpp, e))?;
+    let out = Command::new(cxx).args(flags).arg("-o").arg(&tmp).arg(&cpp).output();
+    let out = match out {
+        Ok(out) => out,
+        Err(e) => {
+            let _ = std::fs::remove_file(&cpp);
+            return Err(Error::BackendUnavailable { backend: "cpu", reason: format!("cannot run `{cxx}`: {e}") });
+        }
+    };
     if !out.status.success() {
         let _ = std::fs::remove_file(&tmp);
+        let _ = std::fs::remove_file(&cpp);
         let log = String::from_utf8_lossy(&out.stderr);
         return Err(Error::Compile { backend: "cpu", kernel: kernel.to_string(), log: map_log(&log, &cpp) });
+    }
+    // The source stays beside the library for whoever wants to read it.
+    if std::fs::rename(&cpp, dir.join("kernel.cpp")).is_err() {
+        let _ = std::fs::remove_file(&cpp);
     }
     std::fs::rename(&tmp, so).map_err(|e| Error::io(so, e))
 }
@@ -211,4 +253,59 @@ fn load(kernel: &str, so: &Path) -> Result<Compiled> {
     // SAFETY: as above.
     let checked_end = unsafe { lib.get::<CheckedFn>(b"kiln_checked_end\0") }.ok().map(|s| *s);
     Ok(Compiled { _lib: lib, run, cooperative, release_stacks, checked_begin, checked_end })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A translation unit with the exports `load` checks, made unique by `tag`.
+    fn minimal_tu(tag: u64) -> String {
+        format!(
+            "#include <stdint.h>\n// {tag}\n\
+             extern \"C\" int kiln_abi_version() {{ return {ABI_VERSION}; }}\n\
+             extern \"C\" int kiln_cooperative() {{ return 1; }}\n\
+             extern \"C\" int kiln_run(int, const void*, uint64_t, uint64_t, void*, char*, int) {{ return 0; }}\n\
+             extern \"C\" void kiln_release_stacks(void*) {{}}\n"
+        )
+    }
+
+    fn fresh_tag() -> u64 {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        (t.as_nanos() as u64) ^ ((std::process::id() as u64) << 40)
+    }
+
+    #[test]
+    fn concurrent_first_builds_of_one_library_all_load_it() {
+        let cxx = config::host_cxx();
+        let tu = minimal_tu(fresh_tag());
+        let barrier = std::sync::Barrier::new(8);
+        std::thread::scope(|s| {
+            let runs: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        compile(&cxx, "minimal", &tu, MathMode::Safe).map(|c| c.cooperative)
+                    })
+                })
+                .collect();
+            for r in runs {
+                assert!(r.join().unwrap().unwrap());
+            }
+        });
+    }
+
+    #[test]
+    fn a_damaged_library_in_the_cache_is_built_again() {
+        let cxx = config::host_cxx();
+        let tu = minimal_tu(fresh_tag());
+        let compiler = host_compiler(&cxx).unwrap();
+        let key = library_key(&tu, &flags(MathMode::Safe, &compiler), &cxx, &compiler);
+        let dir = library_dir(&key);
+        // What a build cut short would leave: a library file that is not one.
+        std::fs::write(dir.join("kernel.so"), b"not a shared library").unwrap();
+        let c = compile(&cxx, "minimal", &tu, MathMode::Safe).unwrap();
+        assert!(c.cooperative);
+        assert_ne!(std::fs::read(dir.join("kernel.so")).unwrap(), b"not a shared library");
+    }
 }
