@@ -3,7 +3,10 @@
 //! reused fiber stacks; an access outside every mapping, an integer division by zero or a
 //! compiler trap in a kernel is an `Error::KernelFault`, not the end of the process.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+use rayon::prelude::*;
 
 use crate::check::Rng;
 use crate::{Array, DType, Device, Error, LaunchSpec, MetalKernel};
@@ -323,4 +326,128 @@ fn writes_past_an_output_are_faults_on_unchecked_launches() {
     let fits = LaunchSpec::new([64, 1, 1], [64, 1, 1]).output(&[64], DType::F32).device(Device::Cpu);
     let out = values(&k.call(&[(&input).into()], &fits).unwrap()[0]);
     assert_eq!(out, x.iter().map(|&v| v as f64).collect::<Vec<_>>());
+}
+
+#[test]
+fn concurrent_launches_of_every_kind_stay_independent() {
+    // 24 workers launching at once: cooperative kernels of random group sizes (some faulting
+    // in one thread), plain kernels (some writing past their output) and spinning kernels
+    // stopped by their timeout. Each launch gets exactly its own result or error.
+    let rounds = 4;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(24).build().unwrap();
+    let src = r#"
+        uint i = thread_position_in_grid.x;
+        uint t = thread_index_in_threadgroup;
+        uint n = threads_per_threadgroup.x;
+        threadgroup float buf[1024];
+        buf[t] = x[i];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        float v = buf[n - 1 - t];
+        if (x[0] < 0.0f && i == 777) { v += x[int64_t(i) << 40]; }
+        out[i] = v + float(KSALT);
+    "#;
+    let kernels: Vec<MetalKernel> = (0..6)
+        .map(|k| {
+            MetalKernel::new(format!("stress{k}"), &["x"], &["out"], src.replace("KSALT", &k.to_string())).unwrap()
+        })
+        .collect();
+    let mut seed = 12345u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut jobs = Vec::new();
+    for _ in 0..rounds * 8 {
+        let tg = [32u32, 64, 96, 128, 256, 512, 768, 1024][(next() % 8) as usize];
+        let groups = 1 + (next() % 64) as u32;
+        let fault = next() % 5 == 0;
+        let k = (next() % 6) as usize;
+        jobs.push((tg, groups, fault, k));
+    }
+    let failures = AtomicUsize::new(0);
+    pool.install(|| {
+        jobs.par_iter().for_each(|&(tg, groups, fault, k)| {
+            let n = (tg * groups) as usize;
+            let mut x: Vec<f32> = (0..n).map(|i| 1.0 + (i % 97) as f32).collect();
+            if fault {
+                x[0] = -1.0;
+            }
+            let input = Array::from_vec(&[n], x.clone()).unwrap();
+            let spec = LaunchSpec::new([n as u32, 1, 1], [tg, 1, 1]).output(&[n], DType::F32).device(Device::Cpu);
+            let r = kernels[k].call(&[(&input).into()], &spec);
+            let ok = match (fault && n > 777, r) {
+                (true, Err(Error::KernelFault { msg, .. })) => msg.contains("thread (777, 0, 0)"),
+                (false, Ok(out)) => {
+                    let v = out[0].to_f64_vec().unwrap();
+                    (0..n).all(|i| {
+                        let g = i - i % tg as usize;
+                        v[i] == (x[g + tg as usize - 1 - i % tg as usize] + k as f32) as f64
+                    })
+                }
+                (_, other) => {
+                    eprintln!("tg {tg} groups {groups} fault {fault}: {:?}", other.map(|_| ()));
+                    false
+                }
+            };
+            if !ok {
+                failures.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    });
+    // Plain kernels writing past their output now and then, and spinning kernels stopped by
+    // their timeout, all at once.
+    let plain = MetalKernel::new(
+        "stress_plain",
+        &["x"],
+        &["out"],
+        "uint i = thread_position_in_grid.x;\nuint j = x[0] < 0.0f ? i + 20000 : i;\nout[j] = 2.0f * x[i];",
+    )
+    .unwrap();
+    let spin = MetalKernel::new(
+        "stress_spin",
+        &["x"],
+        &["out"],
+        "uint i = thread_position_in_grid.x;\nuint n = 0;\nwhile (x[0] > 0.0f) { n++; }\nthreadgroup_barrier(mem_flags::mem_threadgroup);\nout[i] = float(n);",
+    )
+    .unwrap();
+    pool.install(|| {
+        (0..rounds * 8).into_par_iter().for_each(|j| {
+            let n = 4096usize;
+            let mut x: Vec<f32> = (0..n).map(|i| 1.0 + (i % 13) as f32).collect();
+            let bad = j % 3 == 0;
+            if bad {
+                x[0] = -1.0;
+            }
+            let input = Array::from_vec(&[n], x.clone()).unwrap();
+            let ok = if j % 4 == 1 {
+                let spec = LaunchSpec::new([256, 1, 1], [64, 1, 1])
+                    .output(&[256], DType::F32)
+                    .device(Device::Cpu)
+                    .timeout(Duration::from_millis(50));
+                let x1: Vec<f32> = vec![1.0; 4];
+                let i1 = Array::from_vec(&[4], x1).unwrap();
+                matches!(spin.call(&[(&i1).into()], &spec), Err(Error::Timeout { .. }))
+            } else {
+                let spec = LaunchSpec::new([n as u32, 1, 1], [256, 1, 1]).output(&[n], DType::F32).device(Device::Cpu);
+                match (bad, plain.call(&[(&input).into()], &spec)) {
+                    (true, Err(Error::KernelFault { msg, .. })) => msg.contains("past the end"),
+                    (false, Ok(out)) => {
+                        out[0].to_f64_vec().unwrap().iter().zip(&x).all(|(&v, &w)| v == (2.0 * w) as f64)
+                    }
+                    (_, other) => {
+                        eprintln!("plain {j}: {:?}", other.map(|_| ()));
+                        false
+                    }
+                }
+            };
+            if !ok {
+                eprintln!("job {j} failed");
+                failures.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    });
+    let f = failures.load(Ordering::Relaxed);
+    assert_eq!(f, 0, "{f} of {} launches went wrong", jobs.len() + rounds * 8);
 }
