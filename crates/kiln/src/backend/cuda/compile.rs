@@ -102,7 +102,8 @@ pub fn compile_for(
     let dir = disk_dir();
     let cubin_path = dir.join(format!("{key}.cubin"));
     if let Ok(bytes) = std::fs::read(&cubin_path) {
-        if !bytes.is_empty() {
+        // A cubin is an ELF image; anything else (a damaged file) is compiled again.
+        if bytes.starts_with(b"\x7fELF") {
             let image = Arc::new(bytes);
             *guard = Some(image.clone());
             return Ok(image);
@@ -117,10 +118,14 @@ pub fn compile_for(
 
 fn write_disk_cache(dir: &std::path::Path, key: &str, source: &str, image: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join(format!("{key}.cu")), source)?;
-    let tmp = dir.join(format!("{key}.cubin.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, image)?;
-    std::fs::rename(&tmp, dir.join(format!("{key}.cubin")))
+    // Written under names of this process and renamed into place, so another process reading
+    // the cache never sees half a file.
+    for (ext, bytes) in [("cu", source.as_bytes()), ("cubin", image)] {
+        let tmp = dir.join(format!("{key}.{ext}.{}.tmp", std::process::id()));
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, dir.join(format!("{key}.{ext}")))?;
+    }
+    Ok(())
 }
 
 fn poisoned(kernel: &str) -> Error {
@@ -191,4 +196,33 @@ fn cubin_of(prog: nvrtc_sys::nvrtcProgram) -> std::result::Result<Vec<u8>, Strin
 fn c_chars_to_string(raw: &[c_char]) -> String {
     let bytes: Vec<u8> = raw.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
     String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_damaged_cubin_in_the_disk_cache_is_compiled_again() {
+        // NVRTC only, no GPU; skipped where it cannot be loaded unless a backend is required.
+        match libs::require_nvrtc() {
+            Err(e) if config::required_backend().is_none() => {
+                eprintln!("skipped: {e}");
+                return;
+            }
+            r => r.unwrap(),
+        }
+        let tag = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let source = format!("extern \"C\" __global__ void damaged_cache_{tag}(float* p) {{ p[0] = 1.0f; }}\n");
+        let arch = (9, 0);
+        let key = cache_key(&source, &options_for(arch, MathMode::Safe, false), arch, nvrtc_version().unwrap());
+        let dir = disk_dir();
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{key}.cubin"));
+        // What an interrupted write by an older version could leave.
+        std::fs::write(&path, b"not a cubin").unwrap();
+        let image = compile("damaged_cache", &source, arch, MathMode::Safe).unwrap();
+        assert_eq!(&image[..4], b"\x7fELF");
+        assert_eq!(&std::fs::read(&path).unwrap()[..4], b"\x7fELF");
+    }
 }
