@@ -20,7 +20,7 @@ use rayon::prelude::*;
 
 use super::checked::{self, CheckedLaunch, Guard, GuardedBuf};
 use super::compile::Compiled;
-use super::stacks::Lease;
+use super::stacks;
 use crate::array::{Array, HostBuffer};
 use crate::backend::{Binding, Dispatch, Launch};
 use crate::dtype::f64_to_element_bytes;
@@ -331,7 +331,7 @@ fn execute(
             let end = (begin + per_chunk).min(total);
             let mut msg = [0 as c_char; 512];
             let d = &shared;
-            let mut lease = compiled.cooperative.then(|| Lease::take(group_threads, compiled.release_stacks));
+            let mut lease = compiled.cooperative.then(|| stacks::pool().take(group_threads, compiled.release_stacks));
             let stacks = lease.as_mut().map_or(std::ptr::null_mut(), |l| l.as_ptr());
             // SAFETY: `kiln_run` reads the descriptor (valid for this scope), runs groups
             // [begin, end) on fibers whose stacks it takes from the lent set (for this call

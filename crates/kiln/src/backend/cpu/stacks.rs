@@ -28,64 +28,76 @@ struct OwnedSet(Box<StackSet>);
 // SAFETY: the mappings are used only by the one call the set is lent to at a time.
 unsafe impl Send for OwnedSet {}
 
-struct Pool {
+struct PoolState {
     idle: Vec<OwnedSet>,
     /// Stacks mapped or promised: those of idle sets, of lent sets and what lent sets may map.
     reserved: usize,
 }
 
-fn pool() -> &'static (Mutex<Pool>, Condvar) {
-    static POOL: OnceLock<(Mutex<Pool>, Condvar)> = OnceLock::new();
-    POOL.get_or_init(|| (Mutex::new(Pool { idle: Vec::new(), reserved: 0 }), Condvar::new()))
+/// Sets of stacks and the budget they share.
+pub struct StackPool {
+    state: Mutex<PoolState>,
+    ready: Condvar,
+    budget: usize,
 }
 
-/// Stacks the process may hold: half of `vm.max_map_count` mappings, two per stack, and never
-/// fewer than one full set.
-fn budget() -> usize {
-    static BUDGET: OnceLock<usize> = OnceLock::new();
-    *BUDGET.get_or_init(|| {
+/// The process's pool: half of `vm.max_map_count` mappings (two per stack), and never fewer
+/// stacks than one full set.
+pub fn pool() -> &'static StackPool {
+    static POOL: OnceLock<StackPool> = OnceLock::new();
+    POOL.get_or_init(|| {
         let maps = std::fs::read_to_string("/proc/sys/vm/max_map_count")
             .ok()
             .and_then(|s| s.trim().parse::<usize>().ok())
             .unwrap_or(65_530);
-        (maps / 4).max(MAX_STACKS)
+        StackPool::new(maps / 4)
     })
 }
 
-/// A set lent to one call, returned to the pool when dropped.
-pub struct Lease {
+impl StackPool {
+    pub fn new(budget: usize) -> StackPool {
+        StackPool {
+            state: Mutex::new(PoolState { idle: Vec::new(), reserved: 0 }),
+            ready: Condvar::new(),
+            budget: budget.max(MAX_STACKS),
+        }
+    }
+
+    /// A set with room for `need` stacks within the budget; waits while other calls hold the
+    /// stacks it would need. `release` unmaps a set's stacks (any kernel library's will do).
+    pub fn take(&self, need: usize, release: ReleaseFn) -> Lease<'_> {
+        let need = need.clamp(1, MAX_STACKS);
+        let mut p = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            // The idle set with the most stacks: no growth if it has enough.
+            if let Some(i) = (0..p.idle.len()).max_by_key(|&i| p.idle[i].0.count) {
+                let have = p.idle[i].0.count as usize;
+                if have >= need || p.reserved + (need - have) <= self.budget {
+                    let set = p.idle.swap_remove(i);
+                    p.reserved += need.saturating_sub(have);
+                    return Lease { pool: self, set: Some(set), reserved: have.max(need) };
+                }
+            } else if p.reserved + need <= self.budget {
+                p.reserved += need;
+                let set = OwnedSet(Box::new(StackSet { stacks: [std::ptr::null_mut(); MAX_STACKS], count: 0 }));
+                return Lease { pool: self, set: Some(set), reserved: need };
+            }
+            if !unmap_smallest_idle(&mut p, release) {
+                p = self.ready.wait(p).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+    }
+}
+
+/// A set lent to one call, returned to its pool when dropped.
+pub struct Lease<'a> {
+    pool: &'a StackPool,
     set: Option<OwnedSet>,
     /// Stacks this lease counts in `reserved` (at least the set's count).
     reserved: usize,
 }
 
-impl Lease {
-    /// A set with room for `need` stacks within the budget; waits while other calls hold the
-    /// stacks it would need. `release` unmaps a set's stacks (any kernel library's will do).
-    pub fn take(need: usize, release: ReleaseFn) -> Lease {
-        let need = need.clamp(1, MAX_STACKS);
-        let (lock, ready) = pool();
-        let mut p = lock.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            // The idle set with the most stacks: no growth if it has enough.
-            if let Some(i) = (0..p.idle.len()).max_by_key(|&i| p.idle[i].0.count) {
-                let have = p.idle[i].0.count as usize;
-                if have >= need || p.reserved + (need - have) <= budget() {
-                    let set = p.idle.swap_remove(i);
-                    p.reserved += need.saturating_sub(have);
-                    return Lease { set: Some(set), reserved: have.max(need) };
-                }
-            } else if p.reserved + need <= budget() {
-                p.reserved += need;
-                let set = OwnedSet(Box::new(StackSet { stacks: [std::ptr::null_mut(); MAX_STACKS], count: 0 }));
-                return Lease { set: Some(set), reserved: need };
-            }
-            if !unmap_smallest_idle(&mut p, release) {
-                p = ready.wait(p).unwrap_or_else(|e| e.into_inner());
-            }
-        }
-    }
-
+impl Lease<'_> {
     /// The set, for the generated `kiln_run`.
     pub fn as_ptr(&mut self) -> *mut StackSet {
         self.set.as_mut().map_or(std::ptr::null_mut(), |s| &mut *s.0 as *mut StackSet)
@@ -94,7 +106,7 @@ impl Lease {
 
 /// Unmaps the stacks of the idle set with the fewest (its budget goes back to the pool); false
 /// when no idle set has any.
-fn unmap_smallest_idle(p: &mut MutexGuard<'_, Pool>, release: ReleaseFn) -> bool {
+fn unmap_smallest_idle(p: &mut MutexGuard<'_, PoolState>, release: ReleaseFn) -> bool {
     let Some(i) = (0..p.idle.len()).filter(|&i| p.idle[i].0.count > 0).min_by_key(|&i| p.idle[i].0.count) else {
         return false;
     };
@@ -107,14 +119,81 @@ fn unmap_smallest_idle(p: &mut MutexGuard<'_, Pool>, release: ReleaseFn) -> bool
     true
 }
 
-impl Drop for Lease {
+impl Drop for Lease<'_> {
     fn drop(&mut self) {
         let Some(set) = self.set.take() else { return };
-        let (lock, ready) = pool();
-        let mut p = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.pool.state.lock().unwrap_or_else(|e| e.into_inner());
         // What the call did not map goes back to the budget.
         p.reserved -= self.reserved - set.0.count as usize;
         p.idle.push(set);
-        ready.notify_all();
+        self.pool.ready.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    static RELEASED: AtomicUsize = AtomicUsize::new(0);
+
+    /// Stands in for `kiln_release_stacks`: forgets the (never mapped) stacks.
+    unsafe extern "C" fn forget(set: *mut StackSet) {
+        // SAFETY: the pool passes an idle set it owns.
+        unsafe { (*set).count = 0 };
+        RELEASED.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// What the kernel library does while it runs: maps `n` stacks of the lent set.
+    fn map(lease: &mut Lease<'_>, n: u32) {
+        // SAFETY: the lease owns the set for its lifetime.
+        unsafe { (*lease.as_ptr()).count = n };
+    }
+
+    #[test]
+    fn calls_past_the_budget_wait_for_a_set_to_come_back() {
+        let pool = StackPool::new(2 * MAX_STACKS);
+        let mut a = pool.take(MAX_STACKS, forget);
+        let mut b = pool.take(MAX_STACKS, forget);
+        map(&mut a, 1024);
+        map(&mut b, 1024);
+        let pool = &pool;
+        std::thread::scope(|s| {
+            let (tx, rx) = mpsc::channel();
+            s.spawn(move || {
+                let mut c = pool.take(MAX_STACKS, forget);
+                tx.send(c.as_ptr() as usize).unwrap();
+            });
+            // Both sets are lent and the budget is spent: the third call waits.
+            assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+            let given = a.as_ptr() as usize;
+            drop(a);
+            // It gets the returned set, full of stacks, without mapping more.
+            assert_eq!(rx.recv_timeout(Duration::from_secs(20)).unwrap(), given);
+        });
+        drop(b);
+    }
+
+    #[test]
+    fn idle_sets_too_small_are_unmapped_to_make_room() {
+        let pool = StackPool::new(MAX_STACKS);
+        let mut a = pool.take(512, forget);
+        let mut b = pool.take(512, forget);
+        map(&mut a, 512);
+        map(&mut b, 512);
+        drop(a);
+        drop(b);
+        // Two idle sets of 512 hold the whole budget; a call needing 1024 unmaps one and grows
+        // the other.
+        let before = RELEASED.load(Ordering::SeqCst);
+        let mut c = pool.take(MAX_STACKS, forget);
+        assert_eq!(RELEASED.load(Ordering::SeqCst), before + 1);
+        // SAFETY: the lease owns the set.
+        assert_eq!(unsafe { (*c.as_ptr()).count }, 512);
+        map(&mut c, 1024);
+        drop(c);
+        assert_eq!(pool.state.lock().unwrap().reserved, MAX_STACKS);
     }
 }
