@@ -43,6 +43,10 @@ fn push_header(out: &mut String, name: &str, text: &str) {
     }
 }
 
+/// What `kiln_abi_version()` of the translation units written here returns; the host refuses a
+/// library with another (its `kiln_run` takes other arguments).
+pub const ABI_VERSION: i32 = 2;
+
 /// The whole translation unit for `module`, lowered from `program`.
 pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Result<String> {
     let mut out = String::with_capacity(module.code.len() + 200_000);
@@ -95,7 +99,7 @@ pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Resul
     push_header(&mut out, "cpu/scheduler.h", CPU_SCHEDULER);
     out.push_str("#line 1 \"kiln/exports\"\n");
     let coop = if module.needs_cooperative_threads { "true" } else { "false" };
-    out.push_str("extern \"C\" int kiln_abi_version() { return 2; }\n");
+    let _ = writeln!(out, "extern \"C\" int kiln_abi_version() {{ return {ABI_VERSION}; }}");
     let _ = writeln!(
         out,
         "extern \"C\" int kiln_cooperative() {{ return {}; }}",

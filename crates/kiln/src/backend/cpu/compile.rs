@@ -17,14 +17,12 @@ use super::stacks::StackSet;
 use crate::config;
 use crate::error::{Error, Result};
 use crate::kernel::MathMode;
+use crate::source::cpu::ABI_VERSION;
 
 /// `kiln_run(entry, desc, begin, end, stacks, msg, cap)`: runs a range of groups (cooperative
 /// kernels on fibers whose stacks come from `stacks`; others ignore it, may be null); 0 ok,
 /// 1 cancelled, 2 fault (message in `msg`).
 pub type RunFn = unsafe extern "C" fn(i32, *const LaunchDesc, u64, u64, *mut StackSet, *mut c_char, i32) -> i32;
-
-/// The `kiln_abi_version()` of the translation units `source::cpu` writes.
-const ABI_VERSION: i32 = 2;
 
 /// `kiln_release_stacks(set)`: unmaps every stack of a set.
 pub type ReleaseFn = unsafe extern "C" fn(*mut StackSet);

@@ -69,14 +69,9 @@ enum Role {
 
 /// The canary bytes before and after an output's data, and the data itself.
 fn output_parts(storage: &mut Storage, n: usize) -> Option<(&[u8], &[u8], &[u8])> {
-    let (all, off): (&[u8], usize) = match storage {
-        Storage::Host(_) => return None,
-        Storage::Guarded(buf) => {
-            let off = buf.data_offset();
-            (buf.between_guards(), off)
-        }
-        Storage::InPlace => return None,
-    };
+    let Storage::Guarded(buf) = storage else { return None };
+    let off = buf.data_offset();
+    let all = buf.between_guards();
     Some((&all[..off], &all[off..off + n], &all[off + n..]))
 }
 
