@@ -61,6 +61,44 @@ fn scalars_and_shapes_travel_with_the_launch(device: Device) {
     assert_eq!(values(&out[1]), vec![s; n], "scalars");
 }
 
+// A view moved to a device keeps its layout: a reversed, stepped slice of a broadcast array
+// reaches the kernel with the same shape, strides (negative and zero ones included) and the same
+// storage behind them on every backend, as MLX passes views: raw reads below the view's first
+// element see the base array's elements there.
+fn views_keep_their_strides_on_every_device(device: Device) {
+    let mut rng = Rng::new(73);
+    let base = random_array(&mut rng, DType::F32, &[7, 1, 9]);
+    let stop_at = |stop: isize, step: isize| SliceArg { start: None, stop: Some(stop), step };
+    let every = SliceArg { start: None, stop: None, step: 1 };
+    let view = base.slice(&[stop_at(0, -2), every, stop_at(9, 3)]).unwrap().broadcast_to(&[3, 4, 3]).unwrap();
+    assert!(!view.is_row_contiguous());
+    let src = r#"
+        uint i = thread_position_in_grid.x;
+        out[i] = a[elem_to_loc(int64_t(i), a_shape, a_strides, a_ndim)];
+        raw[i] = a[-int(i)];
+        if (i < 3) {
+            layout[2 * i] = a_shape[i];
+            layout[2 * i + 1] = a_strides[i];
+        }
+    "#;
+    let k =
+        MetalKernel::new("view_layout", &["a"], &["out", "raw", "layout"], src).unwrap().ensure_row_contiguous(false);
+    let n = view.size();
+    let spec = LaunchSpec::new([n as u32, 1, 1], [16, 1, 1])
+        .output(&[n], DType::F32)
+        .output(&[n], DType::F32)
+        .output(&[6], DType::I64)
+        .init_value(f64::NAN)
+        .device(device);
+    let out = k.call(&[on(device, &view)], &spec).unwrap();
+    assert_close("elements through elem_to_loc", &out[0], &values(&view), DType::F32);
+    let flat = values(&base);
+    let raw: Vec<f64> = (0..n).map(|i| flat[view.offset() - i]).collect();
+    assert_close("raw reads around the view's first element", &out[1], &raw, DType::F32);
+    let want: Vec<f64> = (0..3).flat_map(|d| [view.shape()[d] as f64, view.strides()[d] as f64]).collect();
+    assert_eq!(values(&out[2]), want, "shape and strides");
+}
+
 const TABLE_SOURCE: &str = r#"
 #include <metal_stdlib>
 using namespace metal;
@@ -93,4 +131,8 @@ fn constant_data_beyond_the_inline_area(device: Device) {
     assert_close("constant table", &out[0], &want, DType::F32);
 }
 
-backend_tests!(scalars_and_shapes_travel_with_the_launch, constant_data_beyond_the_inline_area);
+backend_tests!(
+    scalars_and_shapes_travel_with_the_launch,
+    views_keep_their_strides_on_every_device,
+    constant_data_beyond_the_inline_area
+);

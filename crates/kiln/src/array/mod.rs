@@ -277,6 +277,24 @@ impl Array {
         true
     }
 
+    /// The lowest and highest storage offsets (in elements) the view reaches; `None` when it
+    /// has no elements.
+    pub fn storage_span(&self) -> Option<(usize, usize)> {
+        if self.size() == 0 {
+            return None;
+        }
+        let (mut lo, mut hi) = (self.offset as isize, self.offset as isize);
+        for (&n, &s) in self.shape.iter().zip(&self.strides) {
+            let reach = (n as isize - 1) * s;
+            if reach < 0 {
+                lo += reach;
+            } else {
+                hi += reach;
+            }
+        }
+        Some((lo as usize, hi as usize))
+    }
+
     /// Storage offsets (in elements) of every element in row-major order.
     pub fn element_offsets(&self) -> Vec<usize> {
         let n = self.size();

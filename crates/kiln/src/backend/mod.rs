@@ -218,7 +218,10 @@ pub fn translate(program: &MetalProgram, target: Target) -> Result<String> {
 }
 
 impl Array {
-    /// Moves (copies) the array to `device`; a no-op when it already lives there.
+    /// Moves (copies) the array to `device`; a no-op when it already lives there. A view keeps
+    /// its layout on the way to a device (offset, strides, broadcast axes): the span of storage
+    /// it reaches is copied, so a kernel sees the same `_strides` on every backend, as MLX's
+    /// kernels do. Arrays copied to the host come back row-contiguous.
     pub fn to_device(&self, device: Device) -> Result<Array> {
         let here = self.device();
         if here == device {
@@ -228,7 +231,17 @@ impl Array {
         if device == Device::Cpu {
             return Ok(host);
         }
-        backend_for(device)?.upload(&host)
+        let backend = backend_for(device)?;
+        match (host.host_buffer(), host.storage_span()) {
+            (Some(buffer), Some((lo, hi))) if !host.is_row_contiguous() => {
+                let es = host.dtype().size();
+                let bytes = buffer.bytes();
+                let span = Array::from_bytes(host.dtype(), &[hi + 1 - lo], &bytes[lo * es..(hi + 1) * es])?;
+                let moved = backend.upload(&span)?;
+                Ok(moved.with_view(host.offset() - lo, host.shape(), host.strides()))
+            }
+            _ => backend.upload(&host),
+        }
     }
 
     /// Copies the array to the host.
