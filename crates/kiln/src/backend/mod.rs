@@ -217,11 +217,16 @@ pub fn translate(program: &MetalProgram, target: Target) -> Result<String> {
     }
 }
 
+/// The most axes of a view that keeps its layout on a device.
+pub const MAX_VIEW_AXES: usize = 10;
+
 impl Array {
     /// Moves (copies) the array to `device`; a no-op when it already lives there. A view keeps
     /// its layout on the way to a device (offset, strides, broadcast axes): the span of storage
     /// it reaches is copied, so a kernel sees the same `_strides` on every backend, as MLX's
-    /// kernels do. Arrays copied to the host come back row-contiguous.
+    /// kernels do (views of up to [`MAX_VIEW_AXES`] axes, the most a device copy handles; a
+    /// view of more axes arrives row-contiguous). Arrays copied to the host come back
+    /// row-contiguous.
     pub fn to_device(&self, device: Device) -> Result<Array> {
         let here = self.device();
         if here == device {
@@ -233,7 +238,7 @@ impl Array {
         }
         let backend = backend_for(device)?;
         match (host.host_buffer(), host.storage_span()) {
-            (Some(buffer), Some((lo, hi))) if !host.is_row_contiguous() => {
+            (Some(buffer), Some((lo, hi))) if !host.is_row_contiguous() && host.ndim() <= MAX_VIEW_AXES => {
                 let es = host.dtype().size();
                 let bytes = buffer.bytes();
                 let span = Array::from_bytes(host.dtype(), &[hi + 1 - lo], &bytes[lo * es..(hi + 1) * es])?;
