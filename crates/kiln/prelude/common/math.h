@@ -1,7 +1,9 @@
-// kiln common prelude: the `metal::` math library for float, half, bfloat, integers and vectors
-// (also reachable as `metal::fast::` and `metal::precise::`), numeric_limits, as_type, select,
-// clamp, mix, fma, isnan/isinf, geometric and bit functions. half and bfloat are computed in
-// float and rounded once. The target prelude declares the C math functions (expf, ...).
+// kiln common prelude: the `metal::` math library for float, half, bfloat and vectors (also
+// reachable as `metal::fast::` and `metal::precise::`): the elementary functions, min/max,
+// clamp, mix, select, isnan/isinf, geometric functions, as_type and numeric_limits. half and
+// bfloat are computed in float and rounded once. The functions whose exact results need more
+// care are in math_float.h, the integer functions in math_int.h. The target prelude declares
+// the C math functions (expf, ...).
 #pragma once
 
 namespace kiln {
@@ -34,17 +36,10 @@ KILN_UNARY(tan, tanf) KILN_UNARY(asin, asinf) KILN_UNARY(acos, acosf) KILN_UNARY
 KILN_UNARY(sinh, sinhf) KILN_UNARY(cosh, coshf) KILN_UNARY(tanh, tanhf) KILN_UNARY(asinh, asinhf)
 KILN_UNARY(acosh, acoshf) KILN_UNARY(atanh, atanhf) KILN_UNARY(floor, floorf) KILN_UNARY(ceil, ceilf)
 KILN_UNARY(round, roundf) KILN_UNARY(trunc, truncf) KILN_UNARY(rint, rintf) KILN_UNARY(fabs, fabsf)
-KILN_UNARY(cbrt, cbrtf) KILN_UNARY(log1p, log1pf) KILN_UNARY(expm1, expm1f)
-KILN_HD inline float kiln_exp10(float x) { return expf(x * 2.302585092994046f); }
 KILN_HD inline float kiln_rsqrt(float x) { return 1.0f / sqrtf(x); }
-KILN_HD inline float kiln_fract(float x) { return fminf(x - floorf(x), 0x1.fffffep-1f); }
 KILN_HD inline float kiln_sign(float x) { return kiln::isnan_bits(x) ? 0.0f : (x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x)); }
 KILN_HD inline float kiln_saturate(float x) { return fminf(fmaxf(x, 0.0f), 1.0f); }
-KILN_HD inline float kiln_sinpi(float x) { return sinf(x * 3.14159265358979f); }
-KILN_HD inline float kiln_cospi(float x) { return cosf(x * 3.14159265358979f); }
-KILN_UNARY(exp10, kiln_exp10) KILN_UNARY(rsqrt, kiln_rsqrt) KILN_UNARY(fract, kiln_fract)
-KILN_UNARY(sign, kiln_sign) KILN_UNARY(saturate, kiln_saturate) KILN_UNARY(sinpi, kiln_sinpi)
-KILN_UNARY(cospi, kiln_cospi)
+KILN_UNARY(rsqrt, kiln_rsqrt) KILN_UNARY(sign, kiln_sign) KILN_UNARY(saturate, kiln_saturate)
 
 // abs: floats clear the sign; integers negate.
 KILN_HD inline float abs(float x) { return fabsf(x); }
@@ -113,14 +108,6 @@ template <class T, int N, class U, class = typename kiln::enable_if<kiln::is_sca
 KILN_HD inline vec<T, N> clamp(const vec<T, N>& x, U lo, U hi) { return min(max(x, vec<T, N>(lo)), vec<T, N>(hi)); }
 
 template <class T, class U> KILN_HD inline T mix(T a, T b, U t) { return a + (b - a) * t; }
-KILN_HD inline float fma(float a, float b, float c) { return fmaf(a, b, c); }
-KILN_HD inline half fma(half a, half b, half c) { return half(fmaf(a, b, c)); }
-KILN_HD inline bfloat fma(bfloat a, bfloat b, bfloat c) { return bfloat(fmaf(a, b, c)); }
-template <class T, int N> KILN_HD inline vec<T, N> fma(const vec<T, N>& a, const vec<T, N>& b, const vec<T, N>& c) {
-  vec<T, N> r;
-  for (int i = 0; i < N; ++i) r[i] = fma(a[i], b[i], c[i]);
-  return r;
-}
 template <class T> KILN_HD inline T smoothstep(T e0, T e1, T x) {
   T t = clamp((x - e0) / (e1 - e0), 0.0f, 1.0f);
   return t * t * (T(3) - T(2) * t);
@@ -186,48 +173,6 @@ template <class T, class U> KILN_HD inline T as_type(const U& u) {
   return t;
 }
 
-// Bit functions on unsigned and signed integers.
-template <class T> KILN_HD inline T popcount(T x) {
-  unsigned long long v = (unsigned long long)x & (~0ull >> (64 - 8 * sizeof(T)));
-  T n = 0;
-  while (v) { n += T(v & 1u); v >>= 1; }
-  return n;
-}
-template <class T> KILN_HD inline T clz(T x) {
-  const int bits = 8 * sizeof(T);
-  unsigned long long v = (unsigned long long)x & (~0ull >> (64 - bits));
-  int n = 0;
-  for (int i = bits - 1; i >= 0 && !((v >> i) & 1u); --i) ++n;
-  return T(n);
-}
-template <class T> KILN_HD inline T ctz(T x) {
-  const int bits = 8 * sizeof(T);
-  unsigned long long v = (unsigned long long)x & (~0ull >> (64 - bits));
-  int n = 0;
-  for (int i = 0; i < bits && !((v >> i) & 1u); ++i) ++n;
-  return T(n);
-}
-template <class T> KILN_HD inline T reverse_bits(T x) {
-  const int bits = 8 * sizeof(T);
-  unsigned long long v = (unsigned long long)x, r = 0;
-  for (int i = 0; i < bits; ++i) r |= ((v >> i) & 1ull) << (bits - 1 - i);
-  return T(r);
-}
-template <class T> KILN_HD inline T rotate(T v, T s) {
-  const int bits = 8 * sizeof(T);
-  unsigned long long m = ~0ull >> (64 - bits), u = (unsigned long long)v & m;
-  int k = int((unsigned long long)s % bits);
-  return k == 0 ? v : T(((u << k) | (u >> (bits - k))) & m);
-}
-template <class T> KILN_HD inline T extract_bits(T x, uint offset, uint bits) {
-  if (bits == 0) return T(0);
-  unsigned long long m = bits >= 64 ? ~0ull : ((1ull << bits) - 1);
-  return T(((unsigned long long)x >> offset) & m);
-}
-template <class T> KILN_HD inline T mulhi(T a, T b) {
-  return T(((long long)a * (long long)b) >> (8 * sizeof(T)));
-}
-
 // numeric_limits for the scalar types kernels use.
 template <class T> struct numeric_limits;
 #define KILN_INT_LIMITS(T, LO, HI)                                                              \
@@ -249,24 +194,24 @@ KILN_INT_LIMITS(unsigned long long, 0ull, 18446744073709551615ull)
 #undef KILN_INT_LIMITS
 template <> struct numeric_limits<float> {
   static constexpr bool is_integer = false;
-  KILN_HD static float min() { return 1.17549435e-38f; }
-  KILN_HD static float lowest() { return -3.40282347e38f; }
-  KILN_HD static float max() { return 3.40282347e38f; }
-  KILN_HD static float epsilon() { return 1.19209290e-7f; }
-  KILN_HD static float denorm_min() { return kiln::u2f(1u); }
-  KILN_HD static float infinity() { return kiln::u2f(0x7f800000u); }
-  KILN_HD static float quiet_NaN() { return kiln::u2f(0x7fc00000u); }
+  KILN_HD static constexpr float min() { return 1.17549435e-38f; }
+  KILN_HD static constexpr float lowest() { return -3.40282347e38f; }
+  KILN_HD static constexpr float max() { return 3.40282347e38f; }
+  KILN_HD static constexpr float epsilon() { return 1.19209290e-7f; }
+  KILN_HD static constexpr float denorm_min() { return __builtin_bit_cast(float, 1u); }
+  KILN_HD static constexpr float infinity() { return __builtin_bit_cast(float, 0x7f800000u); }
+  KILN_HD static constexpr float quiet_NaN() { return __builtin_bit_cast(float, 0x7fc00000u); }
 };
 #define KILN_SMALL_LIMITS(T, MIN, MAX, EPS, DEN, INF, NAN_)                                     \
   template <> struct numeric_limits<T> {                                                        \
     static constexpr bool is_integer = false;                                                   \
-    KILN_HD static T min() { return T::from_bits(MIN); }                                        \
-    KILN_HD static T lowest() { return T::from_bits((ushort)(MAX | 0x8000u)); }                 \
-    KILN_HD static T max() { return T::from_bits(MAX); }                                        \
-    KILN_HD static T epsilon() { return T::from_bits(EPS); }                                    \
-    KILN_HD static T denorm_min() { return T::from_bits(DEN); }                                 \
-    KILN_HD static T infinity() { return T::from_bits(INF); }                                  \
-    KILN_HD static T quiet_NaN() { return T::from_bits(NAN_); }                                 \
+    KILN_HD static constexpr T min() { return T::from_bits(MIN); }                              \
+    KILN_HD static constexpr T lowest() { return T::from_bits((ushort)(MAX | 0x8000u)); }       \
+    KILN_HD static constexpr T max() { return T::from_bits(MAX); }                              \
+    KILN_HD static constexpr T epsilon() { return T::from_bits(EPS); }                          \
+    KILN_HD static constexpr T denorm_min() { return T::from_bits(DEN); }                       \
+    KILN_HD static constexpr T infinity() { return T::from_bits(INF); }                         \
+    KILN_HD static constexpr T quiet_NaN() { return T::from_bits(NAN_); }                       \
   };
 KILN_SMALL_LIMITS(half, 0x0400u, 0x7bffu, 0x1400u, 0x0001u, 0x7c00u, 0x7e00u)
 KILN_SMALL_LIMITS(bfloat, 0x0080u, 0x7f7fu, 0x3c00u, 0x0001u, 0x7f80u, 0x7fc0u)

@@ -1,6 +1,9 @@
 // kiln common prelude: what MLX's Metal utils preamble gives body-only kernels: complex64_t,
-// Limits<T>, WorkPerThread, ceildiv, and the elem_to_loc family (uint3 overloads pair x with
-// the last axis; elem_to_loc_2/3 pair x with the LAST stride, as MLX does).
+// Limits<T> (constants used without parentheses: `Limits<T>::max`; floats: max/min are ±inf,
+// finite_max/finite_min ±the largest finite value; integers: the type's range; bool: max and
+// min only), WorkPerThread, ceildiv, log1p for float and bfloat (x * log(1 + x) / ((1 + x) - 1),
+// which cancels the rounding error of 1 + x), and the elem_to_loc family (uint3 overloads pair
+// x with the last axis; elem_to_loc_2/3 pair x with the LAST stride, as MLX does).
 #pragma once
 
 #define METAL_FUNC inline
@@ -37,27 +40,53 @@ KILN_HD inline complex64_t& operator+=(complex64_t& a, complex64_t b) { a = a + 
 KILN_HD inline complex64_t& operator-=(complex64_t& a, complex64_t b) { a = a - b; return a; }
 KILN_HD inline complex64_t& operator*=(complex64_t& a, complex64_t b) { a = a * b; return a; }
 
-template <class T> struct Limits {
-  KILN_HD static T max() { return metal::numeric_limits<T>::max(); }
-  KILN_HD static T min() { return metal::numeric_limits<T>::lowest(); }
-  KILN_HD static T finite_max() { return metal::numeric_limits<T>::max(); }
-  KILN_HD static T finite_min() { return metal::numeric_limits<T>::lowest(); }
+template <class U> struct Limits {
+  static constexpr U max = metal::numeric_limits<U>::max();
+  static constexpr U min = metal::numeric_limits<U>::min();
+  static constexpr U finite_max = metal::numeric_limits<U>::max();
+  static constexpr U finite_min = metal::numeric_limits<U>::min();
 };
 #define KILN_FLOAT_LIMITS(T)                                                                    \
   template <> struct Limits<T> {                                                                \
-    KILN_HD static T max() { return metal::numeric_limits<T>::infinity(); }                     \
-    KILN_HD static T min() { return -metal::numeric_limits<T>::infinity(); }                    \
-    KILN_HD static T finite_max() { return metal::numeric_limits<T>::max(); }                   \
-    KILN_HD static T finite_min() { return metal::numeric_limits<T>::lowest(); }                \
+    static constexpr T max = metal::numeric_limits<T>::infinity();                              \
+    static constexpr T min = -metal::numeric_limits<T>::infinity();                             \
+    static constexpr T finite_max = metal::numeric_limits<T>::max();                            \
+    static constexpr T finite_min = -metal::numeric_limits<T>::max();                           \
   };
 KILN_FLOAT_LIMITS(float) KILN_FLOAT_LIMITS(half) KILN_FLOAT_LIMITS(bfloat)
 #undef KILN_FLOAT_LIMITS
+template <> struct Limits<bool> {
+  static constexpr bool max = true;
+  static constexpr bool min = false;
+};
+template <> struct Limits<complex64_t> {
+  static constexpr complex64_t max = complex64_t(metal::numeric_limits<float>::infinity(),
+                                                 metal::numeric_limits<float>::infinity());
+  static constexpr complex64_t min = complex64_t(-metal::numeric_limits<float>::infinity(),
+                                                 -metal::numeric_limits<float>::infinity());
+};
 
 template <class U> struct WorkPerThread {
   static constexpr int n = 8 / sizeof(U) > 0 ? 8 / sizeof(U) : 1;
 };
 
 template <class T, class U> KILN_HD inline T ceildiv(T n, U m) { return (n + T(m) - T(1)) / T(m); }
+
+// u = 1 + x rounds; x / (u - 1) is the factor that rounding introduced, so it cancels.
+KILN_HD inline float log1p(float x) {
+  float u = 1.0f + x;
+  if (u == 1.0f) return x;
+  if (u == Limits<float>::max) return u;
+  return x * (metal::log(u) / (u - 1.0f));
+}
+KILN_HD inline bfloat16_t log1p(bfloat16_t x) {
+  float xf = (float)x, u = 1.0f + xf;
+  if (u == 1.0f) return x;
+  if (u == Limits<float>::max) return Limits<bfloat16_t>::max;
+  return bfloat16_t(xf * (metal::log(u) / (u - 1.0f)));
+}
+// Metal converts a half argument to float (half does not convert to bfloat there).
+KILN_HD inline float log1p(half x) { return log1p((float)x); }
 
 template <class IdxT = int64_t>
 KILN_HD inline IdxT elem_to_loc(IdxT elem, const int* shape, const int64_t* strides, int ndim) {

@@ -2,6 +2,13 @@
 // `bfloat` with round-to-nearest-even conversions) and the small type traits the rest of the
 // prelude needs. Usable from host C++17 and CUDA C++17: every function is KILN_HD, defined by
 // the including target prelude; no standard headers are included.
+//
+// Every conversion to half or bfloat rounds once: from float directly; from an integer or a
+// double through float rounded to odd (24 bits rounded to odd, then to 8 or 11 bits, is the
+// correctly rounded result). Arithmetic follows C++'s usual conversions with half and bfloat
+// ranked above the integers: `half op int` converts the integer to half and the result is
+// half (computed in float, which is exact enough that rounding the float result once to half
+// or bfloat is the correctly rounded result of + - * /).
 #pragma once
 
 // Metal's 64-bit integers are `long`; a target that includes <stdint.h> first defines
@@ -133,6 +140,35 @@ KILN_HD inline ushort f32_to_bf16(float f) {
 // Exact: bfloat16 is the upper half of binary32.
 KILN_HD inline float bf16_to_f32(ushort b) { return u2f((uint)b << 16); }
 
+// `d` rounded to float with round-to-odd: an inexact result gets its lowest mantissa bit set.
+// Rounding that again to a format of at most 22 bits gives the correctly rounded result.
+KILN_HD inline float f64_to_f32_odd(double d) {
+  float f = (float)d;
+  if ((double)f != d && d == d) {
+    uint b = f2u(f);
+    if (!(b & 1u)) {
+      // One step towards `d` in magnitude (the sign bit is untouched).
+      double af = (double)f < 0.0 ? -(double)f : (double)f;
+      double ad = d < 0.0 ? -d : d;
+      f = u2f(af > ad ? b - 1u : b + 1u);
+    }
+  }
+  return f;
+}
+
+// An integer rounded to float with round-to-odd (exact below 2^24).
+template <class T> KILN_HD inline float int_to_f32_odd(T v) {
+  bool neg = v < T(0);
+  unsigned long long m = neg ? 0ull - (unsigned long long)v : (unsigned long long)v;
+  if (m < (1ull << 24)) return neg ? -(float)m : (float)m;
+  uint shift = 0;
+  while ((m >> shift) >= (1ull << 24)) ++shift;
+  unsigned long long top = m >> shift;
+  if (m & ((1ull << shift) - 1ull)) top |= 1ull;
+  float f = (float)top * u2f((127u + shift) << 23);  // exact: top < 2^24, shift <= 40
+  return neg ? -f : f;
+}
+
 #ifdef KILN_HW_CVT_X2
 // Two floats rounded to nearest even and packed, `lo` in the low 16 bits (the instructions
 // put their first source in the high half).
@@ -155,27 +191,32 @@ struct bfloat;
 // Metal `half`: stored as binary16; arithmetic of two halves rounds to half.
 struct half {
   ushort bits;
+  struct bits_tag {};
   half() = default;
+  KILN_HD constexpr half(ushort b, bits_tag) : bits(b) {}
   KILN_HD half(float f) : bits(kiln::f32_to_f16(f)) {}
-  KILN_HD half(double f) : bits(kiln::f32_to_f16((float)f)) {}
+  KILN_HD half(double f) : bits(kiln::f32_to_f16(kiln::f64_to_f32_odd(f))) {}
+  // |v| >= 2^24 overflows half, so the float conversion (exact below 2^24) rounds once.
   template <class T, class = typename kiln::enable_if<kiln::is_integral<T>::value>::type>
   KILN_HD half(T v) : bits(kiln::f32_to_f16((float)v)) {}
   KILN_HD inline half(bfloat b);
   KILN_HD operator float() const { return kiln::f16_to_f32(bits); }
-  KILN_HD static half from_bits(ushort b) { half h; h.bits = b; return h; }
+  KILN_HD static constexpr half from_bits(ushort b) { return half(b, bits_tag()); }
 };
 
 // Metal `bfloat`: stored as bfloat16; arithmetic of two bfloats rounds to bfloat.
 struct bfloat {
   ushort bits;
+  struct bits_tag {};
   bfloat() = default;
+  KILN_HD constexpr bfloat(ushort b, bits_tag) : bits(b) {}
   KILN_HD bfloat(float f) : bits(kiln::f32_to_bf16(f)) {}
-  KILN_HD bfloat(double f) : bits(kiln::f32_to_bf16((float)f)) {}
+  KILN_HD bfloat(double f) : bits(kiln::f32_to_bf16(kiln::f64_to_f32_odd(f))) {}
   template <class T, class = typename kiln::enable_if<kiln::is_integral<T>::value>::type>
-  KILN_HD bfloat(T v) : bits(kiln::f32_to_bf16((float)v)) {}
+  KILN_HD bfloat(T v) : bits(kiln::f32_to_bf16(kiln::int_to_f32_odd(v))) {}
   KILN_HD bfloat(half h) : bits(kiln::f32_to_bf16((float)h)) {}
   KILN_HD operator float() const { return kiln::bf16_to_f32(bits); }
-  KILN_HD static bfloat from_bits(ushort b) { bfloat h; h.bits = b; return h; }
+  KILN_HD static constexpr bfloat from_bits(ushort b) { return bfloat(b, bits_tag()); }
 };
 KILN_HD inline half::half(bfloat b) : bits(kiln::f32_to_f16((float)b)) {}
 
@@ -213,27 +254,37 @@ template <class A, class B> struct small_op {
 };
 }  // namespace kiln
 
+// Both operands are first converted to the result type (an integer to half or bfloat, a half
+// to float), then the operation is done in float and rounded once to the result type.
 #define KILN_SMALL_BINOP(OP)                                                                   \
   template <class A, class B, class = typename kiln::enable_if<kiln::small_op<A, B>::value>::type> \
   KILN_HD inline typename kiln::mixed_result<A, B>::type operator OP(A a, B b) {              \
     typedef typename kiln::mixed_result<A, B>::type R;                                        \
-    return R((float)a OP (float)b);                                                           \
+    return R((float)R(a) OP (float)R(b));                                                     \
   }
 KILN_SMALL_BINOP(+) KILN_SMALL_BINOP(-) KILN_SMALL_BINOP(*) KILN_SMALL_BINOP(/)
 #undef KILN_SMALL_BINOP
 #define KILN_SMALL_CMP(OP)                                                                     \
   template <class A, class B, class = typename kiln::enable_if<kiln::small_op<A, B>::value>::type> \
-  KILN_HD inline bool operator OP(A a, B b) { return (float)a OP (float)b; }
+  KILN_HD inline bool operator OP(A a, B b) {                                                  \
+    typedef typename kiln::mixed_result<A, B>::type R;                                        \
+    return (float)R(a) OP (float)R(b);                                                        \
+  }
 KILN_SMALL_CMP(<) KILN_SMALL_CMP(>) KILN_SMALL_CMP(<=) KILN_SMALL_CMP(>=) KILN_SMALL_CMP(==) KILN_SMALL_CMP(!=)
 #undef KILN_SMALL_CMP
+// `a op= b` is `a = S(a op b)`: `h *= n` multiplies by half(n) in half.
 #define KILN_SMALL_ASSIGN(S, OP)                                                               \
   template <class B, class = typename kiln::enable_if<kiln::is_scalar<B>::value>::type>      \
-  KILN_HD inline S& operator OP##=(S& a, B b) { a = S((float)a OP (float)b); return a; }
+  KILN_HD inline S& operator OP##=(S& a, B b) {                                                \
+    typedef typename kiln::mixed_result<S, B>::type R;                                        \
+    a = S((float)R(a) OP (float)R(b));                                                        \
+    return a;                                                                                 \
+  }
 KILN_SMALL_ASSIGN(half, +) KILN_SMALL_ASSIGN(half, -) KILN_SMALL_ASSIGN(half, *) KILN_SMALL_ASSIGN(half, /)
 KILN_SMALL_ASSIGN(bfloat, +) KILN_SMALL_ASSIGN(bfloat, -) KILN_SMALL_ASSIGN(bfloat, *) KILN_SMALL_ASSIGN(bfloat, /)
 #undef KILN_SMALL_ASSIGN
-KILN_HD inline half operator-(half a) { return half::from_bits((ushort)(a.bits ^ 0x8000u)); }
-KILN_HD inline bfloat operator-(bfloat a) { return bfloat::from_bits((ushort)(a.bits ^ 0x8000u)); }
+KILN_HD constexpr half operator-(half a) { return half::from_bits((ushort)(a.bits ^ 0x8000u)); }
+KILN_HD constexpr bfloat operator-(bfloat a) { return bfloat::from_bits((ushort)(a.bits ^ 0x8000u)); }
 KILN_HD inline half operator+(half a) { return a; }
 KILN_HD inline bfloat operator+(bfloat a) { return a; }
 KILN_HD inline half& operator++(half& a) { a = half((float)a + 1.0f); return a; }

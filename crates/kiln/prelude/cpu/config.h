@@ -1,5 +1,5 @@
 // kiln CPU prelude, part 1 (before the common headers): host system headers, the KILN_HD
-// macro (empty on the host), the C math functions the common math header calls, and the macros
+// macro (empty on the host), the C math functions the common math headers call, and the macros
 // the lowering emits (KILN_CONSTANT for file-scope `constant` data, KILN_POLL for loop
 // conditions, which lets a cancelled kernel stop).
 #pragma once
@@ -29,16 +29,26 @@ KILN_LIBM1(expf) KILN_LIBM1(exp2f) KILN_LIBM1(logf) KILN_LIBM1(log2f) KILN_LIBM1
 KILN_LIBM1(sqrtf) KILN_LIBM1(sinf) KILN_LIBM1(cosf) KILN_LIBM1(tanf) KILN_LIBM1(asinf)
 KILN_LIBM1(acosf) KILN_LIBM1(atanf) KILN_LIBM1(sinhf) KILN_LIBM1(coshf) KILN_LIBM1(tanhf)
 KILN_LIBM1(asinhf) KILN_LIBM1(acoshf) KILN_LIBM1(atanhf) KILN_LIBM1(floorf) KILN_LIBM1(ceilf)
-KILN_LIBM1(roundf) KILN_LIBM1(truncf) KILN_LIBM1(rintf) KILN_LIBM1(fabsf) KILN_LIBM1(cbrtf)
-KILN_LIBM1(log1pf) KILN_LIBM1(expm1f) KILN_LIBM1(erff)
+KILN_LIBM1(roundf) KILN_LIBM1(truncf) KILN_LIBM1(rintf) KILN_LIBM1(fabsf) KILN_LIBM1(erff)
 KILN_LIBM2(powf) KILN_LIBM2(atan2f) KILN_LIBM2(fmodf) KILN_LIBM2(fminf) KILN_LIBM2(fmaxf)
 KILN_LIBM2(copysignf)
 float fmaf(float, float, float) noexcept;
+float ldexpf(float, int) noexcept;
 void* calloc(size_t, size_t) noexcept;
 void free(void*) noexcept;
 #undef KILN_LIBM1
 #undef KILN_LIBM2
 }
+// Double functions for the float functions computed in double; out of the global namespace so
+// that they add no overloads to the user's unqualified calls.
+namespace kiln { namespace libm {
+extern "C" {
+double exp(double) noexcept;
+double sin(double) noexcept;
+double cos(double) noexcept;
+}
+}  // namespace libm
+}  // namespace kiln
 
 namespace kiln { namespace rt { void poll(); } }
 #define KILN_POLL() ::kiln::rt::poll()

@@ -18,11 +18,13 @@ pub fn user_file_name(program: &MetalProgram) -> String {
 }
 
 /// The common headers, in inclusion order (usable from host C++ and CUDA C++).
-pub const COMMON_PRELUDE: [(&str, &str); 5] = [
+pub const COMMON_PRELUDE: [(&str, &str); 7] = [
     ("common/types.h", include_str!("../../prelude/common/types.h")),
     ("common/vec.h", include_str!("../../prelude/common/vec.h")),
     ("common/vec_ops.h", include_str!("../../prelude/common/vec_ops.h")),
     ("common/math.h", include_str!("../../prelude/common/math.h")),
+    ("common/math_float.h", include_str!("../../prelude/common/math_float.h")),
+    ("common/math_int.h", include_str!("../../prelude/common/math_int.h")),
     ("common/lowering.h", include_str!("../../prelude/common/lowering.h")),
 ];
 /// MLX's utils preamble, for body-only programs.
