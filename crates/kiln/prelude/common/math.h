@@ -130,6 +130,9 @@ template <class T, class = typename kiln::enable_if<kiln::is_scalar<T>::value>::
 KILN_HD inline bool isfinite(T x) { return !isnan(x) && !isinf(x); }
 template <class T, class = typename kiln::enable_if<kiln::is_scalar<T>::value>::type>
 KILN_HD inline bool signbit(T x) { return (kiln::f2u((float)x) >> 31) != 0; }
+// 16-bit floats read their own sign bit: a NaN's sign need not survive the widening to float.
+KILN_HD inline bool signbit(half x) { return (x.bits >> 15) != 0; }
+KILN_HD inline bool signbit(bfloat x) { return (x.bits >> 15) != 0; }
 #define KILN_VEC_PRED(NAME)                                                                     \
   template <class T, int N> KILN_HD inline vec<bool, N> NAME(const vec<T, N>& v) {              \
     vec<bool, N> r;                                                                             \
