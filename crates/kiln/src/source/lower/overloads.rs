@@ -10,6 +10,11 @@ use super::tokens::{Kind, Token};
 
 const ADDRESS_SPACES: [&str; 4] = ["device", "constant", "thread", "threadgroup"];
 
+/// A function as C++ sees it after lowering: its scope, name and lowered parameter types.
+type Signature = (usize, String, Vec<String>);
+/// The first declaration of a signature: its parameters' address spaces, as written, and line.
+type Declared = (Vec<String>, Vec<String>, u32);
+
 /// One parameter: its type as the lowering sees it and its address spaces.
 struct Param {
     lowered: String,
@@ -22,8 +27,7 @@ struct Param {
 pub fn check(toks: &[Token], sig: &[usize]) -> Result<(), String> {
     let tok = |k: usize| &toks[sig[k]];
     let is = |k: usize, s: &str| k < sig.len() && tok(k).is(s);
-    // Declarations seen: (scope, name, lowered parameter types) -> (address spaces, written, line).
-    let mut seen: HashMap<(usize, String, Vec<String>), (Vec<String>, Vec<String>, u32)> = HashMap::new();
+    let mut seen: HashMap<Signature, Declared> = HashMap::new();
     let mut scopes = vec![0usize];
     let mut next_scope = 1;
     let mut k = 0;
@@ -100,7 +104,23 @@ fn param(tokens: &[&Token]) -> Param {
     }
     let spaces: Vec<&str> = decl.iter().filter_map(|t| ADDRESS_SPACES.iter().find(|s| t.is(s)).copied()).collect();
     let lowered = format!("{}{}", if has_const { "const " } else { "" }, join(&kept));
-    Param { lowered, spaces: spaces.join(" "), written: join(decl) }
+    Param { lowered, spaces: spaces.join(" "), written: spelled(decl) }
+}
+
+/// A parameter as written, with single spaces (`device const float* p`).
+fn spelled(tokens: &[&Token]) -> String {
+    let mut out = String::new();
+    let mut prev: Option<&Token> = None;
+    for t in tokens {
+        let tight = ["*", "&", "&&", "<", ">", ",", "::"].iter().any(|s| t.is(s))
+            || prev.is_some_and(|p| p.is("<") || p.is("::"));
+        if prev.is_some() && !tight {
+            out.push(' ');
+        }
+        out.push_str(&t.text);
+        prev = Some(t);
+    }
+    out
 }
 
 fn matching(toks: &[Token], sig: &[usize], open: usize) -> Option<usize> {
@@ -140,6 +160,7 @@ mod tests {
         let src = "inline int which(device const float* p) { return 1; }\ninline int which(constant float* q) { return 4; }\n";
         let err = run(src).unwrap_err();
         assert!(err.contains("function `which` (lines 1 and 2)") && err.contains("address spaces"), "{err}");
+        assert!(err.contains("`device const float* p` and `constant float* q`"), "{err}");
         let src = "struct S {\n  float get(thread float& r) const { return r; }\n  float get(threadgroup float& r) const { return r; }\n};";
         assert!(run(src).unwrap_err().contains("`get` (lines 2 and 3)"));
     }

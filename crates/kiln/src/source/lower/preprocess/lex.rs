@@ -122,9 +122,9 @@ fn scan(src: &str, i: &mut usize) -> PpKind {
         *i += 1;
         while *i < b.len() {
             let d = b[*i];
-            if matches!(d, b'e' | b'E' | b'p' | b'P') && matches!(b.get(*i + 1), Some(b'+' | b'-')) {
-                *i += 2;
-            } else if d == b'\'' && b.get(*i + 1).is_some_and(|n| n.is_ascii_alphanumeric()) {
+            let signed_exponent = matches!(d, b'e' | b'E' | b'p' | b'P') && matches!(b.get(*i + 1), Some(b'+' | b'-'));
+            let separator = d == b'\'' && b.get(*i + 1).is_some_and(|n| n.is_ascii_alphanumeric());
+            if signed_exponent || separator {
                 *i += 2;
             } else if is_ident_continue(d) || d == b'.' {
                 *i += 1;
