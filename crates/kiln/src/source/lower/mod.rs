@@ -2,9 +2,12 @@
 //! (MLX body-generated source or a full `.metal` file) into C++ the CPU emulator and NVRTC can
 //! compile, plus a description of every kernel entry point so a backend can bind and dispatch it.
 //!
-//! The rewrite handles only what C++ cannot express (address-space keywords, `[[attributes]]`,
-//! `kernel`, `threadgroup` declarations, function constants, conditionals with mixed half/float
-//! arms); everything else is left to the target's prelude.
+//! The program is first preprocessed (`preprocess`: the user's macros expanded, inactive `#if`
+//! branches dropped), so what macros produce is lowered like any other text. The rewrite then
+//! handles only what C++ cannot express (address-space keywords, `[[attributes]]`, `kernel`,
+//! `threadgroup` declarations, function constants, conditionals with mixed half/float arms);
+//! everything else is left to the target's prelude. What cannot be lowered faithfully (a host
+//! name defined twice, overloads that differ only in address spaces) is refused by name.
 
 mod entry;
 mod members;
@@ -16,7 +19,7 @@ pub mod tokens;
 
 use crate::backend::MetalProgram;
 use crate::error::{Error, Result};
-use crate::MathMode;
+use crate::kernel::MathMode;
 
 /// The language a lowering produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
