@@ -124,8 +124,16 @@ template <typename T, int N, bool NEG>
   y[i] = NEG ? T(-s) : s;
 }
 
+template <typename T, int A, int B>
+[[kernel]] void axpb_t(const device T* x [[buffer(0)]], device T* y [[buffer(1)]],
+                       uint i [[thread_position_in_grid]]) { y[i] = x[i] * T(A) + T(B); }
+
+// As MLX names instantiations: a host name pasted from stringized pieces.
+#define instantiate_axpb(tname, type, a, b) instantiate_kernel("axpb_" #tname "_" #a, axpb_t, type, a, b)
+
 instantiate_kernel("rowsum_float_4_neg", rowsum, float, 4, true)
 instantiate_kernel("rowsum_int_3", rowsum, int, 3, false)
+instantiate_axpb(int32, int, 3, -7)
 MAKE_AXPB(axpb_2_1, 2.0f, 1.0f)
 MAKE_AXPB(axpb_m3_half,
           -3.0f, 0.5f)
@@ -144,7 +152,7 @@ fn run_file(device: Device, function: &str, x: &Array, out_len: usize, dtype: DT
 
 fn kernels_made_by_macros_are_entries(device: Device) {
     let names = host_names(&file_program("macro_kernels", MACRO_KERNELS, "axpb_2_1"));
-    assert_eq!(names, vec!["rowsum_float_4_neg", "rowsum_int_3", "axpb_2_1", "axpb_m3_half"]);
+    assert_eq!(names, vec!["rowsum_float_4_neg", "rowsum_int_3", "axpb_int32_3", "axpb_2_1", "axpb_m3_half"]);
     let rows = 7;
     let mut rng = Rng::new(21);
 
@@ -162,6 +170,11 @@ fn kernels_made_by_macros_are_entries(device: Device) {
     assert_eq!(values(&out), want, "rowsum_int_3");
 
     let n = 29;
+    let xi = random_ints(&mut rng, n, -100_000, 100_000);
+    let out = run_file(device, "axpb_int32_3", &xi, n, DType::I32, 8);
+    let want: Vec<f64> = values(&xi).iter().map(|&v| v * 3.0 - 7.0).collect();
+    assert_eq!(values(&out), want, "axpb_int32_3");
+
     let x = random_array(&mut rng, DType::F32, &[n]);
     let xv = values(&x);
     for (function, a, b) in [("axpb_2_1", 2.0f32, 1.0f32), ("axpb_m3_half", -3.0, 0.5)] {
@@ -345,7 +358,7 @@ fn every_case_compiles_with_nvrtc() {
         file_program("variants", &variants_source(false), "k"),
         file_program("variants", &variants_source(true), "k"),
     ];
-    for function in ["rowsum_float_4_neg", "rowsum_int_3", "axpb_m3_half"] {
+    for function in ["rowsum_float_4_neg", "rowsum_int_3", "axpb_int32_3", "axpb_m3_half"] {
         programs.push(file_program("macro_kernels", MACRO_KERNELS, function));
     }
     for mode in [MathMode::Safe, MathMode::Fast] {

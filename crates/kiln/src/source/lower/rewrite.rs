@@ -229,6 +229,8 @@ impl Rewriter<'_> {
                         }
                         pending_host_name = Some(name);
                         self.set(k, "");
+                    } else if inner.starts_with("host_name") {
+                        return Err(format!("line {}: `[[{inner}]]` does not name a string literal", t.line));
                     } else if !STANDARD_ATTRS.contains(&inner.as_str()) {
                         self.set(k, "");
                     }
@@ -662,16 +664,29 @@ impl Rewriter<'_> {
 }
 
 /// The name in `host_name("x")`.
+/// The name in `host_name("x")`; adjacent literals are one string (`host_name("ss_" "Add")`, as
+/// MLX's instantiation macros write it with `#`).
 fn host_name(inner: &str) -> Option<String> {
-    let rest = inner.strip_prefix("host_name")?.trim_start().strip_prefix('(')?;
-    let start = rest.find('"')? + 1;
-    let len = rest[start..].find('"')?;
-    Some(rest[start..start + len].to_string())
+    let mut rest = inner.strip_prefix("host_name")?.trim_start().strip_prefix('(')?.trim_start();
+    let mut name = String::new();
+    while let Some(literal) = rest.strip_prefix('"') {
+        let end = literal.find('"')?;
+        name.push_str(&literal[..end]);
+        rest = literal[end + 1..].trim_start();
+    }
+    rest.starts_with(')').then_some(name)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::SITED_COLLECTIVES;
+    use super::{host_name, SITED_COLLECTIVES};
+
+    #[test]
+    fn host_names_join_adjacent_literals() {
+        assert_eq!(host_name("host_name(\"row_sum\")").as_deref(), Some("row_sum"));
+        assert_eq!(host_name("host_name( \"ss_\" \"Add\"  \"float32\" )").as_deref(), Some("ss_Addfloat32"));
+        assert_eq!(host_name("host_name(name)"), None);
+    }
 
     #[test]
     fn every_sited_collective_has_a_cpu_overload() {
