@@ -2,6 +2,10 @@
 // C++17 and CUDA C++17 (after types.h).
 #pragma once
 
+// <metal_stdlib>'s function annotation, which full files use as well as MLX's headers (the same
+// definition as the MLX preamble's, so both may appear).
+#define METAL_FUNC inline
+
 namespace kiln {
 
 template <class T> struct tern_decay_ { typedef typename remove_cv<T>::type type; };

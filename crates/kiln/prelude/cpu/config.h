@@ -51,5 +51,15 @@ double cos(double) noexcept;
 }  // namespace kiln
 
 namespace kiln { namespace rt { void poll(); } }
-#define KILN_POLL() ::kiln::rt::poll()
-#define KILN_POLL_TRUE() (::kiln::rt::poll(), true)
+// Loops in constexpr functions poll too, so the poll is skipped in constant evaluation (where
+// the call could not be made); a compiler without the builtin polls always.
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_is_constant_evaluated)
+#define KILN_CONSTANT_EVALUATED() __builtin_is_constant_evaluated()
+#endif
+#endif
+#ifndef KILN_CONSTANT_EVALUATED
+#define KILN_CONSTANT_EVALUATED() false
+#endif
+#define KILN_POLL() (KILN_CONSTANT_EVALUATED() ? (void)0 : ::kiln::rt::poll())
+#define KILN_POLL_TRUE() (KILN_CONSTANT_EVALUATED() || (::kiln::rt::poll(), true))

@@ -2,18 +2,24 @@
 //! (MLX body-generated source or a full `.metal` file) into C++ the CPU emulator and NVRTC can
 //! compile, plus a description of every kernel entry point so a backend can bind and dispatch it.
 //!
-//! The rewrite handles only what C++ cannot express (address-space keywords, `[[attributes]]`,
-//! `kernel`, `threadgroup` declarations, function constants, conditionals with mixed half/float
-//! arms); everything else is left to the target's prelude.
+//! The program is first preprocessed (`preprocess`: the user's macros expanded, inactive `#if`
+//! branches dropped), so what macros produce is lowered like any other text. The rewrite then
+//! handles only what C++ cannot express (address-space keywords, `[[attributes]]`, `kernel`,
+//! `threadgroup` declarations, function constants, conditionals with mixed half/float arms);
+//! everything else is left to the target's prelude. What cannot be lowered faithfully (a host
+//! name defined twice, overloads that differ only in address spaces) is refused by name.
 
 mod entry;
 mod members;
+mod overloads;
+pub mod preprocess;
 mod rewrite;
 mod ternary;
 pub mod tokens;
 
 use crate::backend::MetalProgram;
 use crate::error::{Error, Result};
+use crate::kernel::MathMode;
 
 /// The language a lowering produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -77,15 +83,19 @@ impl LoweredModule {
 
 /// Lowers `program` for `target`.
 ///
-/// The output keeps the input's line structure exactly (line N of `code` is line N of
-/// `program.source`), so `line_map` is the identity; backends may prefix `#line 1` to have the
-/// compiler report the user's own lines directly.
+/// The program is preprocessed first (its macros expanded, inactive `#if` branches dropped), so
+/// kernels and Metal syntax produced by macros are lowered like any other text. The output keeps
+/// the input's line structure exactly (line N of `code` is line N of `program.source`), so
+/// `line_map` is the identity; backends may prefix `#line 1` to have the compiler report the
+/// user's own lines directly.
 pub fn lower(program: &MetalProgram, target: LowerTarget) -> Result<LoweredModule> {
-    let rewritten = rewrite::rewrite(program, target).map_err(|log| Error::Compile {
-        backend: "translate",
-        kernel: program.kernel.clone(),
-        log,
-    })?;
+    let error = |log: String| Error::Compile { backend: "translate", kernel: program.kernel.clone(), log };
+    let mut predefined = preprocess::METAL_PREDEFINED.to_vec();
+    if program.math_mode == MathMode::Fast {
+        predefined.push(("__FAST_MATH__", "1"));
+    }
+    let source = preprocess::preprocess(&program.source, &predefined).map_err(error)?;
+    let rewritten = rewrite::rewrite(program, &source, target).map_err(error)?;
     let lines = rewritten.code.lines().count().max(program.source.lines().count());
     let code = ternary::wrap_conditionals(&rewritten.code);
     Ok(LoweredModule {

@@ -86,13 +86,17 @@ struct Rewriter<'a> {
     program: &'a MetalProgram,
     kernels: HashMap<String, Vec<EntryParam>>,
     entries: Vec<Entry>,
+    /// The line where each entry's host name was defined.
+    entry_lines: HashMap<String, u32>,
     defined_constants: HashMap<String, bool>,
     next_site: u32,
 }
 
-pub fn rewrite(program: &MetalProgram, target: LowerTarget) -> Result<Rewritten, String> {
-    let toks = super::tokens::tokenize(&program.source);
+/// Rewrites `source` (the preprocessed text of `program`) for `target`.
+pub fn rewrite(program: &MetalProgram, source: &str, target: LowerTarget) -> Result<Rewritten, String> {
+    let toks = super::tokens::tokenize(source);
     let sig: Vec<usize> = (0..toks.len()).filter(|&i| !toks[i].is_trivia()).collect();
+    super::overloads::check(&toks, &sig)?;
     let mut out: Vec<String> = toks.iter().map(|t| t.text.clone()).collect();
     let members = swizzle_members(&toks, &sig);
     for (k, text) in members.rename {
@@ -109,6 +113,7 @@ pub fn rewrite(program: &MetalProgram, target: LowerTarget) -> Result<Rewritten,
         program,
         kernels: HashMap::new(),
         entries: Vec::new(),
+        entry_lines: HashMap::new(),
         defined_constants: HashMap::new(),
         next_site: 0,
     };
@@ -224,6 +229,8 @@ impl Rewriter<'_> {
                         }
                         pending_host_name = Some(name);
                         self.set(k, "");
+                    } else if inner.starts_with("host_name") {
+                        return Err(format!("line {}: `[[{inner}]]` does not name a string literal", t.line));
                     } else if !STANDARD_ATTRS.contains(&inner.as_str()) {
                         self.set(k, "");
                     }
@@ -396,15 +403,20 @@ impl Rewriter<'_> {
     }
 
     /// `for (a; b; c)` and `while (b)`: the condition also polls for cancellation, so a kernel
-    /// that never finishes can be stopped.
+    /// that never finishes can be stopped. A condition that declares a variable (`while (int v =
+    /// f())`) polls in its initialiser.
     fn poll_loop(&mut self, k: usize) {
         let open = k + 1;
         let Some(close) = self.matching(open) else { return };
         if self.tok_is(k, "while") {
-            let first = self.out[self.sig[open]].clone();
-            self.set(open, format!("{first}(KILN_POLL(), ("));
-            let last = self.out[self.sig[close]].clone();
-            self.set(close, format!(")){last}"));
+            if let Some(eq) = self.declaration_init(open + 1, close) {
+                self.poll_in_initializer(eq, close);
+            } else {
+                let first = self.out[self.sig[open]].clone();
+                self.set(open, format!("{first}(KILN_POLL(), ("));
+                let last = self.out[self.sig[close]].clone();
+                self.set(close, format!(")){last}"));
+            }
             return;
         }
         let mut depth = 0;
@@ -420,11 +432,40 @@ impl Rewriter<'_> {
         if let [a, b] = semis[..] {
             if b == a + 1 {
                 self.set(a, "; KILN_POLL_TRUE()");
+            } else if let Some(eq) = self.declaration_init(a + 1, b) {
+                self.poll_in_initializer(eq, b);
             } else {
                 self.set(a, "; (KILN_POLL(), (");
                 self.set(b, "));");
             }
         }
+    }
+
+    /// In a condition `from..to`, the `=` of a declaration `T name = init` (the name preceded
+    /// by a type's last token), or `None` for an expression.
+    fn declaration_init(&self, from: usize, to: usize) -> Option<usize> {
+        let mut depth = 0i32;
+        let eq = (from..to).find(|&j| {
+            match self.tok(j).text.as_str() {
+                "(" | "[" | "{" => depth += 1,
+                ")" | "]" | "}" => depth -= 1,
+                _ => {}
+            }
+            depth == 0 && self.tok(j).is("=")
+        })?;
+        let declares = eq >= from + 2
+            && self.tok(eq - 1).kind == Kind::Ident
+            && (self.tok(eq - 2).kind == Kind::Ident
+                || ["*", "&", "&&", ">", ">>"].iter().any(|s| self.tok_is(eq - 2, s)));
+        declares.then_some(eq)
+    }
+
+    /// `T v = init` up to `end` (the `)` or `;` after it) becomes `T v = (KILN_POLL(), (init))`.
+    fn poll_in_initializer(&mut self, eq: usize, end: usize) {
+        let eq_text = self.out[self.sig[eq]].clone();
+        self.set(eq, format!("{eq_text} (KILN_POLL(), ("));
+        let last = self.out[self.sig[end]].clone();
+        self.set(end, format!(")){last}"));
     }
 
     /// A `threadgroup T name[N]...;` storage declaration inside a function, rewritten to
@@ -558,11 +599,9 @@ impl Rewriter<'_> {
             }
         }
         if !is_template {
-            self.entries.push(Entry {
-                host_name: host.unwrap_or_else(|| name.clone()),
-                callee: name.clone(),
-                params: params.clone(),
-            });
+            let entry =
+                Entry { host_name: host.unwrap_or_else(|| name.clone()), callee: name.clone(), params: params.clone() };
+            self.add_entry(entry, self.tok(name_pos).line)?;
         }
         self.kernels.insert(name, params);
         Ok(())
@@ -605,23 +644,49 @@ impl Rewriter<'_> {
             self.kernels.get(&fname).cloned().ok_or_else(|| {
                 format!("instantiation {host:?} names `{fname}`, which is not a kernel defined above it")
             })?;
-        self.entries.push(Entry { host_name: host, callee, params });
+        let line = self.tok(template_pos).line;
+        self.add_entry(Entry { host_name: host, callee, params }, line)?;
         self.blank(template_pos, end + 1);
         Ok(end + 1)
+    }
+
+    /// Records an entry; a host name defined twice is an error (a launch could not say which).
+    fn add_entry(&mut self, entry: Entry, line: u32) -> Result<(), String> {
+        if let Some(first) = self.entry_lines.insert(entry.host_name.clone(), line) {
+            return Err(format!(
+                "kernel `{}` is defined twice (lines {first} and {line}); a host name must name one kernel",
+                entry.host_name
+            ));
+        }
+        self.entries.push(entry);
+        Ok(())
     }
 }
 
 /// The name in `host_name("x")`.
+/// The name in `host_name("x")`; adjacent literals are one string (`host_name("ss_" "Add")`, as
+/// MLX's instantiation macros write it with `#`).
 fn host_name(inner: &str) -> Option<String> {
-    let rest = inner.strip_prefix("host_name")?.trim_start().strip_prefix('(')?;
-    let start = rest.find('"')? + 1;
-    let len = rest[start..].find('"')?;
-    Some(rest[start..start + len].to_string())
+    let mut rest = inner.strip_prefix("host_name")?.trim_start().strip_prefix('(')?.trim_start();
+    let mut name = String::new();
+    while let Some(literal) = rest.strip_prefix('"') {
+        let end = literal.find('"')?;
+        name.push_str(&literal[..end]);
+        rest = literal[end + 1..].trim_start();
+    }
+    rest.starts_with(')').then_some(name)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::SITED_COLLECTIVES;
+    use super::{host_name, SITED_COLLECTIVES};
+
+    #[test]
+    fn host_names_join_adjacent_literals() {
+        assert_eq!(host_name("host_name(\"row_sum\")").as_deref(), Some("row_sum"));
+        assert_eq!(host_name("host_name( \"ss_\" \"Add\"  \"float32\" )").as_deref(), Some("ss_Addfloat32"));
+        assert_eq!(host_name("host_name(name)"), None);
+    }
 
     #[test]
     fn every_sited_collective_has_a_cpu_overload() {
