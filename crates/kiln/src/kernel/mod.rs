@@ -5,8 +5,10 @@ mod cuda_kernel;
 mod launch;
 mod metal_kernel;
 mod metal_library;
+pub mod predefined;
 
 pub use cuda_kernel::{cuda_type, CudaKernel, CUDA_MAX_NDIM};
 pub use launch::{KernelInput, LaunchSpec, MathMode, OutputDTypes, OutputShapes, TemplateArgs, TemplateName};
 pub use metal_kernel::{GeneratedSource, MetalKernel, MAX_BUFFERS, MAX_NDIM, MAX_THREADS_PER_THREADGROUP};
 pub use metal_library::{LibraryArg, LibraryLaunch, MetalLibrary};
+pub use predefined::PREDEFINED_MACROS;
