@@ -254,25 +254,15 @@ impl Outline {
         let mut j = range.start;
         while j < range.end {
             let t = &self.toks[j];
+            let ends_name = t.kind == Kind::Attr || ["=", ";", ",", "[", "{"].iter().any(|s| t.is(s));
+            if ends_name && j > range.start && self.toks[j - 1].kind == Kind::Ident {
+                names.push(self.toks[j - 1].text.clone());
+            }
             if t.is("(") || t.is("{") || t.is("[") {
-                if t.is("{") || t.is("[") {
-                    if let Some(prev) = j.checked_sub(1).map(|p| &self.toks[p]) {
-                        if prev.kind == Kind::Ident && p_ok(j, range.start) {
-                            names.push(prev.text.clone());
-                        }
-                    }
-                }
                 j = self.matching(j).map_or(range.end, |c| c + 1);
-                continue;
+            } else {
+                j += 1;
             }
-            if t.kind == Kind::Attr || t.is("=") || t.is(";") || t.is(",") {
-                if let Some(prev) = j.checked_sub(1).map(|p| &self.toks[p]) {
-                    if prev.kind == Kind::Ident && p_ok(j, range.start) {
-                        names.push(prev.text.clone());
-                    }
-                }
-            }
-            j += 1;
         }
         names.dedup();
         names
@@ -332,11 +322,6 @@ impl Outline {
         }
         out
     }
-}
-
-/// Whether the token before position `j` belongs to the declaration starting at `start`.
-fn p_ok(j: usize, start: usize) -> bool {
-    j > start
 }
 
 /// `#define NAME body` → (NAME, body tokens without trivia); `None` for other directives.
