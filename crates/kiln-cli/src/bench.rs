@@ -7,6 +7,8 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use kiln::bench::{self, cases, host, plot, report, Report};
 
+use crate::out::{errln, out, outln};
+
 #[derive(Args)]
 pub struct BenchArgs {
     /// Where to run: cpu, cuda, cuda:N, or auto (the best available).
@@ -75,17 +77,17 @@ impl BenchArgs {
 pub fn bench(args: BenchArgs, device: kiln::Device) -> kiln::Result<()> {
     if let Some(calls) = args.host_calls {
         let cost = host::measure(device, calls)?;
-        println!(
+        outln!(
             "host cost on {}: cached call {:.2} us queued ({:.2} us with the final wait, {} calls); cold compile {:.1} ms; first call of a fixed kernel {:.2} ms",
             cost.device, cost.cached_call_us, cost.cached_call_with_sync_us, cost.calls, cost.cold_compile_ms, cost.first_call_fixed_ms
         );
         if let (Some(bare), Some(args)) = (cost.bare_launch_us, cost.bare_launch_kiln_args_us) {
-            println!(
+            outln!(
                 "driver floor: bare cuLaunchKernel {bare:.2} us, with the largest KilnArgs block (1376 bytes) {args:.2} us"
             );
         }
         if let Some(graph) = cost.graph_launch_us {
-            println!("kiln's launch path alone (one-node graph, 368-byte block): {graph:.2} us");
+            outln!("kiln's launch path alone (one-node graph, 368-byte block): {graph:.2} us");
         }
         if let Some(json) = &args.json {
             let text = serde_json::to_string_pretty(&cost).unwrap_or_default();
@@ -119,14 +121,14 @@ pub fn bench(args: BenchArgs, device: kiln::Device) -> kiln::Result<()> {
                 // One line per finished case, so an interrupted run still leaves its numbers.
                 if let Some(c) = done {
                     let ms = c.median_ms.map_or("-".to_string(), |v| format!("{v:.4} ms"));
-                    bar.suspend(|| eprintln!("[{i}/{total}] {id}: {ms} {:?} {}", c.status, c.note));
+                    bar.suspend(|| errln!("[{i}/{total}] {id}: {ms} {:?} {}", c.status, c.note));
                 }
             })?;
             bar.finish_and_clear();
             r
         }
     };
-    print!("{}", kiln_report.table());
+    out!("{}", kiln_report.table());
     if let Some(json) = &args.json {
         write(json, &kiln_report.to_json()?)?;
         write(&json.with_extension("svg"), &plot::roofline_svg(&kiln_report, args.peak_tflops))?;
@@ -136,7 +138,7 @@ pub fn bench(args: BenchArgs, device: kiln::Device) -> kiln::Result<()> {
         for path in &args.compare {
             peers.extend(read_reports(path)?);
         }
-        print!("{}", report::compare(&kiln_report, &peers));
+        out!("{}", report::compare(&kiln_report, &peers));
     }
     Ok(())
 }

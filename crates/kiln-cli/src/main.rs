@@ -1,6 +1,7 @@
 //! `kiln`: run and translate kernel spec files, list devices, run the demo gallery.
 
 mod bench;
+mod out;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -9,6 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use kiln::backend::{self, Target};
 use kiln::spec::KernelSpec;
 use kiln::Device;
+use out::{errln, out, outln};
 
 #[derive(Parser)]
 #[command(name = "kiln", version, about = "Run MLX-style Metal kernels on NVIDIA GPUs, any CPU and Apple Metal")]
@@ -77,7 +79,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             ExitCode::FAILURE
         }
     }
@@ -107,7 +109,7 @@ fn run(spec: &Path, device: &str, out: &Path, checked: bool) -> kiln::Result<()>
     for (name, array) in outputs {
         let path = out.join(format!("{name}.npy"));
         array.save_npy(&path)?;
-        println!("{} {:?} {} -> {}", name, array.shape(), array.dtype(), path.display());
+        outln!("{} {:?} {} -> {}", name, array.shape(), array.dtype(), path.display());
     }
     Ok(())
 }
@@ -122,18 +124,18 @@ fn translate(spec: &Path, emit: Emit) -> kiln::Result<()> {
     let text = spec.translate(target)?;
     match (&spec, target) {
         // A full file is printed unchanged.
-        (KernelSpec::Library(_), Target::Metal) => print!("{text}"),
+        (KernelSpec::Library(_), Target::Metal) => out!("{text}"),
         // The generated source followed by the newline that ends MLX's print.
-        _ => println!("{text}"),
+        _ => outln!("{text}"),
     }
     Ok(())
 }
 
 fn demo(device: &str) -> kiln::Result<()> {
     let device = parse_device(device)?;
-    println!("kiln demo on {device}");
+    outln!("kiln demo on {device}");
     let report = kiln::gallery::run_demo(device)?;
-    print!("{report}");
+    out!("{report}");
     if report.all_passed() {
         Ok(())
     } else {
@@ -145,14 +147,14 @@ fn demo(device: &str) -> kiln::Result<()> {
 fn devices() {
     for status in backend::statuses() {
         match &status.unavailable {
-            Some(reason) => println!("{:<6} unavailable: {reason}", status.backend),
+            Some(reason) => outln!("{:<6} unavailable: {reason}", status.backend),
             None => {
-                println!("{:<6} available", status.backend);
+                outln!("{:<6} available", status.backend);
                 for (device, description) in &status.devices {
-                    println!("  {device}: {description}");
+                    outln!("  {device}: {description}");
                 }
             }
         }
     }
-    println!("best device: {}", backend::best_device());
+    outln!("best device: {}", backend::best_device());
 }

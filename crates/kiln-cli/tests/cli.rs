@@ -238,3 +238,40 @@ fn faulting_kernels_end_with_an_error_not_a_signal() {
     let out = kiln(&["run", near, "--device", "cuda", "--checked", "--out", out_dir]);
     assert!(!out.status.success() && stderr(&out).contains("--checked runs on the CPU emulator"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_reader_closing_the_pipe_ends_kiln_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    // The CPU translation unit is far larger than a pipe's buffer, so kiln is still writing
+    // when the reader goes away.
+    let spec = golden("myexp").join("kernel.toml");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["translate", spec.to_str().unwrap(), "--emit", "cpu"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run kiln");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 64];
+    stdout.read_exact(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first).starts_with("// kiln CPU translation unit"));
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "status {:?}: {err}", out.status);
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
+}
+
+#[test]
+fn run_refuses_output_names_that_leave_the_out_directory() {
+    let dir = scratch("escape");
+    let out_dir = dir.join("out");
+    let spec = "[library]\nsource = '''\nkernel void k(device float* y [[buffer(0)]], uint i [[thread_position_in_grid]]) { y[i] = 1.0f; }\n'''\nfunction = \"k\"\n\n[dispatch]\ngrid = [4, 1, 1]\nthreadgroup = [4, 1, 1]\n\n[[buffer]]\noutput = \"../escaped\"\nshape = [4]\ndtype = \"float32\"\n";
+    std::fs::write(dir.join("spec.toml"), spec).unwrap();
+    let out =
+        kiln(&["run", dir.join("spec.toml").to_str().unwrap(), "--device", "cpu", "--out", out_dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("buffer[0].output") && stderr(&out).contains("plain file name"), "{}", stderr(&out));
+    assert!(!dir.join("escaped.npy").exists() && !out_dir.exists());
+}

@@ -3,6 +3,9 @@
 // the lowering emits (KILN_CONSTANT for file-scope `constant` data, KILN_POLL for loop
 // conditions, which lets a cancelled kernel stop).
 #pragma once
+// The macros Metal's compiler predefines (kernel::PREDEFINED_MACROS; a test keeps these in step).
+#define __METAL_VERSION__ 310
+#define __HAVE_BFLOAT__ 1
 // The scheduler leaves a faulting kernel with siglongjmp from the signal handler, which may run
 // on another stack: the fortified longjmp would take that for a corrupt stack.
 #undef _FORTIFY_SOURCE

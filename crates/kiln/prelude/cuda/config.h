@@ -2,6 +2,9 @@
 // function annotation, file-scope `constant` data, loop polling) for NVRTC, which has no
 // standard headers; the C maths functions (expf, ...) are NVRTC builtins.
 #pragma once
+// The macros Metal's compiler predefines (kernel::PREDEFINED_MACROS; a test keeps these in step).
+#define __METAL_VERSION__ 310
+#define __HAVE_BFLOAT__ 1
 
 #define KILN_HD __device__
 #define KILN_CUDA 1

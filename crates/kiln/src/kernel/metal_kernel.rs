@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
+use super::entry_contract::EntryContract;
 use super::launch::{KernelInput, LaunchSpec, MathMode, OutputDTypes, TemplateArgs};
 use crate::array::Array;
 use crate::backend::{self, Binding, Dispatch, Launch, MetalProgram, OutputSpec, ProgramKind, ResolvedSlot};
@@ -94,9 +95,20 @@ fn signature_hash(arrays: &[Array], spec: &LaunchSpec) -> u64 {
 /// kernel changed after cloning never sees its original's programs.
 type Memo = Arc<Mutex<FxHashMap<u64, Vec<(Signature, Arc<Generated>)>>>>;
 
-/// The generated source of one signature, the program compiled from it and the slot where the
-/// backend keeps what it resolved for that program.
-type Generated = (GeneratedSource, MetalProgram, ResolvedSlot);
+/// The generated source of one signature, the program compiled from it, the slot where the
+/// backend keeps what it resolved for that program, and what its launches must satisfy.
+struct Generated {
+    source: GeneratedSource,
+    program: MetalProgram,
+    resolved: ResolvedSlot,
+    contract: Option<EntryContract>,
+}
+
+impl std::fmt::Debug for Generated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Generated").field("kernel_name", &self.source.kernel_name).finish_non_exhaustive()
+    }
+}
 
 /// The Metal source generated for one call, with its mangled entry name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -283,7 +295,8 @@ impl MetalKernel {
         }
         let generated = self.generate(arrays, spec)?;
         let program = self.program(&generated);
-        let entry = Arc::new((generated, program, ResolvedSlot::default()));
+        let contract = EntryContract::of(self.op(), &program)?;
+        let entry = Arc::new(Generated { source: generated, program, resolved: ResolvedSlot::default(), contract });
         let mut memo = self.memo.lock().map_err(|_| poisoned())?;
         memo.entry(hash).or_default().push((Signature::of(arrays, spec), entry.clone()));
         Ok(entry)
@@ -297,7 +310,7 @@ impl MetalKernel {
         let device = self.resolve_device(inputs, spec)?;
         let arrays: SmallVec<[Array; 4]> = inputs.iter().map(KernelInput::to_array).collect();
         let memo = self.generate_memoised(&arrays, spec)?;
-        let (generated, program) = (&memo.0, &memo.1);
+        let (generated, program) = (&memo.source, &memo.program);
         if spec.verbose {
             let mut stdout = std::io::stdout().lock();
             // A closed stdout must not fail the kernel; the print is diagnostic only.
@@ -336,15 +349,19 @@ impl MetalKernel {
                 init_value: spec.init_value,
             }));
         }
-        backend.launch(&Launch {
+        let launch = Launch {
             program,
             bindings,
             dispatch: Dispatch::Threads(spec.grid),
             threadgroup: spec.threadgroup,
             threadgroup_memory: Vec::new(),
             timeout: spec.timeout,
-            resolved: Some(&memo.2),
-        })
+            resolved: Some(&memo.resolved),
+        };
+        if let Some(contract) = &memo.contract {
+            contract.check(self.op(), launch.effective_threadgroup(), launch.bindings.len(), &[])?;
+        }
+        backend.launch(&launch)
     }
 
     fn check_threadgroup(&self, spec: &LaunchSpec) -> Result<()> {

@@ -2,8 +2,12 @@
 //! `[[buffer(n)]]`, `[[threadgroup(n)]]` and builtin parameters directly. Buffers are bound in
 //! slot order; dispatch is by thread count or by threadgroup count.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rustc_hash::FxHashMap;
+
+use super::entry_contract::EntryContract;
 use super::launch::MathMode;
 use crate::array::{byte_size, Array};
 use crate::backend::{
@@ -19,7 +23,12 @@ pub struct MetalLibrary {
     name: String,
     source: String,
     math_mode: MathMode,
+    contracts: Contracts,
 }
+
+/// What launches of each function must satisfy, by function and constant values (read from the
+/// source once, not at every dispatch).
+type Contracts = Arc<Mutex<FxHashMap<String, Arc<Option<EntryContract>>>>>;
 
 /// What is bound to one buffer slot of a library function.
 #[derive(Clone, Debug)]
@@ -61,7 +70,12 @@ impl LibraryLaunch {
 impl MetalLibrary {
     /// A library from MSL text; `name` labels errors.
     pub fn new(name: impl Into<String>, source: impl Into<String>) -> Self {
-        MetalLibrary { name: name.into(), source: source.into(), math_mode: MathMode::Safe }
+        MetalLibrary {
+            name: name.into(),
+            source: source.into(),
+            math_mode: MathMode::Safe,
+            contracts: Contracts::default(),
+        }
     }
 
     /// The compiler's math mode (default safe).
@@ -130,7 +144,7 @@ impl MetalLibrary {
             });
         }
         let program = self.program(launch);
-        backend.launch(&Launch {
+        let run = Launch {
             program: &program,
             bindings,
             dispatch: launch.dispatch,
@@ -138,6 +152,22 @@ impl MetalLibrary {
             threadgroup_memory: launch.threadgroup_memory.clone(),
             timeout: launch.timeout,
             resolved: None,
-        })
+        };
+        if let Some(contract) = self.contract(&op, &program)?.as_ref() {
+            contract.check(&op, run.effective_threadgroup(), run.bindings.len(), &run.threadgroup_memory)?;
+        }
+        backend.launch(&run)
+    }
+
+    /// The launch requirements of `program`'s entry, from the table when seen before.
+    fn contract(&self, op: &str, program: &MetalProgram) -> Result<Arc<Option<EntryContract>>> {
+        let key = format!("{}\0{:?}", program.function, program.constants);
+        let poisoned = || Error::invalid(op, "contract table lock poisoned");
+        if let Some(hit) = self.contracts.lock().map_err(|_| poisoned())?.get(&key) {
+            return Ok(hit.clone());
+        }
+        let contract = Arc::new(EntryContract::of(op, program)?);
+        self.contracts.lock().map_err(|_| poisoned())?.insert(key, contract.clone());
+        Ok(contract)
     }
 }

@@ -21,8 +21,7 @@ pub(crate) fn load_view(sec: &Section<'_>) -> Result<Array, Error> {
         a = a.astype(dtype).map_err(|e| sec.err("dtype", e.to_string()))?;
     }
     if let Some(text) = sec.str("slice")? {
-        let parts = SliceArg::parse_list(text).map_err(|e| sec.err("slice", e.to_string()))?;
-        a = a.slice(&parts).map_err(|e| sec.err("slice", e.to_string()))?;
+        a = index(&a, text).map_err(|msg| sec.err("slice", msg))?;
     }
     if sec.has("transpose") {
         let perm = sec.usizes("transpose")?;
@@ -33,6 +32,45 @@ pub(crate) fn load_view(sec: &Section<'_>) -> Result<Array, Error> {
         a = a.broadcast_to(&shape).map_err(|e| sec.err("broadcast_to", e.to_string()))?;
     }
     Ok(a)
+}
+
+/// NumPy basic indexing of `a` by `text`, one comma-separated part per leading axis: a slice
+/// `start:stop:step` keeps its axis; an integer (negative counts from the end) selects one index
+/// and drops the axis, and must lie within the axis. Strides are kept (no copy).
+fn index(a: &Array, text: &str) -> Result<Array, String> {
+    let text = text.trim();
+    let parts: Vec<&str> = if text.is_empty() { Vec::new() } else { text.split(',').map(str::trim).collect() };
+    if parts.len() > a.ndim() {
+        return Err(format!("{} index parts for an array of {} dimensions {:?}", parts.len(), a.ndim(), a.shape()));
+    }
+    let mut slices = Vec::with_capacity(parts.len());
+    let mut dropped = Vec::new();
+    for (axis, part) in parts.iter().enumerate() {
+        if part.contains(':') {
+            let mut one = SliceArg::parse_list(part).map_err(|e| e.to_string())?;
+            slices.append(&mut one);
+            continue;
+        }
+        let i: i64 = part
+            .parse()
+            .map_err(|_| format!("malformed index part {part:?}: expected an integer or start:stop:step"))?;
+        let n = a.shape()[axis] as i64;
+        let at = if i < 0 { i + n } else { i };
+        if !(0..n).contains(&at) {
+            return Err(format!("index {i} is out of bounds for axis {axis} with size {n}"));
+        }
+        slices.push(SliceArg { start: Some(at as isize), stop: Some(at as isize + 1), step: 1 });
+        dropped.push(axis);
+    }
+    let view = a.slice(&slices).map_err(|e| e.to_string())?;
+    if dropped.is_empty() {
+        return Ok(view);
+    }
+    // Each indexed axis now has extent 1 and its element is at the view's offset.
+    let kept: Vec<usize> = (0..view.ndim()).filter(|axis| !dropped.contains(axis)).collect();
+    let shape: Vec<usize> = kept.iter().map(|&axis| view.shape()[axis]).collect();
+    let strides: Vec<isize> = kept.iter().map(|&axis| view.strides()[axis]).collect();
+    Ok(view.with_view(view.offset(), shape, strides))
 }
 
 /// One `[[input]]`: a file view or a scalar.

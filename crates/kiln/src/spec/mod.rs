@@ -140,6 +140,16 @@ fn parse_body(root: &Section<'_>) -> Result<BodySpec> {
     let name = k.req_str("name")?;
     let input_names = k.strings("input_names")?;
     let output_names = k.strings("output_names")?;
+    for (i, out) in output_names.iter().enumerate() {
+        let key = format!("output_names[{i}]");
+        check_output_name(out).map_err(|msg| k.err(&key, msg))?;
+        if let Some(first) = output_names[..i].iter().position(|n| n == out) {
+            return Err(k.err(
+                &key,
+                format!("output name {out:?} is already used by output_names[{first}]; output names must be unique"),
+            ));
+        }
+    }
     let source = k.req_str("source")?;
     let in_refs: Vec<&str> = input_names.iter().map(String::as_str).collect();
     let out_refs: Vec<&str> = output_names.iter().map(String::as_str).collect();
@@ -198,6 +208,17 @@ fn parse_body(root: &Section<'_>) -> Result<BodySpec> {
     }
     let inputs = input_tables.iter().map(inputs::load_input).collect::<Result<Vec<_>>>()?;
     Ok(BodySpec { file: file.to_path_buf(), kernel, output_names, call, inputs })
+}
+
+/// An output is written to `<out>/<name>.npy`, so its name must be a plain file name: not empty,
+/// not `.` or `..`, without path separators or NUL.
+pub fn check_output_name(name: &str) -> std::result::Result<(), String> {
+    let plain = !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0']);
+    if plain {
+        Ok(())
+    } else {
+        Err(format!("output name {name:?} is not a plain file name (it names the file <out>/<name>.npy)"))
+    }
 }
 
 fn parse_template_item(c: &Section<'_>, i: usize, item: &Value) -> Result<(TemplateName, TemplateArg)> {
@@ -278,9 +299,19 @@ fn parse_library(root: &Section<'_>) -> Result<LibrarySpec> {
         }
     }
 
-    let mut buffers = Vec::new();
+    let mut buffers: Vec<(Option<String>, LibraryArg)> = Vec::new();
     for b in root.tables("buffer")? {
-        buffers.push(parse_buffer(&b)?);
+        let buffer = parse_buffer(&b)?;
+        if let Some(out) = &buffer.0 {
+            check_output_name(out).map_err(|msg| b.err("output", msg))?;
+            if let Some(first) = buffers.iter().position(|(n, _)| n.as_deref() == Some(out.as_str())) {
+                return Err(b.err(
+                    "output",
+                    format!("output name {out:?} is already used by buffer[{first}]; output names must be unique (each is written to <out>/<name>.npy)"),
+                ));
+            }
+        }
+        buffers.push(buffer);
     }
     Ok(LibrarySpec { file: file.to_path_buf(), library, launch, buffers })
 }

@@ -49,6 +49,9 @@ unsafe impl Sync for Shared<'_> {}
 /// The byte the slack before every output's data is filled with.
 const CANARY: u8 = 0xA5;
 
+/// Buffer slots a Metal kernel may name.
+const MAX_SLOTS: usize = 31;
+
 /// Largest threadgroup the emulator runs (Metal's limit).
 const MAX_GROUP: u64 = 1024;
 
@@ -165,6 +168,10 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
         };
         ptrs.push(ptr);
     }
+    // Every slot a kernel can name is readable: a parameter that exists only under a false
+    // function constant reads a null pointer (and never dereferences it).
+    let n_buffers = ptrs.len() as u32;
+    ptrs.resize(ptrs.len().max(MAX_SLOTS), std::ptr::null_mut());
     let tg_sizes: Vec<u64> = launch.threadgroup_memory.iter().map(|&s| s as u64).collect();
     if tg_sizes.len() > 16 {
         return Err(Error::invalid(kernel.clone(), "more than 16 [[threadgroup(n)]] bindings"));
@@ -174,7 +181,7 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
         buffers: ptrs.as_ptr(),
         tg_sizes: tg_sizes.as_ptr(),
         cancel: cancel.as_ptr() as *const i32,
-        n_buffers: ptrs.len() as u32,
+        n_buffers,
         n_tg: tg_sizes.len() as u32,
         grid,
         tg,

@@ -16,6 +16,7 @@ use crate::array::Array;
 use crate::backend::{Binding, Dispatch, Launch};
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::kernel::MAX_THREADGROUP_MEMORY;
 use crate::source::cuda::{args_layout as L, MAX_SLOTS, MAX_THREADGROUP_BUFFERS};
 
 /// One CUDA launch: the first group's position, the group count and the block size.
@@ -147,6 +148,19 @@ impl CudaBackend {
         for (i, &n) in launch.threadgroup_memory.iter().enumerate() {
             tg_offsets[i] = dyn_smem as u32;
             dyn_smem += n.div_ceil(16) * 16;
+        }
+        // Metal kernels keep Metal's threadgroup memory limit on every backend (the kernel layer
+        // checks what it can tell from the source; this is the compiled kernel's own count).
+        let total_smem = resolved.static_smem + dyn_smem;
+        if total_smem > MAX_THREADGROUP_MEMORY {
+            return Err(Error::invalid(
+                kernel,
+                format!(
+                    "kernel {} uses {total_smem} bytes of threadgroup memory ({} static + {dyn_smem} dynamic); Metal \
+                     allows at most {MAX_THREADGROUP_MEMORY} bytes (32 KiB) per threadgroup",
+                    launch.program.function, resolved.static_smem
+                ),
+            ));
         }
         let func = self.resolved_function(kernel, resolved, dyn_smem)?;
         let max_threads = resolved.max_threads;

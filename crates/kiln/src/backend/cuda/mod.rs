@@ -400,7 +400,10 @@ impl CudaBackend {
         let symbol = cuda_source::entry_symbol(&program.function);
         let func = self.entry(&program.kernel, &module, &symbol, 0)?;
         let max_threads = func.max_threads_per_block().unwrap_or(1024).max(1) as u64;
-        let resolved = Arc::new(Resolved::new(module, symbol, func, max_threads, unit.inline_bytes));
+        let static_smem =
+            func.shared_size_bytes().map_err(|e| self.fail(&program.kernel, "reading the static shared memory", e))?;
+        let static_smem = usize::try_from(static_smem).unwrap_or(0);
+        let resolved = Arc::new(Resolved::new(module, symbol, func, max_threads, unit.inline_bytes, static_smem));
         self.programs.insert(hash, program, resolved.clone())?;
         Ok(resolved)
     }

@@ -21,6 +21,8 @@ pub(super) struct Resolved {
     pub max_threads: u64,
     /// Bytes of the entry's inline data area (constant bindings beyond it go to device memory).
     pub inline_bytes: usize,
+    /// Bytes of the entry's static shared memory (its `threadgroup` declarations).
+    pub static_smem: usize,
 }
 
 impl Resolved {
@@ -30,8 +32,9 @@ impl Resolved {
         func: CudaFunction,
         max_threads: u64,
         inline_bytes: usize,
+        static_smem: usize,
     ) -> Self {
-        Resolved { module, symbol, func, max_threads, inline_bytes }
+        Resolved { module, symbol, func, max_threads, inline_bytes, static_smem }
     }
 }
 

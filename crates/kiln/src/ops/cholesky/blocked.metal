@@ -137,8 +137,10 @@ kernel void chol_update(device float* W [[buffer(0)]],
                         constant Params& p [[buffer(2)]],
                         uint3 group [[threadgroup_position_in_grid]],
                         uint tid_u [[thread_index_in_threadgroup]]) {
-  threadgroup float4 As[NB][TILE / 4 + 1];
-  threadgroup float4 Bs[NB][TILE / 4 + 1];
+  // 32 KiB together, Metal's limit; the float4 index is XOR-swizzled by q (below) so that the
+  // staging stores of consecutive q fall in different banks without padding rows.
+  threadgroup float4 As[NB][TILE / 4];
+  threadgroup float4 Bs[NB][TILE / 4];
   const int n = p.n;
   const int k0 = p.k0;
   const int b = min(NB, n - k0);
@@ -175,15 +177,16 @@ kernel void chol_update(device float* W [[buffer(0)]],
   const int r0 = s + ti * TILE;
   const int c0 = s + tj * TILE;
 
-  // Stage the two panel slices transposed: As[q][g] = rows r0 + 4g .. r0 + 4g + 3 of column q.
+  // Stage the two panel slices transposed: As[q][g ^ (q % 16)] = rows r0 + 4g .. r0 + 4g + 3 of
+  // column q.
   {
     const int q = tid % NB;
     for (int g = tid / NB; g < TILE / 4; g += 256 / NB) {
       const int ra = r0 + 4 * g;
       const int rb = c0 + 4 * g;
-      As[q][g] = float4(panel_at(w, ra, q, n, k0, b), panel_at(w, ra + 1, q, n, k0, b),
+      As[q][g ^ (q % 16)] = float4(panel_at(w, ra, q, n, k0, b), panel_at(w, ra + 1, q, n, k0, b),
                         panel_at(w, ra + 2, q, n, k0, b), panel_at(w, ra + 3, q, n, k0, b));
-      Bs[q][g] = float4(panel_at(w, rb, q, n, k0, b), panel_at(w, rb + 1, q, n, k0, b),
+      Bs[q][g ^ (q % 16)] = float4(panel_at(w, rb, q, n, k0, b), panel_at(w, rb + 1, q, n, k0, b),
                         panel_at(w, rb + 2, q, n, k0, b), panel_at(w, rb + 3, q, n, k0, b));
     }
   }
@@ -201,8 +204,8 @@ kernel void chol_update(device float* W [[buffer(0)]],
   }
 #pragma unroll 8
   for (int q = 0; q < NB; ++q) {
-    const float4 a4 = As[q][ty];
-    const float4 b4 = Bs[q][tx];
+    const float4 a4 = As[q][ty ^ (q % 16)];
+    const float4 b4 = Bs[q][tx ^ (q % 16)];
     const float av[4] = {a4.x, a4.y, a4.z, a4.w};
     const float bv[4] = {b4.x, b4.y, b4.z, b4.w};
 #pragma unroll
