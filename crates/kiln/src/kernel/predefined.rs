@@ -11,8 +11,9 @@
 /// `__METAL_VERSION__`: the Metal Shading Language version as major * 100 + minor * 10.
 pub const METAL_VERSION: u32 = 310;
 
-/// Every predefined object-like macro and its replacement text, in definition order.
-pub const PREDEFINED_MACROS: &[(&str, &str)] = &[("__METAL_VERSION__", "310"), ("__HAVE_BFLOAT__", "1")];
+/// Every predefined object-like macro and its replacement text, in definition order: the
+/// table the lowering's preprocessor evaluates `#if` with.
+pub const PREDEFINED_MACROS: &[(&str, &str)] = &crate::source::lower::preprocess::METAL_PREDEFINED;
 
 /// The `#define` lines of [`PREDEFINED_MACROS`], one per macro.
 pub fn define_lines() -> String {

@@ -22,7 +22,8 @@ use expand::{Macro, Macros};
 use lex::{lex, render, PpKind, PpToken};
 
 /// The macros Metal predefines for kiln's target (Metal 3.1 with bfloat), as `(name, value)`.
-/// `__FAST_MATH__` is added in fast math mode. Kept equal to any definition in the preludes.
+/// `__FAST_MATH__` is added in fast math mode. Both preludes define exactly these
+/// (`kernel::predefined` checks them).
 pub const METAL_PREDEFINED: [(&str, &str); 2] = [("__METAL_VERSION__", "310"), ("__HAVE_BFLOAT__", "1")];
 
 /// True for a macro of the target compiler (kiln's preludes, CUDA), which this pass leaves to it.

@@ -169,19 +169,3 @@ fn errors_name_the_line() {
         assert!(err.contains(needle), "{src:?}: {err}");
     }
 }
-
-#[test]
-fn predefined_values_agree_with_the_preludes() {
-    let preludes =
-        [include_str!("../../../../prelude/cpu/config.h"), include_str!("../../../../prelude/cuda/config.h")];
-    for text in preludes {
-        for line in text.lines() {
-            let words: Vec<&str> = line.split_whitespace().collect();
-            if let ["#define", name, value] = words[..] {
-                if let Some((_, v)) = METAL_PREDEFINED.iter().find(|(n, _)| *n == name) {
-                    assert_eq!(*v, value, "{name} differs between the preprocessor and a prelude");
-                }
-            }
-        }
-    }
-}
