@@ -186,6 +186,70 @@ KILN_HD inline uint f32x2_to_bf16x2(float lo, float hi) {
 
 }  // namespace kiln
 
+namespace kiln {
+// Constant evaluation (`constexpr` values, `constant` data initialised at compile time) cannot
+// run the conversions above (inline assembly, unions); the constructors then take these
+// portable forms, which give the same bits as the software paths. Compilers without the two
+// builtins keep the run-time conversions, so such initialisers are not constant there.
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_is_constant_evaluated) && __has_builtin(__builtin_bit_cast)
+#define KILN_CONST_CVT 1
+#endif
+#endif
+#ifdef KILN_CONST_CVT
+KILN_HD constexpr bool is_constant_evaluated() { return __builtin_is_constant_evaluated(); }
+KILN_HD constexpr ushort f32_to_f16_const(float f) {
+  uint x = __builtin_bit_cast(uint, f);
+  uint sign = (x >> 16) & 0x8000u;
+  uint exp = (x >> 23) & 0xffu;
+  uint man = x & 0x7fffffu;
+  if (exp == 0xffu) return (ushort)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0u));
+  int e = (int)exp - 127 + 15;
+  if (e >= 31) return (ushort)(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return (ushort)sign;
+    man |= 0x800000u;
+    uint shift = (uint)(14 - e);
+    uint half_man = man >> shift;
+    uint rem = man & ((1u << shift) - 1u);
+    uint halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (half_man & 1u))) half_man++;
+    return (ushort)(sign | half_man);
+  }
+  uint h = sign | ((uint)e << 10) | (man >> 13);
+  uint rem = man & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+  return (ushort)h;
+}
+KILN_HD constexpr float f16_to_f32_const(ushort h) {
+  uint sign = ((uint)h & 0x8000u) << 16;
+  uint exp = ((uint)h >> 10) & 0x1fu;
+  uint man = (uint)h & 0x3ffu;
+  if (exp == 0x1fu) return __builtin_bit_cast(float, sign | 0x7f800000u | (man << 13));
+  if (exp == 0) {
+    float v = (float)man * (1.0f / 16777216.0f);
+    return sign ? -v : v;
+  }
+  return __builtin_bit_cast(float, sign | ((exp + 112u) << 23) | (man << 13));
+}
+KILN_HD constexpr ushort f32_to_bf16_const(float f) {
+  uint x = __builtin_bit_cast(uint, f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort)((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (ushort)(x >> 16);
+}
+KILN_HD constexpr float bf16_to_f32_const(ushort b) { return __builtin_bit_cast(float, (uint)b << 16); }
+#define KILN_CVT(F, X) (::kiln::is_constant_evaluated() ? ::kiln::F##_const(X) : ::kiln::F(X))
+// The exact narrowing to float (rounded to odd) runs at run time; constant evaluation rounds
+// to nearest first, which differs only for values between two halves' or bfloats' midpoints.
+#define KILN_NARROW(F, X) (::kiln::is_constant_evaluated() ? (float)(X) : ::kiln::F(X))
+#else
+KILN_HD constexpr bool is_constant_evaluated() { return false; }
+#define KILN_CVT(F, X) ::kiln::F(X)
+#define KILN_NARROW(F, X) ::kiln::F(X)
+#endif
+}  // namespace kiln
+
 struct bfloat;
 
 // Metal `half`: stored as binary16; arithmetic of two halves rounds to half.
@@ -194,13 +258,13 @@ struct half {
   struct bits_tag {};
   half() = default;
   KILN_HD constexpr half(ushort b, bits_tag) : bits(b) {}
-  KILN_HD half(float f) : bits(kiln::f32_to_f16(f)) {}
-  KILN_HD half(double f) : bits(kiln::f32_to_f16(kiln::f64_to_f32_odd(f))) {}
+  KILN_HD constexpr half(float f) : bits(KILN_CVT(f32_to_f16, f)) {}
+  KILN_HD constexpr half(double f) : bits(KILN_CVT(f32_to_f16, KILN_NARROW(f64_to_f32_odd, f))) {}
   // |v| >= 2^24 overflows half, so the float conversion (exact below 2^24) rounds once.
   template <class T, class = typename kiln::enable_if<kiln::is_integral<T>::value>::type>
-  KILN_HD half(T v) : bits(kiln::f32_to_f16((float)v)) {}
-  KILN_HD inline half(bfloat b);
-  KILN_HD operator float() const { return kiln::f16_to_f32(bits); }
+  KILN_HD constexpr half(T v) : bits(KILN_CVT(f32_to_f16, (float)v)) {}
+  KILN_HD constexpr inline half(bfloat b);
+  KILN_HD constexpr operator float() const { return KILN_CVT(f16_to_f32, bits); }
   KILN_HD static constexpr half from_bits(ushort b) { return half(b, bits_tag()); }
 };
 
@@ -210,15 +274,17 @@ struct bfloat {
   struct bits_tag {};
   bfloat() = default;
   KILN_HD constexpr bfloat(ushort b, bits_tag) : bits(b) {}
-  KILN_HD bfloat(float f) : bits(kiln::f32_to_bf16(f)) {}
-  KILN_HD bfloat(double f) : bits(kiln::f32_to_bf16(kiln::f64_to_f32_odd(f))) {}
+  KILN_HD constexpr bfloat(float f) : bits(KILN_CVT(f32_to_bf16, f)) {}
+  KILN_HD constexpr bfloat(double f) : bits(KILN_CVT(f32_to_bf16, KILN_NARROW(f64_to_f32_odd, f))) {}
   template <class T, class = typename kiln::enable_if<kiln::is_integral<T>::value>::type>
-  KILN_HD bfloat(T v) : bits(kiln::f32_to_bf16(kiln::int_to_f32_odd(v))) {}
-  KILN_HD bfloat(half h) : bits(kiln::f32_to_bf16((float)h)) {}
-  KILN_HD operator float() const { return kiln::bf16_to_f32(bits); }
+  KILN_HD constexpr bfloat(T v) : bits(KILN_CVT(f32_to_bf16, KILN_NARROW(int_to_f32_odd, v))) {}
+  KILN_HD constexpr bfloat(half h) : bits(KILN_CVT(f32_to_bf16, (float)h)) {}
+  KILN_HD constexpr operator float() const { return KILN_CVT(bf16_to_f32, bits); }
   KILN_HD static constexpr bfloat from_bits(ushort b) { return bfloat(b, bits_tag()); }
 };
-KILN_HD inline half::half(bfloat b) : bits(kiln::f32_to_f16((float)b)) {}
+KILN_HD constexpr inline half::half(bfloat b) : bits(KILN_CVT(f32_to_f16, (float)b)) {}
+#undef KILN_CVT
+#undef KILN_NARROW
 
 typedef half float16_t;
 typedef bfloat bfloat16_t;
@@ -285,8 +351,8 @@ KILN_SMALL_ASSIGN(bfloat, +) KILN_SMALL_ASSIGN(bfloat, -) KILN_SMALL_ASSIGN(bflo
 #undef KILN_SMALL_ASSIGN
 KILN_HD constexpr half operator-(half a) { return half::from_bits((ushort)(a.bits ^ 0x8000u)); }
 KILN_HD constexpr bfloat operator-(bfloat a) { return bfloat::from_bits((ushort)(a.bits ^ 0x8000u)); }
-KILN_HD inline half operator+(half a) { return a; }
-KILN_HD inline bfloat operator+(bfloat a) { return a; }
+KILN_HD constexpr half operator+(half a) { return a; }
+KILN_HD constexpr bfloat operator+(bfloat a) { return a; }
 KILN_HD inline half& operator++(half& a) { a = half((float)a + 1.0f); return a; }
 KILN_HD inline half& operator--(half& a) { a = half((float)a - 1.0f); return a; }
 KILN_HD inline bfloat& operator++(bfloat& a) { a = bfloat((float)a + 1.0f); return a; }

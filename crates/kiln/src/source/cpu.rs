@@ -18,13 +18,17 @@ pub fn user_file_name(program: &MetalProgram) -> String {
 }
 
 /// The common headers, in inclusion order (usable from host C++ and CUDA C++).
-pub const COMMON_PRELUDE: [(&str, &str); 7] = [
+pub const COMMON_PRELUDE: [(&str, &str); 11] = [
     ("common/types.h", include_str!("../../prelude/common/types.h")),
     ("common/vec.h", include_str!("../../prelude/common/vec.h")),
     ("common/vec_ops.h", include_str!("../../prelude/common/vec_ops.h")),
+    ("common/packed.h", include_str!("../../prelude/common/packed.h")),
     ("common/math.h", include_str!("../../prelude/common/math.h")),
     ("common/math_float.h", include_str!("../../prelude/common/math_float.h")),
     ("common/math_int.h", include_str!("../../prelude/common/math_int.h")),
+    ("common/matrix.h", include_str!("../../prelude/common/matrix.h")),
+    ("common/geometric.h", include_str!("../../prelude/common/geometric.h")),
+    ("common/array.h", include_str!("../../prelude/common/array.h")),
     ("common/lowering.h", include_str!("../../prelude/common/lowering.h")),
 ];
 /// MLX's utils preamble, for body-only programs.
