@@ -97,18 +97,18 @@ KILN_HD inline float fract_f32(float x, float below_one) {
   return f < below_one ? f : below_one;
 }
 
-// A double whose rounding to half or bfloat is the correctly rounded a * b + c (a, b, c of
-// half or bfloat). The product p is exact (at most 22 bits). If |c| <= 2^-24 |p|, c only decides
-// the direction of rounding of p (p is at least 2^-23 |p| from any rounding boundary it is not
-// on), so p nudged by 2^-24 |p| towards c (exact) stands for the sum. If |p| <= 2^-24 |c|, the sum
-// rounds to c. Otherwise p + c spans fewer than 53 bits and is exact.
+// A double whose rounding to half or bfloat (through float rounded to odd) is the correctly
+// rounded a * b + c (a, b, c of half or bfloat). The product p is exact (at most 22 bits). If
+// |c| <= 2^-24 |p|, c only decides the direction of rounding of p (p is at least 2^-23 |p| from
+// any rounding boundary it is not on), so p nudged by 2^-24 |p| towards c (exact) stands for the
+// sum; p + c rounded in double could land on a boundary. Otherwise p + c is exact, or p is so
+// small against c (a value of the format) that any rounding of the sum returns c.
 KILN_HD inline double small_fma(float a, float b, float c) {
   double p = (double)a * (double)b;
   double z = (double)c;
   if (!isfinite_f64(p) || !isfinite_f64(z) || p == 0.0 || z == 0.0) return p + z;
   double ap = fabs_f64(p), az = fabs_f64(z);
   if (az <= ap * 0x1p-24) return p + (z > 0.0 ? ap : -ap) * 0x1p-24;
-  if (ap <= az * 0x1p-24) return z;
   return p + z;
 }
 
