@@ -15,12 +15,15 @@ use half::{bf16, f16};
 use kiln::backend::cuda;
 use kiln::{Array, DType, Device, LaunchSpec, MetalKernel};
 
+/// Checks the outputs of a case, panicking with what is wrong.
+type Check = Box<dyn Fn(&[Array])>;
+
 /// A kernel, its inputs and launch, and the check of its outputs.
 struct Case {
     kernel: MetalKernel,
     inputs: Vec<Array>,
     spec: LaunchSpec,
-    check: Box<dyn Fn(&[Array])>,
+    check: Check,
 }
 
 impl Case {
