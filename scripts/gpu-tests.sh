@@ -6,7 +6,7 @@ set -uo pipefail
 dir="${1:?usage: scripts/gpu-tests.sh DIR}"
 export KILN_REQUIRE_BACKEND=cuda
 status=0
-for t in mlx_behaviours semantics lowering_cases simdgroup_matrix gallery cuda_twins ops_memory_bound ops_compute gdn_kkt_cuda attention_cuda scatter_add_cuda launch_abi conversions; do
+for t in mlx_behaviours semantics lowering_cases simdgroup_matrix gallery cuda_twins ops_memory_bound ops_compute gdn_kkt_cuda attention_cuda scatter_add_cuda launch_abi conversions msl_math msl_types msl_lowering msl_simd spec_contract; do
   out=$("$dir/$t" --include-ignored cuda 2>&1) || status=1
   echo "$t: $(grep -E '^test result' <<<"$out")"
   grep -E "FAILED|panicked" <<<"$out" | head -5
@@ -21,10 +21,10 @@ echo "cuda_backend: $(grep -E '^test result' <<<"$out")"
 out=$("$dir/cuda_backend" --include-ignored --exact kernel_faults_are_typed_errors 2>&1) || status=1
 echo "cuda_backend kernel_faults: $(grep -E '^test result' <<<"$out")"
 if command -v compute-sanitizer >/dev/null; then
-  for t in mlx_behaviours semantics lowering_cases launch_abi attention_cuda; do
+  for t in mlx_behaviours semantics lowering_cases launch_abi attention_cuda msl_simd; do
     echo "memcheck $t: $(compute-sanitizer --tool memcheck "$dir/$t" --include-ignored cuda --test-threads=1 2>&1 | grep -E 'ERROR SUMMARY')"
   done
-  for t in semantics simdgroup_matrix lowering_cases attention_cuda; do
+  for t in semantics simdgroup_matrix lowering_cases attention_cuda msl_simd; do
     echo "racecheck $t: $(compute-sanitizer --tool racecheck "$dir/$t" --include-ignored cuda --test-threads=1 2>&1 | grep -E 'RACECHECK SUMMARY')"
   done
   # The persistent attention prefill hands shared memory between its warpgroups on mbarriers

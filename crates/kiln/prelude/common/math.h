@@ -59,7 +59,19 @@ KILN_VEC_MAP1(abs)
     return r;                                                                                   \
   }
 KILN_BINARY(pow, powf) KILN_BINARY(powr, powf) KILN_BINARY(atan2, atan2f) KILN_BINARY(fmod, fmodf)
-KILN_BINARY(fmin, fminf) KILN_BINARY(fmax, fmaxf) KILN_BINARY(copysign, copysignf)
+KILN_BINARY(fmin, fminf) KILN_BINARY(fmax, fmaxf)
+// copysign of half and bfloat on the bits (a NaN's sign included, which CUDA's conversion to
+// float drops).
+KILN_HD inline float copysign(float a, float b) { return copysignf(a, b); }
+KILN_HD inline half copysign(half a, half b) { return half::from_bits((ushort)((a.bits & 0x7fffu) | (b.bits & 0x8000u))); }
+KILN_HD inline bfloat copysign(bfloat a, bfloat b) {
+  return bfloat::from_bits((ushort)((a.bits & 0x7fffu) | (b.bits & 0x8000u)));
+}
+template <class T, int N> KILN_HD inline vec<T, N> copysign(const vec<T, N>& a, const vec<T, N>& b) {
+  vec<T, N> r;
+  for (int i = 0; i < N; ++i) r[i] = copysign(a[i], b[i]);
+  return r;
+}
 KILN_HD inline float kiln_divide(float a, float b) { return a / b; }
 KILN_HD inline float kiln_step(float e, float x) { return x < e ? 0.0f : 1.0f; }
 KILN_BINARY(divide, kiln_divide) KILN_BINARY(step, kiln_step)
@@ -130,7 +142,7 @@ template <class T, class = typename kiln::enable_if<kiln::is_scalar<T>::value>::
 KILN_HD inline bool isfinite(T x) { return !isnan(x) && !isinf(x); }
 template <class T, class = typename kiln::enable_if<kiln::is_scalar<T>::value>::type>
 KILN_HD inline bool signbit(T x) { return (kiln::f2u((float)x) >> 31) != 0; }
-// 16-bit floats read their own sign bit: a NaN's sign need not survive the widening to float.
+// From the bits: CUDA's conversion of a half NaN to float drops its sign.
 KILN_HD inline bool signbit(half x) { return (x.bits >> 15) != 0; }
 KILN_HD inline bool signbit(bfloat x) { return (x.bits >> 15) != 0; }
 #define KILN_VEC_PRED(NAME)                                                                     \

@@ -112,7 +112,7 @@ KILN_HD inline double small_fma(float a, float b, float c) {
   return p + z;
 }
 
-// The exponent of |x| (x finite and nonzero), subnormals included.
+// The exponent of |x|, subnormals included; the special values as in the header.
 KILN_HD inline int ilogb_f32(float x) {
   uint b = f2u(x) & 0x7fffffffu;
   if (b >= 0x7f800000u) return b == 0x7f800000u ? 2147483647 : FP_ILOGBNAN;
@@ -145,8 +145,8 @@ KILN_HD inline float modf_f32(float x, float& ip) {
   return u2f((f2u(f) & 0x7fffffffu) | (f2u(x) & 0x80000000u));
 }
 
-// The next value after `x` towards `y` in a format of `bits` 16 or 32 wide, on the bit
-// patterns `xb` and `yb` whose values are `x` and `y` (exact in float).
+// The bit pattern after `xb` towards `yb` in a 16- or 32-bit format whose sign bit is `sign`;
+// `x` and `y` are their values (exact in float).
 KILN_HD inline uint nextafter_bits(uint xb, float x, uint yb, float y, uint sign) {
   if (x != x || y != y) return x != x ? xb : yb;
   if (x == y) return yb;
@@ -253,7 +253,7 @@ template <class T, int N> KILN_HD inline vec<T, N> ldexp(const vec<T, N>& v, con
 
 KILN_HD inline float modf(float x, float& ip) { return kiln::modf_f32(x, ip); }
 #define KILN_SMALL_MODF(T)                                                                      \
-  KILN_HD inline T modf(T x, T& ip) {                                                    \
+  KILN_HD inline T modf(T x, T& ip) {                                                           \
     float i;                                                                                    \
     T f = T(kiln::modf_f32((float)x, i));                                                       \
     ip = T(i);                                                                                  \

@@ -1,6 +1,6 @@
 //! The float library functions (frexp, ldexp, modf, ilogb, nextafter, fdim, fmin3, fmax3,
-//! fmedian3, sincos), the classification functions, MLX's `Limits<T>` and `log1p`, and the
-//! kernels that call functions Metal does not have.
+//! fmedian3, sincos), the classification functions (signbit of a negative half NaN included),
+//! MLX's `Limits<T>` and `log1p`, and the kernels that call functions Metal does not have.
 
 use super::*;
 
@@ -219,8 +219,11 @@ pub(super) fn classify_case(seed: u64) -> Case {
     let bvals = [1.0, 1e-39, 0.0, f64::NAN, f64::NEG_INFINITY, 1e-30, -2.0, 1.2e-38];
     let mut pick = |vals: &[f64]| -> f64 { vals[(rng.next_u64() % vals.len() as u64) as usize] };
     let f: Vec<u32> = (0..2 * n).map(|_| (pick(&fvals) as f32).to_bits()).collect();
-    let h: Vec<u16> = (0..2 * n).map(|_| f16::from_f64(pick(&hvals)).to_bits()).collect();
-    let b: Vec<u16> = (0..2 * n).map(|_| bf16::from_f64(pick(&bvals)).to_bits()).collect();
+    // Every seventh a NaN with its sign bit set.
+    let h: Vec<u16> =
+        (0..2 * n).map(|i| if i % 7 == 3 { 0xfe00 } else { f16::from_f64(pick(&hvals)).to_bits() }).collect();
+    let b: Vec<u16> =
+        (0..2 * n).map(|i| if i % 7 == 5 { 0xffc0 } else { bf16::from_f64(pick(&bvals)).to_bits() }).collect();
     let src = r#"
         uint i = thread_position_in_grid.x;
         float a = as_type<float>(fx[2 * i]), c = as_type<float>(fx[2 * i + 1]);
@@ -237,6 +240,10 @@ pub(super) fn classify_case(seed: u64) -> Case {
         r |= uint(metal::isunordered(half2(g, k), half2(k, g)).x) << 10;
         r |= uint(metal::all(metal::isordered(float4(a), float4(c)))) << 11;
         r |= uint(metal::isnormal(half4(g)).w) << 12;
+        r |= uint(metal::signbit(g)) << 13; r |= uint(metal::signbit(p)) << 14;
+        r |= uint(metal::signbit(half2(k, g)).y) << 15;
+        r |= uint(metal::signbit(metal::copysign(half(1), g))) << 16;
+        r |= uint(metal::signbit(metal::copysign(bfloat4(p), bfloat4(q)).z)) << 17;
         o[i] = r;
     "#;
     let kern = kernel("msl_classify", &["fx", "hx", "bx"], &["o"], src);
@@ -262,6 +269,11 @@ pub(super) fn classify_case(seed: u64) -> Case {
                 g.is_nan() || k.is_nan(),
                 !a.is_nan() && !c.is_nan(),
                 g.is_normal(),
+                h[2 * i] >> 15 == 1,
+                b[2 * i] >> 15 == 1,
+                h[2 * i] >> 15 == 1,
+                h[2 * i] >> 15 == 1,
+                b[2 * i + 1] >> 15 == 1,
             ];
             let want: u32 = bits.iter().enumerate().map(|(j, &v)| (v as u32) << j).sum();
             if got[i] != want {
