@@ -70,9 +70,10 @@ def struct(n, packed):
         out.append(f"  KILN_HD constexpr packed_vec(const vec<T, {n}>& o) : {', '.join(f'{c}(o.{c})' for c in comps)} {{}}")
         out.append(f"  KILN_HD constexpr operator vec<T, {n}>() const {{ return vec<T, {n}>({', '.join(comps)}); }}")
     else:
-        # At run time a target's specialised conversion (paired CUDA instructions) replaces the
-        # element-wise one; both give the same bits.
-        out.append(f"  KILN_HD constexpr explicit vec(const vec<U, {n}>& o) : {from_o} {{")
+        # Converted element by element while constant-evaluated; at run time by vec_convert,
+        # which a target may specialise (paired CUDA instructions), with the same bits.
+        lazy = ", ".join(f"{c}(kiln::is_constant_evaluated() ? T(o.{c}) : T())" for c in comps)
+        out.append(f"  KILN_HD constexpr explicit vec(const vec<U, {n}>& o) : {lazy} {{")
         out.append(f"    if (!kiln::is_constant_evaluated()) kiln::vec_convert<T, U, {n}>::run(*this, o);")
         out.append("  }")
         out.append("  template <class U>")

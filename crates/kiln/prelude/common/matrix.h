@@ -1,4 +1,4 @@
-// kiln common prelude: Metal matrices. matrix<T, C, R> (`floatCxR`, `halfCxR`) has C columns of
+// kiln common prelude: Metal matrices. metal::matrix<T, C, R> (`floatCxR`, `halfCxR`) has C columns of
 // vec<T, R>, stored column after column (float3x3 is 48 bytes, float2x2 is 8-aligned); `m[i]`
 // is column i, a vector. Constructors: a scalar on the diagonal (zeros elsewhere), C columns,
 // C * R scalars in column order, and element-wise conversion from another element type.
@@ -38,6 +38,7 @@ template <class S, class... Rest> struct all_scalar<S, Rest...> {
 };
 }  // namespace kiln
 
+namespace metal {
 template <class T, int C, int R> struct matrix {
   static_assert(C >= 2 && C <= 4 && R >= 2 && R <= 4, "Metal matrices have 2 to 4 columns and rows");
   vec<T, R> columns[C];
@@ -137,7 +138,6 @@ template <class T, int C, int R> KILN_HD inline matrix<T, C, R> operator-(const 
 }
 template <class T, int C, int R> KILN_HD inline matrix<T, C, R> operator+(const matrix<T, C, R>& m) { return m; }
 
-namespace metal {
 template <class T, int C, int R> KILN_HD inline matrix<T, R, C> transpose(const matrix<T, C, R>& m) {
   matrix<T, R, C> r;
   for (int c = 0; c < C; ++c)
@@ -169,21 +169,21 @@ template <class T> KILN_HD inline T determinant(const matrix<T, 4, 4>& m) {
 }
 }  // namespace metal
 
-typedef matrix<float, 2, 2> float2x2;
-typedef matrix<float, 2, 3> float2x3;
-typedef matrix<float, 2, 4> float2x4;
-typedef matrix<float, 3, 2> float3x2;
-typedef matrix<float, 3, 3> float3x3;
-typedef matrix<float, 3, 4> float3x4;
-typedef matrix<float, 4, 2> float4x2;
-typedef matrix<float, 4, 3> float4x3;
-typedef matrix<float, 4, 4> float4x4;
-typedef matrix<half, 2, 2> half2x2;
-typedef matrix<half, 2, 3> half2x3;
-typedef matrix<half, 2, 4> half2x4;
-typedef matrix<half, 3, 2> half3x2;
-typedef matrix<half, 3, 3> half3x3;
-typedef matrix<half, 3, 4> half3x4;
-typedef matrix<half, 4, 2> half4x2;
-typedef matrix<half, 4, 3> half4x3;
-typedef matrix<half, 4, 4> half4x4;
+typedef metal::matrix<float, 2, 2> float2x2;
+typedef metal::matrix<float, 2, 3> float2x3;
+typedef metal::matrix<float, 2, 4> float2x4;
+typedef metal::matrix<float, 3, 2> float3x2;
+typedef metal::matrix<float, 3, 3> float3x3;
+typedef metal::matrix<float, 3, 4> float3x4;
+typedef metal::matrix<float, 4, 2> float4x2;
+typedef metal::matrix<float, 4, 3> float4x3;
+typedef metal::matrix<float, 4, 4> float4x4;
+typedef metal::matrix<half, 2, 2> half2x2;
+typedef metal::matrix<half, 2, 3> half2x3;
+typedef metal::matrix<half, 2, 4> half2x4;
+typedef metal::matrix<half, 3, 2> half3x2;
+typedef metal::matrix<half, 3, 3> half3x3;
+typedef metal::matrix<half, 3, 4> half3x4;
+typedef metal::matrix<half, 4, 2> half4x2;
+typedef metal::matrix<half, 4, 3> half4x3;
+typedef metal::matrix<half, 4, 4> half4x4;

@@ -35,7 +35,7 @@ template <class T> struct alignas(2 * sizeof(T)) vec<T, 2> {
   KILN_HD constexpr vec(U s) : x(T(s)), y(T(s)) {}
   KILN_HD constexpr vec(T x_, T y_) : x(x_), y(y_) {}
   template <class U>
-  KILN_HD constexpr explicit vec(const vec<U, 2>& o) : x(T(o.x)), y(T(o.y)) {
+  KILN_HD constexpr explicit vec(const vec<U, 2>& o) : x(kiln::is_constant_evaluated() ? T(o.x) : T()), y(kiln::is_constant_evaluated() ? T(o.y) : T()) {
     if (!kiln::is_constant_evaluated()) kiln::vec_convert<T, U, 2>::run(*this, o);
   }
   template <class U>
@@ -113,7 +113,7 @@ template <class T> struct alignas(4 * sizeof(T)) vec<T, 3> {
   KILN_HD constexpr vec(U s) : x(T(s)), y(T(s)), z(T(s)) {}
   KILN_HD constexpr vec(T x_, T y_, T z_) : x(x_), y(y_), z(z_) {}
   template <class U>
-  KILN_HD constexpr explicit vec(const vec<U, 3>& o) : x(T(o.x)), y(T(o.y)), z(T(o.z)) {
+  KILN_HD constexpr explicit vec(const vec<U, 3>& o) : x(kiln::is_constant_evaluated() ? T(o.x) : T()), y(kiln::is_constant_evaluated() ? T(o.y) : T()), z(kiln::is_constant_evaluated() ? T(o.z) : T()) {
     if (!kiln::is_constant_evaluated()) kiln::vec_convert<T, U, 3>::run(*this, o);
   }
   template <class U>
@@ -391,7 +391,7 @@ template <class T> struct alignas(4 * sizeof(T)) vec<T, 4> {
   KILN_HD constexpr vec(U s) : x(T(s)), y(T(s)), z(T(s)), w(T(s)) {}
   KILN_HD constexpr vec(T x_, T y_, T z_, T w_) : x(x_), y(y_), z(z_), w(w_) {}
   template <class U>
-  KILN_HD constexpr explicit vec(const vec<U, 4>& o) : x(T(o.x)), y(T(o.y)), z(T(o.z)), w(T(o.w)) {
+  KILN_HD constexpr explicit vec(const vec<U, 4>& o) : x(kiln::is_constant_evaluated() ? T(o.x) : T()), y(kiln::is_constant_evaluated() ? T(o.y) : T()), z(kiln::is_constant_evaluated() ? T(o.z) : T()), w(kiln::is_constant_evaluated() ? T(o.w) : T()) {
     if (!kiln::is_constant_evaluated()) kiln::vec_convert<T, U, 4>::run(*this, o);
   }
   template <class U>
