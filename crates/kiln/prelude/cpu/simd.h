@@ -369,12 +369,14 @@ __attribute__((noinline)) inline void simdgroup_multiply(simdgroup_matrix<TD, 8,
 }  // namespace metal
 
 // Source call sites: the lowering passes `kiln::site_tag<N>{}` as the first argument of every
-// collective written in the kernel's source; the overloads below mark the thread's next post
-// with a per-site address and call the collective itself.
+// SIMD-group function called in the kernel's source, N the position of the call (see
+// convergence.h); the overloads below mark the thread's next post with it and call the function
+// itself. Code the optimiser duplicates keeps the tag, so its lanes still meet.
 namespace kiln {
 template <int S> struct site_tag {};
-template <int S> inline const char site_marker = 0;
-template <int S> __attribute__((always_inline)) inline void at_site() { rt::g_cur.thread->pending_site = &site_marker<S>; }
+template <int S> __attribute__((always_inline)) inline void at_site() {
+  rt::g_cur.thread->pending_site = (const void*)(rt::TAGGED_SITE | (uintptr_t)S);
+}
 }  // namespace kiln
 
 namespace metal {

@@ -6,6 +6,7 @@
 //! `kernel`, `threadgroup` declarations, function constants, conditionals with mixed half/float
 //! arms); everything else is left to the target's prelude.
 
+mod convergence;
 mod entry;
 mod members;
 mod rewrite;

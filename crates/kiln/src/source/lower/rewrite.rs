@@ -129,6 +129,10 @@ pub fn rewrite(program: &MetalProgram, target: LowerTarget) -> Result<Rewritten,
         next_site: 0,
     };
     rw.run()?;
+    if target == LowerTarget::Cpu {
+        let kernels = rw.kernels.keys().cloned().collect();
+        super::convergence::instrument(&rw.toks, &rw.sig, &mut rw.out, &kernels)?;
+    }
     let cooperative = rw.toks.iter().any(|t| t.kind == Kind::Ident && is_cooperative(&t.text));
     Ok(Rewritten { code: rw.out.concat(), entries: rw.entries, cooperative })
 }
@@ -275,10 +279,11 @@ impl Rewriter<'_> {
                     _ => {}
                 },
                 Kind::Ident if self.is_sited_collective(k, in_function) => {
-                    // The `(` keeps its token kind, so the bracket count below still sees it.
+                    // The `(` keeps its token kind, so the bracket count below still sees it. The
+                    // tag is the call's closing parenthesis, a position (see convergence.rs).
                     let sep = if self.tok_is(k + 2, ")") { "" } else { ", " };
-                    self.set(k + 1, format!("(kiln::site_tag<{}>{{}}{sep}", self.next_site));
-                    self.next_site += 1;
+                    let site = self.matching(k + 1).unwrap_or(k + 1);
+                    self.set(k + 1, format!("(kiln::site_tag<{site}>{{}}{sep}"));
                 }
                 Kind::Ident if !prev_member => match t.text.as_str() {
                     "kernel" if !in_function => {
