@@ -22,9 +22,10 @@ namespace kiln { namespace rt {
 // An element: key << 32 | iteration (0 for calls and sites). Keys are token positions in the
 // lowered source, below 2^31.
 typedef uint64_t Element;
-// A function called where the lowering could not tag the call (through an object, a function
-// pointer, a lambda, ...); the low half is the line of its definition.
-const uint32_t UNKNOWN_CALL = 0xfffffffeu;
+// A function whose calls the lowering cannot tag (an operator, a constructor, a lambda passed
+// on, a parameter pack, ...): its key is UNKNOWN_CALL | the line of its definition, its low half
+// low bits of the address its out-of-line body returns to.
+const uint32_t UNKNOWN_CALL = 0x80000000u;
 // A SIMD-group function called from code the lowering does not see (a macro's expansion); the
 // low half holds low bits of its return address.
 const uint32_t UNTAGGED_SITE = 0xffffffffu;
@@ -47,14 +48,14 @@ inline Element* enter(Thread* t, Element e) {
   return &t->path[t->depth++];
 }
 
-// The call of a function that reaches SIMD-group functions: the call's key, or unknown with
-// the line of the function (the default argument, for calls the lowering could not tag).
+// The call of a function that reaches SIMD-group functions: the call's key, or (the default
+// argument, for calls the lowering could not tag) unknown.
 struct CallSite {
   Element e;
   explicit constexpr CallSite(uint32_t key) : e(element(key, 0)) {}
-  static constexpr CallSite unknown(uint32_t line) {
+  static CallSite unknown(uint32_t line, const void* return_address) {
     CallSite s(0);
-    s.e = element(UNKNOWN_CALL, line);
+    s.e = element(UNKNOWN_CALL | line, (uint32_t)(uintptr_t)return_address);
     return s;
   }
 };
@@ -98,7 +99,8 @@ struct Position {
   // The line (from 1) of the innermost function whose call the lowering could not tag, or 0.
   uint32_t unknown_call_line() const {
     for (uint32_t i = len - 1; i-- > 0;)
-      if ((uint32_t)(e[i] >> 32) == UNKNOWN_CALL) return (uint32_t)e[i];
+      if ((uint32_t)(e[i] >> 32) != UNTAGGED_SITE && (e[i] >> 32) & UNKNOWN_CALL)
+        return (uint32_t)(e[i] >> 32) & ~UNKNOWN_CALL;
     return 0;
   }
 };

@@ -27,15 +27,26 @@ use std::sync::OnceLock;
 use super::rewrite::SITED_COLLECTIVES;
 use super::tokens::{tokenize, Kind, Token};
 
+/// Where a function's parameters are: its parentheses, or (a lambda without them) the `]`
+/// after which they go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Params {
+    Parens(usize, usize),
+    After(usize),
+}
+
 /// What a function body is, for its `CallScope`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Body {
     /// A kernel entry: the root of every position, no scope.
     Kernel,
-    /// A named function whose parameter list `(open, close)` can take the call site.
-    Extendable { name: String, params: (usize, usize) },
-    /// A function or lambda whose callers cannot pass a site; `name` is what calls it by name.
-    Opaque { name: Option<String> },
+    /// A function or `auto name = [..](..) {..}` lambda called by name: the site becomes the
+    /// parameter after the `required` ones (before any with a default), of `total`.
+    /// `noinline_at` is where its declaration starts.
+    Named { name: String, params: Params, required: usize, total: usize, noinline_at: Option<usize> },
+    /// One whose callers cannot pass a site: its body runs out of line (the attribute goes
+    /// before token `noinline_at`) and its calls are told apart by return address.
+    Opaque { name: Option<String>, noinline_at: Option<usize>, lambda_parens: Option<usize> },
 }
 
 struct Scope {
@@ -190,8 +201,8 @@ impl Source<'_> {
     }
 }
 
-/// Names of functions the preludes define or call: a user function of that name is not given
-/// a site parameter (a call meant for the prelude's would receive it too).
+/// Names of functions the preludes declare: a user function of that name is not given a site
+/// parameter (a call meant for the prelude's would receive it too).
 fn prelude_names() -> &'static HashSet<String> {
     static NAMES: OnceLock<HashSet<String>> = OnceLock::new();
     NAMES.get_or_init(|| {
@@ -202,9 +213,15 @@ fn prelude_names() -> &'static HashSet<String> {
         let mut names = HashSet::new();
         for text in texts {
             let toks: Vec<Token> = tokenize(text).into_iter().filter(|t| !t.is_trivia()).collect();
-            for w in toks.windows(2) {
-                if w[0].kind == Kind::Ident && w[1].is("(") {
-                    names.insert(w[0].text.clone());
+            // Declarations: `type name(` (a call follows `(`, `.`, `return`, an operator, ...).
+            for w in toks.windows(3) {
+                let declares = (w[0].kind == Kind::Ident
+                    && !["return", "else", "case", "new", "delete"].contains(&w[0].text.as_str()))
+                    || w[0].is(">")
+                    || w[0].is("*")
+                    || w[0].is("&");
+                if declares && w[1].kind == Kind::Ident && w[2].is("(") {
+                    names.insert(w[1].text.clone());
                 }
             }
         }
@@ -226,7 +243,7 @@ pub fn instrument(toks: &[Token], sig: &[usize], out: &mut [String], kernels: &H
     let heads: HashSet<usize> = scopes
         .iter()
         .filter_map(|s| match &s.body {
-            Body::Extendable { params, .. } => Some(params.0 - 1),
+            Body::Named { params: Params::Parens(open, _), .. } => Some(open - 1),
             _ => None,
         })
         .collect();
@@ -243,7 +260,7 @@ pub fn instrument(toks: &[Token], sig: &[usize], out: &mut [String], kernels: &H
         let before = reaching.len();
         for s in &scopes {
             let name = match &s.body {
-                Body::Extendable { name, .. } | Body::Opaque { name: Some(name) } => name.as_str(),
+                Body::Named { name, .. } | Body::Opaque { name: Some(name), .. } => name.as_str(),
                 _ => continue,
             };
             if !reaching.contains(name) && reaches(s.open, s.close, &sited, &calls, &reaching) {
@@ -254,57 +271,86 @@ pub fn instrument(toks: &[Token], sig: &[usize], out: &mut [String], kernels: &H
             break;
         }
     }
-    // Names every definition of which can take the call site.
-    let mut extendable: HashMap<&str, bool> = HashMap::new();
+    // Names whose every definition takes the site at one place: (required, total) parameters.
+    let mut arity: HashMap<&str, Option<(usize, usize)>> = HashMap::new();
     for s in &scopes {
         match &s.body {
-            Body::Extendable { name, .. } => {
+            Body::Named { name, required, total, .. } => {
                 let ok = !prototypes.contains(name.as_str())
                     && !prelude_names().contains(name)
                     && !SITED_COLLECTIVES.contains(&name.as_str());
-                extendable.entry(name).and_modify(|e| *e &= ok).or_insert(ok);
+                let this = ok.then_some((*required, *total));
+                arity.entry(name).and_modify(|a| *a = if *a == this { this } else { None }).or_insert(this);
             }
-            Body::Opaque { name: Some(name) } => {
-                extendable.insert(name, false);
+            Body::Opaque { name: Some(name), .. } => {
+                arity.insert(name, None);
             }
             _ => {}
         }
     }
-    let tagged = |name: &str| reaching.contains(name) && extendable.get(name).copied().unwrap_or(false);
+    let tagged = |name: &str| if reaching.contains(name) { arity.get(name).copied().flatten() } else { None };
 
     for s in &scopes {
         if s.body == Body::Kernel || !reaches(s.open, s.close, &sited, &calls, &reaching) {
             continue;
         }
         let line = src.tok(s.open).line;
+        let nested = in_function(s.open);
+        let (site, noinline_at) = match &s.body {
+            Body::Named { name, params, required, total, .. } if tagged(name).is_some() => {
+                let param = format!("kiln::rt::CallSite kiln_call_site = kiln::rt::CallSite::unknown({line}, nullptr)");
+                match *params {
+                    Params::After(j) => out[sig[j]].push_str(&format!("({param})")),
+                    Params::Parens(open, close) if required == total => {
+                        let sep = if close == open + 1 { "" } else { ", " };
+                        out[sig[close]].insert_str(0, &format!("{sep}{param}"));
+                    }
+                    Params::Parens(open, close) => {
+                        let first_default =
+                            nth_arg(&src, open, close, *required, true).ok_or("malformed parameter list")?;
+                        out[sig[first_default]].insert_str(0, &format!("{param}, "));
+                    }
+                }
+                ("kiln_call_site".to_string(), None)
+            }
+            Body::Named { noinline_at, .. } | Body::Opaque { noinline_at, .. } => {
+                if let Body::Opaque { lambda_parens: Some(j), .. } = &s.body {
+                    out[sig[*j]].push_str("()");
+                }
+                (format!("kiln::rt::CallSite::unknown({line}, __builtin_return_address(0))"), *noinline_at)
+            }
+            Body::Kernel => continue,
+        };
+        if let Some(j) = noinline_at {
+            out[sig[j]].insert_str(0, " __attribute__((noinline)) ");
+        }
         // A constexpr function cannot hold the scope; one that reaches SIMD-group functions
         // never runs at compile time anyway.
-        let mut j = if in_function(s.open) { 0 } else { s.open };
+        let mut j = if nested { 0 } else { s.open };
         while j > 0 && !matches!(src.tok(j - 1).text.as_str(), ";" | "{" | "}") {
             j -= 1;
             if src.is(j, "constexpr") {
                 out[sig[j]].clear();
             }
         }
-        let site = match &s.body {
-            Body::Extendable { name, params: (open, close) } if tagged(name) => {
-                let sep = if close == &(open + 1) { "" } else { ", " };
-                let param = format!("{sep}kiln::rt::CallSite kiln_call_site = kiln::rt::CallSite::unknown({line})");
-                out[sig[*close]].insert_str(0, &param);
-                "kiln_call_site".to_string()
-            }
-            _ => format!("kiln::rt::CallSite::unknown({line})"),
-        };
         out[sig[s.open]].push_str(&format!(" kiln::rt::CallScope kiln_call_scope({site});"));
     }
     for &(k, name) in &calls {
-        if !tagged(name) {
-            continue;
-        }
+        let Some((required, total)) = tagged(name) else { continue };
         let open = src.call_open(k).ok_or("call without parentheses")?;
         let close = src.matching(open).ok_or_else(|| format!("line {}: unbalanced call of {name}", src.tok(k).line))?;
-        let sep = if close == open + 1 { "" } else { ", " };
-        out[sig[close]].insert_str(0, &format!("{sep}kiln::rt::CallSite({close})"));
+        let args = (0..).take_while(|&n| nth_arg(&src, open, close, n, false).is_some()).count();
+        // Another arity is another function of that name.
+        if args < required || args > total {
+            continue;
+        }
+        let site = format!("kiln::rt::CallSite({close})");
+        if args == required {
+            let sep = if args == 0 { "" } else { ", " };
+            out[sig[close]].insert_str(0, &format!("{sep}{site}"));
+        } else if let Some(at) = nth_arg(&src, open, close, required, false) {
+            out[sig[at]].insert_str(0, &format!("{site}, "));
+        }
     }
     instrument_loops(&src, out, &sited, &calls, &reaching, &in_function)
 }
@@ -317,6 +363,36 @@ fn reaches(from: usize, to: usize, sited: &[usize], calls: &[(usize, &str)], rea
     }
     let at = calls.partition_point(|&(k, _)| k < from);
     calls[at..].iter().take_while(|&&(k, _)| k <= to).any(|(_, n)| reaching.contains(n))
+}
+
+/// The first token of argument `n` (from 0) of the list in parentheses `open..close`.
+/// With `angles`, `<` after a name opens template arguments (in parameter lists; in call
+/// arguments it may be a comparison).
+fn nth_arg(src: &Source, open: usize, close: usize, n: usize, angles: bool) -> Option<usize> {
+    if close == open + 1 {
+        return None;
+    }
+    let mut depth = 0i32;
+    let mut index = 0;
+    let mut start = open + 1;
+    for j in open + 1..close {
+        match src.tok(j).text.as_str() {
+            "(" | "[" | "{" => depth += 1,
+            ")" | "]" | "}" => depth -= 1,
+            "<" if angles && src.ident(j - 1) => depth += 1,
+            ">" if angles && depth > 0 => depth -= 1,
+            ">>" if angles && depth > 0 => depth -= 2,
+            "," if depth == 0 => {
+                if index == n {
+                    return Some(start);
+                }
+                index += 1;
+                start = j + 1;
+            }
+            _ => {}
+        }
+    }
+    (index == n).then_some(start)
 }
 
 fn instrument_loops(
@@ -412,9 +488,9 @@ fn find_scopes(src: &Source, kernels: &HashSet<String>) -> (Vec<Scope>, HashSet<
         if src.is(k, "{") {
             let brace = if in_function {
                 match lambda_at(src, k) {
-                    Some(name) => {
+                    Some(body) => {
                         if let Some(close) = src.matching(k) {
-                            scopes.push(Scope { open: k, close, body: Body::Opaque { name } });
+                            scopes.push(Scope { open: k, close, body });
                         }
                         Brace::Function
                     }
@@ -490,45 +566,47 @@ fn outer_brace(src: &Source, k: usize, in_struct: bool) -> OuterBrace {
 
 /// The function whose body opens at `k`.
 fn function_head(src: &Source, k: usize, kernels: &HashSet<String>) -> Body {
-    let opaque = Body::Opaque { name: None };
     let mut close = k - 1;
     while !src.is(close, ")") && close > 0 {
         close -= 1;
     }
-    let Some(open) = src.matching_back(close) else { return opaque };
-    if open == 0 {
-        return opaque;
-    }
-    if src.is(open - 1, ">") {
-        // An explicit specialisation `f<A>(...)`: its calls look like the primary's.
-        return Body::Opaque {
-            name: angle_open(src, open - 1).filter(|&a| src.ident(a - 1)).map(|a| src.tok(a - 1).text.clone()),
-        };
-    }
-    if !src.ident(open - 1) {
-        return opaque; // an operator
-    }
-    let name_at = open - 1;
-    let name = src.tok(name_at).text.clone();
-    // Everything from the start of the declaration to the name.
-    let mut start = name_at;
+    let Some(open) = src.matching_back(close).filter(|&open| open > 0) else {
+        return Body::Opaque { name: None, noinline_at: None, lambda_parens: None };
+    };
+    // Everything from the start of the declaration to the parameters.
+    let mut start = open - 1;
     while start > 0 && !matches!(src.tok(start - 1).text.as_str(), ";" | "{" | "}") {
         start -= 1;
     }
-    let decl: Vec<&Token> = (start..name_at).map(|j| src.tok(j)).collect();
-    let is_kernel = kernels.contains(&name)
-        || decl.iter().any(|t| t.is("kernel") || (t.kind == Kind::Attr && t.attr_inner() == "kernel"));
-    if is_kernel {
+    let decl: Vec<&Token> = (start..open).map(|j| src.tok(j)).collect();
+    if decl.iter().any(|t| t.is("kernel") || (t.kind == Kind::Attr && t.attr_inner() == "kernel"))
+        || kernels.contains(&src.tok(open - 1).text)
+    {
         return Body::Kernel;
     }
-    let before = if name_at > 0 { src.tok(name_at - 1).text.as_str() } else { "" };
-    if name == "operator" || matches!(before, "::" | "~" | ":" | "," | "operator") {
-        return Body::Opaque { name: None }; // out of class, destructor, member initialiser, operator
+    // The attribute goes after the template header.
+    let mut at = start;
+    if src.is(at, "template") && src.is(at + 1, "<") {
+        at = angle_close(src, at + 1).map_or(at, |c| c + 1);
     }
+    let before = if open >= 2 { src.tok(open - 2).text.as_str() } else { "" };
+    if matches!(before, ":" | ",") {
+        return Body::Opaque { name: None, noinline_at: None, lambda_parens: None };
+        // a constructor
+    }
+    let name = if src.is(open - 1, ">") {
+        // An explicit specialisation `f<A>(...)`: its calls look like the primary's.
+        angle_open(src, open - 1).filter(|&a| src.ident(a - 1)).map(|a| src.tok(a - 1).text.clone())
+    } else if src.ident(open - 1) && src.tok(open - 1).text != "operator" && !matches!(before, "::" | "~" | "operator")
+    {
+        Some(src.tok(open - 1).text.clone())
+    } else {
+        None
+    };
     // A return type: something besides specifiers and the template header.
     let mut depth = 0i32;
     let mut has_type = false;
-    for t in &decl {
+    for t in &decl[..decl.len() - 1] {
         match t.text.as_str() {
             "<" => depth += 1,
             ">" => depth -= 1,
@@ -540,24 +618,60 @@ fn function_head(src: &Source, k: usize, kernels: &HashSet<String>) -> Body {
             _ => {}
         }
     }
-    let params: Vec<&Token> = (open + 1..close).map(|j| src.tok(j)).collect();
-    let mut depth = 0i32;
-    let mut plain = has_type && !(params.len() == 1 && params[0].is("void"));
-    for t in &params {
-        match t.text.as_str() {
-            "(" | "[" | "{" | "<" => depth += 1,
-            ")" | "]" | "}" | ">" => depth -= 1,
-            ">>" => depth -= 2,
-            "..." => plain = false,
-            "=" if depth == 0 => plain = false,
-            _ => {}
+    let noinline_at = has_type.then_some(at);
+    match (name, parameters(src, open, close)) {
+        (Some(name), Some((required, total))) if has_type && !src.is(open - 1, ">") => {
+            Body::Named { name, params: Params::Parens(open, close), required, total, noinline_at }
+        }
+        (name, _) => Body::Opaque { name, noinline_at, lambda_parens: None },
+    }
+}
+
+/// (parameters before the first with a default, all parameters) of the list `open..close`, or
+/// `None` for a parameter pack or `(void)`.
+fn parameters(src: &Source, open: usize, close: usize) -> Option<(usize, usize)> {
+    if close == open + 1 {
+        return Some((0, 0));
+    }
+    if close == open + 2 && src.is(open + 1, "void") {
+        return None;
+    }
+    let total = (0..).take_while(|&n| nth_arg(src, open, close, n, true).is_some()).count();
+    let mut required = total;
+    for n in 0..total {
+        let from = nth_arg(src, open, close, n, true)?;
+        let to = nth_arg(src, open, close, n + 1, true).map_or(close, |j| j - 1);
+        let mut depth = 0i32;
+        for j in from..to {
+            match src.tok(j).text.as_str() {
+                "..." => return None,
+                "(" | "[" | "{" | "<" => depth += 1,
+                ")" | "]" | "}" | ">" => depth -= 1,
+                ">>" => depth -= 2,
+                "=" if depth == 0 => required = required.min(n),
+                _ => {}
+            }
         }
     }
-    if plain {
-        Body::Extendable { name, params: (open, close) }
-    } else {
-        Body::Opaque { name: Some(name) }
+    Some((required, total))
+}
+
+/// The `>` closing the `<` at `k`.
+fn angle_close(src: &Source, k: usize) -> Option<usize> {
+    let mut depth = 0i32;
+    for j in k..src.len() {
+        match src.tok(j).text.as_str() {
+            "<" => depth += 1,
+            ">" => depth -= 1,
+            ">>" => depth -= 2,
+            "(" | ")" | ";" | "{" | "}" => {}
+            _ => {}
+        }
+        if depth <= 0 {
+            return Some(j);
+        }
     }
+    None
 }
 
 /// The `<` matching the `>` at `k` (k > 0).
@@ -578,11 +692,12 @@ fn angle_open(src: &Source, k: usize) -> Option<usize> {
     None
 }
 
-/// For a `{` inside a function body that opens a lambda's body: `Some(name)` when the lambda
-/// initialises `auto name`, `Some(None)` for any other lambda.
-fn lambda_at(src: &Source, k: usize) -> Option<Option<String>> {
+/// For a `{` inside a function body that opens a lambda's body, what the lambda is: named when
+/// it initialises `auto name`.
+fn lambda_at(src: &Source, k: usize) -> Option<Body> {
+    // Specifiers and a trailing return type back to `)` or `]`.
     let mut j = k;
-    // Trailing return type and specifiers back to `)` or `]`.
+    let mut after_params = k;
     for _ in 0..16 {
         if j == 0 {
             return None;
@@ -596,10 +711,18 @@ fn lambda_at(src: &Source, k: usize) -> Option<Option<String>> {
         if !skippable {
             return None;
         }
+        if !matches!(t.text.as_str(), "mutable" | "constexpr" | "noexcept") {
+            after_params = j;
+        }
     }
-    if src.is(j, ")") {
-        j = src.matching_back(j)?.checked_sub(1)?;
-    }
+    let parens = if src.is(j, ")") {
+        let open = src.matching_back(j)?;
+        let p = (open, j);
+        j = open.checked_sub(1)?;
+        Some(p)
+    } else {
+        None
+    };
     if !src.is(j, "]") {
         return None;
     }
@@ -608,7 +731,28 @@ fn lambda_at(src: &Source, k: usize) -> Option<Option<String>> {
         return None;
     }
     let named = intro >= 3 && src.is(intro - 1, "=") && src.ident(intro - 2) && src.is(intro - 3, "auto");
-    Some(named.then(|| src.tok(intro - 2).text.clone()))
+    let params = parens.map_or(Some((0, 0)), |(open, close)| parameters(src, open, close));
+    match (named, parens, params) {
+        (true, Some((open, close)), Some((required, total))) => Some(Body::Named {
+            name: src.tok(intro - 2).text.clone(),
+            params: Params::Parens(open, close),
+            required,
+            total,
+            noinline_at: None,
+        }),
+        (true, None, _) => Some(Body::Named {
+            name: src.tok(intro - 2).text.clone(),
+            params: Params::After(j),
+            required: 0,
+            total: 0,
+            noinline_at: None,
+        }),
+        _ => Some(Body::Opaque {
+            name: named.then(|| src.tok(intro - 2).text.clone()),
+            noinline_at: Some(after_params),
+            lambda_parens: parens.is_none().then_some(j),
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -632,7 +776,7 @@ mod tests {
              kernel void k(uint l) { float r = l & 1 ? lanesum(1.0f) : lanesum(plain(2.0f)); }\n",
         );
         assert!(text.contains(
-            "T lanesum(T v, kiln::rt::CallSite kiln_call_site = kiln::rt::CallSite::unknown(1)) { kiln::rt::CallScope"
+            "T lanesum(T v, kiln::rt::CallSite kiln_call_site = kiln::rt::CallSite::unknown(1, nullptr)) { kiln::rt::CallScope"
         ));
         assert!(text.contains("float plain(float v) { return"), "{text}");
         assert_eq!(text.matches("kiln::rt::CallSite(").count(), 2, "{text}");
@@ -655,17 +799,41 @@ mod tests {
     }
 
     #[test]
-    fn functions_whose_calls_cannot_carry_a_site_get_an_unknown_one() {
+    fn defaults_and_named_lambdas_take_the_site_before_defaults() {
         let text = lowered(
-            "struct Op { float operator()(float v) { return simd_sum(v); } };\n\
-             float dflt(float v, int n = 2) { return simd_max(v) * n; }\n\
-             kernel void k(uint l) { Op op; auto f = [&](float v) { return simd_min(v); }; float r = op(1.0f) + dflt(2.0f) + f(3.0f); }\n",
+            "float dflt(float v, int n = 2) { return simd_max(v) * n; }\n\
+             kernel void k(uint l) { auto f = [&](float v) { return simd_min(v); }; auto g = [&] { return simd_sum(1); };\n\
+             float r = dflt(1.0f) + dflt(2.0f, 3) + f(3.0f) + g(); }\n",
         );
-        assert_eq!(
-            text.matches("kiln::rt::CallScope kiln_call_scope(kiln::rt::CallSite::unknown(").count(),
-            3,
+        assert!(text.contains("float dflt(float v, kiln::rt::CallSite kiln_call_site = kiln::rt::CallSite::unknown(1, nullptr), int n = 2)"), "{text}");
+        assert!(text.contains("dflt(1.0f, kiln::rt::CallSite("), "{text}");
+        assert!(text.contains("dflt(2.0f, kiln::rt::CallSite("), "{text}");
+        assert!(text.contains("), 3)"), "{text}");
+        assert!(text.contains("[&](float v, kiln::rt::CallSite kiln_call_site"), "{text}");
+        assert!(
+            text.contains("[&](kiln::rt::CallSite kiln_call_site = kiln::rt::CallSite::unknown(2, nullptr)) {"),
             "{text}"
         );
-        assert!(!text.contains("kiln::rt::CallSite("), "no call passes a site: {text}");
+        assert!(text.contains("g(kiln::rt::CallSite("), "{text}");
+    }
+
+    #[test]
+    fn functions_whose_calls_cannot_carry_a_site_run_out_of_line() {
+        let text = lowered(
+            "struct Op { float operator()(float v) { return simd_sum(v); } };\n\
+             template <class... A> float pack(A... a) { return simd_max(float(sizeof...(A))); }\n\
+             template <class F> float apply(F f) { return f(1.0f); }\n\
+             kernel void k(uint l) { Op op; float r = op(1.0f) + pack(1, 2) + apply([&](float v) mutable { return simd_min(v); }); }\n",
+        );
+        let unknown = "kiln::rt::CallScope kiln_call_scope(kiln::rt::CallSite::unknown(";
+        assert_eq!(text.matches(unknown).count(), 3, "{text}");
+        assert!(text.contains("__attribute__((noinline)) float operator()(float v)"), "{text}");
+        assert!(text.contains("template <class... A>  __attribute__((noinline)) float pack"), "{text}");
+        assert!(text.contains("mutable  __attribute__((noinline)) {"), "{text}");
+        assert!(
+            text.contains("float apply(F f) { return"),
+            "a parameter's call is no call of a known function: {text}"
+        );
+        assert!(!text.contains("op(1.0f, kiln"), "{text}");
     }
 }
