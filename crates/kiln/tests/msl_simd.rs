@@ -19,8 +19,7 @@ fn run(
     header: &str,
     source: &str,
     inputs: &[(&str, &[i32])],
-    n: u32,
-    tg: u32,
+    (n, tg): (u32, u32),
     cols: usize,
 ) -> Vec<i32> {
     let names: Vec<&str> = inputs.iter().map(|(name, _)| *name).collect();
@@ -110,7 +109,7 @@ fn reductions_and_prefixes_count_each_active_lane_once(device: Device) {
     let src = format!(
         "uint i = thread_position_in_grid.x;\nint av = a[i];\nint bv = b[i];\nuint pv = uint(p[i]);\nif (av % 3 != 0) {{\n{calls}}}\n"
     );
-    let got = run(device, "simd_reductions", "", &src, &[("a", &a), ("b", &b), ("p", &p)], n as u32, tg as u32, C);
+    let got = run(device, "simd_reductions", "", &src, &[("a", &a), ("b", &b), ("p", &p)], (n as u32, tg as u32), C);
 
     let mut want = vec![Some(SENTINEL); n * C];
     for sg in simdgroups(n, tg) {
@@ -195,7 +194,7 @@ fn shuffle_and_fill_wraps_filling_data_in(device: Device) {
     let c_n = cases.len();
     let body: String = cases.iter().enumerate().map(|(c, (e, ..))| format!("out[i * {c_n} + {c}] = {e};\n")).collect();
     let src = format!("uint i = thread_position_in_grid.x;\nint dv = d[i];\nint fv = f[i];\n{body}");
-    let got = run(device, "shuffle_fill", "", &src, &[("d", &d), ("f", &f)], n as u32, tg as u32, c_n);
+    let got = run(device, "shuffle_fill", "", &src, &[("d", &d), ("f", &f)], (n as u32, tg as u32), c_n);
     let mut want = vec![None; n * c_n];
     for sg in simdgroups(n, tg) {
         let (ds, fs) = (&d[sg[0]..sg[0] + 32], &f[sg[0]..sg[0] + 32]);
@@ -261,7 +260,7 @@ fn quad_and_vote_functions_follow_active_lanes(device: Device) {
          out[i * {C} + 18] = simd_vote(~simd_vote::vote_t(0)).all() ? 1 : 0;\n\
          out[i * {C} + 19] = int(static_cast<quad_vote::vote_t>(quad_vote(0xffu)));\n"
     );
-    let got = run(device, "quad_votes", "", &src, &[("a", &a)], n as u32, tg as u32, C);
+    let got = run(device, "quad_votes", "", &src, &[("a", &a)], (n as u32, tg as u32), C);
     let mut want = vec![Some(SENTINEL); n * C];
     for sg in simdgroups(n, tg) {
         let act: Vec<usize> = sg.iter().copied().filter(|&i| a[i] > 0).collect();
@@ -361,7 +360,7 @@ fn divergent_lanes_meet_where_metal_reconverges(device: Device) {
     let mut rng = Rng::new(304);
     let a = ints(&mut rng, n, -1000, 1000);
     let c = ints(&mut rng, n, 0, 1 << 20);
-    let got = run(device, "convergence", HELPERS, CONVERGENCE, &[("a", &a), ("c", &c)], n as u32, tg as u32, 10);
+    let got = run(device, "convergence", HELPERS, CONVERGENCE, &[("a", &a), ("c", &c)], (n as u32, tg as u32), 10);
     let names = [
         "if",
         "after if",
@@ -441,7 +440,7 @@ fn lambdas_called_from_two_branches_keep_their_lanes_apart(device: Device) {
     let (n, tg) = (96usize, 96usize);
     let mut rng = Rng::new(305);
     let a = ints(&mut rng, n, -1000, 1000);
-    let got = run(device, "lambda_branches", "", src, &[("a", &a)], n as u32, tg as u32, 2);
+    let got = run(device, "lambda_branches", "", src, &[("a", &a)], (n as u32, tg as u32), 2);
     let mut want = vec![None; n * 2];
     for sg in simdgroups(n, tg) {
         for &i in &sg {
