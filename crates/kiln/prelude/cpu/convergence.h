@@ -13,8 +13,10 @@
 //
 // The lowering (source/lower/convergence.rs) writes `LoopScope`s around loops, `CallScope`s at
 // the top of functions that reach SIMD-group functions, a `CallSite` argument at their calls and
-// a site tag at every SIMD-group function call. What it cannot tag keeps an exact identity but
-// no order (see the two special keys); the scheduler then refuses results it cannot vouch for.
+// a site tag at every SIMD-group function call. Calls it cannot tag are told apart by return
+// address and have no order (the two special keys below); the scheduler refuses to combine part
+// of a SIMD-group inside a function called that way, and any lane that arrives at a call its
+// SIMD-group already executed without it (scheduler.h).
 #pragma once
 
 namespace kiln { namespace rt {

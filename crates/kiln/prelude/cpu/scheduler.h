@@ -242,9 +242,11 @@ inline int resolve_collectives(Group& g, Divergence* div, char* text, int text_c
         int at = 0;
         msg_put(text, text_cap, &at, "a SIMD-group function ran on part of a SIMD-group inside the function defined on line ");
         msg_put(text, text_cap, &at, (uint64_t)line, false);
-        msg_put(text, text_cap, &at, ", whose callers the CPU emulator cannot tell apart (it is called through an object, a "
-                                     "lambda, a constructor or a function pointer, or has default arguments, a parameter "
-                                     "pack or a separate declaration), so it cannot tell which lanes Metal would combine");
+        msg_put(text, text_cap, &at, ", whose calls the CPU emulator cannot tell apart by source position (an operator or "
+                                     "constructor, a lambda passed as an argument, a parameter pack, a definition outside "
+                                     "its class or after a separate declaration, or a name the prelude also declares), so it "
+                                     "cannot tell which lanes Metal would combine; call a named function or a lambda bound "
+                                     "to an `auto` variable instead");
         g.fault = text;
         return 2;
       }
