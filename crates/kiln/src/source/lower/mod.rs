@@ -8,6 +8,7 @@
 
 mod convergence;
 mod entry;
+mod functions;
 mod members;
 mod rewrite;
 mod ternary;
