@@ -2,8 +2,9 @@
 // the calling OS thread. A group's threads run either as a plain loop (kernels without barriers
 // or collectives) or as cooperative fibers (one stack each) scheduled round-robin:
 // a barrier releases when every live thread waits at one; a SIMD collective resolves, per
-// simdgroup, for the lanes blocked at the same call site once no thread can run (lanes that
-// returned or took the other branch do not take part). Deterministic by construction.
+// simdgroup, once no thread can run, for the lanes that execute that call together
+// (convergence.h; lanes that returned or took the other branch do not take part).
+// Deterministic by construction.
 #pragma once
 
 namespace kiln { namespace rt {
@@ -24,6 +25,8 @@ struct Fault { const char* msg; };
 
 enum State { RUNNABLE = 0, AT_BARRIER = 1, AT_COLLECTIVE = 2, DONE = 3 };
 const int SLOT_BYTES = 32;
+// The most loops and calls a SIMD-group function may be nested in (see convergence.h).
+const uint32_t POSITION_DEPTH = 32;
 
 // The fields the scheduler touches and those rewritten for every group come first, so that
 // starting a group and switching fibers touch few cache lines per thread.
@@ -44,6 +47,9 @@ struct Thread {
   uint threads_per_simdgroup, thread_execution_width, simdgroups_per_threadgroup;
   uint dispatch_simdgroups_per_threadgroup, quadgroup_index_in_threadgroup, thread_index_in_quadgroup;
   uint quadgroups_per_threadgroup, dispatch_quadgroups_per_threadgroup;
+  // The enclosing loops and calls that lead to SIMD-group functions, outermost first.
+  uint32_t depth;
+  uint64_t path[POSITION_DEPTH];
 };
 
 typedef void (*Body)(Thread&, void* const* buffers, void* const* tg_mem);
@@ -129,9 +135,9 @@ struct View {
 };
 
 // Posts `bytes` and blocks until the collective at `site` resolves. The lowering tags every
-// collective call in the kernel's source with its call site (`pending_site`), so lanes that
-// reach one source call through code the optimiser duplicated still meet; untagged calls
-// (inside the prelude) fall back to the out-of-line function's return address.
+// collective call in the kernel's source with its call site (`pending_site`, see convergence.h),
+// so lanes that reach one source call through code the optimiser duplicated still meet;
+// untagged calls fall back to the out-of-line function's return address.
 __attribute__((noinline)) inline View post_bytes(const void* bytes, unsigned size, const void* site) {
   Current& c = g_cur;
   Thread* t = c.thread;

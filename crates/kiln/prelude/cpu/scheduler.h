@@ -39,6 +39,16 @@ inline void* stack_at(StackSet* set, uint32_t i) {
   return set->stacks[i];
 }
 
+// Per SIMD-group, what the scheduler has resolved without some live lanes: the largest such
+// position and the lanes left out. A left-out lane that later waits at a position up to that
+// one meets a call the others already completed without it: the order of positions did not
+// hold (goto, a barrier in divergent code, or calls in one expression evaluated in another
+// order than the source's), and the result is refused rather than guessed.
+struct Divergence {
+  unsigned left_out;
+  Position furthest;
+};
+
 // Per OS thread: the emulated threads' state.
 struct Worker {
   Thread threads[1024];
@@ -48,6 +58,10 @@ struct Worker {
   // The group shape the shape-dependent fields of threads[0, shaped) were written for.
   uint32_t shape[12];
   uint32_t shaped;
+  // Per SIMD-group of the running group (see resolve_collectives), and the text of a fault that
+  // names a line.
+  Divergence divergence[32];
+  char fault_text[512];
   // A fault on a fiber's guard is handled on an alternate signal stack (the fiber's own has no
   // room left). Threads that have none (those not started by Rust's runtime) get this one.
   void* alt_stack;
@@ -160,29 +174,94 @@ inline void fiber_prepare(Thread& t, Group& g, size_t top_offset) {
 }
 #endif
 
-// Resolves, per simdgroup, the collective of the lowest waiting lane for all lanes waiting at
-// the same site. Returns true when any lane was released.
-inline bool resolve_collectives(Group& g) {
-  bool any = false;
+// Appends `text` (may be null) to the message at `*at`, keeping it NUL-terminated within `cap`.
+inline void msg_put(char* dst, int cap, int* at, const char* text) {
+  for (; text && *text && *at + 1 < cap; ++text) dst[(*at)++] = *text;
+  if (cap > 0) dst[*at < cap ? *at : cap - 1] = 0;
+}
+
+inline void copy_msg(char* dst, int cap, const char* src) {
+  int at = 0;
+  msg_put(dst, cap, &at, src);
+}
+
+// Appends `v` in decimal or hexadecimal (no stdio: its names would share the kernel's global
+// namespace).
+inline void msg_put(char* dst, int cap, int* at, uint64_t v, bool hex) {
+  char text[24];
+  int i = 23;
+  text[i] = 0;
+  const unsigned base = hex ? 16 : 10;
+  do {
+    text[--i] = "0123456789abcdef"[v % base];
+    v /= base;
+  } while (v);
+  msg_put(dst, cap, at, text + i);
+}
+
+const char* const OUT_OF_ORDER =
+    "lanes of a SIMD-group reached a SIMD-group function call that the rest of the SIMD-group had already "
+    "executed without them, so the CPU emulator cannot tell which lanes Metal would combine (control flow it "
+    "does not follow, such as goto, a barrier inside divergent code, or SIMD-group function calls in one "
+    "expression whose evaluation order the C++ compiler chooses)";
+
+// Resolves, per SIMD-group, the collective at the smallest position its waiting lanes hold, for
+// the lanes at that position (see convergence.h). Returns 1 when lanes were released, 0 when
+// none waited, 2 after a fault (in `g.fault`, text in `text`).
+inline int resolve_collectives(Group& g, Divergence* div, char* text, int text_cap) {
+  int any = 0;
   for (int base = 0; base < g.n; base += 32) {
-    const void* site = nullptr;
-    unsigned mask = 0;
-    int end = base + 32 < g.n ? base + 32 : g.n;
+    const int end = base + 32 < g.n ? base + 32 : g.n;
+    Thread* first = nullptr;
+    unsigned mask = 0, live = 0;
     for (int i = base; i < end; ++i) {
       Thread& t = g.threads[i];
+      if (t.state != DONE) live |= 1u << (i - base);
       if (t.state != AT_COLLECTIVE) continue;
-      if (!site) site = t.site;
-      if (t.site == site) mask |= 1u << (i - base);
+      const int c = first ? compare(t, *first) : -1;
+      if (c < 0) {
+        first = &t;
+        mask = 1u << (i - base);
+      } else if (c == 0) {
+        mask |= 1u << (i - base);
+      }
     }
     if (!mask) continue;
-    int sg = base / 32;
+    const int sg = base / 32;
+    Divergence& d = div[sg];
+    Position here;
+    here.set(*first);
+    d.left_out &= live;
+    if ((mask & d.left_out) && compare(*first, d.furthest) <= 0) {
+      g.fault = OUT_OF_ORDER;
+      return 2;
+    }
+    const unsigned out = live & ~mask;
+    if (out) {
+      if (const uint32_t line = here.unknown_call_line()) {
+        int at = 0;
+        msg_put(text, text_cap, &at, "a SIMD-group function ran on part of a SIMD-group inside the function defined on line ");
+        msg_put(text, text_cap, &at, (uint64_t)line, false);
+        msg_put(text, text_cap, &at, ", whose calls the CPU emulator cannot tell apart by source position (an operator or "
+                                     "constructor, a lambda passed as an argument, a parameter pack, a definition outside "
+                                     "its class or after a separate declaration, or a name the prelude also declares), so it "
+                                     "cannot tell which lanes Metal would combine; call a named function or a lambda bound "
+                                     "to an `auto` variable instead");
+        g.fault = text;
+        return 2;
+      }
+      if (!d.left_out || compare(*first, d.furthest) > 0) d.furthest = here;
+      d.left_out |= out;
+    } else if (d.left_out && compare(*first, d.furthest) > 0) {
+      d.left_out = 0;
+    }
     g.active[sg] = mask;
     for (int i = base; i < end; ++i) {
       if (!((mask >> (i - base)) & 1u)) continue;
       __builtin_memcpy(g.snap[sg][i - base], g.threads[i].slot, SLOT_BYTES);
       g.threads[i].state = RUNNABLE;
     }
-    any = true;
+    any = 1;
   }
   return any;
 }
@@ -204,7 +283,7 @@ inline void unwind_all(Group& g) {
   }
 }
 
-inline void run_cooperative(Group& g, StackSet* stacks) {
+inline void run_cooperative(Group& g, StackSet* stacks, Worker& w) {
   for (int i = 0; i < g.n; ++i) {
     Thread& t = g.threads[i];
     t.stack = stack_at(stacks, (uint32_t)i);
@@ -222,7 +301,13 @@ inline void run_cooperative(Group& g, StackSet* stacks) {
       if (g.aborted) { unwind_all(g); return; }
     }
     if (ran) continue;
-    if (resolve_collectives(g)) continue;
+    const int resolved = resolve_collectives(g, w.divergence, w.fault_text, (int)sizeof w.fault_text);
+    if (resolved == 2) {
+      g.aborted = 2;
+      unwind_all(g);
+      return;
+    }
+    if (resolved) continue;
     bool waiting = false;
     for (int i = 0; i < g.n; ++i)
       if (g.threads[i].state == AT_BARRIER) { g.threads[i].state = RUNNABLE; waiting = true; }
@@ -240,17 +325,6 @@ struct LaunchDesc {
   uint32_t tg[3];
   uint32_t groups[3];
 };
-
-// Appends `text` (may be null) to the message at `*at`, keeping it NUL-terminated within `cap`.
-inline void msg_put(char* dst, int cap, int* at, const char* text) {
-  for (; text && *text && *at + 1 < cap; ++text) dst[(*at)++] = *text;
-  if (cap > 0) dst[*at < cap ? *at : cap - 1] = 0;
-}
-
-inline void copy_msg(char* dst, int cap, const char* src) {
-  int at = 0;
-  msg_put(dst, cap, &at, src);
-}
 
 // Runs groups [begin, end) of the linearised group grid. Returns 0, 1 (cancelled) or 2 (fault,
 // message in `msg`).
@@ -332,12 +406,14 @@ inline int run_groups_unprotected(Body body, bool cooperative, const LaunchDesc*
       t.state = RUNNABLE;
       t.site = nullptr;
       t.pending_site = nullptr;
+      t.depth = 0;
       t.stack = nullptr;
       t.started = false;
     }
     g_cur.group = &g;
     if (cooperative) {
-      run_cooperative(g, stacks);
+      for (uint i = 0; i < (n + 31) / 32; ++i) w.divergence[i].left_out = 0;
+      run_cooperative(g, stacks, w);
     } else {
       // Polled per thread: after a checked launch opened a guard, later threads must not keep
       // writing through it.
@@ -469,20 +545,6 @@ static int install_fault_handler() {
     if (st == 2) return 0;
     if (st == 0) return 1;  // the installing thread failed
   }
-}
-
-// Appends `v` in decimal or hexadecimal (no stdio: its names would share the kernel's global
-// namespace).
-inline void msg_put(char* dst, int cap, int* at, uint64_t v, bool hex) {
-  char text[24];
-  int i = 23;
-  text[i] = 0;
-  const unsigned base = hex ? 16 : 10;
-  do {
-    text[--i] = "0123456789abcdef"[v % base];
-    v /= base;
-  } while (v);
-  msg_put(dst, cap, at, text + i);
 }
 
 // Whether `addr` lies in the guard below the calling OS thread's stack or up to 64 MiB under

@@ -7,53 +7,48 @@ namespace metal {
 #define KILN_SIMD_FN template <class T> __attribute__((noinline)) inline
 #define KILN_SITE __builtin_return_address(0)
 
-KILN_SIMD_FN T simd_sum(T v) {
-  kiln::rt::View w = kiln::rt::post(v, KILN_SITE);
-  T s = T(0);
-  for (uint l = 0; l < 32; ++l) if (w.has(l)) s = T(s + w.at<T>(l));
-  return s;
-}
-KILN_SIMD_FN T simd_product(T v) {
-  kiln::rt::View w = kiln::rt::post(v, KILN_SITE);
-  T s = T(1);
-  for (uint l = 0; l < 32; ++l) if (w.has(l)) s = T(s * w.at<T>(l));
-  return s;
-}
-#define KILN_SIMD_FOLD(NAME, EXPR)                                                              \
-  KILN_SIMD_FN T NAME(T v) {                                                                    \
-    kiln::rt::View w = kiln::rt::post(v, KILN_SITE);                                                       \
-    T s = v;                                                                                    \
-    for (uint l = 0; l < 32; ++l) if (w.has(l)) { T a = s, b = w.at<T>(l); s = T(EXPR); }      \
-    return s;                                                                                   \
+// Folds `op` over the lanes of `w` in [from, to) that took part, in lane order, starting from the
+// first of them (so idempotent and non-idempotent operations alike see each value once).
+template <class T, class Op> __attribute__((always_inline)) inline T kiln_fold(const kiln::rt::View& w, uint from, uint to, T none, Op op) {
+  bool have = false;
+  T s = none;
+  for (uint l = from; l < to; ++l) {
+    if (!w.has(l)) continue;
+    T x = w.at<T>(l);
+    s = have ? T(op(s, x)) : x;
+    have = true;
   }
-KILN_SIMD_FOLD(simd_max, max(a, b)) KILN_SIMD_FOLD(simd_min, min(a, b))
-KILN_SIMD_FOLD(simd_and, a & b) KILN_SIMD_FOLD(simd_or, a | b) KILN_SIMD_FOLD(simd_xor, a ^ b)
-#undef KILN_SIMD_FOLD
+  return s;
+}
+struct kiln_add { template <class T> T operator()(T a, T b) const { return a + b; } };
+struct kiln_mul { template <class T> T operator()(T a, T b) const { return a * b; } };
+struct kiln_max { template <class T> T operator()(T a, T b) const { return max(a, b); } };
+struct kiln_min { template <class T> T operator()(T a, T b) const { return min(a, b); } };
+struct kiln_and { template <class T> T operator()(T a, T b) const { return a & b; } };
+struct kiln_or { template <class T> T operator()(T a, T b) const { return a | b; } };
+struct kiln_xor { template <class T> T operator()(T a, T b) const { return a ^ b; } };
 
-KILN_SIMD_FN T simd_prefix_inclusive_sum(T v) {
-  kiln::rt::View w = kiln::rt::post(v, KILN_SITE);
-  T s = T(0);
-  for (uint l = 0; l <= w.lane; ++l) if (w.has(l)) s = T(s + w.at<T>(l));
-  return s;
-}
-KILN_SIMD_FN T simd_prefix_exclusive_sum(T v) {
-  kiln::rt::View w = kiln::rt::post(v, KILN_SITE);
-  T s = T(0);
-  for (uint l = 0; l < w.lane; ++l) if (w.has(l)) s = T(s + w.at<T>(l));
-  return s;
-}
-KILN_SIMD_FN T simd_prefix_inclusive_product(T v) {
-  kiln::rt::View w = kiln::rt::post(v, KILN_SITE);
-  T s = T(1);
-  for (uint l = 0; l <= w.lane; ++l) if (w.has(l)) s = T(s * w.at<T>(l));
-  return s;
-}
-KILN_SIMD_FN T simd_prefix_exclusive_product(T v) {
-  kiln::rt::View w = kiln::rt::post(v, KILN_SITE);
-  T s = T(1);
-  for (uint l = 0; l < w.lane; ++l) if (w.has(l)) s = T(s * w.at<T>(l));
-  return s;
-}
+// Reductions over the SIMD-group (lanes 0..31) and prefixes over the lanes below the caller;
+// an empty prefix is the operation's identity.
+#define KILN_SIMD_REDUCE(NAME, OP)                                                              \
+  KILN_SIMD_FN T NAME(T v) {                                                                    \
+    kiln::rt::View w = kiln::rt::post(v, KILN_SITE);                                            \
+    return kiln_fold(w, 0, 32, v, OP());                                                        \
+  }
+KILN_SIMD_REDUCE(simd_sum, kiln_add) KILN_SIMD_REDUCE(simd_product, kiln_mul)
+KILN_SIMD_REDUCE(simd_max, kiln_max) KILN_SIMD_REDUCE(simd_min, kiln_min)
+KILN_SIMD_REDUCE(simd_and, kiln_and) KILN_SIMD_REDUCE(simd_or, kiln_or) KILN_SIMD_REDUCE(simd_xor, kiln_xor)
+#undef KILN_SIMD_REDUCE
+#define KILN_SIMD_PREFIX(NAME, OP, IDENTITY, INCLUSIVE)                                         \
+  KILN_SIMD_FN T NAME(T v) {                                                                    \
+    kiln::rt::View w = kiln::rt::post(v, KILN_SITE);                                            \
+    return kiln_fold(w, 0, w.lane + (INCLUSIVE), T(IDENTITY), OP());                            \
+  }
+KILN_SIMD_PREFIX(simd_prefix_inclusive_sum, kiln_add, 0, 1)
+KILN_SIMD_PREFIX(simd_prefix_exclusive_sum, kiln_add, 0, 0)
+KILN_SIMD_PREFIX(simd_prefix_inclusive_product, kiln_mul, 1, 1)
+KILN_SIMD_PREFIX(simd_prefix_exclusive_product, kiln_mul, 1, 0)
+#undef KILN_SIMD_PREFIX
 
 // Shuffles: one posted record per lane holding the value and the lane it wants to read.
 template <class T> struct kiln_shuffle_rec { T v; int src; };
@@ -63,6 +58,7 @@ template <class T> __attribute__((always_inline)) inline T kiln_shuffle(T v, int
   if (src < 0 || !w.has((uint)src)) return v;
   return w.at<kiln_shuffle_rec<T>>((uint)src).v;
 }
+inline uint kiln_lane() { return kiln::rt::g_cur.thread->thread_index_in_simdgroup; }
 template <class T, class I> __attribute__((noinline)) inline T simd_shuffle(T v, I lane) {
   return kiln_shuffle(v, (int)lane, KILN_SITE);
 }
@@ -70,20 +66,20 @@ template <class T, class I> __attribute__((noinline)) inline T simd_broadcast(T 
   return kiln_shuffle(v, (int)lane, KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T simd_shuffle_up(T v, I delta) {
-  return kiln_shuffle(v, (int)kiln::rt::g_cur.thread->thread_index_in_simdgroup - (int)delta, KILN_SITE);
+  return kiln_shuffle(v, (int)kiln_lane() - (int)delta, KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T simd_shuffle_down(T v, I delta) {
-  int src = (int)kiln::rt::g_cur.thread->thread_index_in_simdgroup + (int)delta;
+  int src = (int)kiln_lane() + (int)delta;
   return kiln_shuffle(v, src >= 32 ? -1 : src, KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T simd_shuffle_xor(T v, I mask) {
-  return kiln_shuffle(v, (int)((kiln::rt::g_cur.thread->thread_index_in_simdgroup ^ (uint)mask) & 31u), KILN_SITE);
+  return kiln_shuffle(v, (int)((kiln_lane() ^ (uint)mask) & 31u), KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T simd_shuffle_rotate_down(T v, I delta) {
-  return kiln_shuffle(v, (int)((kiln::rt::g_cur.thread->thread_index_in_simdgroup + (uint)delta) & 31u), KILN_SITE);
+  return kiln_shuffle(v, (int)((kiln_lane() + (uint)delta) & 31u), KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T simd_shuffle_rotate_up(T v, I delta) {
-  return kiln_shuffle(v, (int)((kiln::rt::g_cur.thread->thread_index_in_simdgroup - (uint)delta) & 31u), KILN_SITE);
+  return kiln_shuffle(v, (int)((kiln_lane() - (uint)delta) & 31u), KILN_SITE);
 }
 KILN_SIMD_FN T simd_broadcast_first(T v) {
   kiln::rt::View w = kiln::rt::post(v, KILN_SITE);
@@ -91,22 +87,63 @@ KILN_SIMD_FN T simd_broadcast_first(T v) {
   return v;
 }
 
+// Shuffle and fill (MSL 6.9.2): the group splits into vectors of `modulo` lanes; lane j of a
+// vector reads `data` from lane j - delta (up) or j + delta (down) of its vector, and where that
+// falls outside the vector, `filling_data` from the lane it wraps around to.
+template <class T> struct kiln_fill_rec { T data, fill; };
+template <class T> __attribute__((always_inline)) inline T kiln_shuffle_fill(T data, T fill, uint lane, int delta, uint modulo,
+                                                                           const void* site) {
+  kiln_fill_rec<T> r{data, fill};
+  kiln::rt::View w = kiln::rt::post(r, site);
+  const int m = (int)modulo;
+  const int base = (int)lane - (int)lane % m, j = (int)lane % m + delta;
+  const uint src = (uint)(base + ((j % m) + m) % m);
+  if (!w.has(src)) return data;
+  const kiln_fill_rec<T> got = w.at<kiln_fill_rec<T>>(src);
+  return j >= 0 && j < m ? got.data : got.fill;
+}
+// A modulo that is not 2, 4, 8, 16 or 32 (quads: 2 or 4) is undefined in Metal; here it is the
+// whole group.
+inline uint kiln_modulo(uint m, uint width) { return m == 2 || m == 4 || m == 8 || m == 16 || m == 32 ? (m > width ? width : m) : width; }
+template <class T> struct kiln_same { typedef T type; };
+template <class T, class I>
+__attribute__((noinline)) inline T simd_shuffle_and_fill_up(T data, typename kiln_same<T>::type fill, I delta) {
+  return kiln_shuffle_fill(data, fill, kiln_lane(), -(int)(uint)delta, 32, KILN_SITE);
+}
+template <class T, class I, class M>
+__attribute__((noinline)) inline T simd_shuffle_and_fill_up(T data, typename kiln_same<T>::type fill, I delta, M modulo) {
+  return kiln_shuffle_fill(data, fill, kiln_lane(), -(int)(uint)delta, kiln_modulo((uint)modulo, 32), KILN_SITE);
+}
+template <class T, class I>
+__attribute__((noinline)) inline T simd_shuffle_and_fill_down(T data, typename kiln_same<T>::type fill, I delta) {
+  return kiln_shuffle_fill(data, fill, kiln_lane(), (int)(uint)delta, 32, KILN_SITE);
+}
+template <class T, class I, class M>
+__attribute__((noinline)) inline T simd_shuffle_and_fill_down(T data, typename kiln_same<T>::type fill, I delta, M modulo) {
+  return kiln_shuffle_fill(data, fill, kiln_lane(), (int)(uint)delta, kiln_modulo((uint)modulo, 32), KILN_SITE);
+}
+
+// Votes (MSL 6.9.2): bit i is lane i. all() and any() read the bits of the SIMD-group's 32 lanes,
+// whichever lanes are active: simd_ballot(e).all() is true only when every lane was active and
+// voted true.
 struct simd_vote {
   typedef ulong vote_t;
+  explicit constexpr simd_vote(vote_t bits = 0) : v(bits) {}
+  explicit constexpr operator vote_t() const { return v; }
+  constexpr bool all() const { return (v & 0xffffffffull) == 0xffffffffull; }
+  constexpr bool any() const { return (v & 0xffffffffull) != 0; }
+ private:
   vote_t v;
-  explicit operator vote_t() const { return v; }
-  bool all() const { return v == 0xffffffffull; }
-  bool any() const { return v != 0; }
 };
 __attribute__((noinline)) inline simd_vote simd_ballot(bool b) {
   kiln::rt::View w = kiln::rt::post(b, KILN_SITE);
   ulong m = 0;
   for (uint l = 0; l < 32; ++l) if (w.has(l) && w.at<bool>(l)) m |= 1ul << l;
-  return simd_vote{m};
+  return simd_vote(m);
 }
 __attribute__((noinline)) inline simd_vote simd_active_threads_mask() {
   kiln::rt::View w = kiln::rt::post(true, KILN_SITE);
-  return simd_vote{(ulong)w.mask};
+  return simd_vote((ulong)w.mask);
 }
 __attribute__((noinline)) inline bool simd_all(bool b) {
   kiln::rt::View w = kiln::rt::post(b, KILN_SITE);
@@ -120,43 +157,113 @@ __attribute__((noinline)) inline bool simd_any(bool b) {
 }
 __attribute__((noinline)) inline bool simd_is_first() {
   kiln::rt::View w = kiln::rt::post(true, KILN_SITE);
-  for (uint l = 0; l < 32; ++l) if (w.has(l)) return l == w.lane;
-  return false;
+  return (w.mask & ((2u << w.lane) - 1u)) == (1u << w.lane);
 }
+inline bool simd_is_helper_thread() { return false; }
 
-// Quad-groups: runs of 4 lanes inside the simdgroup.
-#define KILN_QUAD_FOLD(NAME, INIT, EXPR)                                                        \
+// Quad-groups: runs of 4 lanes inside the SIMD-group (quad lane = lane % 4), with the same
+// active-lane rules.
+#define KILN_QUAD_REDUCE(NAME, OP)                                                              \
   KILN_SIMD_FN T NAME(T v) {                                                                    \
-    kiln::rt::View w = kiln::rt::post(v, KILN_SITE);                                                       \
-    T s = INIT;                                                                                 \
-    uint q = w.lane & ~3u;                                                                      \
-    for (uint l = q; l < q + 4; ++l) if (w.has(l)) { T a = s, b = w.at<T>(l); s = T(EXPR); }    \
-    return s;                                                                                   \
+    kiln::rt::View w = kiln::rt::post(v, KILN_SITE);                                            \
+    return kiln_fold(w, w.lane & ~3u, (w.lane & ~3u) + 4, v, OP());                             \
   }
-KILN_QUAD_FOLD(quad_sum, T(0), a + b) KILN_QUAD_FOLD(quad_product, T(1), a * b)
-KILN_QUAD_FOLD(quad_max, v, max(a, b)) KILN_QUAD_FOLD(quad_min, v, min(a, b))
-KILN_QUAD_FOLD(quad_and, v, a & b) KILN_QUAD_FOLD(quad_or, v, a | b) KILN_QUAD_FOLD(quad_xor, v, a ^ b)
-#undef KILN_QUAD_FOLD
+KILN_QUAD_REDUCE(quad_sum, kiln_add) KILN_QUAD_REDUCE(quad_product, kiln_mul)
+KILN_QUAD_REDUCE(quad_max, kiln_max) KILN_QUAD_REDUCE(quad_min, kiln_min)
+KILN_QUAD_REDUCE(quad_and, kiln_and) KILN_QUAD_REDUCE(quad_or, kiln_or) KILN_QUAD_REDUCE(quad_xor, kiln_xor)
+#undef KILN_QUAD_REDUCE
+#define KILN_QUAD_PREFIX(NAME, OP, IDENTITY, INCLUSIVE)                                         \
+  KILN_SIMD_FN T NAME(T v) {                                                                    \
+    kiln::rt::View w = kiln::rt::post(v, KILN_SITE);                                            \
+    return kiln_fold(w, w.lane & ~3u, w.lane + (INCLUSIVE), T(IDENTITY), OP());                 \
+  }
+KILN_QUAD_PREFIX(quad_prefix_inclusive_sum, kiln_add, 0, 1)
+KILN_QUAD_PREFIX(quad_prefix_exclusive_sum, kiln_add, 0, 0)
+KILN_QUAD_PREFIX(quad_prefix_inclusive_product, kiln_mul, 1, 1)
+KILN_QUAD_PREFIX(quad_prefix_exclusive_product, kiln_mul, 1, 0)
+#undef KILN_QUAD_PREFIX
+// The SIMD lane of quad lane `q` (taken modulo 4) of the caller's quad.
+inline int kiln_quad_lane(uint q) { return (int)((kiln_lane() & ~3u) + (q & 3u)); }
 template <class T, class I> __attribute__((noinline)) inline T quad_shuffle(T v, I lane) {
-  return kiln_shuffle(v, (int)((kiln::rt::g_cur.thread->thread_index_in_simdgroup & ~3u) + ((uint)lane & 3u)), KILN_SITE);
+  return kiln_shuffle(v, kiln_quad_lane((uint)lane), KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T quad_broadcast(T v, I lane) {
-  return kiln_shuffle(v, (int)((kiln::rt::g_cur.thread->thread_index_in_simdgroup & ~3u) + ((uint)lane & 3u)), KILN_SITE);
+  return kiln_shuffle(v, kiln_quad_lane((uint)lane), KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T quad_shuffle_xor(T v, I mask) {
-  uint me = kiln::rt::g_cur.thread->thread_index_in_simdgroup;
-  return kiln_shuffle(v, (int)((me & ~3u) + ((me ^ (uint)mask) & 3u)), KILN_SITE);
+  return kiln_shuffle(v, kiln_quad_lane((kiln_lane() ^ (uint)mask) & 3u), KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T quad_shuffle_down(T v, I delta) {
-  uint me = kiln::rt::g_cur.thread->thread_index_in_simdgroup;
-  uint src = (me & 3u) + (uint)delta;
-  return kiln_shuffle(v, src >= 4 ? -1 : (int)((me & ~3u) + src), KILN_SITE);
+  uint src = (kiln_lane() & 3u) + (uint)delta;
+  return kiln_shuffle(v, src >= 4 ? -1 : kiln_quad_lane(src), KILN_SITE);
 }
 template <class T, class I> __attribute__((noinline)) inline T quad_shuffle_up(T v, I delta) {
-  uint me = kiln::rt::g_cur.thread->thread_index_in_simdgroup;
-  int src = (int)(me & 3u) - (int)delta;
-  return kiln_shuffle(v, src < 0 ? -1 : (int)((me & ~3u) + (uint)src), KILN_SITE);
+  int src = (int)(kiln_lane() & 3u) - (int)delta;
+  return kiln_shuffle(v, src < 0 ? -1 : kiln_quad_lane((uint)src), KILN_SITE);
 }
+template <class T, class I> __attribute__((noinline)) inline T quad_shuffle_rotate_down(T v, I delta) {
+  return kiln_shuffle(v, kiln_quad_lane(kiln_lane() + (uint)delta), KILN_SITE);
+}
+template <class T, class I> __attribute__((noinline)) inline T quad_shuffle_rotate_up(T v, I delta) {
+  return kiln_shuffle(v, kiln_quad_lane(kiln_lane() - (uint)delta), KILN_SITE);
+}
+KILN_SIMD_FN T quad_broadcast_first(T v) {
+  kiln::rt::View w = kiln::rt::post(v, KILN_SITE);
+  for (uint l = w.lane & ~3u; l < (w.lane & ~3u) + 4; ++l) if (w.has(l)) return w.at<T>(l);
+  return v;
+}
+template <class T, class I>
+__attribute__((noinline)) inline T quad_shuffle_and_fill_up(T data, typename kiln_same<T>::type fill, I delta) {
+  return kiln_shuffle_fill(data, fill, kiln_lane(), -(int)(uint)delta, 4, KILN_SITE);
+}
+template <class T, class I, class M>
+__attribute__((noinline)) inline T quad_shuffle_and_fill_up(T data, typename kiln_same<T>::type fill, I delta, M modulo) {
+  return kiln_shuffle_fill(data, fill, kiln_lane(), -(int)(uint)delta, kiln_modulo((uint)modulo, 4), KILN_SITE);
+}
+template <class T, class I>
+__attribute__((noinline)) inline T quad_shuffle_and_fill_down(T data, typename kiln_same<T>::type fill, I delta) {
+  return kiln_shuffle_fill(data, fill, kiln_lane(), (int)(uint)delta, 4, KILN_SITE);
+}
+template <class T, class I, class M>
+__attribute__((noinline)) inline T quad_shuffle_and_fill_down(T data, typename kiln_same<T>::type fill, I delta, M modulo) {
+  return kiln_shuffle_fill(data, fill, kiln_lane(), (int)(uint)delta, kiln_modulo((uint)modulo, 4), KILN_SITE);
+}
+// Bit i is quad lane i; the constructor keeps the four bottom bits (MSL 6.9.3).
+struct quad_vote {
+  typedef unsigned vote_t;
+  explicit constexpr quad_vote(vote_t bits = 0) : v(bits & 0xfu) {}
+  explicit constexpr operator vote_t() const { return v; }
+  constexpr bool all() const { return v == 0xfu; }
+  constexpr bool any() const { return v != 0; }
+ private:
+  vote_t v;
+};
+inline unsigned kiln_quad_bits(unsigned simd_bits, uint lane) { return (simd_bits >> (lane & ~3u)) & 0xfu; }
+__attribute__((noinline)) inline quad_vote quad_ballot(bool b) {
+  kiln::rt::View w = kiln::rt::post(b, KILN_SITE);
+  unsigned m = 0;
+  for (uint l = 0; l < 32; ++l) if (w.has(l) && w.at<bool>(l)) m |= 1u << l;
+  return quad_vote(kiln_quad_bits(m, w.lane));
+}
+__attribute__((noinline)) inline quad_vote quad_active_threads_mask() {
+  kiln::rt::View w = kiln::rt::post(true, KILN_SITE);
+  return quad_vote(kiln_quad_bits(w.mask, w.lane));
+}
+__attribute__((noinline)) inline bool quad_all(bool b) {
+  kiln::rt::View w = kiln::rt::post(b, KILN_SITE);
+  for (uint l = w.lane & ~3u; l < (w.lane & ~3u) + 4; ++l) if (w.has(l) && !w.at<bool>(l)) return false;
+  return true;
+}
+__attribute__((noinline)) inline bool quad_any(bool b) {
+  kiln::rt::View w = kiln::rt::post(b, KILN_SITE);
+  for (uint l = w.lane & ~3u; l < (w.lane & ~3u) + 4; ++l) if (w.has(l) && w.at<bool>(l)) return true;
+  return false;
+}
+__attribute__((noinline)) inline bool quad_is_first() {
+  kiln::rt::View w = kiln::rt::post(true, KILN_SITE);
+  return (kiln_quad_bits(w.mask, w.lane) & ((2u << (w.lane & 3u)) - 1u)) == (1u << (w.lane & 3u));
+}
+inline bool quad_is_helper_thread() { return false; }
 #undef KILN_SIMD_FN
 #undef KILN_SITE
 }  // namespace metal
@@ -262,12 +369,14 @@ __attribute__((noinline)) inline void simdgroup_multiply(simdgroup_matrix<TD, 8,
 }  // namespace metal
 
 // Source call sites: the lowering passes `kiln::site_tag<N>{}` as the first argument of every
-// collective written in the kernel's source; the overloads below mark the thread's next post
-// with a per-site address and call the collective itself.
+// SIMD-group function called in the kernel's source, N the position of the call (see
+// convergence.h); the overloads below mark the thread's next post with it and call the function
+// itself. Code the optimiser duplicates keeps the tag, so its lanes still meet.
 namespace kiln {
 template <int S> struct site_tag {};
-template <int S> inline const char site_marker = 0;
-template <int S> __attribute__((always_inline)) inline void at_site() { rt::g_cur.thread->pending_site = &site_marker<S>; }
+template <int S> __attribute__((always_inline)) inline void at_site() {
+  rt::g_cur.thread->pending_site = (const void*)(rt::TAGGED_SITE | (uintptr_t)S);
+}
 }  // namespace kiln
 
 namespace metal {
@@ -283,13 +392,20 @@ KILN_SITED(simd_prefix_inclusive_sum) KILN_SITED(simd_prefix_exclusive_sum)
 KILN_SITED(simd_prefix_inclusive_product) KILN_SITED(simd_prefix_exclusive_product)
 KILN_SITED(simd_shuffle) KILN_SITED(simd_shuffle_down) KILN_SITED(simd_shuffle_up) KILN_SITED(simd_shuffle_xor)
 KILN_SITED(simd_shuffle_rotate_down) KILN_SITED(simd_shuffle_rotate_up)
+KILN_SITED(simd_shuffle_and_fill_down) KILN_SITED(simd_shuffle_and_fill_up)
 KILN_SITED(simd_broadcast) KILN_SITED(simd_broadcast_first)
 KILN_SITED(simd_ballot) KILN_SITED(simd_all) KILN_SITED(simd_any) KILN_SITED(simd_is_first)
 KILN_SITED(simd_active_threads_mask)
 KILN_SITED(quad_sum) KILN_SITED(quad_product) KILN_SITED(quad_max) KILN_SITED(quad_min)
 KILN_SITED(quad_and) KILN_SITED(quad_or) KILN_SITED(quad_xor)
+KILN_SITED(quad_prefix_inclusive_sum) KILN_SITED(quad_prefix_exclusive_sum)
+KILN_SITED(quad_prefix_inclusive_product) KILN_SITED(quad_prefix_exclusive_product)
 KILN_SITED(quad_shuffle) KILN_SITED(quad_shuffle_down) KILN_SITED(quad_shuffle_up) KILN_SITED(quad_shuffle_xor)
-KILN_SITED(quad_broadcast)
+KILN_SITED(quad_shuffle_rotate_down) KILN_SITED(quad_shuffle_rotate_up)
+KILN_SITED(quad_shuffle_and_fill_down) KILN_SITED(quad_shuffle_and_fill_up)
+KILN_SITED(quad_broadcast) KILN_SITED(quad_broadcast_first)
+KILN_SITED(quad_ballot) KILN_SITED(quad_all) KILN_SITED(quad_any) KILN_SITED(quad_is_first)
+KILN_SITED(quad_active_threads_mask)
 KILN_SITED(simdgroup_barrier) KILN_SITED(simdgroup_multiply) KILN_SITED(simdgroup_multiply_accumulate)
 #undef KILN_SITED
 }  // namespace metal

@@ -135,80 +135,175 @@ template <class T, class I> KILN_HD T simd_shuffle_rotate_down(T v, I delta) {
 template <class T, class I> KILN_HD T simd_shuffle_rotate_up(T v, I delta) {
   return kiln::shfl(__activemask(), v, static_cast<int>((kiln::lane_id() - static_cast<unsigned>(delta)) & 31u));
 }
-template <class T, class I> KILN_HD T simd_shuffle_and_fill_down(T v, T fill, I delta) {
-  unsigned src = kiln::lane_id() + static_cast<unsigned>(delta);
-  T got = kiln::shfl(__activemask(), v, static_cast<int>(src & 31u));
-  return src < 32u ? got : fill;
+}  // namespace metal
+
+// Shuffle and fill (MSL 6.9.2): the group splits into vectors of `modulo` lanes; lane j of a
+// vector reads `data` from lane j - delta (up) or j + delta (down) of its vector, and where that
+// falls outside the vector, `filling_data` from the lane it wraps around to. A modulo that is
+// not 2, 4, 8, 16 or 32 (quads: 2 or 4) is undefined in Metal; here it is the whole group.
+namespace kiln {
+template <class T> struct same { typedef T type; };
+KILN_HD unsigned fill_modulo(unsigned m, unsigned width) {
+  return m == 2u || m == 4u || m == 8u || m == 16u || m == 32u ? (m > width ? width : m) : width;
 }
-template <class T, class I> KILN_HD T simd_shuffle_and_fill_up(T v, T fill, I delta) {
-  int src = static_cast<int>(kiln::lane_id()) - static_cast<int>(delta);
-  T got = kiln::shfl(__activemask(), v, src & 31);
-  return src >= 0 ? got : fill;
+template <class T> KILN_HD T shuffle_fill(T data, T fill, int delta, unsigned modulo) {
+  unsigned mask = __activemask();
+  const int m = static_cast<int>(modulo);
+  const int lane = static_cast<int>(lane_id());
+  const int base = lane - lane % m, j = lane % m + delta;
+  const int src = base + ((j % m) + m) % m;
+  const bool ok = (mask >> src) & 1u;
+  T got_data = shfl(mask, data, ok ? src : lane);
+  T got_fill = shfl(mask, fill, ok ? src : lane);
+  if (!ok) return data;
+  return j >= 0 && j < m ? got_data : got_fill;
+}
+}  // namespace kiln
+
+namespace metal {
+template <class T, class I> KILN_HD T simd_shuffle_and_fill_up(T data, typename kiln::same<T>::type fill, I delta) {
+  return kiln::shuffle_fill(data, fill, -static_cast<int>(static_cast<unsigned>(delta)), 32u);
+}
+template <class T, class I, class M>
+KILN_HD T simd_shuffle_and_fill_up(T data, typename kiln::same<T>::type fill, I delta, M modulo) {
+  return kiln::shuffle_fill(data, fill, -static_cast<int>(static_cast<unsigned>(delta)),
+                            kiln::fill_modulo(static_cast<unsigned>(modulo), 32u));
+}
+template <class T, class I> KILN_HD T simd_shuffle_and_fill_down(T data, typename kiln::same<T>::type fill, I delta) {
+  return kiln::shuffle_fill(data, fill, static_cast<int>(static_cast<unsigned>(delta)), 32u);
+}
+template <class T, class I, class M>
+KILN_HD T simd_shuffle_and_fill_down(T data, typename kiln::same<T>::type fill, I delta, M modulo) {
+  return kiln::shuffle_fill(data, fill, static_cast<int>(static_cast<unsigned>(delta)),
+                            kiln::fill_modulo(static_cast<unsigned>(modulo), 32u));
 }
 
+// Votes (MSL 6.9.2): bit i is lane i. all() and any() read the bits of the SIMD-group's 32 lanes,
+// whichever lanes are active: simd_ballot(e).all() is true only when every lane was active and
+// voted true.
 struct simd_vote {
-  unsigned long long v;
-  KILN_HD explicit operator unsigned long long() const { return v; }
-  KILN_HD bool all() const { return static_cast<unsigned>(v) == __activemask(); }
-  KILN_HD bool any() const { return v != 0; }
+  typedef ulong vote_t;
+  explicit constexpr KILN_HD simd_vote(vote_t bits = 0) : v(bits) {}
+  explicit constexpr KILN_HD operator vote_t() const { return v; }
+  constexpr KILN_HD bool all() const { return (v & 0xfffffffful) == 0xfffffffful; }
+  constexpr KILN_HD bool any() const { return (v & 0xfffffffful) != 0; }
+ private:
+  vote_t v;
 };
-KILN_HD simd_vote simd_ballot(bool p) { return simd_vote{__ballot_sync(__activemask(), p)}; }
+KILN_HD simd_vote simd_ballot(bool p) { return simd_vote(__ballot_sync(__activemask(), p)); }
+KILN_HD simd_vote simd_active_threads_mask() { return simd_vote(__activemask()); }
 KILN_HD bool simd_all(bool p) { return __all_sync(__activemask(), p); }
 KILN_HD bool simd_any(bool p) { return __any_sync(__activemask(), p); }
 KILN_HD bool simd_is_first() { return static_cast<int>(kiln::lane_id()) == __ffs(__activemask()) - 1; }
 KILN_HD bool simd_is_helper_thread() { return false; }
+}  // namespace metal
 
-// Quad groups: 4 consecutive lanes.
-template <class T> KILN_HD T quad_sum(T v) {
+// Quad groups: 4 consecutive lanes (quad lane = lane % 4), with the same active-lane rules.
+namespace kiln {
+KILN_HD unsigned quad_base() { return lane_id() & ~3u; }
+// The active lanes of the caller's quad, as bits of the SIMD-group.
+KILN_HD unsigned quad_active(unsigned mask) { return mask & (0xfu << quad_base()); }
+// Folds `op` over the active lanes of the caller's quad below SIMD lane `end`, in lane order;
+// `none` when there are none.
+template <class T, class Op> KILN_HD T quad_fold(T v, T none, unsigned end, Op op) {
   unsigned mask = __activemask();
-  unsigned base = kiln::lane_id() & ~3u;
-  T acc = v;
+  unsigned below = end >= 32u ? 0xffffffffu : ((1u << end) - 1u);
+  T acc = none;
   bool have = false;
-  for (unsigned i = 0; i < 4; ++i) {
-    if (!(mask & (1u << (base + i)))) continue;
-    T x = kiln::shfl(mask, v, static_cast<int>(base + i));
-    acc = have ? acc + x : x;
+  for (unsigned l = quad_base(); l < quad_base() + 4u; ++l) {
+    bool active = (mask >> l) & 1u;
+    T x = shfl(mask, v, static_cast<int>(active ? l : lane_id()));
+    if (!active || !((below >> l) & 1u)) continue;
+    acc = have ? op(acc, x) : x;
     have = true;
   }
   return acc;
 }
-template <class T> KILN_HD T quad_max(T v) {
+// Reads `v` from SIMD lane `src`, or keeps the caller's own value where `src` is not active.
+template <class T> KILN_HD T quad_read(T v, int src) {
   unsigned mask = __activemask();
-  unsigned base = kiln::lane_id() & ~3u;
-  T acc = v;
-  for (unsigned i = 0; i < 4; ++i) {
-    if (mask & (1u << (base + i))) acc = metal::max(acc, kiln::shfl(mask, v, static_cast<int>(base + i)));
-  }
-  return acc;
+  bool ok = src >= 0 && ((mask >> src) & 1u);
+  return shfl(mask, v, ok ? src : static_cast<int>(lane_id()));
 }
-template <class T> KILN_HD T quad_min(T v) {
-  unsigned mask = __activemask();
-  unsigned base = kiln::lane_id() & ~3u;
-  T acc = v;
-  for (unsigned i = 0; i < 4; ++i) {
-    if (mask & (1u << (base + i))) acc = metal::min(acc, kiln::shfl(mask, v, static_cast<int>(base + i)));
-  }
-  return acc;
+}  // namespace kiln
+
+namespace metal {
+template <class T> KILN_HD T quad_sum(T v) { return kiln::quad_fold(v, v, 32u, kiln::Add()); }
+template <class T> KILN_HD T quad_product(T v) { return kiln::quad_fold(v, v, 32u, kiln::Mul()); }
+template <class T> KILN_HD T quad_max(T v) { return kiln::quad_fold(v, v, 32u, kiln::Max()); }
+template <class T> KILN_HD T quad_min(T v) { return kiln::quad_fold(v, v, 32u, kiln::Min()); }
+template <class T> KILN_HD T quad_and(T v) { return kiln::quad_fold(v, v, 32u, kiln::And()); }
+template <class T> KILN_HD T quad_or(T v) { return kiln::quad_fold(v, v, 32u, kiln::Or()); }
+template <class T> KILN_HD T quad_xor(T v) { return kiln::quad_fold(v, v, 32u, kiln::Xor()); }
+template <class T> KILN_HD T quad_prefix_inclusive_sum(T v) { return kiln::quad_fold(v, T(0), kiln::lane_id() + 1u, kiln::Add()); }
+template <class T> KILN_HD T quad_prefix_exclusive_sum(T v) { return kiln::quad_fold(v, T(0), kiln::lane_id(), kiln::Add()); }
+template <class T> KILN_HD T quad_prefix_inclusive_product(T v) {
+  return kiln::quad_fold(v, T(1), kiln::lane_id() + 1u, kiln::Mul());
 }
+template <class T> KILN_HD T quad_prefix_exclusive_product(T v) { return kiln::quad_fold(v, T(1), kiln::lane_id(), kiln::Mul()); }
+
 template <class T, class I> KILN_HD T quad_shuffle(T v, I lane) {
-  return kiln::shfl(__activemask(), v, static_cast<int>((kiln::lane_id() & ~3u) | (static_cast<unsigned>(lane) & 3u)));
+  return kiln::quad_read(v, static_cast<int>(kiln::quad_base() | (static_cast<unsigned>(lane) & 3u)));
 }
 template <class T, class I> KILN_HD T quad_broadcast(T v, I lane) { return quad_shuffle(v, lane); }
 template <class T, class I> KILN_HD T quad_shuffle_xor(T v, I m) {
-  return kiln::shfl(__activemask(), v, static_cast<int>(kiln::lane_id() ^ (static_cast<unsigned>(m) & 3u)));
+  return kiln::quad_read(v, static_cast<int>(kiln::lane_id() ^ (static_cast<unsigned>(m) & 3u)));
 }
 template <class T, class I> KILN_HD T quad_shuffle_down(T v, I delta) {
-  unsigned mask = __activemask();
   unsigned q = (kiln::lane_id() & 3u) + static_cast<unsigned>(delta);
-  unsigned src = kiln::lane_id() + static_cast<unsigned>(delta);
-  bool ok = q < 4u && ((mask >> src) & 1u);
-  return kiln::shfl(mask, v, static_cast<int>(ok ? src : kiln::lane_id()));
+  return kiln::quad_read(v, q < 4u ? static_cast<int>(kiln::quad_base() + q) : -1);
 }
 template <class T, class I> KILN_HD T quad_shuffle_up(T v, I delta) {
-  unsigned mask = __activemask();
   int q = static_cast<int>(kiln::lane_id() & 3u) - static_cast<int>(delta);
-  int src = static_cast<int>(kiln::lane_id()) - static_cast<int>(delta);
-  bool ok = q >= 0 && ((mask >> src) & 1u);
-  return kiln::shfl(mask, v, ok ? src : static_cast<int>(kiln::lane_id()));
+  return kiln::quad_read(v, q >= 0 ? static_cast<int>(kiln::quad_base()) + q : -1);
 }
+template <class T, class I> KILN_HD T quad_shuffle_rotate_down(T v, I delta) {
+  return kiln::quad_read(v, static_cast<int>(kiln::quad_base() + ((kiln::lane_id() + static_cast<unsigned>(delta)) & 3u)));
+}
+template <class T, class I> KILN_HD T quad_shuffle_rotate_up(T v, I delta) {
+  return kiln::quad_read(v, static_cast<int>(kiln::quad_base() + ((kiln::lane_id() - static_cast<unsigned>(delta)) & 3u)));
+}
+template <class T> KILN_HD T quad_broadcast_first(T v) {
+  unsigned mask = __activemask();
+  return kiln::shfl(mask, v, __ffs(kiln::quad_active(mask)) - 1);
+}
+template <class T, class I> KILN_HD T quad_shuffle_and_fill_up(T data, typename kiln::same<T>::type fill, I delta) {
+  return kiln::shuffle_fill(data, fill, -static_cast<int>(static_cast<unsigned>(delta)), 4u);
+}
+template <class T, class I, class M>
+KILN_HD T quad_shuffle_and_fill_up(T data, typename kiln::same<T>::type fill, I delta, M modulo) {
+  return kiln::shuffle_fill(data, fill, -static_cast<int>(static_cast<unsigned>(delta)),
+                            kiln::fill_modulo(static_cast<unsigned>(modulo), 4u));
+}
+template <class T, class I> KILN_HD T quad_shuffle_and_fill_down(T data, typename kiln::same<T>::type fill, I delta) {
+  return kiln::shuffle_fill(data, fill, static_cast<int>(static_cast<unsigned>(delta)), 4u);
+}
+template <class T, class I, class M>
+KILN_HD T quad_shuffle_and_fill_down(T data, typename kiln::same<T>::type fill, I delta, M modulo) {
+  return kiln::shuffle_fill(data, fill, static_cast<int>(static_cast<unsigned>(delta)),
+                            kiln::fill_modulo(static_cast<unsigned>(modulo), 4u));
+}
+
+// Bit i is quad lane i; the constructor keeps the four bottom bits (MSL 6.9.3).
+struct quad_vote {
+  typedef unsigned vote_t;
+  explicit constexpr KILN_HD quad_vote(vote_t bits = 0) : v(bits & 0xfu) {}
+  explicit constexpr KILN_HD operator vote_t() const { return v; }
+  constexpr KILN_HD bool all() const { return v == 0xfu; }
+  constexpr KILN_HD bool any() const { return v != 0; }
+ private:
+  vote_t v;
+};
+KILN_HD quad_vote quad_ballot(bool p) { return quad_vote((__ballot_sync(__activemask(), p) >> kiln::quad_base()) & 0xfu); }
+KILN_HD quad_vote quad_active_threads_mask() { return quad_vote((__activemask() >> kiln::quad_base()) & 0xfu); }
+KILN_HD bool quad_all(bool p) {
+  unsigned mask = __activemask();
+  return (~__ballot_sync(mask, p) & kiln::quad_active(mask)) == 0u;
+}
+KILN_HD bool quad_any(bool p) {
+  unsigned mask = __activemask();
+  return (__ballot_sync(mask, p) & kiln::quad_active(mask)) != 0u;
+}
+KILN_HD bool quad_is_first() { return static_cast<int>(kiln::lane_id()) == __ffs(kiln::quad_active(__activemask())) - 1; }
+KILN_HD bool quad_is_helper_thread() { return false; }
 }  // namespace metal

@@ -35,6 +35,7 @@ pub const COMMON_PRELUDE: [(&str, &str); 11] = [
 pub const MLX_UTILS: &str = include_str!("../../prelude/common/mlx_utils.h");
 const CPU_CONFIG: &str = include_str!("../../prelude/cpu/config.h");
 const CPU_RUNTIME: &str = include_str!("../../prelude/cpu/runtime.h");
+const CPU_CONVERGENCE: &str = include_str!("../../prelude/cpu/convergence.h");
 const CPU_SIMD: &str = include_str!("../../prelude/cpu/simd.h");
 const CPU_SCHEDULER: &str = include_str!("../../prelude/cpu/scheduler.h");
 
@@ -62,6 +63,7 @@ pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Resul
         push_header(&mut out, name, text);
     }
     push_header(&mut out, "cpu/runtime.h", CPU_RUNTIME);
+    push_header(&mut out, "cpu/convergence.h", CPU_CONVERGENCE);
     push_header(&mut out, "cpu/simd.h", CPU_SIMD);
     out.push_str("using namespace metal;\n");
     if matches!(program.kind, ProgramKind::MlxBody | ProgramKind::MlxBodyGenericPointers) {

@@ -9,7 +9,9 @@
 //! everything else is left to the target's prelude. What cannot be lowered faithfully (a host
 //! name defined twice, overloads that differ only in address spaces) is refused by name.
 
+mod convergence;
 mod entry;
+mod functions;
 mod members;
 mod overloads;
 pub mod preprocess;

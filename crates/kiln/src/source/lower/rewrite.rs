@@ -26,7 +26,7 @@ const STANDARD_ATTRS: [&str; 5] = ["maybe_unused", "fallthrough", "nodiscard", "
 /// Operators after a swizzle that make it a write (`v.xy = ...`, `c.bgr *= ...`).
 /// The collectives whose calls carry a `kiln::site_tag` on the CPU (the overloads in
 /// prelude/cpu/simd.h, `KILN_SITED`).
-pub const SITED_COLLECTIVES: [&str; 39] = [
+pub const SITED_COLLECTIVES: [&str; 55] = [
     "simd_sum",
     "simd_product",
     "simd_max",
@@ -44,6 +44,8 @@ pub const SITED_COLLECTIVES: [&str; 39] = [
     "simd_shuffle_xor",
     "simd_shuffle_rotate_down",
     "simd_shuffle_rotate_up",
+    "simd_shuffle_and_fill_down",
+    "simd_shuffle_and_fill_up",
     "simd_broadcast",
     "simd_broadcast_first",
     "simd_ballot",
@@ -58,11 +60,25 @@ pub const SITED_COLLECTIVES: [&str; 39] = [
     "quad_and",
     "quad_or",
     "quad_xor",
+    "quad_prefix_inclusive_sum",
+    "quad_prefix_exclusive_sum",
+    "quad_prefix_inclusive_product",
+    "quad_prefix_exclusive_product",
     "quad_shuffle",
     "quad_shuffle_down",
     "quad_shuffle_up",
     "quad_shuffle_xor",
+    "quad_shuffle_rotate_down",
+    "quad_shuffle_rotate_up",
+    "quad_shuffle_and_fill_down",
+    "quad_shuffle_and_fill_up",
     "quad_broadcast",
+    "quad_broadcast_first",
+    "quad_ballot",
+    "quad_all",
+    "quad_any",
+    "quad_is_first",
+    "quad_active_threads_mask",
     "simdgroup_barrier",
     "simdgroup_multiply",
     "simdgroup_multiply_accumulate",
@@ -118,6 +134,10 @@ pub fn rewrite(program: &MetalProgram, source: &str, target: LowerTarget) -> Res
         next_site: 0,
     };
     rw.run()?;
+    if target == LowerTarget::Cpu {
+        let kernels = rw.kernels.keys().cloned().collect();
+        super::convergence::instrument(&rw.toks, &rw.sig, &mut rw.out, &kernels)?;
+    }
     let cooperative = rw.toks.iter().any(|t| t.kind == Kind::Ident && is_cooperative(&t.text));
     Ok(Rewritten { code: rw.out.concat(), entries: rw.entries, cooperative })
 }
@@ -266,10 +286,11 @@ impl Rewriter<'_> {
                     _ => {}
                 },
                 Kind::Ident if self.is_sited_collective(k, in_function) => {
-                    // The `(` keeps its token kind, so the bracket count below still sees it.
+                    // The `(` keeps its token kind, so the bracket count below still sees it. The
+                    // tag is the call's closing parenthesis, a position (see convergence.rs).
                     let sep = if self.tok_is(k + 2, ")") { "" } else { ", " };
-                    self.set(k + 1, format!("(kiln::site_tag<{}>{{}}{sep}", self.next_site));
-                    self.next_site += 1;
+                    let site = self.matching(k + 1).unwrap_or(k + 1);
+                    self.set(k + 1, format!("(kiln::site_tag<{site}>{{}}{sep}"));
                 }
                 Kind::Ident if !prev_member => match t.text.as_str() {
                     "kernel" if !in_function => {
