@@ -74,14 +74,9 @@ union f32_bits { float f; uint u; };
 KILN_HD inline uint f2u(float f) { f32_bits b; b.f = f; return b.u; }
 KILN_HD inline float u2f(uint u) { f32_bits b; b.u = u; return b.f; }
 
-// IEEE binary16 from binary32, round to nearest even, with subnormals, infinities and NaN.
-KILN_HD inline ushort f32_to_f16(float f) {
-#ifdef KILN_HW_F16
-  ushort r;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
-  return r;
-#else
-  uint x = f2u(f);
+// IEEE binary16 from the bits of a binary32, round to nearest even, with subnormals,
+// infinities and NaN (the software conversion, also usable in constant evaluation).
+KILN_HD constexpr ushort f32_bits_to_f16(uint x) {
   uint sign = (x >> 16) & 0x8000u;
   uint exp = (x >> 23) & 0xffu;
   uint man = x & 0x7fffffu;
@@ -102,6 +97,16 @@ KILN_HD inline ushort f32_to_f16(float f) {
   uint rem = man & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
   return (ushort)h;
+}
+
+// IEEE binary16 from binary32, round to nearest even, with subnormals, infinities and NaN.
+KILN_HD inline ushort f32_to_f16(float f) {
+#ifdef KILN_HW_F16
+  ushort r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  return r;
+#else
+  return f32_bits_to_f16(f2u(f));
 #endif
 }
 
@@ -198,29 +203,7 @@ namespace kiln {
 #endif
 #ifdef KILN_CONST_CVT
 KILN_HD constexpr bool is_constant_evaluated() { return __builtin_is_constant_evaluated(); }
-KILN_HD constexpr ushort f32_to_f16_const(float f) {
-  uint x = __builtin_bit_cast(uint, f);
-  uint sign = (x >> 16) & 0x8000u;
-  uint exp = (x >> 23) & 0xffu;
-  uint man = x & 0x7fffffu;
-  if (exp == 0xffu) return (ushort)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0u));
-  int e = (int)exp - 127 + 15;
-  if (e >= 31) return (ushort)(sign | 0x7c00u);
-  if (e <= 0) {
-    if (e < -10) return (ushort)sign;
-    man |= 0x800000u;
-    uint shift = (uint)(14 - e);
-    uint half_man = man >> shift;
-    uint rem = man & ((1u << shift) - 1u);
-    uint halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (half_man & 1u))) half_man++;
-    return (ushort)(sign | half_man);
-  }
-  uint h = sign | ((uint)e << 10) | (man >> 13);
-  uint rem = man & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
-  return (ushort)h;
-}
+KILN_HD constexpr ushort f32_to_f16_const(float f) { return f32_bits_to_f16(__builtin_bit_cast(uint, f)); }
 KILN_HD constexpr float f16_to_f32_const(ushort h) {
   uint sign = ((uint)h & 0x8000u) << 16;
   uint exp = ((uint)h >> 10) & 0x1fu;
