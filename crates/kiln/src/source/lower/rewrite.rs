@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use super::entry::{join, parse_params};
+use super::functions::Source;
 use super::members::{is_swizzle, swizzle_members};
 use super::tokens::{is_float_literal, Kind, Token};
 use super::{Entry, EntryParam, LowerTarget};
@@ -175,28 +176,7 @@ impl Rewriter<'_> {
 
     /// The position of the token closing the bracket opened at `k`.
     fn matching(&self, k: usize) -> Option<usize> {
-        let (open, close) = match self.tok(k).text.as_str() {
-            "(" => ("(", ")"),
-            "[" => ("[", "]"),
-            "{" => ("{", "}"),
-            _ => return None,
-        };
-        let mut depth = 0;
-        for j in k..self.sig.len() {
-            let t = self.tok(j);
-            if t.kind != Kind::Punct {
-                continue;
-            }
-            if t.text == open {
-                depth += 1;
-            } else if t.text == close {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(j);
-                }
-            }
-        }
-        None
+        Source { toks: &self.toks, sig: &self.sig }.matching(k)
     }
 
     /// The next `;` at bracket depth 0 from `k`.
