@@ -111,8 +111,9 @@ pub fn checked_byte_size(shape: &[usize], dtype: DType) -> Option<usize> {
     checked_size(shape)?.checked_mul(dtype.size()).filter(|&b| b <= isize::MAX as usize)
 }
 
-/// [`checked_byte_size`], or an error of `op` saying that `what` is too large.
-pub(crate) fn byte_size(op: &str, what: &str, shape: &[usize], dtype: DType) -> Result<usize> {
+/// [`checked_byte_size`], or an error of `op` saying that `what` is too large. `what` is only
+/// formatted for the error, so a `format_args!` label costs a call nothing.
+pub(crate) fn byte_size(op: &str, what: impl std::fmt::Display, shape: &[usize], dtype: DType) -> Result<usize> {
     checked_byte_size(shape, dtype).ok_or_else(|| {
         Error::invalid(
             op,

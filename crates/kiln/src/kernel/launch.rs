@@ -227,7 +227,7 @@ impl LaunchSpec {
         check("output_shapes", n_outputs, self.output_shapes.len())?;
         check("output_dtypes", n_outputs, self.output_dtypes.len())?;
         for (k, (shape, &dtype)) in self.output_shapes.iter().zip(&self.output_dtypes).enumerate() {
-            byte_size(op, &format!("output {k}"), shape, dtype)?;
+            byte_size(op, format_args!("output {k}"), shape, dtype)?;
         }
         Ok(())
     }

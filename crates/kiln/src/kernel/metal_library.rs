@@ -138,7 +138,7 @@ impl MetalLibrary {
                 }
                 LibraryArg::Bytes(b) => Binding::Bytes(b.as_slice().into()),
                 LibraryArg::Output { shape, dtype, init_value } => {
-                    byte_size(&op, &format!("output buffer {slot}"), shape, *dtype)?;
+                    byte_size(&op, format_args!("output buffer {slot}"), shape, *dtype)?;
                     Binding::Output(OutputSpec { shape: shape.as_slice().into(), dtype: *dtype, init_value: *init_value })
                 }
             });

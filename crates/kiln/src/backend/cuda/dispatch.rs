@@ -83,25 +83,28 @@ fn chunk(r: Region, out: &mut Regions) {
 }
 
 /// The parameter block shared by every region of one dispatch (`KilnArgs`), on the stack: the
-/// driver copies it at each launch.
+/// driver copies it at each launch. Every field of the layout starts on a 4-byte boundary, so
+/// the block is kept as 32-bit words (little-endian, as the device reads them).
+#[repr(C, align(16))]
 struct ArgsBlock {
-    words: [u64; L::SIZE / 8],
+    words: [u32; L::SIZE / 4],
 }
 
 impl ArgsBlock {
     fn new() -> Self {
-        ArgsBlock { words: [0; L::SIZE / 8] }
+        ArgsBlock { words: [0; L::SIZE / 4] }
     }
     fn bytes_mut(&mut self) -> &mut [u8] {
         bytemuck::cast_slice_mut(&mut self.words)
     }
     fn put_u32s(&mut self, at: usize, v: &[u32]) {
-        for (i, x) in v.iter().enumerate() {
-            self.bytes_mut()[at + 4 * i..at + 4 * i + 4].copy_from_slice(&x.to_le_bytes());
-        }
+        self.words[at / 4..at / 4 + v.len()].copy_from_slice(v);
     }
     fn put_u64(&mut self, at: usize, v: u64) {
-        self.bytes_mut()[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        self.put_u32s(at, &[v as u32, (v >> 32) as u32]);
+    }
+    fn as_param(&mut self) -> *mut std::ffi::c_void {
+        self.words.as_mut_ptr().cast()
     }
 }
 
@@ -229,7 +232,7 @@ impl CudaBackend {
         for r in regions {
             args.put_u32s(L::ORIGIN, &r.origin);
             args.put_u32s(L::REGION, &r.block);
-            let mut params = [args.words.as_mut_ptr() as *mut std::ffi::c_void];
+            let mut params = [args.as_param()];
             // SAFETY: the entry takes one `KilnArgs` by value whose layout `args_layout`
             // mirrors; the driver copies it at the call. Every address in it stays valid until
             // the kernel ends: buffers are freed stream-ordered, after this launch.
