@@ -49,6 +49,29 @@ template <class T, class = typename kiln::enable_if<kiln::is_integral<T>::value>
 KILN_HD inline T abs(T x) { return x < 0 ? T(-x) : x; }
 KILN_VEC_MAP1(abs)
 
+// Metal's math functions take a scalar wherever a vector argument is expected and broadcast it
+// (`pow(c.rgb, gamma)`, `step(0.0, v)`, `fma(v, 0.5f, w)`): these forms make the vector and
+// call the all-vector one.
+#define KILN_BCAST2(NAME)                                                                       \
+  template <class T, int N, class U, class = typename kiln::enable_if<kiln::is_scalar<U>::value>::type> \
+  KILN_HD inline vec<T, N> NAME(const vec<T, N>& a, U b) { return NAME(a, vec<T, N>(b)); }      \
+  template <class T, int N, class U, class = typename kiln::enable_if<kiln::is_scalar<U>::value>::type> \
+  KILN_HD inline vec<T, N> NAME(U a, const vec<T, N>& b) { return NAME(vec<T, N>(a), b); }
+#define KILN_SCALARS(U, W) class = typename kiln::enable_if<kiln::is_scalar<U>::value && kiln::is_scalar<W>::value>::type
+#define KILN_BCAST3(NAME)                                                                       \
+  template <class T, int N, class U, class W, KILN_SCALARS(U, W)>                               \
+  KILN_HD inline vec<T, N> NAME(const vec<T, N>& a, U b, W c) { return NAME(a, vec<T, N>(b), vec<T, N>(c)); } \
+  template <class T, int N, class U, class W, KILN_SCALARS(U, W)>                               \
+  KILN_HD inline vec<T, N> NAME(U a, const vec<T, N>& b, W c) { return NAME(vec<T, N>(a), b, vec<T, N>(c)); } \
+  template <class T, int N, class U, class W, KILN_SCALARS(U, W)>                               \
+  KILN_HD inline vec<T, N> NAME(U a, W b, const vec<T, N>& c) { return NAME(vec<T, N>(a), vec<T, N>(b), c); } \
+  template <class T, int N, class U, KILN_SCALARS(U, U)>                                        \
+  KILN_HD inline vec<T, N> NAME(const vec<T, N>& a, const vec<T, N>& b, U c) { return NAME(a, b, vec<T, N>(c)); } \
+  template <class T, int N, class U, KILN_SCALARS(U, U)>                                        \
+  KILN_HD inline vec<T, N> NAME(const vec<T, N>& a, U b, const vec<T, N>& c) { return NAME(a, vec<T, N>(b), c); } \
+  template <class T, int N, class U, KILN_SCALARS(U, U)>                                        \
+  KILN_HD inline vec<T, N> NAME(U a, const vec<T, N>& b, const vec<T, N>& c) { return NAME(vec<T, N>(a), b, c); }
+
 #define KILN_BINARY(NAME, F)                                                                    \
   KILN_HD inline float NAME(float a, float b) { return F(a, b); }                               \
   KILN_HD inline half NAME(half a, half b) { return half(F((float)a, (float)b)); }              \
@@ -57,7 +80,8 @@ KILN_VEC_MAP1(abs)
     vec<T, N> r;                                                                                \
     for (int i = 0; i < N; ++i) r[i] = NAME(a[i], b[i]);                                        \
     return r;                                                                                   \
-  }
+  }                                                                                             \
+  KILN_BCAST2(NAME)
 KILN_BINARY(pow, powf) KILN_BINARY(powr, powf) KILN_BINARY(atan2, atan2f) KILN_BINARY(fmod, fmodf)
 KILN_BINARY(fmin, fminf) KILN_BINARY(fmax, fmaxf)
 // copysign of half and bfloat on the bits (a NaN's sign included, which CUDA's conversion to
@@ -72,6 +96,7 @@ template <class T, int N> KILN_HD inline vec<T, N> copysign(const vec<T, N>& a, 
   for (int i = 0; i < N; ++i) r[i] = copysign(a[i], b[i]);
   return r;
 }
+KILN_BCAST2(copysign)
 KILN_HD inline float kiln_divide(float a, float b) { return a / b; }
 KILN_HD inline float kiln_step(float e, float x) { return x < e ? 0.0f : 1.0f; }
 KILN_BINARY(divide, kiln_divide) KILN_BINARY(step, kiln_step)
@@ -124,6 +149,7 @@ template <class T> KILN_HD inline T smoothstep(T e0, T e1, T x) {
   T t = clamp((x - e0) / (e1 - e0), 0.0f, 1.0f);
   return t * t * (T(3) - T(2) * t);
 }
+KILN_BCAST3(smoothstep)
 
 template <class T, class = typename kiln::enable_if<kiln::is_scalar<T>::value>::type>
 KILN_HD inline T select(T a, T b, bool c) { return c ? b : a; }

@@ -169,14 +169,16 @@ namespace metal {
     vec<T, N> r;                                                                                \
     for (int i = 0; i < N; ++i) r[i] = NAME(a[i], b[i]);                                        \
     return r;                                                                                   \
-  }
+  }                                                                                             \
+  KILN_BCAST2(NAME)
 #define KILN_FVEC3(NAME)                                                                        \
   template <class T, int N>                                                                     \
   KILN_HD inline vec<T, N> NAME(const vec<T, N>& a, const vec<T, N>& b, const vec<T, N>& c) {   \
     vec<T, N> r;                                                                                \
     for (int i = 0; i < N; ++i) r[i] = NAME(a[i], b[i], c[i]);                                  \
     return r;                                                                                   \
-  }
+  }                                                                                             \
+  KILN_BCAST3(NAME)
 
 // The half and bfloat forms round the double (or float) result once.
 KILN_HD inline float exp10(float x) { return kiln::exp10_f32(x); }
