@@ -12,24 +12,32 @@ use kiln::{Array, DType, Device, LaunchSpec, MetalKernel};
 
 const THREADS: usize = 64;
 
-/// (expression with scalar arguments, the same with every scalar written as a `float4`).
-const FORMS: [(&str, &str); 16] = [
-    ("step(0.0, v)", "step(float4(0.0f), v)"),
-    ("step(v, 0.25f)", "step(v, float4(0.25f))"),
-    ("smoothstep(-1.0f, 1.0f, v)", "smoothstep(float4(-1.0f), float4(1.0f), v)"),
-    ("smoothstep(w, 1.5f, v)", "smoothstep(w, float4(1.5f), v)"),
-    ("fmax(v, 0.0f)", "fmax(v, float4(0.0f))"),
-    ("fmin(0.5f, v)", "fmin(float4(0.5f), v)"),
-    ("pow(abs(v), 2.5f)", "pow(abs(v), float4(2.5f))"),
-    ("float4(pow(abs(v).xyz, 0.5f), 1.0f)", "float4(pow(abs(v).xyz, float3(0.5f)), 1.0f)"),
-    ("fma(v, 0.5f, v)", "fma(v, float4(0.5f), v)"),
-    ("fma(2.0f, v, 1.0f)", "fma(float4(2.0f), v, float4(1.0f))"),
-    ("copysign(1.0f, v)", "copysign(float4(1.0f), v)"),
-    ("atan2(v, 1.0f)", "atan2(v, float4(1.0f))"),
-    ("fmod(v, 0.75f)", "fmod(v, float4(0.75f))"),
-    ("fdim(v, 0.5f)", "fdim(v, float4(0.5f))"),
-    ("fmax3(v, 0.0f, w)", "fmax3(v, float4(0.0f), w)"),
-    ("float4(fma(half4(v), 0.5h, half4(w)))", "float4(fma(half4(v), half4(0.5h), half4(w)))"),
+/// An f64 reference of a form whose result is exact, or one rounding away, in f32, from the
+/// elements of `v` and `w`.
+type Reference = Option<fn(f64, f64) -> f64>;
+
+/// (expression with scalar arguments, the same with every scalar written as a vector, its
+/// reference where it has one).
+const FORMS: [(&str, &str, Reference); 19] = [
+    ("step(0.0, v)", "step(float4(0.0f), v)", Some(|v, _| (v >= 0.0) as u8 as f64)),
+    ("step(v, 0.25f)", "step(v, float4(0.25f))", Some(|v, _| (0.25 >= v) as u8 as f64)),
+    ("smoothstep(-1.0f, 1.0f, v)", "smoothstep(float4(-1.0f), float4(1.0f), v)", None),
+    ("smoothstep(w, 1.5f, v)", "smoothstep(w, float4(1.5f), v)", None),
+    ("fmax(v, 0.0f)", "fmax(v, float4(0.0f))", Some(|v, _| v.max(0.0))),
+    ("fmin(0.5f, v)", "fmin(float4(0.5f), v)", Some(|v, _| v.min(0.5))),
+    ("min(0.5f, v)", "min(float4(0.5f), v)", Some(|v, _| v.min(0.5))),
+    ("clamp(v, w, 1.0f)", "clamp(v, w, float4(1.0f))", Some(|v, w| v.max(w).min(1.0))),
+    ("clamp(v, -0.5f, 0.5f)", "clamp(v, float4(-0.5f), float4(0.5f))", Some(|v, _| v.clamp(-0.5, 0.5))),
+    ("pow(abs(v), 2.5f)", "pow(abs(v), float4(2.5f))", None),
+    ("float4(pow(abs(v).xyz, 0.5f), 1.0f)", "float4(pow(abs(v).xyz, float3(0.5f)), 1.0f)", None),
+    ("fma(v, 0.5f, v)", "fma(v, float4(0.5f), v)", Some(|v, _| v * 1.5)),
+    ("fma(2.0f, v, 1.0f)", "fma(float4(2.0f), v, float4(1.0f))", None),
+    ("copysign(1.0f, v)", "copysign(float4(1.0f), v)", Some(|v, _| 1.0f64.copysign(v))),
+    ("atan2(v, 1.0f)", "atan2(v, float4(1.0f))", None),
+    ("fmod(v, 0.75f)", "fmod(v, float4(0.75f))", Some(|v, _| v % 0.75)),
+    ("fdim(v, 0.5f)", "fdim(v, float4(0.5f))", None),
+    ("fmax3(v, 0.0f, w)", "fmax3(v, float4(0.0f), w)", Some(|v, w| v.max(0.0).max(w))),
+    ("float4(fma(half4(v), 0.5h, half4(w)))", "float4(fma(half4(v), half4(0.5h), half4(w)))", None),
 ];
 
 fn source() -> String {
@@ -39,7 +47,7 @@ fn source() -> String {
          float4 w = float4(y[4 * i], y[4 * i + 1], y[4 * i + 2], y[4 * i + 3]);\n    \
          float4 r;\n",
     );
-    for (k, (scalar, vector)) in FORMS.iter().enumerate() {
+    for (k, (scalar, vector, _)) in FORMS.iter().enumerate() {
         for (out, expr) in [("b", scalar), ("e", vector)] {
             s.push_str(&format!(
                 "    r = {expr};\n    for (uint c = 0; c < 4; ++c) {{ {out}[({k} * {THREADS} + i) * 4 + c] = r[c]; }}\n"
@@ -69,22 +77,6 @@ fn inputs(rng: &mut Rng) -> (Vec<f32>, Vec<f32>) {
     (x, y)
 }
 
-/// f64 references of the forms whose results are exact, or one rounding away, in f32 (index
-/// into `FORMS`).
-fn exact_reference(k: usize, v: f64, w: f64) -> Option<f64> {
-    Some(match k {
-        0 => (v >= 0.0) as u8 as f64,
-        1 => (0.25 >= v) as u8 as f64,
-        4 => v.max(0.0),
-        5 => v.min(0.5),
-        8 => v * 1.5,
-        10 => 1.0f64.copysign(v),
-        12 => v % 0.75,
-        14 => v.max(0.0).max(w),
-        _ => return None,
-    })
-}
-
 fn scalar_arguments_broadcast_like_vectors(device: Device) {
     let rng = &mut Rng::new(71);
     let (x, y) = inputs(rng);
@@ -94,13 +86,13 @@ fn scalar_arguments_broadcast_like_vectors(device: Device) {
     let b = out[0].to_host().unwrap().to_vec::<f32>().unwrap();
     let e = out[1].to_host().unwrap().to_vec::<f32>().unwrap();
     let mut bad = Vec::new();
-    for (k, (scalar, vector)) in FORMS.iter().enumerate() {
+    for (k, (scalar, vector, reference)) in FORMS.iter().enumerate() {
         for j in 0..THREADS * 4 {
             let (got, want) = (b[k * THREADS * 4 + j], e[k * THREADS * 4 + j]);
             if got.is_nan() || got.to_bits() != want.to_bits() {
                 bad.push(format!("{scalar} [{j}]: {got} against {want} from {vector}"));
             }
-            if let Some(r) = exact_reference(k, x[j] as f64, y[j] as f64) {
+            if let Some(r) = reference.map(|f| f(x[j] as f64, y[j] as f64)) {
                 if got != r as f32 {
                     bad.push(format!("{scalar} [{j}]: {got}, reference {r}"));
                 }

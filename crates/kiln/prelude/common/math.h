@@ -131,18 +131,14 @@ template <class T, int N> KILN_HD inline vec<T, N> max(const vec<T, N>& a, const
   for (int i = 0; i < N; ++i) r[i] = T(max(a[i], b[i]));
   return r;
 }
-template <class T, int N, class U, class = typename kiln::enable_if<kiln::is_scalar<U>::value>::type>
-KILN_HD inline vec<T, N> min(const vec<T, N>& a, U b) { return min(a, vec<T, N>(b)); }
-template <class T, int N, class U, class = typename kiln::enable_if<kiln::is_scalar<U>::value>::type>
-KILN_HD inline vec<T, N> max(const vec<T, N>& a, U b) { return max(a, vec<T, N>(b)); }
+KILN_BCAST2(min) KILN_BCAST2(max)
 
 template <class T, class L, class H, class = typename kiln::enable_if<kiln::is_scalar<T>::value>::type>
 KILN_HD inline T clamp(T x, L lo, H hi) { return T(min(max(x, T(lo)), T(hi))); }
 template <class T, int N> KILN_HD inline vec<T, N> clamp(const vec<T, N>& x, const vec<T, N>& lo, const vec<T, N>& hi) {
   return min(max(x, lo), hi);
 }
-template <class T, int N, class U, class = typename kiln::enable_if<kiln::is_scalar<U>::value>::type>
-KILN_HD inline vec<T, N> clamp(const vec<T, N>& x, U lo, U hi) { return min(max(x, vec<T, N>(lo)), vec<T, N>(hi)); }
+KILN_BCAST3(clamp)
 
 template <class T, class U> KILN_HD inline T mix(T a, T b, U t) { return a + (b - a) * t; }
 template <class T> KILN_HD inline T smoothstep(T e0, T e1, T x) {
