@@ -1,7 +1,7 @@
 //! `Array`: a shared buffer plus offset, shape, element strides and dtype. Views (slices with
 //! negative steps, transposes, broadcasts) share the buffer and copy nothing.
 
-mod npy;
+pub(crate) mod npy;
 mod view;
 
 use std::fmt;

@@ -4,6 +4,7 @@
 use toml::Value;
 
 use super::toml_access::{usize_list, Section};
+use crate::array::npy::{read_npy, NpyData};
 use crate::array::{Array, SliceArg};
 use crate::dtype::DType;
 use crate::error::Error;
@@ -16,10 +17,27 @@ pub(crate) const VIEW_KEYS: [&str; 5] = ["file", "dtype", "slice", "transpose", 
 pub(crate) fn load_view(sec: &Section<'_>) -> Result<Array, Error> {
     let rel = sec.req_str("file")?;
     let path = sec.file.parent().map(|d| d.join(rel)).unwrap_or_else(|| rel.into());
-    let mut a = Array::load_npy(&path).map_err(|e| sec.err("file", e.to_string()))?;
-    if let Some(dtype) = sec.dtype("dtype")? {
-        a = a.astype(dtype).map_err(|e| sec.err("dtype", e.to_string()))?;
-    }
+    let cast = sec.dtype("dtype")?;
+    let mut a = match read_npy(&path).map_err(|e| sec.err("file", e.to_string()))? {
+        NpyData::Array(a) => match cast {
+            Some(dtype) => a.astype(dtype).map_err(|e| sec.err("dtype", e.to_string()))?,
+            None => a,
+        },
+        NpyData::Float64 { shape, values } => match cast {
+            // One rounding, from the file's own values.
+            Some(dtype) => Array::from_f64(dtype, &shape, &values).map_err(|e| sec.err("dtype", e.to_string()))?,
+            None => {
+                return Err(sec.err(
+                    "file",
+                    format!(
+                        "{}: holds float64 data, which kiln has no dtype for (Metal has no double); add \
+                         dtype = \"float32\" (or another dtype) to this table to convert it when loading",
+                        path.display()
+                    ),
+                ))
+            }
+        },
+    };
     if let Some(text) = sec.str("slice")? {
         a = index(&a, text).map_err(|msg| sec.err("slice", msg))?;
     }

@@ -135,6 +135,15 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
                 roles.push(Some(Role::Output(n_out)));
                 n_out += 1;
             }
+            Binding::InOut(a) => {
+                let bytes = a.to_contiguous_bytes().map_err(|e| Error::invalid(kernel.clone(), e.to_string()))?;
+                let mut buf = GuardedBuf::filled(kernel, bytes.len(), CANARY)?;
+                let off = buf.data_offset();
+                buf.between_guards()[off..off + bytes.len()].copy_from_slice(&bytes);
+                storage.push(Storage::Guarded(buf));
+                roles.push(Some(Role::Output(n_out)));
+                n_out += 1;
+            }
         }
     }
     // Pointers are taken only now that `storage` no longer grows.
@@ -230,9 +239,13 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
     }
     let mut result = Vec::new();
     for (slot, (binding, s)) in launch.bindings.iter().zip(&mut storage).enumerate() {
-        let Binding::Output(spec) = binding else { continue };
+        let (shape, dtype) = match binding {
+            Binding::Output(spec) => (&spec.shape[..], spec.dtype),
+            Binding::InOut(a) => (a.shape(), a.dtype()),
+            _ => continue,
+        };
         let k = result.len();
-        let n = spec.shape.iter().product::<usize>() * spec.dtype.size();
+        let n = shape.iter().product::<usize>() * dtype.size();
         let Some((before, body, after)) = output_parts(s, n) else { continue };
         let before_hit = before.iter().rposition(|&b| b != CANARY).map(|p| before.len() - p);
         let after_hit = after.iter().position(|&b| b != CANARY).map(|p| p + 1);
@@ -249,7 +262,7 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
                 ),
             });
         }
-        result.push(Array::from_host(HostBuffer::from_bytes(body), spec.dtype, &spec.shape));
+        result.push(Array::from_host(HostBuffer::from_bytes(body), dtype, shape));
     }
     Ok(result)
 }
