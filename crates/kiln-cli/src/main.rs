@@ -113,10 +113,8 @@ fn run(spec: &Path, device: &str, out: &Path, checked: bool, timeout: Option<f64
         ));
     }
     let mut spec = KernelSpec::load(spec)?;
-    match timeout {
-        Some(seconds) => spec = spec.with_timeout(seconds_arg(seconds)?),
-        None if spec.timeout().is_none() => spec = spec.with_timeout(seconds_arg(DEFAULT_TIMEOUT_SECONDS)?),
-        None => {}
+    if let Some(limit) = timeout_override(timeout, spec.timeout())? {
+        spec = spec.with_timeout(limit);
     }
     for warning in spec.warnings()? {
         errln!("warning: {warning}");
@@ -130,9 +128,20 @@ fn run(spec: &Path, device: &str, out: &Path, checked: bool, timeout: Option<f64
     Ok(())
 }
 
+/// The limit that replaces the spec's `timeout` key: the flag when given, else the default when
+/// the spec gives none.
+fn timeout_override(flag: Option<f64>, key: Option<Duration>) -> kiln::Result<Option<Duration>> {
+    match (flag, key) {
+        (Some(seconds), _) => seconds_arg(seconds).map(Some),
+        (None, None) => seconds_arg(DEFAULT_TIMEOUT_SECONDS).map(Some),
+        (None, Some(_)) => Ok(None),
+    }
+}
+
 fn seconds_arg(seconds: f64) -> kiln::Result<Duration> {
-    let invalid = || kiln::Error::invalid("run", format!("--timeout {seconds}: give a number of seconds >= 0 (0: no limit)"));
-    if !(seconds >= 0.0) {
+    let invalid =
+        || kiln::Error::invalid("run", format!("--timeout {seconds}: give a number of seconds >= 0 (0: no limit)"));
+    if seconds.is_nan() || seconds < 0.0 {
         return Err(invalid());
     }
     Duration::try_from_secs_f64(seconds).map_err(|_| invalid())
@@ -181,4 +190,20 @@ fn devices() {
         }
     }
     outln!("best device: {}", backend::best_device());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timeout_flag_overrides_the_key_and_the_default_applies_only_without_both() {
+        let secs = Duration::from_secs_f64;
+        assert_eq!(timeout_override(None, None).unwrap(), Some(secs(60.0)));
+        assert_eq!(timeout_override(None, Some(secs(5.0))).unwrap(), None);
+        assert_eq!(timeout_override(Some(0.25), Some(secs(5.0))).unwrap(), Some(secs(0.25)));
+        assert_eq!(timeout_override(Some(0.0), None).unwrap(), Some(Duration::ZERO));
+        assert!(timeout_override(Some(f64::NAN), None).is_err());
+        assert!(timeout_override(Some(-1.0), None).is_err());
+    }
 }

@@ -43,7 +43,10 @@ pub fn write_outputs(dir: &Path, outputs: &[(String, Array)]) -> kiln::Result<Ve
             } else {
                 format!("already replaced: {}", done.join(", "))
             };
-            return Err(Error::invalid("run", format!("renaming {} to {}: {e} ({msg})", temp.display(), path.display())));
+            return Err(Error::invalid(
+                "run",
+                format!("renaming {} to {}: {e} ({msg})", temp.display(), path.display()),
+            ));
         }
     }
     Ok(finals)

@@ -87,7 +87,7 @@ impl<'a> Section<'a> {
     /// A duration in seconds (integer or float, at least 0; 0 means no limit).
     pub fn seconds(&self, key: &str) -> Result<Option<Duration>, Error> {
         let Some(secs) = self.number(key)? else { return Ok(None) };
-        if !(secs >= 0.0) {
+        if secs.is_nan() || secs < 0.0 {
             return Err(self.err(key, format!("{secs} is not a number of seconds (give one >= 0; 0 means no limit)")));
         }
         Duration::try_from_secs_f64(secs)
