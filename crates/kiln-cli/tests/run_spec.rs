@@ -63,6 +63,11 @@ fn run_writes_inout_buffers_back_and_warns_about_unsaved_ones() {
         let want = f64::from(a) * f64::from(x[i]) + f64::from(y[i]);
         assert!((f64::from(got[i]) - want).abs() <= 1e-6 * want.abs().max(1.0), "{i}: {} vs {want}", got[i]);
     }
+    // Checked mode binds the in/out copy between guard pages: the same result.
+    let checked_dir = dir.join("checked");
+    let out = run_spec(&dir.join("axpy.toml"), &checked_dir, &["--checked"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(Array::load_npy(checked_dir.join("x.npy")).unwrap().to_vec::<f32>().unwrap(), got);
     // The input file is left as it was.
     assert_eq!(Array::load_npy(dir.join("x.npy")).unwrap().to_vec::<f32>().unwrap(), x);
 

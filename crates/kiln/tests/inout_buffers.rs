@@ -224,3 +224,14 @@ fn written_buffers_that_are_not_outputs_are_named_in_a_warning() {
     let spec = KernelSpec::parse(&dir.join("fwht.toml"), &text).unwrap();
     assert_eq!(spec.warnings().unwrap(), Vec::<String>::new());
 }
+
+/// The kernel of the `cuda` variants compiles for sm_90 (no GPU needed).
+#[test]
+fn fwht_kernel_compiles_with_nvrtc() {
+    if !common::nvrtc_or_skip() {
+        return;
+    }
+    let program = MetalLibrary::new("fwht", FWHT).program(&launch(2, 64));
+    let cubin = kiln::backend::cuda::compile_cubin(&program, (9, 0)).unwrap();
+    assert_eq!(&cubin[..4], b"\x7fELF");
+}
