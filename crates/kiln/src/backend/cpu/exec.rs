@@ -136,7 +136,13 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
                 n_out += 1;
             }
             Binding::InOut(a) => {
-                let bytes = a.to_contiguous_bytes().map_err(|e| Error::invalid(kernel.clone(), e.to_string()))?;
+                if a.host_buffer().is_none() {
+                    return Err(Error::invalid(
+                        kernel.clone(),
+                        format!("in/out buffer lives on {}; the CPU backend needs host arrays", a.device()),
+                    ));
+                }
+                let bytes = a.to_contiguous_bytes()?;
                 let mut buf = GuardedBuf::filled(kernel, bytes.len(), CANARY)?;
                 let off = buf.data_offset();
                 buf.between_guards()[off..off + bytes.len()].copy_from_slice(&bytes);
