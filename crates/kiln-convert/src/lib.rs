@@ -62,17 +62,17 @@ impl Format {
     }
 
     /// `x` rounded once to this format.
-    pub fn from_f32(self, x: f32) -> u16 {
-        self.from_ieee(u64::from(x.to_bits()), 23, 8)
+    pub fn round_f32(self, x: f32) -> u16 {
+        self.round_ieee(u64::from(x.to_bits()), 23, 8)
     }
 
     /// `x` rounded once to this format.
-    pub fn from_f64(self, x: f64) -> u16 {
-        self.from_ieee(x.to_bits(), 52, 11)
+    pub fn round_f64(self, x: f64) -> u16 {
+        self.round_ieee(x.to_bits(), 52, 11)
     }
 
     /// The integer `v` rounded once to this format (every `i64` and `u64` fits `i128`).
-    pub fn from_int(self, v: i128) -> u16 {
+    pub fn round_int(self, v: i128) -> u16 {
         // Keep the top 64 bits, ORing what falls off into the lowest (it only acts as sticky bit).
         let mag = v.unsigned_abs();
         let drop = 64u32.saturating_sub(mag.leading_zeros());
@@ -81,7 +81,7 @@ impl Format {
     }
 
     /// A binary interchange value of `man` mantissa and `exp` exponent bits.
-    fn from_ieee(self, bits: u64, man: u32, exp: u32) -> u16 {
+    fn round_ieee(self, bits: u64, man: u32, exp: u32) -> u16 {
         let neg = (bits >> (man + exp)) & 1 == 1;
         let field = ((bits >> man) & ((1 << exp) - 1)) as i32;
         let frac = bits & ((1 << man) - 1);

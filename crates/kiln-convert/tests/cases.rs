@@ -31,26 +31,26 @@ impl Rng {
 
 #[track_caller]
 fn check_f64(f: Format, x: f64) {
-    let (got, want) = (f.from_f64(x), reference::from_f64(f, x));
+    let (got, want) = (f.round_f64(x), reference::from_f64(f, x));
     assert_eq!(got, want, "{f:?} from f64 {x:e} ({:#018x}): {got:#06x}, want {want:#06x}", x.to_bits());
 }
 
 #[track_caller]
 fn check_int(f: Format, v: i128) {
-    let (got, want) = (f.from_int(v), reference::from_int(f, v));
+    let (got, want) = (f.round_int(v), reference::from_int(f, v));
     assert_eq!(got, want, "{f:?} from integer {v}: {got:#06x}, want {want:#06x}");
 }
 
 #[test]
 fn values_just_past_a_midpoint_round_away_from_it() {
     // float32 0x3eaa8003 lies 3 float32 steps above a bfloat16 midpoint.
-    assert_eq!(Format::BF16.from_f32(f32::from_bits(0x3eaa_8003)), 0x3eab);
-    assert_eq!(Format::BF16.from_f64(f64::from(f32::from_bits(0x3eaa_8003))), 0x3eab);
+    assert_eq!(Format::BF16.round_f32(f32::from_bits(0x3eaa_8003)), 0x3eab);
+    assert_eq!(Format::BF16.round_f64(f64::from(f32::from_bits(0x3eaa_8003))), 0x3eab);
     // 1 + 2^-11 is the float16 midpoint above 1; 2^-40 more must round up.
-    assert_eq!(Format::F16.from_f64(1.0 + 2f64.powi(-11) + 2f64.powi(-40)), 0x3c01);
-    assert_eq!(Format::F16.from_f64(1.0 + 2f64.powi(-11)), 0x3c00);
-    assert_eq!(Format::BF16.from_f64(1.0 + 2f64.powi(-8) + 2f64.powi(-40)), 0x3f81);
-    assert_eq!(Format::BF16.from_f64(-(1.0 + 2f64.powi(-8) + 2f64.powi(-40))), 0xbf81);
+    assert_eq!(Format::F16.round_f64(1.0 + 2f64.powi(-11) + 2f64.powi(-40)), 0x3c01);
+    assert_eq!(Format::F16.round_f64(1.0 + 2f64.powi(-11)), 0x3c00);
+    assert_eq!(Format::BF16.round_f64(1.0 + 2f64.powi(-8) + 2f64.powi(-40)), 0x3f81);
+    assert_eq!(Format::BF16.round_f64(-(1.0 + 2f64.powi(-8) + 2f64.powi(-40))), 0xbf81);
 }
 
 // Every midpoint between neighbouring finite values (and the overflow threshold), exactly, one
@@ -78,25 +78,25 @@ fn float64_subnormals_zeros_and_infinities() {
             check_f64(f, x);
             check_f64(f, -x);
         }
-        assert_eq!(f.from_f64(0.0), 0x0000);
-        assert_eq!(f.from_f64(-0.0), 0x8000);
-        assert_eq!(f.from_f64(f64::INFINITY), f.infinity());
-        assert_eq!(f.from_f64(f64::NEG_INFINITY), f.infinity() | 0x8000);
-        assert_eq!(f.from_f64(-5e-324), 0x8000);
+        assert_eq!(f.round_f64(0.0), 0x0000);
+        assert_eq!(f.round_f64(-0.0), 0x8000);
+        assert_eq!(f.round_f64(f64::INFINITY), f.infinity());
+        assert_eq!(f.round_f64(f64::NEG_INFINITY), f.infinity() | 0x8000);
+        assert_eq!(f.round_f64(-5e-324), 0x8000);
     }
     // The smallest float16 subnormal is 2^-24: half of it ties to zero, anything more rounds up.
-    assert_eq!(Format::F16.from_f64(2f64.powi(-25)), 0x0000);
-    assert_eq!(Format::F16.from_f64(next_up(2f64.powi(-25))), 0x0001);
-    assert_eq!(Format::F16.from_f64(3.0 * 2f64.powi(-25)), 0x0002);
-    assert_eq!(Format::BF16.from_f64(2f64.powi(-134)), 0x0000);
-    assert_eq!(Format::BF16.from_f64(next_up(2f64.powi(-134))), 0x0001);
+    assert_eq!(Format::F16.round_f64(2f64.powi(-25)), 0x0000);
+    assert_eq!(Format::F16.round_f64(next_up(2f64.powi(-25))), 0x0001);
+    assert_eq!(Format::F16.round_f64(3.0 * 2f64.powi(-25)), 0x0002);
+    assert_eq!(Format::BF16.round_f64(2f64.powi(-134)), 0x0000);
+    assert_eq!(Format::BF16.round_f64(next_up(2f64.powi(-134))), 0x0001);
     // The largest subnormal rounds up into the smallest normal.
-    assert_eq!(Format::F16.from_f64(2f64.powi(-14) - 2f64.powi(-26)), 0x0400);
+    assert_eq!(Format::F16.round_f64(2f64.powi(-14) - 2f64.powi(-26)), 0x0400);
     // float16 overflows at 65520, bfloat16 at (2 - 2^-8) 2^127.
-    assert_eq!(Format::F16.from_f64(next_down(65520.0)), 0x7bff);
-    assert_eq!(Format::F16.from_f64(65520.0), 0x7c00);
-    assert_eq!(Format::BF16.from_f64(next_down((2.0 - 2f64.powi(-8)) * 2f64.powi(127))), 0x7f7f);
-    assert_eq!(Format::BF16.from_f64((2.0 - 2f64.powi(-8)) * 2f64.powi(127)), 0x7f80);
+    assert_eq!(Format::F16.round_f64(next_down(65520.0)), 0x7bff);
+    assert_eq!(Format::F16.round_f64(65520.0), 0x7c00);
+    assert_eq!(Format::BF16.round_f64(next_down((2.0 - 2f64.powi(-8)) * 2f64.powi(127))), 0x7f7f);
+    assert_eq!(Format::BF16.round_f64((2.0 - 2f64.powi(-8)) * 2f64.powi(127)), 0x7f80);
 }
 
 #[test]
@@ -131,28 +131,28 @@ fn nan_keeps_its_sign_and_is_quiet() {
     ];
     for (bits, h, b) in cases {
         let x = f32::from_bits(bits);
-        assert_eq!(Format::F16.from_f32(x), h, "float16 from {bits:#010x}");
-        assert_eq!(Format::BF16.from_f32(x), b, "bfloat16 from {bits:#010x}");
+        assert_eq!(Format::F16.round_f32(x), h, "float16 from {bits:#010x}");
+        assert_eq!(Format::BF16.round_f32(x), b, "bfloat16 from {bits:#010x}");
         // The same NaN as f64 (payload left-aligned) gives the same bits.
         let wide = (u64::from(bits >> 31) << 63) | 0x7ff0_0000_0000_0000 | (u64::from(bits & 0x7f_ffff) << 29);
-        assert_eq!(Format::F16.from_f64(f64::from_bits(wide)), h, "float16 from f64 {wide:#018x}");
-        assert_eq!(Format::BF16.from_f64(f64::from_bits(wide)), b, "bfloat16 from f64 {wide:#018x}");
+        assert_eq!(Format::F16.round_f64(f64::from_bits(wide)), h, "float16 from f64 {wide:#018x}");
+        assert_eq!(Format::BF16.round_f64(f64::from_bits(wide)), b, "bfloat16 from f64 {wide:#018x}");
     }
-    assert_eq!(Format::F16.from_f64(f64::from_bits(0x7ff0_0000_0000_0001)), 0x7e00);
+    assert_eq!(Format::F16.round_f64(f64::from_bits(0x7ff0_0000_0000_0001)), 0x7e00);
 }
 
 #[test]
 fn integers_round_once_from_their_exact_value() {
     // 2^60 + 2^52 + 1 lies just above a bfloat16 midpoint; through f64 it would be the midpoint
     // itself and round down to 2^60.
-    assert_eq!(Format::BF16.from_int((1 << 60) + (1 << 52) + 1), 0x5d81);
-    assert_eq!(Format::BF16.from_int(-((1 << 60) + (1 << 52) + 1)), 0xdd81);
-    assert_eq!(Format::BF16.from_int((1 << 60) + (1 << 52)), 0x5d80);
-    assert_eq!(Format::F16.from_int(65519), 0x7bff);
-    assert_eq!(Format::F16.from_int(65520), 0x7c00);
-    assert_eq!(Format::F16.from_int(2049), 0x6800); // tie between 2048 and 2050: even
-    assert_eq!(Format::F16.from_int(2051), 0x6802);
-    assert_eq!(Format::F16.from_int(0), 0);
+    assert_eq!(Format::BF16.round_int((1 << 60) + (1 << 52) + 1), 0x5d81);
+    assert_eq!(Format::BF16.round_int(-((1 << 60) + (1 << 52) + 1)), 0xdd81);
+    assert_eq!(Format::BF16.round_int((1 << 60) + (1 << 52)), 0x5d80);
+    assert_eq!(Format::F16.round_int(65519), 0x7bff);
+    assert_eq!(Format::F16.round_int(65520), 0x7c00);
+    assert_eq!(Format::F16.round_int(2049), 0x6800); // tie between 2048 and 2050: even
+    assert_eq!(Format::F16.round_int(2051), 0x6802);
+    assert_eq!(Format::F16.round_int(0), 0);
     let edges = [i128::from(i64::MIN), i128::from(i64::MAX), i128::from(u64::MAX), i128::MAX, i128::MIN, 1 << 24];
     let mut rng = Rng(11);
     for f in FORMATS {

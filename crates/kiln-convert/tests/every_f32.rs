@@ -21,7 +21,7 @@ fn check_magnitudes(f: Format, first: u32, last: u32) -> (u64, Vec<String>) {
             sweep.round(f64::from(x))
         };
         for (pattern, want) in [(bits, want), (bits | 0x8000_0000, want | 0x8000)] {
-            let got = f.from_f32(f32::from_bits(pattern));
+            let got = f.round_f32(f32::from_bits(pattern));
             if got != want {
                 count += 1;
                 if shown.len() < 8 {

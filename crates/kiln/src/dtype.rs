@@ -175,8 +175,8 @@ pub fn f64_to_element_bytes(value: f64, dtype: DType) -> Vec<u8> {
         DType::I16 => (value as i16).write_le(&mut out),
         DType::I32 => (value as i32).write_le(&mut out),
         DType::I64 => (value as i64).write_le(&mut out),
-        DType::F16 => Format::F16.from_f64(value).write_le(&mut out),
-        DType::BF16 => Format::BF16.from_f64(value).write_le(&mut out),
+        DType::F16 => Format::F16.round_f64(value).write_le(&mut out),
+        DType::BF16 => Format::BF16.round_f64(value).write_le(&mut out),
         DType::F32 => (value as f32).write_le(&mut out),
     }
     out
@@ -186,8 +186,8 @@ pub fn f64_to_element_bytes(value: f64, dtype: DType) -> Vec<u8> {
 /// float32's own bits; other dtypes as [`f64_to_element_bytes`] (the f64 holds it exactly).
 pub fn f32_to_element_bytes(value: f32, dtype: DType) -> Vec<u8> {
     match dtype {
-        DType::F16 => Format::F16.from_f32(value).to_le_bytes().to_vec(),
-        DType::BF16 => Format::BF16.from_f32(value).to_le_bytes().to_vec(),
+        DType::F16 => Format::F16.round_f32(value).to_le_bytes().to_vec(),
+        DType::BF16 => Format::BF16.round_f32(value).to_le_bytes().to_vec(),
         DType::F32 => value.to_le_bytes().to_vec(),
         _ => f64_to_element_bytes(f64::from(value), dtype),
     }
@@ -208,8 +208,8 @@ pub fn int_to_element_bytes(value: i128, dtype: DType) -> Vec<u8> {
         DType::I16 => (value as i16).write_le(&mut out),
         DType::I32 => (value as i32).write_le(&mut out),
         DType::I64 => (value as i64).write_le(&mut out),
-        DType::F16 => Format::F16.from_int(value).write_le(&mut out),
-        DType::BF16 => Format::BF16.from_int(value).write_le(&mut out),
+        DType::F16 => Format::F16.round_int(value).write_le(&mut out),
+        DType::BF16 => Format::BF16.round_int(value).write_le(&mut out),
         // Rust's integer-to-float `as` rounds once to nearest even.
         DType::F32 => (value as f32).write_le(&mut out),
     }

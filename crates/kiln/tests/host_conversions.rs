@@ -149,7 +149,9 @@ fn astype_from_64_bit_integers_rounds_once() {
     let vs = integer_cases(&mut Rng::new(2502));
     let signed = Array::from_vec(&[vs.len()], vs.clone()).unwrap();
     let unsigned = Array::from_vec(&[vs.len()], vs.iter().map(|&v| v as u64).collect()).unwrap();
-    let sources: [(&Array, fn(i64) -> i128); 2] = [(&signed, |v| i128::from(v)), (&unsigned, |v| i128::from(v as u64))];
+    // Each source array with the integer its elements hold.
+    type Value = fn(i64) -> i128;
+    let sources: [(&Array, Value); 2] = [(&signed, |v| i128::from(v)), (&unsigned, |v| i128::from(v as u64))];
     for (a, value) in sources {
         for dtype in [DType::F16, DType::BF16] {
             let want: Vec<u16> = vs.iter().map(|&v| reference::from_int(format(dtype), value(v))).collect();
