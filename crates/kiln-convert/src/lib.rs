@@ -62,16 +62,19 @@ impl Format {
     }
 
     /// `x` rounded once to this format.
+    #[inline]
     pub fn round_f32(self, x: f32) -> u16 {
         self.round_ieee(u64::from(x.to_bits()), 23, 8)
     }
 
     /// `x` rounded once to this format.
+    #[inline]
     pub fn round_f64(self, x: f64) -> u16 {
         self.round_ieee(x.to_bits(), 52, 11)
     }
 
     /// The integer `v` rounded once to this format (every `i64` and `u64` fits `i128`).
+    #[inline]
     pub fn round_int(self, v: i128) -> u16 {
         // Keep the top 64 bits, ORing what falls off into the lowest (it only acts as sticky bit).
         let mag = v.unsigned_abs();
@@ -81,6 +84,7 @@ impl Format {
     }
 
     /// A binary interchange value of `man` mantissa and `exp` exponent bits.
+    #[inline]
     fn round_ieee(self, bits: u64, man: u32, exp: u32) -> u16 {
         let neg = (bits >> (man + exp)) & 1 == 1;
         let field = ((bits >> man) & ((1 << exp) - 1)) as i32;
@@ -97,6 +101,7 @@ impl Format {
     }
 
     /// `±mag · 2^exp` rounded to nearest even.
+    #[inline]
     fn round(self, neg: bool, mag: u64, exp: i32) -> u16 {
         let sign = if neg { 0x8000 } else { 0 };
         if mag == 0 {
