@@ -16,6 +16,7 @@
 //! so a carry out of the mantissa lands in the exponent (and past the largest finite in infinity).
 
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 /// A 16-bit floating-point format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
