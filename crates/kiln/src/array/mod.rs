@@ -12,7 +12,7 @@ pub use view::SliceArg;
 use smallvec::SmallVec;
 
 use crate::device::{Device, DeviceBuffer};
-use crate::dtype::{element_bytes_to_f64, f64_to_element_bytes, DType, Element};
+use crate::dtype::{convert_element_bytes, element_bytes_to_f64, f64_to_element_bytes, DType, Element};
 use crate::error::{Error, Result};
 
 /// A shape: extents per axis, outermost first (inline up to four axes, so arrays of up to
@@ -364,25 +364,19 @@ impl Array {
         Ok(bytes.chunks_exact(self.dtype.size()).map(|c| element_bytes_to_f64(c, self.dtype)).collect())
     }
 
-    /// Converts to `dtype` with a numeric cast (float to bfloat16/float16 rounds to nearest
-    /// even); always returns a new row-contiguous host array.
+    /// Converts to `dtype` with a numeric cast that rounds at most once, from each element's
+    /// exact value (float to float16/bfloat16 to nearest even, float to integer toward zero with
+    /// saturation, integer to integer wrapping); always returns a new row-contiguous host array.
     pub fn astype(&self, dtype: DType) -> Result<Array> {
         if dtype == self.dtype {
             return self.to_row_contiguous();
         }
-        let values = self.to_f64_vec()?;
-        // f64 holds every value of every source dtype except 64-bit ints past 2^53; cast those
-        // through integers so they stay exact.
-        if matches!(self.dtype, DType::I64 | DType::U64) && !dtype.is_float() {
-            let bytes = self.to_contiguous_bytes()?;
-            let mut out = Vec::with_capacity(self.size() * dtype.size());
-            for c in bytes.chunks_exact(8) {
-                let v = if self.dtype == DType::I64 { i64::read_le(c) as i128 } else { u64::read_le(c) as i128 };
-                out.extend(int_to_element_bytes(v, dtype));
-            }
-            return Array::from_bytes(dtype, &self.shape, &out);
+        let bytes = self.to_contiguous_bytes()?;
+        let mut out = Vec::with_capacity(self.size() * dtype.size());
+        for c in bytes.chunks_exact(self.dtype.size()) {
+            out.extend(convert_element_bytes(c, self.dtype, dtype));
         }
-        Array::from_f64(dtype, &self.shape, &values)
+        Array::from_bytes(dtype, &self.shape, &out)
     }
 
     fn require_host(&self, what: &str) -> Result<&HostBuffer> {
@@ -397,23 +391,6 @@ impl Array {
     pub(crate) fn with_view(&self, offset: usize, shape: impl Into<Shape>, strides: impl Into<Strides>) -> Array {
         Array { storage: self.storage.clone(), offset, shape: shape.into(), strides: strides.into(), dtype: self.dtype }
     }
-}
-
-fn int_to_element_bytes(v: i128, dtype: DType) -> Vec<u8> {
-    let mut out = Vec::new();
-    match dtype {
-        DType::Bool => (v != 0).write_le(&mut out),
-        DType::U8 => (v as u8).write_le(&mut out),
-        DType::U16 => (v as u16).write_le(&mut out),
-        DType::U32 => (v as u32).write_le(&mut out),
-        DType::U64 => (v as u64).write_le(&mut out),
-        DType::I8 => (v as i8).write_le(&mut out),
-        DType::I16 => (v as i16).write_le(&mut out),
-        DType::I32 => (v as i32).write_le(&mut out),
-        DType::I64 => (v as i64).write_le(&mut out),
-        DType::F16 | DType::BF16 | DType::F32 => return f64_to_element_bytes(v as f64, dtype),
-    }
-    out
 }
 
 impl fmt::Debug for Array {

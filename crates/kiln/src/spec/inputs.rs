@@ -105,13 +105,8 @@ pub(crate) fn load_input(sec: &Section<'_>) -> Result<KernelInput, Error> {
         return match sec.dtype("dtype")? {
             None => Ok(input),
             Some(dtype) => {
-                let f = match value {
-                    Value::Boolean(b) => *b as u8 as f64,
-                    Value::Integer(i) => *i as f64,
-                    Value::Float(f) => *f,
-                    _ => 0.0,
-                };
-                let a = Array::from_f64(dtype, &[], &[f]).map_err(|e| sec.err("scalar", e.to_string()))?;
+                let a = Array::from_bytes(dtype, &[], &number_bytes(value, dtype))
+                    .map_err(|e| sec.err("scalar", e.to_string()))?;
                 Ok(KernelInput::Array(a))
             }
         };
@@ -123,22 +118,17 @@ pub(crate) fn load_input(sec: &Section<'_>) -> Result<KernelInput, Error> {
 /// `values = [...]` with an optional `dtype` (inferred like scalars: bool, int32, float32).
 pub(crate) fn load_values(sec: &Section<'_>) -> Result<Array, Error> {
     let items = sec.array("values")?;
-    let mut values = Vec::with_capacity(items.len());
     let (mut any_float, mut all_bool) = (false, !items.is_empty());
     for (i, item) in items.iter().enumerate() {
-        values.push(match item {
-            Value::Integer(n) => {
-                all_bool = false;
-                *n as f64
-            }
-            Value::Float(f) => {
+        match item {
+            Value::Integer(_) => all_bool = false,
+            Value::Float(_) => {
                 any_float = true;
                 all_bool = false;
-                *f
             }
-            Value::Boolean(b) => *b as u8 as f64,
+            Value::Boolean(_) => {}
             v => return Err(sec.err(&format!("values[{i}]"), format!("expected a number, found {}", v.type_str()))),
-        });
+        }
     }
     let dtype = match sec.dtype("dtype")? {
         Some(d) => d,
@@ -146,7 +136,8 @@ pub(crate) fn load_values(sec: &Section<'_>) -> Result<Array, Error> {
         None if any_float => DType::F32,
         None => DType::I32,
     };
-    Array::from_f64(dtype, &[values.len()], &values).map_err(|e| sec.err("values", e.to_string()))
+    let bytes: Vec<u8> = items.iter().flat_map(|item| number_bytes(item, dtype)).collect();
+    Array::from_bytes(dtype, &[items.len()], &bytes).map_err(|e| sec.err("values", e.to_string()))
 }
 
 /// `fields = [["float32", 1e-5], ["uint32", 8], ...]` packed as a C struct: each field aligned to
@@ -168,9 +159,7 @@ pub(crate) fn pack_fields(sec: &Section<'_>) -> Result<Vec<u8>, Error> {
             v => return Err(sec.err(&key, format!("expected a dtype name first, found {}", v.type_str()))),
         };
         let value = match &pair[1] {
-            Value::Integer(n) => *n as f64,
-            Value::Float(f) => *f,
-            Value::Boolean(b) => *b as u8 as f64,
+            v @ (Value::Integer(_) | Value::Float(_) | Value::Boolean(_)) => v,
             v => return Err(sec.err(&key, format!("expected a number second, found {}", v.type_str()))),
         };
         let size = dtype.size();
@@ -178,7 +167,7 @@ pub(crate) fn pack_fields(sec: &Section<'_>) -> Result<Vec<u8>, Error> {
         while bytes.len() % size != 0 {
             bytes.push(0);
         }
-        bytes.extend(crate::dtype::f64_to_element_bytes(value, dtype));
+        bytes.extend(number_bytes(value, dtype));
     }
     while bytes.len() % max_align != 0 {
         bytes.push(0);
@@ -189,4 +178,15 @@ pub(crate) fn pack_fields(sec: &Section<'_>) -> Result<Vec<u8>, Error> {
 /// A shape list at `key` of `sec`.
 pub(crate) fn shape_at(sec: &Section<'_>, key: &str) -> Result<Vec<usize>, Error> {
     usize_list(sec.file, &sec.key_path(key), sec.require(key)?)
+}
+
+/// A number written in a spec (boolean, integer or float) as one element of `dtype`: integers
+/// convert from their exact value, floats from their f64, each rounding once.
+fn number_bytes(value: &Value, dtype: DType) -> Vec<u8> {
+    match value {
+        Value::Integer(n) => crate::dtype::int_literal_to_element_bytes(*n, dtype),
+        Value::Boolean(b) => crate::dtype::int_literal_to_element_bytes(i64::from(*b), dtype),
+        Value::Float(f) => crate::dtype::f64_to_element_bytes(*f, dtype),
+        _ => crate::dtype::f64_to_element_bytes(0.0, dtype),
+    }
 }
