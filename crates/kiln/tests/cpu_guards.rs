@@ -6,7 +6,8 @@
 mod common;
 
 use common::{assert_close, random_array, Rng};
-use kiln::{DType, Device, Error, LaunchSpec, MetalKernel};
+use kiln::backend::Dispatch;
+use kiln::{Array, DType, Device, Error, LaunchSpec, LibraryArg, LibraryLaunch, MetalKernel, MetalLibrary};
 
 #[test]
 fn a_huge_broadcast_made_row_contiguous_is_an_error() {
@@ -42,4 +43,182 @@ fn a_huge_broadcast_made_row_contiguous_is_an_error() {
     let want: Vec<f64> =
         (0..7).rev().step_by(2).flat_map(|j| (0..5).map(move |i| (i, j))).map(|(i, j)| src[i * 7 + j]).collect();
     assert_close("strided copy", &view.to_row_contiguous().unwrap(), &want, DType::F32);
+}
+
+/// Writes `buf[idx[0]] = buf[0]` from thread 0 of each group of an `n`-float threadgroup array,
+/// then reads a neighbour's element: out = 2 * x[group + (t + 1) % n].
+fn body_kernel(n: usize) -> MetalKernel {
+    let src = format!(
+        r#"
+        threadgroup float buf[{n}];
+        uint t = thread_index_in_threadgroup;
+        buf[t] = x[thread_position_in_grid.x];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        if (t == 0) {{ buf[idx[0]] = buf[0]; }}
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[thread_position_in_grid.x] = buf[(t + 1) % {n}] * 2.0f;
+    "#
+    );
+    MetalKernel::new(format!("tg_body_{n}"), &["x", "idx"], &["out"], src).unwrap()
+}
+
+const LIBRARY: &str = r#"
+#include <metal_stdlib>
+using namespace metal;
+
+kernel void shift_scaled(device const float* x [[buffer(0)]],
+                         device const int* idx [[buffer(1)]],
+                         device float* out [[buffer(2)]],
+                         threadgroup float* scratch [[threadgroup(0)]],
+                         uint t [[thread_position_in_threadgroup]],
+                         uint n [[threads_per_threadgroup]],
+                         uint gid [[thread_position_in_grid]]) {
+  scratch[t] = x[gid];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (t == 0) { scratch[idx[0]] = scratch[0]; }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[gid] = scratch[(t + 1) % n] * 2.0f;
+}
+
+kernel void read_at(device const float* x [[buffer(0)]],
+                    device const int* idx [[buffer(1)]],
+                    device float* out [[buffer(2)]],
+                    threadgroup float* scratch [[threadgroup(0)]],
+                    uint t [[thread_position_in_threadgroup]],
+                    uint gid [[thread_position_in_grid]]) {
+  scratch[t] = x[gid];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[gid] = t == 0 ? scratch[idx[0]] : scratch[t];
+}
+"#;
+
+/// `[[threadgroup(0)]]` of `n` floats through a whole-file kernel.
+fn library_call(function: &str, n: usize, x: &Array, idx: i32) -> kiln::Result<Vec<f64>> {
+    let lib = MetalLibrary::new("tg_library", LIBRARY);
+    let mut launch = LibraryLaunch::new(function, Dispatch::Threads([x.size() as u32, 1, 1]), [n as u32, 1, 1]);
+    launch.threadgroup_memory = vec![n * 4];
+    let args = [
+        LibraryArg::Array(x.clone()),
+        LibraryArg::Array(Array::from_vec(&[1], vec![idx]).unwrap()),
+        LibraryArg::Output { shape: vec![x.size()], dtype: DType::F32, init_value: None },
+    ];
+    lib.dispatch(Device::Cpu, &args, &launch).map(|out| out[0].to_f64_vec().unwrap())
+}
+
+fn body_call(k: &MetalKernel, n: usize, x: &Array, idx: i32) -> kiln::Result<Vec<f64>> {
+    let spec = LaunchSpec::new([x.size() as u32, 1, 1], [n as u32, 1, 1])
+        .output(&[x.size()], DType::F32)
+        .device(Device::Cpu);
+    let idx = Array::from_vec(&[1], vec![idx]).unwrap();
+    k.call(&[x.into(), (&idx).into()], &spec).map(|out| out[0].to_f64_vec().unwrap())
+}
+
+/// out = 2 * x[group + (t + 1) % n] over groups of `n`.
+fn shifted_reference(x: &[f64], n: usize) -> Vec<f64> {
+    (0..x.len()).map(|i| 2.0 * x[i / n * n + (i % n + 1) % n]).collect()
+}
+
+#[track_caller]
+fn expect_named_fault(result: kiln::Result<Vec<f64>>, kernel: &str, names: &[&str]) {
+    match result {
+        Err(Error::KernelFault { kernel: k, msg }) => {
+            assert_eq!(k, kernel);
+            for want in names {
+                assert!(msg.contains(want), "{msg:?} lacks {want:?}");
+            }
+        }
+        other => panic!("expected a kernel fault naming {names:?}, got {other:?}"),
+    }
+}
+
+/// Indices past the end of an `n`-element float array: one element, 32 bytes, far (within the
+/// guard), and before the start: one element, past a page.
+fn bad_indices(n: usize) -> [(i32, &'static str); 5] {
+    let n = n as i32;
+    [
+        (n, "past the end"),
+        (n + 8, "past the end"),
+        (n + 200_000, "past the end"),
+        (-1, "before the start"),
+        (-5000, "before the start"),
+    ]
+}
+
+fn body_writes_are_faults(checked: bool) {
+    let mut rng = Rng::new(72 + checked as u64);
+    // 64 floats end on the guard; 63 leave 4 bytes of canaries after the data.
+    for n in [64usize, 63] {
+        let k = body_kernel(n);
+        let x = random_array(&mut rng, DType::F32, &[4 * n]);
+        let want = shifted_reference(&x.to_f64_vec().unwrap(), n);
+        let _scope = checked.then(kiln::backend::cpu::CheckedScope::enter);
+        for (idx, side) in bad_indices(n) {
+            expect_named_fault(body_call(&k, n, &x, idx), &format!("tg_body_{n}"), &["threadgroup array `buf`", side]);
+            // The same kernel, in bounds, runs correctly afterwards.
+            let got = body_call(&k, n, &x, 0).unwrap();
+            assert_close("after a fault", &Array::from_f64(DType::F32, &[4 * n], &got).unwrap(), &want, DType::F32);
+        }
+    }
+}
+
+#[test]
+fn threadgroup_array_writes_out_of_bounds_are_faults_naming_the_array() {
+    body_writes_are_faults(false);
+}
+
+#[test]
+fn threadgroup_array_writes_out_of_bounds_are_faults_naming_the_array_when_checked() {
+    body_writes_are_faults(true);
+}
+
+fn parameter_writes_are_faults(checked: bool) {
+    let mut rng = Rng::new(74 + checked as u64);
+    for n in [64usize, 60] {
+        let x = random_array(&mut rng, DType::F32, &[4 * n]);
+        let want = shifted_reference(&x.to_f64_vec().unwrap(), n);
+        let _scope = checked.then(kiln::backend::cpu::CheckedScope::enter);
+        for (idx, side) in bad_indices(n) {
+            expect_named_fault(
+                library_call("shift_scaled", n, &x, idx),
+                "tg_library:shift_scaled",
+                &["threadgroup memory `scratch` ([[threadgroup(0)]]", side],
+            );
+            let got = library_call("shift_scaled", n, &x, 0).unwrap();
+            assert_close("after a fault", &Array::from_f64(DType::F32, &[4 * n], &got).unwrap(), &want, DType::F32);
+        }
+    }
+}
+
+#[test]
+fn threadgroup_parameter_writes_out_of_bounds_are_faults_naming_the_parameter() {
+    parameter_writes_are_faults(false);
+}
+
+#[test]
+fn threadgroup_parameter_writes_out_of_bounds_are_faults_naming_the_parameter_when_checked() {
+    parameter_writes_are_faults(true);
+}
+
+#[test]
+fn a_read_one_past_threadgroup_memory_is_a_fault_only_when_checked() {
+    let mut rng = Rng::new(76);
+    let n = 64;
+    let x = random_array(&mut rng, DType::F32, &[2 * n]);
+    let xs = x.to_f64_vec().unwrap();
+    // Unchecked, as on a GPU, the read goes unnoticed (it sees the guard's zeros).
+    let got = library_call("read_at", n, &x, n as i32).unwrap();
+    for (i, (&g, &v)) in got.iter().zip(&xs).enumerate() {
+        if i % n != 0 {
+            assert_eq!(g, v, "element {i}");
+        }
+    }
+    let _scope = kiln::backend::cpu::CheckedScope::enter();
+    expect_named_fault(
+        library_call("read_at", n, &x, n as i32),
+        "tg_library:read_at",
+        &["thread (0, 0, 0) made an out-of-bounds access to threadgroup memory `scratch`", "byte 0 past the end"],
+    );
+    let got = library_call("read_at", n, &x, 1).unwrap();
+    let want: Vec<f64> = (0..2 * n).map(|i| if i % n == 0 { xs[i + 1] } else { xs[i] }).collect();
+    assert_eq!(got, want);
 }

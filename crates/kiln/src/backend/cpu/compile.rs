@@ -14,15 +14,25 @@ use sha2::{Digest, Sha256};
 use super::checked::CheckedLaunch;
 use super::exec::LaunchDesc;
 use super::stacks::StackSet;
+use super::threadgroup::ThreadgroupArena;
 use crate::config;
 use crate::error::{Error, Result};
 use crate::kernel::MathMode;
 use crate::source::cpu::ABI_VERSION;
 
-/// `kiln_run(entry, desc, begin, end, stacks, msg, cap)`: runs a range of groups (cooperative
-/// kernels on fibers whose stacks come from `stacks`; others ignore it, may be null); 0 ok,
-/// 1 cancelled, 2 fault (message in `msg`).
-pub type RunFn = unsafe extern "C" fn(i32, *const LaunchDesc, u64, u64, *mut StackSet, *mut c_char, i32) -> i32;
+/// `kiln_run(entry, desc, begin, end, stacks, arena, msg, cap)`: runs a range of groups
+/// (cooperative kernels on fibers whose stacks come from `stacks`; others ignore it, may be
+/// null), their threadgroup memory in `arena`; 0 ok, 1 cancelled, 2 fault (message in `msg`).
+pub type RunFn = unsafe extern "C" fn(
+    i32,
+    *const LaunchDesc,
+    u64,
+    u64,
+    *mut StackSet,
+    *mut ThreadgroupArena,
+    *mut c_char,
+    i32,
+) -> i32;
 
 /// `kiln_release_stacks(set)`: unmaps every stack of a set.
 pub type ReleaseFn = unsafe extern "C" fn(*mut StackSet);
@@ -263,7 +273,7 @@ mod tests {
             "#include <stdint.h>\n// {tag}\n\
              extern \"C\" int kiln_abi_version() {{ return {ABI_VERSION}; }}\n\
              extern \"C\" int kiln_cooperative() {{ return 1; }}\n\
-             extern \"C\" int kiln_run(int, const void*, uint64_t, uint64_t, void*, char*, int) {{ return 0; }}\n\
+             extern \"C\" int kiln_run(int, const void*, uint64_t, uint64_t, void*, void*, char*, int) {{ return 0; }}\n\
              extern \"C\" void kiln_release_stacks(void*) {{}}\n"
         )
     }

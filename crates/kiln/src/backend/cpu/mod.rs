@@ -22,6 +22,7 @@ mod checked;
 mod compile;
 mod exec;
 mod stacks;
+mod threadgroup;
 
 use std::cell::Cell;
 use std::collections::HashMap;
