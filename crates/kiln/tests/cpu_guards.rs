@@ -222,3 +222,18 @@ fn a_read_one_past_threadgroup_memory_is_a_fault_only_when_checked() {
     let want: Vec<f64> = (0..2 * n).map(|i| if i % n == 0 { xs[i + 1] } else { xs[i] }).collect();
     assert_eq!(got, want);
 }
+
+#[test]
+fn kernels_whose_arrays_share_a_region_in_turn_run_cleanly() {
+    // Regions are reused across launches: a 4-float array fills what a 2-float array leaves to
+    // canaries (both round to 16 bytes), so each launch must lay its own canaries.
+    let mut rng = Rng::new(77);
+    let kernels = [(body_kernel(4), 4usize), (body_kernel(2), 2)];
+    for round in 0..20 {
+        let (k, n) = &kernels[round % 2];
+        let x = random_array(&mut rng, DType::F32, &[*n]);
+        let want = shifted_reference(&x.to_f64_vec().unwrap(), *n);
+        let got = body_call(k, *n, &x, 0).unwrap();
+        assert_close("in bounds", &Array::from_f64(DType::F32, &[*n], &got).unwrap(), &want, DType::F32);
+    }
+}

@@ -187,7 +187,8 @@ inline char* tg_open(TgArena* a, int s, uint64_t size, const char* name, bool ch
     r.state = 2;
   }
   char* data = room_end - aligned;
-  if (r.data != data) r.state = 2;
+  // The canaries cover what lies outside this size's data.
+  if (r.data != data || r.size != size) r.state = 2;
   r.data = data;
   r.size = size;
   r.name = name;
