@@ -106,9 +106,8 @@ fn library_call(function: &str, n: usize, x: &Array, idx: i32) -> kiln::Result<V
 }
 
 fn body_call(k: &MetalKernel, n: usize, x: &Array, idx: i32) -> kiln::Result<Vec<f64>> {
-    let spec = LaunchSpec::new([x.size() as u32, 1, 1], [n as u32, 1, 1])
-        .output(&[x.size()], DType::F32)
-        .device(Device::Cpu);
+    let spec =
+        LaunchSpec::new([x.size() as u32, 1, 1], [n as u32, 1, 1]).output(&[x.size()], DType::F32).device(Device::Cpu);
     let idx = Array::from_vec(&[1], vec![idx]).unwrap();
     k.call(&[x.into(), (&idx).into()], &spec).map(|out| out[0].to_f64_vec().unwrap())
 }

@@ -346,7 +346,16 @@ fn execute(
             // lent arena (also for this call only) and writes at most `msg.len()` bytes of
             // NUL-terminated message.
             let rc = unsafe {
-                (compiled.run)(entry as i32, d.0, begin, end, stacks, arena.as_ptr(), msg.as_mut_ptr(), msg.len() as i32)
+                (compiled.run)(
+                    entry as i32,
+                    d.0,
+                    begin,
+                    end,
+                    stacks,
+                    arena.as_ptr(),
+                    msg.as_mut_ptr(),
+                    msg.len() as i32,
+                )
             };
             drop(lease);
             drop(arena);
