@@ -240,6 +240,24 @@ fn faulting_kernels_end_with_an_error_not_a_signal() {
 }
 
 #[test]
+fn writes_past_threadgroup_memory_end_with_an_error_naming_the_array() {
+    let dir = scratch("threadgroup");
+    let out_dir = dir.join("out");
+    let out_dir = out_dir.to_str().unwrap();
+    // Thread 3 writes one element past a 4-float threadgroup array.
+    let spec = fault_spec(&dir, "tg_past", "threadgroup float buf[4];\n    buf[i + 1] = x[i];\n    out[i] = x[i];");
+    for checked in [false, true] {
+        let mut args = vec!["run", spec.to_str().unwrap(), "--device", "cpu", "--out", out_dir];
+        if checked {
+            args.push("--checked");
+        }
+        let out = kiln(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("threadgroup array `buf` (16 bytes)"), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
 fn a_reader_closing_the_pipe_ends_kiln_quietly() {
     use std::io::Read;
     use std::process::Stdio;
