@@ -1,12 +1,13 @@
-// kiln CPU prelude, part 3: threadgroup memory. Each threadgroup array of a group (a
-// `threadgroup` declaration or a `[[threadgroup(n)]]` parameter) lives in a region of its own:
-// a mapping whose data ends, 16-byte aligned, against a large trailing guard and starts shortly
-// after a leading one. The guards are read-only on ordinary launches (a write faults, a read
-// past the end sees zeros, as reading past an array on a GPU goes unnoticed) and inaccessible
-// on checked launches (reads fault too). The bytes between the guards and the data (the
-// alignment tail, the slack before the data) hold canaries, checked when a region changes
-// hands and after each call. Regions are lent by the host with the call (`TgArena`) and reused
-// across groups and launches, so a group costs a zeroing of its arrays and no system call.
+// kiln CPU prelude, part 2b (after runtime.h): threadgroup memory. Each threadgroup array of a
+// group (a `threadgroup` declaration or a `[[threadgroup(n)]]` parameter) lives in a region of
+// its own: a mapping whose data ends, 16-byte aligned, against a large trailing guard and
+// starts shortly after a leading one. The guards are read-only on ordinary launches (a write
+// faults, a read past the end sees zeros, as reading past an array on a GPU goes unnoticed)
+// and inaccessible on checked launches (reads fault too). The bytes between the guards and the
+// data (the alignment tail, the slack before the data) hold canaries, checked when a region
+// changes hands and after each call. Regions are lent by the host with the call (`TgArena`)
+// and reused across groups and launches, so a group costs a zeroing of its arrays and no
+// system call.
 #pragma once
 
 extern "C" int getpagesize(void) noexcept;
@@ -36,6 +37,7 @@ static_assert(sizeof(TgRegion) == 64, "TgRegion mirrors the host's 8 words");
 struct TgArena {
   TgRegion regions[TG_SLOTS];
 };
+static_assert(sizeof(TgArena) == 80 * 64, "TgArena mirrors the host's 80 regions of 8 words");
 
 inline uint64_t tg_page() {
   const int p = getpagesize();
