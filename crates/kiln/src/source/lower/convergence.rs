@@ -168,16 +168,19 @@ pub fn instrument(toks: &[Token], sig: &[usize], out: &mut [String], kernels: &H
         let Some((required, total)) = tagged(name) else { continue };
         let open = src.call_open(k).ok_or("call without parentheses")?;
         let close = src.matching(open).ok_or_else(|| format!("line {}: unbalanced call of {name}", src.tok(k).line))?;
-        let args = (0..).take_while(|&n| nth_arg(&src, open, close, n, false).is_some()).count();
-        // Another arity is another function of that name.
-        if args < required || args > total {
+        // An argument may be a template-id (`Tag<true, false>{}`) whose commas are not the
+        // call's; `<` is read as a comparison first.
+        let count = |angles| (0..).take_while(|&n| nth_arg(&src, open, close, n, angles).is_some()).count();
+        let fits = |args| required <= args && args <= total;
+        let Some((args, angles)) = [false, true].into_iter().map(|a| (count(a), a)).find(|&(n, _)| fits(n)) else {
+            // Another arity is another function of that name.
             continue;
-        }
+        };
         let site = format!("kiln::rt::CallSite({close})");
         if args == required {
             let sep = if args == 0 { "" } else { ", " };
             out[sig[close]].insert_str(0, &format!("{sep}{site}"));
-        } else if let Some(at) = nth_arg(&src, open, close, required, false) {
+        } else if let Some(at) = nth_arg(&src, open, close, required, angles) {
             out[sig[at]].insert_str(0, &format!("{site}, "));
         }
     }
