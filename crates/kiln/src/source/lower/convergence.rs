@@ -335,6 +335,27 @@ mod tests {
     }
 
     #[test]
+    fn const_thread_members_are_functions_and_template_id_arguments_keep_their_place() {
+        let text = lowered(
+            "struct Op {\n  float scale;\n  float run(float v) const thread {\n    float acc = 0.0f;\n    \
+             _Pragma(\"clang loop unroll(full)\")\n    for (short i = 0; i < 3; i++) { acc += simd_sum(v) * scale; }\n    \
+             return acc;\n  }\n};\n\
+             template <bool A, bool B> struct Tag {};\n\
+             template <bool A, bool B> float tagged(float v, Tag<A, B> t = {}) { return simd_max(v); }\n\
+             kernel void k(uint l) { Op op{1.0f}; float r = op.run(1.0f) + tagged(2.0f, Tag<true, false>{}); }\n",
+        );
+        assert!(!text.contains("for (kiln::rt::CallSite"), "{text}");
+        assert!(text.contains("const thread { kiln::rt::CallScope kiln_call_scope("), "{text}");
+        assert!(
+            text.contains("_Pragma(\"clang loop unroll(full)\")\n    for (kiln::rt::LoopScope kiln_loop("),
+            "{text}"
+        );
+        assert!(text.contains("i < 3; kiln_loop.step(), i++)"), "{text}");
+        assert!(text.contains("tagged(2.0f, kiln::rt::CallSite("), "{text}");
+        assert!(text.contains("), Tag<true, false>{})"), "{text}");
+    }
+
+    #[test]
     fn functions_whose_calls_cannot_carry_a_site_run_out_of_line() {
         let text = lowered(
             "struct Op { float operator()(float v) { return simd_sum(v); } };\n\

@@ -285,6 +285,35 @@ mod tests {
     }
 
     #[test]
+    fn address_space_only_specialisations_fold_or_are_named() {
+        let same = "template <typename T> struct pe {};\n\
+                    template <typename T> struct pe<thread T*> { using type = T; };\n\
+                    template <typename T> struct pe<device T*> { using type = T; };\n\
+                    template <typename T> struct pe<constant T*> { using type = T; };\n\
+                    template <typename T> struct pe<threadgroup T*> { using type = T; };\n";
+        let toks = tokenize(same);
+        let sig: Vec<usize> = (0..toks.len()).filter(|&i| !toks[i].is_trivia()).collect();
+        let repeats = check(&toks, &sig).unwrap();
+        let dropped: Vec<u32> = repeats.iter().map(|&(from, _)| toks[sig[from]].line).collect();
+        assert_eq!(dropped, [3, 5], "the device and threadgroup forms repeat the thread one");
+        for &(from, to) in &repeats {
+            assert!(toks[sig[from]].is("template") && toks[sig[to]].is(";"));
+        }
+        let differ = "template <typename T> struct pe {};\n\
+                      template <typename T> struct pe<device T*> { static constexpr int v = 1; };\n\
+                      template <typename T> struct pe<threadgroup T*> { static constexpr int v = 3; };\n";
+        let err = run(differ).unwrap_err();
+        assert!(
+            err.contains("template `pe` is specialised for `device T*` (line 2) and for `threadgroup T*` (line 3)"),
+            "{err}"
+        );
+        assert_eq!(
+            run("template <typename T> struct pe<device T*> { using type = T; };\nstruct pe<float> {};"),
+            Ok(())
+        );
+    }
+
+    #[test]
     fn real_overloads_and_redeclarations_pass() {
         for src in [
             "int f(device float* p);\nint f(device float* q) { return 0; }",
@@ -293,6 +322,7 @@ mod tests {
             "namespace a { int f(device float* p); }\nnamespace b { int f(thread float* p); }",
             "kernel void k(device float* a [[buffer(0)]], uint i [[thread_position_in_grid]]) { a[i] = g(i); }",
             "void f(thread float* p) { auto l = [](device float* q) { return q; }; }\nvoid g(device float* p) {}",
+            "struct S {\n  float get(thread float& r) const thread { return r; }\n  float get(thread int& r) const thread { return 1; }\n};",
         ] {
             assert_eq!(run(src), Ok(()), "{src}");
         }
