@@ -16,5 +16,7 @@ for line in sys.stdin:
         print(m["target"]["name"], m["executable"])
 ' | while read -r name exe; do cp "$exe" "$dir/$name"; done
 cp "${CARGO_TARGET_DIR:-target}/release/kiln" "$dir/kiln"
+# MLX's Metal headers, for the tests built on MLX's steel GEMM (gpu-tests.sh points them here).
+rm -rf "$dir/mlx-include" && cp -r "$(scripts/install-mlx-headers.sh)" "$dir/mlx-include"
 strip "$dir"/* 2>/dev/null || true
 ls "$dir"

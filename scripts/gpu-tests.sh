@@ -5,8 +5,9 @@
 set -uo pipefail
 dir="${1:?usage: scripts/gpu-tests.sh DIR}"
 export KILN_REQUIRE_BACKEND=cuda
+export KILN_MLX_HEADERS="${KILN_MLX_HEADERS:-$dir/mlx-include}"
 status=0
-for t in mlx_behaviours semantics lowering_cases simdgroup_matrix gallery cuda_twins ops_memory_bound ops_compute gdn_kkt_cuda attention_cuda scatter_add_cuda launch_abi conversions msl_math msl_types msl_lowering msl_simd msl_broadcast spec_contract; do
+for t in mlx_behaviours semantics lowering_cases simdgroup_matrix gallery cuda_twins ops_memory_bound ops_compute gdn_kkt_cuda attention_cuda scatter_add_cuda launch_abi conversions msl_math msl_types msl_lowering msl_simd msl_broadcast msl_header_idioms mlx_steel_gemm spec_contract; do
   out=$("$dir/$t" --include-ignored cuda 2>&1) || status=1
   echo "$t: $(grep -E '^test result' <<<"$out")"
   grep -E "FAILED|panicked" <<<"$out" | head -5
