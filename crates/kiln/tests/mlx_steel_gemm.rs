@@ -58,11 +58,12 @@ fn steel_header() -> Option<String> {
     Some(text + "\nusing namespace mlx::steel;\n")
 }
 
-/// D = A·B for row-major A (M×K), B (K×N): one threadgroup per BM×BN tile of D, as MLX's
+/// D = A·B for row-major A (M×K) and B (K×N, or N×K read transposed with TRANSPOSE_B): one
+/// threadgroup per BM×BN tile of D, as MLX's
 /// `gemm` kernel with `align_M/N/K` false: full tiles run the aligned loop, edge tiles
 /// `gemm_loop` with bounds checks, a K remainder the last partial step.
 const BODY: &str = r#"
-  using gemm_kernel = GEMMKernel<T, T, BM, BN, BK, WM, WN, false, false, MN_ALIGNED, K_ALIGNED, float>;
+  using gemm_kernel = GEMMKernel<T, T, BM, BN, BK, WM, WN, false, TRANSPOSE_B, MN_ALIGNED, K_ALIGNED, float>;
   using loader_a_t = typename gemm_kernel::loader_a_t;
   using loader_b_t = typename gemm_kernel::loader_b_t;
   using mma_t = typename gemm_kernel::mma_t;
@@ -81,11 +82,12 @@ const BODY: &str = r#"
   const int c_row = tid_y * BM;
   const int c_col = tid_x * BN;
   const device T* a_tile = A + size_t(c_row) * K;
-  const device T* b_tile = B + size_t(c_col);
+  const int ldb = TRANSPOSE_B ? K : N;
+  const device T* b_tile = B + (TRANSPOSE_B ? size_t(c_col) * K : size_t(c_col));
   device T* d_tile = D + size_t(c_row) * N + size_t(c_col);
 
   thread loader_a_t loader_a(a_tile, K, As, simd_group_id, simd_lane_id);
-  thread loader_b_t loader_b(b_tile, N, Bs, simd_group_id, simd_lane_id);
+  thread loader_b_t loader_b(b_tile, ldb, Bs, simd_group_id, simd_lane_id);
   thread mma_t mma_op(simd_group_id, simd_lane_id);
 
   const short tgp_bm = short(min(BM, M - c_row));
@@ -111,7 +113,7 @@ fn kernel(header: &str) -> MetalKernel {
     MetalKernel::new("steel_gemm", &["A", "B"], &["D"], BODY).expect("kernel").header(header)
 }
 
-fn spec(dtype: DType, m: usize, n: usize, k: usize) -> LaunchSpec {
+fn spec(dtype: DType, m: usize, n: usize, k: usize, transpose_b: bool) -> LaunchSpec {
     let (bm, bn, bk, wm, wn) = TILE;
     let threads = (wm * wn * 32) as u32;
     let groups = [n.div_ceil(bn) as u32, m.div_ceil(bm) as u32];
@@ -129,6 +131,7 @@ fn spec(dtype: DType, m: usize, n: usize, k: usize) -> LaunchSpec {
         .template("K", k as i32)
         .template("MN_ALIGNED", m % bm == 0 && n % bn == 0)
         .template("K_ALIGNED", k % bk == 0)
+        .template("TRANSPOSE_B", transpose_b)
 }
 
 fn matmul(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
@@ -141,35 +144,51 @@ fn matmul(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
     d
 }
 
-fn check_gemm(device: Device, dtype: DType, m: usize, n: usize, k: usize, seed: u64) {
+fn check_gemm(device: Device, dtype: DType, (m, n, k): (usize, usize, usize), transpose_b: bool, seed: u64) {
     let Some(header) = steel_header() else { return };
     let mut rng = Rng::new(seed);
     let a = random_array(&mut rng, dtype, &[m, k]);
-    let b = random_array(&mut rng, dtype, &[k, n]);
-    let reference = matmul(&a.to_f64_vec().expect("a"), &b.to_f64_vec().expect("b"), m, n, k);
+    let b_shape = if transpose_b { [n, k] } else { [k, n] };
+    let b = random_array(&mut rng, dtype, &b_shape);
+    let mut b_values = b.to_f64_vec().expect("b");
+    if transpose_b {
+        b_values = (0..k * n).map(|i| b_values[(i % n) * k + i / n]).collect();
+    }
+    let reference = matmul(&a.to_f64_vec().expect("a"), &b_values, m, n, k);
+    let what = format!("steel GEMM {dtype} {m}x{n}x{k}{}", if transpose_b { " (B transposed)" } else { "" });
     let out = kernel(&header)
-        .call(&[on(device, &a), on(device, &b)], &spec(dtype, m, n, k))
-        .unwrap_or_else(|e| panic!("steel GEMM {dtype} {m}x{n}x{k}: {e}"));
-    assert_close(&format!("steel GEMM {dtype} {m}x{n}x{k}"), &out[0], &reference, dtype);
+        .call(&[on(device, &a), on(device, &b)], &spec(dtype, m, n, k, transpose_b))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_close(&what, &out[0], &reference, dtype);
 }
 
 fn steel_gemm_f32_aligned(device: Device) {
-    check_gemm(device, DType::F32, 64, 64, 64, 1);
+    check_gemm(device, DType::F32, (64, 64, 64), false, 1);
 }
 
 fn steel_gemm_f32_edges(device: Device) {
-    check_gemm(device, DType::F32, 100, 37, 50, 2);
+    check_gemm(device, DType::F32, (100, 37, 50), false, 2);
+}
+
+fn steel_gemm_f32_transposed_b(device: Device) {
+    check_gemm(device, DType::F32, (72, 96, 40), true, 5);
 }
 
 fn steel_gemm_f16_edges(device: Device) {
-    check_gemm(device, DType::F16, 96, 80, 72, 3);
+    check_gemm(device, DType::F16, (96, 80, 72), false, 3);
 }
 
 fn steel_gemm_bf16_aligned(device: Device) {
-    check_gemm(device, DType::BF16, 128, 64, 96, 4);
+    check_gemm(device, DType::BF16, (128, 64, 96), false, 4);
 }
 
-backend_tests!(steel_gemm_f32_aligned, steel_gemm_f32_edges, steel_gemm_f16_edges, steel_gemm_bf16_aligned);
+backend_tests!(
+    steel_gemm_f32_aligned,
+    steel_gemm_f32_edges,
+    steel_gemm_f32_transposed_b,
+    steel_gemm_f16_edges,
+    steel_gemm_bf16_aligned
+);
 
 #[test]
 fn steel_gemm_compiles_with_nvrtc() {
@@ -178,12 +197,14 @@ fn steel_gemm_compiles_with_nvrtc() {
         return;
     }
     let kernel = kernel(&header);
-    for (dtype, m, n, k) in [(DType::F32, 64, 64, 64), (DType::F16, 96, 80, 72), (DType::BF16, 100, 37, 50)] {
+    for (dtype, m, n, k, transpose_b) in
+        [(DType::F32, 64, 64, 64, false), (DType::F16, 96, 80, 72, true), (DType::BF16, 100, 37, 50, false)]
+    {
         let inputs = [
             Array::from_f64(dtype, &[m, k], &vec![1.0; m * k]).expect("a"),
             Array::from_f64(dtype, &[k, n], &vec![1.0; k * n]).expect("b"),
         ];
-        let generated = kernel.generate(&inputs, &spec(dtype, m, n, k)).expect("generate");
+        let generated = kernel.generate(&inputs, &spec(dtype, m, n, k, transpose_b)).expect("generate");
         let cubin = cuda::compile_cubin(&kernel.program(&generated), (9, 0))
             .unwrap_or_else(|e| panic!("steel GEMM {dtype} {m}x{n}x{k}: {e}"));
         assert_eq!(&cubin[..4], b"\x7fELF", "steel GEMM {dtype}: not a cubin");
