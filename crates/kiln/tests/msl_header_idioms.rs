@@ -42,6 +42,8 @@ const TRAITS: &[(&str, i32)] = &[
     ("metal::is_same_v<metal::decay_t<const float(&)[4]>, const float*>", 1),
     ("metal::is_same_v<metal::remove_reference_t<thread int&>, int>", 1),
     ("metal::is_same_v<metal::common_type_t<int, float>, float>", 1),
+    ("metal::is_same_v<metal::common_type_t<half, float>, float>", 1),
+    ("metal::is_same_v<metal::common_type_t<half, short, half>, half>", 1),
     ("metal::is_pointer_v<device float*>", 1),
     ("metal::is_const_v<const int>", 1),
     ("metal::is_convertible_v<int, float>", 1),

@@ -233,7 +233,15 @@ struct common2<A, B, decltype((void)(true ? declval<A>() : declval<B>()))> {
 }  // namespace kiln_detail
 template <class... T> struct common_type {};
 template <class T> struct common_type<T> : common_type<T, T> {};
-template <class A, class B> struct common_type<A, B> : kiln_detail::common2<typename decay<A>::type, typename decay<B>::type> {};
+namespace kiln_detail {
+// With half or bfloat, the type their arithmetic gives (`half + float` is float).
+template <class A, class B> struct small_common { typedef typename ::kiln::mixed_result<A, B>::type type; };
+}  // namespace kiln_detail
+template <class A, class B>
+struct common_type<A, B>
+    : conditional<::kiln::small_op<typename decay<A>::type, typename decay<B>::type>::value,
+                  kiln_detail::small_common<typename decay<A>::type, typename decay<B>::type>,
+                  kiln_detail::common2<typename decay<A>::type, typename decay<B>::type>>::type {};
 namespace kiln_detail {
 template <class Void, class A, class B, class... R> struct common_more {};
 template <class A, class B, class... R>
