@@ -22,4 +22,6 @@ find "$dir" -maxdepth 1 -type f -exec strip {} + 2>/dev/null || true
 rm -rf "$dir/data"
 mkdir -p "$dir/data"
 cp -r crates/kiln/tests/golden "$dir/data/golden"
+# MLX's Metal headers, for the tests built on MLX's steel GEMM (gpu-tests.sh points them here).
+rm -rf "$dir/mlx-include" && cp -r "$(scripts/install-mlx-headers.sh)" "$dir/mlx-include"
 ls "$dir"

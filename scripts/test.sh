@@ -7,6 +7,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 nvrtc_dir="$(scripts/install-nvrtc.sh)"
 export LD_LIBRARY_PATH="$nvrtc_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+KILN_MLX_HEADERS="$(scripts/install-mlx-headers.sh)"; export KILN_MLX_HEADERS
 # NVRTC is installed above, so the compile-only tests must not skip.
 export KILN_REQUIRE_BACKEND="${KILN_REQUIRE_BACKEND:-nvrtc}"
 

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `KILN_CACHE_DIR` | where compiled kernels are cached on disk (default: the user cache directory, `~/.cache/kiln`) |
 //! | `KILN_REQUIRE_BACKEND` | tests only: fail instead of skipping when this backend (`cuda`, or `nvrtc` for compile-only tests) is unavailable; the CPU backend is always required |
+//! | `KILN_MLX_HEADERS` | tests only: the include directory of MLX's Metal headers (the one holding `mlx/backend/metal/kernels/`), which `scripts/install-mlx-headers.sh` installs under `.deps/` and `scripts/test.sh` sets; without it the tests built on MLX's `steel` headers skip, or fail when `KILN_REQUIRE_BACKEND` is set |
 //! | `CXX` | the host C++ compiler the CPU emulator uses (default `c++`) |
 //! | `KILN_NVRTC_LIBRARY` | a `libnvrtc.so.*` file (or the directory holding it) loaded before the system search, with the `libnvrtc-builtins` beside it; `scripts/install-nvrtc.sh` installs one under `.deps/`. Otherwise NVRTC and the driver are found by the dynamic loader (`LD_LIBRARY_PATH`, system paths). |
 
@@ -26,6 +27,11 @@ pub fn cache_dir() -> PathBuf {
 /// The backend a test run insists on (`KILN_REQUIRE_BACKEND`), if any.
 pub fn required_backend() -> Option<String> {
     std::env::var("KILN_REQUIRE_BACKEND").ok().filter(|s| !s.is_empty())
+}
+
+/// The include directory of MLX's Metal headers for tests (`KILN_MLX_HEADERS`), if set.
+pub fn mlx_headers() -> Option<PathBuf> {
+    std::env::var_os("KILN_MLX_HEADERS").filter(|s| !s.is_empty()).map(PathBuf::from)
 }
 
 /// The host C++ compiler for the CPU emulator.

@@ -23,6 +23,8 @@
 #endif
 #define KILN_HAVE_STDINT 1
 #define KILN_HD
+// The scope of the prelude's global names (`KILN_GLOBAL_SCOPE::float2`).
+#define KILN_GLOBAL_SCOPE
 #define KILN_CONSTANT static const
 
 extern "C" {

@@ -18,7 +18,7 @@ pub fn user_file_name(program: &MetalProgram) -> String {
 }
 
 /// The common headers, in inclusion order (usable from host C++ and CUDA C++).
-pub const COMMON_PRELUDE: [(&str, &str); 11] = [
+pub const COMMON_PRELUDE: [(&str, &str); 13] = [
     ("common/types.h", include_str!("../../prelude/common/types.h")),
     ("common/vec.h", include_str!("../../prelude/common/vec.h")),
     ("common/vec_ops.h", include_str!("../../prelude/common/vec_ops.h")),
@@ -29,6 +29,8 @@ pub const COMMON_PRELUDE: [(&str, &str); 11] = [
     ("common/matrix.h", include_str!("../../prelude/common/matrix.h")),
     ("common/geometric.h", include_str!("../../prelude/common/geometric.h")),
     ("common/array.h", include_str!("../../prelude/common/array.h")),
+    ("common/type_traits.h", include_str!("../../prelude/common/type_traits.h")),
+    ("common/qualified_names.h", include_str!("../../prelude/common/qualified_names.h")),
     ("common/lowering.h", include_str!("../../prelude/common/lowering.h")),
 ];
 /// MLX's utils preamble, for body-only programs.

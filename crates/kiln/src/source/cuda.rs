@@ -119,6 +119,8 @@ pub const PRELUDE: &[(&str, &str)] = &[
     ("common/matrix.h", include_str!("../../prelude/common/matrix.h")),
     ("common/geometric.h", include_str!("../../prelude/common/geometric.h")),
     ("common/array.h", include_str!("../../prelude/common/array.h")),
+    ("common/type_traits.h", include_str!("../../prelude/common/type_traits.h")),
+    ("common/qualified_names.h", include_str!("../../prelude/common/qualified_names.h")),
     ("common/lowering.h", include_str!("../../prelude/common/lowering.h")),
     ("cuda/simd.h", include_str!("../../prelude/cuda/simd.h")),
     ("cuda/sync.h", include_str!("../../prelude/cuda/sync.h")),
@@ -265,7 +267,11 @@ pub fn emit(module: &LoweredModule, kernel: &str, mlx_body: bool, restrict_point
     let inline_bytes = inline_capacity(module, mlx_body);
     let mut out = prelude();
     let _ = writeln!(out, "\nnamespace kiln_metal {{\nusing KilnArgs = KilnArgsT<{inline_bytes}>;");
-    out.push_str("namespace kiln_user {\nusing namespace metal;\n");
+    // A kernel's own `namespace metal { ... }` (MLX's steel headers add traits there) opens
+    // kiln_user::metal, which sees all of Metal's names.
+    out.push_str(
+        "namespace kiln_user {\nnamespace metal { using namespace ::kiln_metal::metal; }\nusing namespace metal;\n",
+    );
     for name in METAL_NAMES {
         let _ = writeln!(out, "using metal::{name};");
     }

@@ -168,16 +168,19 @@ pub fn instrument(toks: &[Token], sig: &[usize], out: &mut [String], kernels: &H
         let Some((required, total)) = tagged(name) else { continue };
         let open = src.call_open(k).ok_or("call without parentheses")?;
         let close = src.matching(open).ok_or_else(|| format!("line {}: unbalanced call of {name}", src.tok(k).line))?;
-        let args = (0..).take_while(|&n| nth_arg(&src, open, close, n, false).is_some()).count();
-        // Another arity is another function of that name.
-        if args < required || args > total {
+        // An argument may be a template-id (`Tag<true, false>{}`) whose commas are not the
+        // call's; `<` is read as a comparison first.
+        let count = |angles| (0..).take_while(|&n| nth_arg(&src, open, close, n, angles).is_some()).count();
+        let fits = |args| required <= args && args <= total;
+        let Some((args, angles)) = [false, true].into_iter().map(|a| (count(a), a)).find(|&(n, _)| fits(n)) else {
+            // Another arity is another function of that name.
             continue;
-        }
+        };
         let site = format!("kiln::rt::CallSite({close})");
         if args == required {
             let sep = if args == 0 { "" } else { ", " };
             out[sig[close]].insert_str(0, &format!("{sep}{site}"));
-        } else if let Some(at) = nth_arg(&src, open, close, required, false) {
+        } else if let Some(at) = nth_arg(&src, open, close, required, angles) {
             out[sig[at]].insert_str(0, &format!("{site}, "));
         }
     }
@@ -329,6 +332,27 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("g(kiln::rt::CallSite("), "{text}");
+    }
+
+    #[test]
+    fn const_thread_members_are_functions_and_template_id_arguments_keep_their_place() {
+        let text = lowered(
+            "struct Op {\n  float scale;\n  float run(float v) const thread {\n    float acc = 0.0f;\n    \
+             _Pragma(\"clang loop unroll(full)\")\n    for (short i = 0; i < 3; i++) { acc += simd_sum(v) * scale; }\n    \
+             return acc;\n  }\n};\n\
+             template <bool A, bool B> struct Tag {};\n\
+             template <bool A, bool B> float tagged(float v, Tag<A, B> t = {}) { return simd_max(v); }\n\
+             kernel void k(uint l) { Op op{1.0f}; float r = op.run(1.0f) + tagged(2.0f, Tag<true, false>{}); }\n",
+        );
+        assert!(!text.contains("for (kiln::rt::CallSite"), "{text}");
+        assert!(text.contains("const thread { kiln::rt::CallScope kiln_call_scope("), "{text}");
+        assert!(
+            text.contains("_Pragma(\"clang loop unroll(full)\")\n    for (kiln::rt::LoopScope kiln_loop("),
+            "{text}"
+        );
+        assert!(text.contains("i < 3; kiln_loop.step(), i++)"), "{text}");
+        assert!(text.contains("tagged(2.0f, kiln::rt::CallSite("), "{text}");
+        assert!(text.contains("), Tag<true, false>{})"), "{text}");
     }
 
     #[test]

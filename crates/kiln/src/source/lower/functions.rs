@@ -240,7 +240,7 @@ pub(super) fn find_scopes(src: &Source, kernels: &HashSet<String>) -> (Vec<Scope
                     None => Brace::Block,
                 }
             } else {
-                match outer_brace(src, k, stack.last() == Some(&Brace::Struct)) {
+                match outer_brace(src, k) {
                     OuterBrace::Struct => Brace::Struct,
                     OuterBrace::Other => Brace::Outer,
                     OuterBrace::Function => {
@@ -280,9 +280,14 @@ enum OuterBrace {
 }
 
 /// What a `{` outside function bodies opens, as the rewriter decides it (rewrite.rs,
-/// `scope_for_brace`): a function body when it follows `)` (possibly `) const`).
-fn outer_brace(src: &Source, k: usize, in_struct: bool) -> OuterBrace {
-    if in_struct && k > 0 && src.is(k - 1, ")") {
+/// `scope_for_brace`): a function body when it follows `)`, possibly with qualifiers between
+/// (`) const thread {`).
+fn outer_brace(src: &Source, k: usize) -> OuterBrace {
+    let mut q = k;
+    while q > 0 && is_function_qualifier(&src.tok(q - 1).text) {
+        q -= 1;
+    }
+    if q > 0 && src.is(q - 1, ")") {
         return OuterBrace::Function;
     }
     let mut j = k;
@@ -292,19 +297,19 @@ fn outer_brace(src: &Source, k: usize, in_struct: bool) -> OuterBrace {
             ";" | "{" | "}" => break,
             "struct" | "class" | "union" => return OuterBrace::Struct,
             "namespace" | "extern" | "enum" | "=" => return OuterBrace::Other,
-            ")" if j + 1 == k => return OuterBrace::Function,
             _ => {}
         }
     }
-    let mut j = k;
-    while j > 0 && matches!(src.tok(j - 1).text.as_str(), "const" | "noexcept" | "override" | "final") {
-        j -= 1;
-    }
-    if j > 0 && j < k && src.is(j - 1, ")") {
-        OuterBrace::Function
-    } else {
-        OuterBrace::Other
-    }
+    OuterBrace::Other
+}
+
+/// Whether a word may stand between a function's parameters and its body: C++'s qualifiers
+/// and Metal's address spaces of `this` (`float get() const thread {`).
+pub(super) fn is_function_qualifier(word: &str) -> bool {
+    matches!(
+        word,
+        "const" | "volatile" | "noexcept" | "override" | "final" | "thread" | "device" | "constant" | "threadgroup"
+    )
 }
 
 /// The function whose body opens at `k`.

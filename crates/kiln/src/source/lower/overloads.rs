@@ -1,11 +1,16 @@
-//! Overloads that differ only in address spaces. Metal allows `f(device const float*)` next to
-//! `f(thread const float*)`; the lowering turns address spaces into plain C++ pointers and
-//! references, where the two are one function, and C++ would report a bare redefinition. The
-//! program is refused with the function named and the reason instead.
+//! Overloads and template specialisations that differ only in address spaces. Metal allows
+//! `f(device const float*)` next to `f(thread const float*)`, and `S<device T*>` next to
+//! `S<threadgroup T*>`; the lowering turns address spaces into plain C++ pointers and
+//! references, where the two are one, and C++ would report a bare redefinition. Overloads are
+//! refused with the function named and the reason. Specialisations whose text is the same but
+//! for the address spaces (MLX's `pointer_element<device T*>`, `<threadgroup T*>`, ...) mean
+//! the same thing in the lowered C++, so all but the first are dropped; ones that differ
+//! otherwise are refused with the template named.
 
 use std::collections::HashMap;
 
 use super::entry::{join, split_commas};
+use super::functions::is_function_qualifier;
 use super::tokens::{Kind, Token};
 
 const ADDRESS_SPACES: [&str; 4] = ["device", "constant", "thread", "threadgroup"];
@@ -22,20 +27,23 @@ struct Param {
     written: String,
 }
 
-/// Checks every function declared at namespace or class scope (`sig` indexes the significant
-/// tokens of `toks`).
-pub fn check(toks: &[Token], sig: &[usize]) -> Result<(), String> {
+/// Checks every function declared at namespace or class scope and every template
+/// specialisation (`sig` indexes the significant tokens of `toks`). Returns the ranges of
+/// significant tokens (inclusive) that repeat a specialisation and must be dropped.
+pub fn check(toks: &[Token], sig: &[usize]) -> Result<Vec<(usize, usize)>, String> {
     let tok = |k: usize| &toks[sig[k]];
     let is = |k: usize, s: &str| k < sig.len() && tok(k).is(s);
     let mut seen: HashMap<Signature, Declared> = HashMap::new();
+    let mut specialisations: HashMap<Signature, Specialisation> = HashMap::new();
+    let mut repeats = Vec::new();
     let mut scopes = vec![0usize];
     let mut next_scope = 1;
     let mut k = 0;
     while k < sig.len() {
         let t = tok(k);
         if t.is("{") {
-            let opens_body =
-                k > 0 && ["=", ")", "const", "noexcept", "override", "final", "mutable"].iter().any(|s| is(k - 1, s));
+            let opens_body = k > 0
+                && (["=", ")", "mutable"].iter().any(|s| is(k - 1, s)) || is_function_qualifier(&tok(k - 1).text));
             if opens_body || k == 0 {
                 k = matching(toks, sig, k).map_or(sig.len(), |c| c + 1);
                 continue;
@@ -45,6 +53,25 @@ pub fn check(toks: &[Token], sig: &[usize]) -> Result<(), String> {
         } else if t.is("}") {
             if scopes.len() > 1 {
                 scopes.pop();
+            }
+        } else if (t.is("struct") || t.is("class")) && is(k + 2, "<") && tok(k + 1).kind == Kind::Ident {
+            let scope = scopes.last().copied().unwrap_or(0);
+            if let Some(found) = specialisation(toks, sig, k, scope)? {
+                match specialisations.get(&found.key) {
+                    None => {
+                        specialisations.insert(found.key.clone(), found);
+                    }
+                    Some(first) if first.spaces == found.spaces => {}
+                    Some(first) if first.text == found.text => repeats.push(found.range),
+                    Some(first) => {
+                        return Err(format!(
+                            "template `{}` is specialised for `{}` (line {}) and for `{}` (line {}), which differ only \
+                             in address spaces and have different definitions: kiln lowers Metal's address spaces to \
+                             plain C++ pointers and references, where these specialisations are one",
+                            found.key.1, first.written, first.line, found.written, found.line
+                        ));
+                    }
+                }
             }
         } else if t.kind == Kind::Ident && is(k + 1, "(") && k > 0 {
             let before = tok(k - 1);
@@ -82,7 +109,99 @@ pub fn check(toks: &[Token], sig: &[usize]) -> Result<(), String> {
         }
         k += 1;
     }
-    Ok(())
+    Ok(repeats)
+}
+
+/// A class template specialisation whose arguments name address spaces.
+struct Specialisation {
+    /// Scope, template name and the arguments as lowered.
+    key: Signature,
+    /// The address spaces of the arguments, as written.
+    spaces: Vec<String>,
+    /// The arguments as written, for messages.
+    written: String,
+    /// The declaration's text with the address spaces left out: equal texts mean one thing.
+    text: String,
+    /// The declaration from `template` to its `;`, in significant tokens.
+    range: (usize, usize),
+    line: u32,
+}
+
+/// The specialisation declared by `struct NAME<...>` at `k`, if it is one with address spaces
+/// in its arguments and a body.
+fn specialisation(toks: &[Token], sig: &[usize], k: usize, scope: usize) -> Result<Option<Specialisation>, String> {
+    let tok = |j: usize| &toks[sig[j]];
+    let is = |j: usize, s: &str| j < sig.len() && tok(j).is(s);
+    // The template header before `struct`: `template <...>`.
+    if k < 2 || !is(k - 1, ">") {
+        return Ok(None);
+    }
+    let mut depth = 0i32;
+    let mut start = None;
+    for j in (0..k).rev() {
+        match tok(j).text.as_str() {
+            ">" => depth += 1,
+            ">>" => depth += 2,
+            "<" => depth -= 1,
+            ";" | "{" | "}" => break,
+            _ => {}
+        }
+        if depth == 0 {
+            start = (j > 0 && is(j - 1, "template")).then(|| j - 1);
+            break;
+        }
+    }
+    let Some(start) = start else { return Ok(None) };
+    let open = k + 2;
+    let mut depth = 0i32;
+    let mut close = None;
+    for j in open..sig.len() {
+        match tok(j).text.as_str() {
+            "<" | "(" | "[" => depth += 1,
+            ">" | ")" | "]" => depth -= 1,
+            ">>" => depth -= 2,
+            ";" | "{" | "}" => break,
+            _ => {}
+        }
+        if depth <= 0 {
+            close = Some(j);
+            break;
+        }
+    }
+    let Some(close) = close.filter(|&c| tok(c).is(">")) else { return Ok(None) };
+    let args: Vec<&Token> = (open + 1..close).map(tok).collect();
+    if !args.iter().any(|t| ADDRESS_SPACES.iter().any(|s| t.is(s))) {
+        return Ok(None);
+    }
+    let Some(body) = (close + 1..sig.len()).take_while(|&j| !is(j, ";")).find(|&j| is(j, "{")) else {
+        return Ok(None);
+    };
+    let end = matching(toks, sig, body).ok_or_else(|| format!("line {}: unbalanced braces", tok(body).line))?;
+    let end = if is(end + 1, ";") { end + 1 } else { end };
+    let params: Vec<Param> = split_commas(&args).iter().map(|p| argument(p)).collect();
+    let key = (scope, tok(k + 1).text.clone(), params.iter().map(|p| p.lowered.clone()).collect());
+    let text: Vec<&str> = (start..=end)
+        .filter(|&j| !(open < j && j < close && ADDRESS_SPACES.iter().any(|s| is(j, s))))
+        .map(|j| tok(j).text.as_str())
+        .collect();
+    Ok(Some(Specialisation {
+        key,
+        spaces: params.iter().map(|p| p.spaces.clone()).collect(),
+        written: spelled(&args),
+        text: text.join(" "),
+        range: (start, end),
+        line: tok(k).line,
+    }))
+}
+
+/// A template argument's lowered type and address spaces (like a parameter, without a name).
+fn argument(tokens: &[&Token]) -> Param {
+    let has_const = tokens.iter().any(|t| t.is("const") || t.is("constant"));
+    let kept: Vec<&Token> =
+        tokens.iter().copied().filter(|t| !t.is("const") && !ADDRESS_SPACES.iter().any(|s| t.is(s))).collect();
+    let spaces: Vec<&str> = tokens.iter().filter_map(|t| ADDRESS_SPACES.iter().find(|s| t.is(s)).copied()).collect();
+    let lowered = format!("{}{}", if has_const { "const " } else { "" }, join(&kept));
+    Param { lowered, spaces: spaces.join(" "), written: spelled(tokens) }
 }
 
 /// A parameter's lowered type (address spaces gone, `constant` read as `const`, no name or
@@ -152,7 +271,7 @@ mod tests {
     fn run(src: &str) -> Result<(), String> {
         let toks = tokenize(src);
         let sig: Vec<usize> = (0..toks.len()).filter(|&i| !toks[i].is_trivia()).collect();
-        check(&toks, &sig)
+        check(&toks, &sig).map(|_| ())
     }
 
     #[test]
@@ -166,6 +285,35 @@ mod tests {
     }
 
     #[test]
+    fn address_space_only_specialisations_fold_or_are_named() {
+        let same = "template <typename T> struct pe {};\n\
+                    template <typename T> struct pe<thread T*> { using type = T; };\n\
+                    template <typename T> struct pe<device T*> { using type = T; };\n\
+                    template <typename T> struct pe<constant T*> { using type = T; };\n\
+                    template <typename T> struct pe<threadgroup T*> { using type = T; };\n";
+        let toks = tokenize(same);
+        let sig: Vec<usize> = (0..toks.len()).filter(|&i| !toks[i].is_trivia()).collect();
+        let repeats = check(&toks, &sig).unwrap();
+        let dropped: Vec<u32> = repeats.iter().map(|&(from, _)| toks[sig[from]].line).collect();
+        assert_eq!(dropped, [3, 5], "the device and threadgroup forms repeat the thread one");
+        for &(from, to) in &repeats {
+            assert!(toks[sig[from]].is("template") && toks[sig[to]].is(";"));
+        }
+        let differ = "template <typename T> struct pe {};\n\
+                      template <typename T> struct pe<device T*> { static constexpr int v = 1; };\n\
+                      template <typename T> struct pe<threadgroup T*> { static constexpr int v = 3; };\n";
+        let err = run(differ).unwrap_err();
+        assert!(
+            err.contains("template `pe` is specialised for `device T*` (line 2) and for `threadgroup T*` (line 3)"),
+            "{err}"
+        );
+        assert_eq!(
+            run("template <typename T> struct pe<device T*> { using type = T; };\nstruct pe<float> {};"),
+            Ok(())
+        );
+    }
+
+    #[test]
     fn real_overloads_and_redeclarations_pass() {
         for src in [
             "int f(device float* p);\nint f(device float* q) { return 0; }",
@@ -174,6 +322,7 @@ mod tests {
             "namespace a { int f(device float* p); }\nnamespace b { int f(thread float* p); }",
             "kernel void k(device float* a [[buffer(0)]], uint i [[thread_position_in_grid]]) { a[i] = g(i); }",
             "void f(thread float* p) { auto l = [](device float* q) { return q; }; }\nvoid g(device float* p) {}",
+            "struct S {\n  float get(thread float& r) const thread { return r; }\n  float get(thread int& r) const thread { return 1; }\n};",
         ] {
             assert_eq!(run(src), Ok(()), "{src}");
         }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::entry::{join, parse_params};
-use super::functions::Source;
+use super::functions::{is_function_qualifier, Source};
 use super::members::{is_swizzle, swizzle_members};
 use super::tokens::{is_float_literal, Kind, Token};
 use super::{Entry, EntryParam, LowerTarget};
@@ -113,7 +113,7 @@ struct Rewriter<'a> {
 pub fn rewrite(program: &MetalProgram, source: &str, target: LowerTarget) -> Result<Rewritten, String> {
     let toks = super::tokens::tokenize(source);
     let sig: Vec<usize> = (0..toks.len()).filter(|&i| !toks[i].is_trivia()).collect();
-    super::overloads::check(&toks, &sig)?;
+    let repeated = super::overloads::check(&toks, &sig)?;
     let mut out: Vec<String> = toks.iter().map(|t| t.text.clone()).collect();
     let members = swizzle_members(&toks, &sig);
     for (k, text) in members.rename {
@@ -138,6 +138,9 @@ pub fn rewrite(program: &MetalProgram, source: &str, target: LowerTarget) -> Res
     if target == LowerTarget::Cpu {
         let kernels = rw.kernels.keys().cloned().collect();
         super::convergence::instrument(&rw.toks, &rw.sig, &mut rw.out, &kernels)?;
+    }
+    for (from, to) in repeated {
+        rw.blank(from, to + 1);
     }
     let cooperative = rw.toks.iter().any(|t| t.kind == Kind::Ident && is_cooperative(&t.text));
     Ok(Rewritten { code: rw.out.concat(), entries: rw.entries, cooperative })
@@ -245,7 +248,7 @@ impl Rewriter<'_> {
                 }
                 Kind::Punct => match t.text.as_str() {
                     "{" => {
-                        let scope = self.scope_for_brace(k, in_function, &scopes);
+                        let scope = self.scope_for_brace(k, in_function);
                         scopes.push(scope);
                     }
                     "}" if scopes.len() > 1 => {
@@ -279,7 +282,7 @@ impl Rewriter<'_> {
                     }
                     "device" | "thread" => self.set(k, ""),
                     "constant" => {
-                        if file_scope {
+                        if file_scope && !self.in_template_arguments(k) {
                             if let Some(next) = self.function_constant(k)? {
                                 k = next;
                                 continue;
@@ -337,6 +340,16 @@ impl Rewriter<'_> {
         !member && (!qualified || (k > 1 && self.tok_is(k - 2, "metal")))
     }
 
+    /// Whether `k` starts a template argument (`S<constant T*>`), where `constant` qualifies a
+    /// type rather than declaring data.
+    fn in_template_arguments(&self, k: usize) -> bool {
+        let mut j = k;
+        while j > 0 && (self.tok_is(j - 1, "const") || self.tok_is(j - 1, "volatile")) {
+            j -= 1;
+        }
+        j > 0 && (self.tok_is(j - 1, "<") || self.tok_is(j - 1, ","))
+    }
+
     /// Whether the declaration specifiers around `k` (`static constant constexpr const`, as in
     /// MLX's `MLX_MTL_CONST`) hold `static`, `const` and `constexpr`.
     fn specifiers_around(&self, k: usize) -> (bool, bool, bool) {
@@ -372,14 +385,18 @@ impl Rewriter<'_> {
     }
 
     /// What a `{` at `k` opens.
-    fn scope_for_brace(&self, k: usize, in_function: bool, scopes: &[Scope]) -> Scope {
+    fn scope_for_brace(&self, k: usize, in_function: bool) -> Scope {
         if in_function {
             return Scope::Block;
         }
-        if matches!(scopes.last(), Some(Scope::Struct)) && k > 0 && self.tok_is(k - 1, ")") {
+        // `) {`, `) const {`, `) const thread {` and similar.
+        let mut j = k;
+        while j > 0 && is_function_qualifier(&self.tok(j - 1).text) {
+            j -= 1;
+        }
+        if j > 0 && self.tok_is(j - 1, ")") {
             return Scope::Function;
         }
-        let mut j = k;
         while j > 0 {
             j -= 1;
             let t = self.tok(j);
@@ -388,17 +405,8 @@ impl Rewriter<'_> {
                 "namespace" | "extern" => return Scope::Namespace,
                 "struct" | "class" | "union" | "enum" => return Scope::Struct,
                 "=" => return Scope::Init,
-                ")" if j + 1 == k => return Scope::Function,
                 _ => {}
             }
-        }
-        // `) const {`, `) noexcept {` and similar.
-        let mut j = k;
-        while j > 0 && matches!(self.tok(j - 1).text.as_str(), "const" | "noexcept" | "override" | "final") {
-            j -= 1;
-        }
-        if j > 0 && j < k && self.tok_is(j - 1, ")") {
-            return Scope::Function;
         }
         Scope::Block
     }
