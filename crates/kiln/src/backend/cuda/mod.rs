@@ -40,6 +40,7 @@ use crate::source::lower::{self, LowerTarget};
 pub use compile::{compile_with_log as compile_source_with_log, nvrtc_version, options as nvrtc_options, Arch};
 pub use custom::CudaKernelCall;
 pub use memory::CudaBuffer;
+pub use pool::APRON_BYTES;
 use programs::{ProgramTable, Resolved};
 pub use tensor_map::TENSOR_MAP_BYTES;
 pub use timing::DeviceTimer;

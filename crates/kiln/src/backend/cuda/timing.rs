@@ -155,7 +155,7 @@ impl DeviceTimer<'_> {
         for (start, end) in &marks {
             if let Some((buf, func)) = self.flush.as_mut() {
                 b.reset_persisting_lines()?;
-                let mut ptr = buf.address(&b.stream);
+                let mut ptr = buf.address();
                 let mut words = (buf.len / 16) as u64;
                 let mut value = 0x5a5a_5a5au32;
                 let mut params = [
@@ -193,7 +193,7 @@ impl DeviceTimer<'_> {
         let b = self.backend;
         let src = b.alloc("copy roofline", bytes)?;
         let dst = b.alloc("copy roofline", bytes)?;
-        let (s, d) = (src.address(&b.stream), dst.address(&b.stream));
+        let (s, d) = (src.address(), dst.address());
         // SAFETY: `s` addresses `bytes` bytes owned here; non-zero contents for the copy.
         unsafe { drv::memset_d8_async(s, 0x3c, bytes, b.stream.cu_stream()) }
             .map_err(|e| b.fail("copy roofline", "fill", e))?;
