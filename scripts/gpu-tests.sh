@@ -6,7 +6,7 @@ set -uo pipefail
 dir="${1:?usage: scripts/gpu-tests.sh DIR}"
 export KILN_REQUIRE_BACKEND=cuda
 status=0
-for t in mlx_behaviours semantics lowering_cases simdgroup_matrix gallery cuda_twins ops_memory_bound ops_compute gdn_kkt_cuda attention_cuda scatter_add_cuda launch_abi conversions msl_math msl_types msl_lowering msl_simd msl_broadcast spec_contract; do
+for t in mlx_behaviours semantics lowering_cases simdgroup_matrix gallery cuda_twins ops_memory_bound ops_compute gdn_kkt_cuda attention_cuda scatter_add_cuda launch_abi conversions msl_math msl_types msl_lowering msl_simd msl_broadcast spec_contract reads_outside_buffers; do
   out=$("$dir/$t" --include-ignored cuda 2>&1) || status=1
   echo "$t: $(grep -E '^test result' <<<"$out")"
   grep -E "FAILED|panicked" <<<"$out" | head -5
@@ -20,6 +20,8 @@ out=$("$dir/cuda_backend" --include-ignored --test-threads=1 --skip kernel_fault
 echo "cuda_backend: $(grep -E '^test result' <<<"$out")"
 out=$("$dir/cuda_backend" --include-ignored --exact kernel_faults_are_typed_errors 2>&1) || status=1
 echo "cuda_backend kernel_faults: $(grep -E '^test result' <<<"$out")"
+out=$("$dir/cuda_write_outside_buffers" --include-ignored 2>&1) || status=1
+echo "cuda_write_outside_buffers: $(grep -E '^test result' <<<"$out")"
 if command -v compute-sanitizer >/dev/null; then
   for t in mlx_behaviours semantics lowering_cases launch_abi attention_cuda msl_simd; do
     echo "memcheck $t: $(compute-sanitizer --tool memcheck "$dir/$t" --include-ignored cuda --test-threads=1 2>&1 | grep -E 'ERROR SUMMARY')"

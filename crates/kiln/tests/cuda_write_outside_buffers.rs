@@ -41,20 +41,25 @@ fn run_doubles(dev: Device, rng: &mut Rng) -> kiln::Result<()> {
     Ok(())
 }
 
-#[test]
-#[ignore = "needs an NVIDIA GPU (run with --include-ignored and KILN_REQUIRE_BACKEND=cuda)"]
-fn cuda_writes_outside_every_buffer_fault_and_fresh_buffers_keep_their_aprons() {
-    let Some(dev) = device_or_skip("cuda") else { return };
-    let mut rng = Rng::new(12);
-    run_doubles(dev, &mut rng).unwrap();
-    // Thread 0 also writes to the device's first page, which no allocation ever covers.
+/// Copies `x` to `out`; thread 0 also writes to the device's first page, which no allocation
+/// ever covers.
+fn write_outside() -> MetalKernel {
     let body = "uint i = thread_position_in_grid.x;
         out[i] = x[i];
         if (i == 0) {
             device float* p = (device float*)0x10;
             p[0] = 1.0f;
         }\n";
-    let writer = MetalKernel::new("write_outside", &["x"], &["out"], body).unwrap();
+    MetalKernel::new("write_outside", &["x"], &["out"], body).unwrap()
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --include-ignored and KILN_REQUIRE_BACKEND=cuda)"]
+fn cuda_writes_outside_every_buffer_fault_and_fresh_buffers_keep_their_aprons() {
+    let Some(dev) = device_or_skip("cuda") else { return };
+    let mut rng = Rng::new(12);
+    run_doubles(dev, &mut rng).unwrap();
+    let writer = write_outside();
     let x = Array::from_f64(DType::F32, &[256], &rng.normals(256, 1.0)).unwrap().to_device(dev).unwrap();
     let spec = LaunchSpec::new([256, 1, 1], [256, 1, 1]).output(&[256], DType::F32).device(dev);
     // Launches are asynchronous: the fault surfaces at the call or when the output is read.
@@ -70,5 +75,24 @@ fn cuda_writes_outside_every_buffer_fault_and_fresh_buffers_keep_their_aprons() 
     // whose new slabs and blocks have their aprons again.
     if let Err(e) = run_doubles(dev, &mut rng) {
         eprintln!("after a fault the device is not usable in this process: {e}");
+    }
+}
+
+/// The kernels above lower and compile to sm_90 with NVRTC (no GPU needed).
+#[test]
+fn their_kernels_compile_with_nvrtc() {
+    if !common::nvrtc_or_skip() {
+        return;
+    }
+    let x = Array::from_f64(DType::F32, &[64], &[0.5; 64]).unwrap();
+    for (kernel, outputs) in [(double_reading_aprons(), 2), (write_outside(), 1)] {
+        let mut spec = LaunchSpec::new([64, 1, 1], [32, 1, 1]).output(&[64], DType::F32);
+        if outputs == 2 {
+            spec = spec.output(&[64, 2], DType::U32);
+        }
+        let program = kernel.program(&kernel.generate(std::slice::from_ref(&x), &spec).unwrap());
+        let cubin = kiln::backend::cuda::compile_cubin(&program, (9, 0))
+            .unwrap_or_else(|e| panic!("{e}\n{}", kiln::backend::cuda::translate(&program).unwrap_or_default()));
+        assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", program.kernel);
     }
 }

@@ -262,3 +262,32 @@ fn cuda_reads_at_the_apron_distance_do_not_fault() {
         out[1].to_host().unwrap();
     }
 }
+
+/// The kernels of the CUDA tests above lower and compile to sm_90 with NVRTC (no GPU needed),
+/// so the GPU run tests what they mean to.
+#[test]
+fn their_cuda_kernels_compile_with_nvrtc() {
+    if !common::nvrtc_or_skip() {
+        return;
+    }
+    let f32s = |shape: &[usize]| Array::from_f64(DType::F32, shape, &vec![0.5; shape.iter().product()]).unwrap();
+    let cases = [
+        (docs_grid_sample(), vec![f32s(&[2, 8, 16, 4]), f32s(&[2, 3, 3, 2])], vec![(vec![2, 3, 3, 4], DType::F32)]),
+        (
+            MetalKernel::new("fill_hashed", &["seed"], &["x"], FILL).unwrap(),
+            vec![Array::scalar(5i32)],
+            vec![(vec![64], DType::F32)],
+        ),
+        (apron_reader(), vec![f32s(&[64])], vec![(vec![64], DType::F32), (vec![64, 4], DType::U32)]),
+    ];
+    for (kernel, inputs, outputs) in cases {
+        let mut spec = LaunchSpec::new([64, 1, 1], [32, 1, 1]).template("T", DType::F32);
+        for (shape, dtype) in &outputs {
+            spec = spec.output(shape, *dtype);
+        }
+        let program = kernel.program(&kernel.generate(&inputs, &spec).unwrap());
+        let cubin = kiln::backend::cuda::compile_cubin(&program, (9, 0))
+            .unwrap_or_else(|e| panic!("{e}\n{}", kiln::backend::cuda::translate(&program).unwrap_or_default()));
+        assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", program.kernel);
+    }
+}
