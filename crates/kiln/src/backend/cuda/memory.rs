@@ -116,7 +116,7 @@ impl CudaBackend {
         let oom = || Error::Driver {
             backend: "cuda",
             kernel: what.to_string(),
-            msg: format!("out of device memory allocating {len} bytes"),
+            msg: format!("out of device memory allocating {len} bytes (with the aprons around its block)"),
         };
         let place = placement(class).ok_or_else(oom)?;
         // SAFETY: the memory is uninitialised; every caller fills or overwrites a buffer before
@@ -215,11 +215,14 @@ impl CudaBackend {
         let buf = self.buffer_of(what, array)?;
         let start = array.offset() * array.dtype().size();
         let n = array.nbytes();
-        if start + n > buf.len {
-            return Err(Error::invalid(what, format!("bytes {start}..{} outside a buffer of {}", start + n, buf.len)));
-        }
         let mut host = HostBuffer::zeroed(n);
         if n > 0 {
+            if start + n > buf.len {
+                return Err(Error::invalid(
+                    what,
+                    format!("bytes {start}..{} outside a buffer of {}", start + n, buf.len),
+                ));
+            }
             self.ctx.bind_to_thread().map_err(|e| self.fail(what, "download", e))?;
             // SAFETY: the source lies within `buf` (checked above); the copy into pageable
             // memory has finished when the call returns, and the stream is synchronised next.

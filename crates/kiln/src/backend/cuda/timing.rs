@@ -119,7 +119,8 @@ extern "C" __global__ void kiln_nop_args_1376(const __grid_constant__ KilnNopArg
         let stream = self.stream.cu_stream();
         let pair = || -> Result<()> {
             // SAFETY: the memory is never accessed and is freed at once, stream-ordered.
-            let ptr = unsafe { drv::malloc_async(stream, bytes) }.map_err(|e| self.fail("allocation", "allocate", e))?;
+            let ptr =
+                unsafe { drv::malloc_async(stream, bytes) }.map_err(|e| self.fail("allocation", "allocate", e))?;
             // SAFETY: `ptr` came from `malloc_async` on this stream and is freed once.
             unsafe { drv::free_async(ptr, stream) }.map_err(|e| self.fail("allocation", "free", e))
         };
