@@ -29,7 +29,7 @@ const MAX_SLAB_BLOCKS: usize = 1024;
 
 /// Blocks up to this size are cached; larger ones go back to the driver's stream-ordered pool.
 const MAX_CACHED_BLOCK: usize = 64 << 20;
-/// The most bytes of blocks held in the cache.
+/// The most bytes held in the cache (a block of its own counts with its aprons).
 const MAX_CACHED_BYTES: usize = 1 << 30;
 
 /// The size class of a request: powers of two up to 1 MiB (at least 256 bytes), then
@@ -69,14 +69,23 @@ pub(super) struct Block {
     _allocation: Arc<CudaSlice<u8>>,
     address: u64,
     class: usize,
+    /// Device memory the block holds on its own: its allocation when it has one to itself,
+    /// else its class.
+    footprint: usize,
 }
 
 impl Block {
     /// The blocks of one fresh driver allocation `memory` made for `class` at `placement`.
     pub fn carve(memory: CudaSlice<u8>, base: u64, class: usize, placement: Placement) -> Vec<Block> {
         let memory = Arc::new(memory);
+        let footprint = if placement.count == 1 { placement.bytes } else { class };
         (0..placement.count)
-            .map(|i| Block { _allocation: memory.clone(), address: base + (placement.first + i * class) as u64, class })
+            .map(|i| Block {
+                _allocation: memory.clone(),
+                address: base + (placement.first + i * class) as u64,
+                class,
+                footprint,
+            })
             .collect()
     }
 
@@ -107,7 +116,7 @@ impl BlockPool {
         let mut guard = self.free.lock().ok()?;
         let (map, held) = &mut *guard;
         let block = map.get_mut(&class)?.pop()?;
-        *held -= class;
+        *held -= block.footprint;
         Some(block)
     }
 
@@ -120,8 +129,8 @@ impl BlockPool {
         }
         if let Ok(mut guard) = self.free.lock() {
             let (map, held) = &mut *guard;
-            if *held + class <= MAX_CACHED_BYTES {
-                *held += class;
+            if *held + block.footprint <= MAX_CACHED_BYTES {
+                *held += block.footprint;
                 map.entry(class).or_default().push(block);
             }
         }
