@@ -8,7 +8,9 @@
 //! : 0`, the MLX docs' `grid_sample`) reads unspecified bytes instead of faulting, as on Apple
 //! GPUs. Large blocks get an allocation of their own with an apron before and after; small
 //! power-of-two classes are carved side by side from one allocation (a slab) with the two
-//! aprons at its ends, so the aprons cost per slab, not per buffer.
+//! aprons at its ends, so the aprons cost per slab, not per buffer. Memory kiln does not
+//! allocate (an array wrapped from another framework) has no apron. Writes into an apron are not
+//! caught, as writes into a neighbouring block of the driver's pool are not.
 
 use std::sync::{Arc, Mutex};
 
