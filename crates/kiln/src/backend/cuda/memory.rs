@@ -135,9 +135,7 @@ impl CudaBackend {
         let base = memory.device_ptr(&self.stream).0;
         let mut blocks = Block::carve(memory, base, class, place);
         let block = blocks.pop().ok_or_else(|| Error::invalid(what, "an allocation without blocks"))?;
-        for spare in blocks {
-            self.pool.give(spare);
-        }
+        self.pool.give_all(blocks);
         Ok(block)
     }
 

@@ -125,18 +125,32 @@ impl BlockPool {
     /// Keeps `block` for reuse, or lets it go (back to the driver once no block of its
     /// allocation is left) when too large or the cache is full.
     pub fn give(&self, block: Block) {
-        let class = block.class;
-        if class > MAX_CACHED_BLOCK {
-            return;
-        }
-        if let Ok(mut guard) = self.free.lock() {
-            let (map, held) = &mut *guard;
-            if *held + block.footprint <= MAX_CACHED_BYTES {
-                *held += block.footprint;
-                map.entry(class).or_default().push(block);
-            }
-        }
+        let rejected = match self.free.lock() {
+            Ok(mut guard) => keep(&mut guard, block),
+            Err(_) => Some(block),
+        };
+        // Freed, if it is, after the lock is released.
+        drop(rejected);
     }
+
+    /// [`Self::give`] for many blocks (a fresh slab's spares), under one lock.
+    pub fn give_all(&self, blocks: Vec<Block>) {
+        let mut rejected = Vec::new();
+        if let Ok(mut guard) = self.free.lock() {
+            rejected.extend(blocks.into_iter().filter_map(|block| keep(&mut guard, block)));
+        }
+        drop(rejected);
+    }
+}
+
+/// Adds `block` to `free` unless it is too large or the cache is full; returns it then.
+fn keep((map, held): &mut FreeBlocks, block: Block) -> Option<Block> {
+    if block.class > MAX_CACHED_BLOCK || *held + block.footprint > MAX_CACHED_BYTES {
+        return Some(block);
+    }
+    *held += block.footprint;
+    map.entry(block.class).or_default().push(block);
+    None
 }
 
 #[cfg(test)]
