@@ -5,7 +5,8 @@
 //! One backend per device ordinal, one stream per backend. Launches are asynchronous: outputs
 //! come back as device arrays while the kernel runs, and `to_host` synchronises (a fault is
 //! reported there). Memory is stream-ordered (`cuMemAllocAsync`/`cuMemFreeAsync` on the one
-//! stream), so dropping an array the queued work still reads is safe. After a sticky fault the
+//! stream), so dropping an array the queued work still reads is safe; every buffer has
+//! `APRON_BYTES` of readable memory on both sides (`pool.rs`). After a sticky fault the
 //! device's context is reset and the next `backend(ordinal)` builds a fresh one.
 //!
 //! A program seen before costs one hash of its Metal text and a table lookup (`programs.rs`):
