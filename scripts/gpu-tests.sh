@@ -2,19 +2,34 @@
 # Runs the CUDA variants of the test suite from prebuilt binaries (scripts/collect-test-binaries.sh
 # DIR) on a machine with an NVIDIA GPU, requiring the CUDA backend so nothing silently falls back
 # to the CPU, then compute-sanitizer's memcheck and racecheck when it is installed.
+# The binaries find their test data in DIR/data (or in the working tree they were built from),
+# so DIR may be anywhere and the current directory anything.
 set -uo pipefail
 dir="${1:?usage: scripts/gpu-tests.sh DIR}"
+dir="$(cd "$dir" && pwd)" || exit 1
 export KILN_REQUIRE_BACKEND=cuda
 status=0
-for t in mlx_behaviours semantics lowering_cases simdgroup_matrix gallery cuda_twins ops_memory_bound ops_compute gdn_kkt_cuda attention_cuda scatter_add_cuda launch_abi conversions msl_math msl_types msl_lowering msl_simd msl_broadcast spec_contract reads_outside_buffers; do
+for t in mlx_behaviours semantics lowering_cases simdgroup_matrix gallery cuda_twins ops_memory_bound ops_compute gdn_kkt_cuda attention_cuda scatter_add_cuda launch_abi conversions narrowing_exhaustive host_conversions msl_math msl_types msl_lowering msl_simd msl_broadcast spec_contract reads_outside_buffers nvrtc_compile golden_metal cuda_backend cuda_write_outside_buffers; do
+  if [ ! -x "$dir/$t" ]; then
+    echo "$t: missing from $dir (run scripts/collect-test-binaries.sh $dir)"
+    status=1
+  fi
+done
+[ -d "$dir/data/golden" ] || { echo "missing $dir/data/golden (run scripts/collect-test-binaries.sh $dir)"; status=1; }
+for t in mlx_behaviours semantics lowering_cases simdgroup_matrix gallery cuda_twins ops_memory_bound ops_compute gdn_kkt_cuda attention_cuda scatter_add_cuda launch_abi conversions narrowing_exhaustive host_conversions msl_math msl_types msl_lowering msl_simd msl_broadcast spec_contract reads_outside_buffers; do
+  [ -x "$dir/$t" ] || continue
   out=$("$dir/$t" --include-ignored cuda 2>&1) || status=1
   echo "$t: $(grep -E '^test result' <<<"$out")"
   grep -E "FAILED|panicked" <<<"$out" | head -5
 done
-# NVRTC compiles of every library kernel for the device's architectures (no GPU needed).
-out=$("$dir/nvrtc_compile" 2>&1) || status=1
-echo "nvrtc_compile: $(grep -E '^test result' <<<"$out")"
-grep -E "FAILED|panicked" <<<"$out" | head -5
+# NVRTC compiles of every library kernel and golden spec (no GPU needed; required, so a missing
+# NVRTC fails instead of skipping), and the golden Metal sources read from the carried data.
+for t in nvrtc_compile golden_metal; do
+  [ -x "$dir/$t" ] || continue
+  out=$(KILN_REQUIRE_BACKEND=nvrtc "$dir/$t" 2>&1) || status=1
+  echo "$t: $(grep -E '^test result' <<<"$out")"
+  grep -E "FAILED|panicked" <<<"$out" | head -5
+done
 # A kernel fault is a sticky CUDA error, so the fault test runs in a process of its own.
 out=$("$dir/cuda_backend" --include-ignored --test-threads=1 --skip kernel_faults 2>&1) || status=1
 echo "cuda_backend: $(grep -E '^test result' <<<"$out")"

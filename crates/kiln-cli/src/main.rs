@@ -2,9 +2,11 @@
 
 mod bench;
 mod out;
+mod write_outputs;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kiln::backend::{self, Target};
@@ -36,6 +38,11 @@ enum Command {
         /// cpu.
         #[arg(long)]
         checked: bool,
+        /// Stop a kernel that runs longer than this many seconds (0: no limit). Overrides the
+        /// spec's `timeout` key; without either, 60. Only the CPU can stop a running kernel: on
+        /// CUDA it runs to its end.
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<f64>,
     },
     /// Print the source a backend compiles for a spec file.
     Translate {
@@ -67,7 +74,7 @@ enum Emit {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { spec, device, out, checked } => run(&spec, &device, &out, checked),
+        Command::Run { spec, device, out, checked, timeout } => run(&spec, &device, &out, checked, timeout),
         Command::Translate { spec, emit } => translate(&spec, emit),
         Command::Devices => {
             devices();
@@ -93,7 +100,10 @@ fn parse_device(text: &str) -> kiln::Result<Device> {
     }
 }
 
-fn run(spec: &Path, device: &str, out: &Path, checked: bool) -> kiln::Result<()> {
+/// How long `kiln run` lets a kernel run when neither `--timeout` nor the spec says.
+const DEFAULT_TIMEOUT_SECONDS: f64 = 60.0;
+
+fn run(spec: &Path, device: &str, out: &Path, checked: bool, timeout: Option<f64>) -> kiln::Result<()> {
     // Checking is the emulator's: with it, "auto" means the CPU.
     let device = if checked && device == "auto" { Device::Cpu } else { parse_device(device)? };
     if checked && device != Device::Cpu {
@@ -102,16 +112,39 @@ fn run(spec: &Path, device: &str, out: &Path, checked: bool) -> kiln::Result<()>
             format!("--checked runs on the CPU emulator (--device cpu), not on {device}"),
         ));
     }
-    let spec = KernelSpec::load(spec)?;
+    let mut spec = KernelSpec::load(spec)?;
+    if let Some(limit) = timeout_override(timeout, spec.timeout())? {
+        spec = spec.with_timeout(limit);
+    }
+    for warning in spec.warnings()? {
+        errln!("warning: {warning}");
+    }
     let _checked = checked.then(backend::cpu::CheckedScope::enter);
     let outputs = spec.run(device)?;
-    std::fs::create_dir_all(out).map_err(|e| kiln::Error::io(out, e))?;
-    for (name, array) in outputs {
-        let path = out.join(format!("{name}.npy"));
-        array.save_npy(&path)?;
+    let paths = write_outputs::write_outputs(out, &outputs)?;
+    for ((name, array), path) in outputs.iter().zip(paths) {
         outln!("{} {:?} {} -> {}", name, array.shape(), array.dtype(), path.display());
     }
     Ok(())
+}
+
+/// The limit that replaces the spec's `timeout` key: the flag when given, else the default when
+/// the spec gives none.
+fn timeout_override(flag: Option<f64>, key: Option<Duration>) -> kiln::Result<Option<Duration>> {
+    match (flag, key) {
+        (Some(seconds), _) => seconds_arg(seconds).map(Some),
+        (None, None) => seconds_arg(DEFAULT_TIMEOUT_SECONDS).map(Some),
+        (None, Some(_)) => Ok(None),
+    }
+}
+
+fn seconds_arg(seconds: f64) -> kiln::Result<Duration> {
+    let invalid =
+        || kiln::Error::invalid("run", format!("--timeout {seconds}: give a number of seconds >= 0 (0: no limit)"));
+    if seconds.is_nan() || seconds < 0.0 {
+        return Err(invalid());
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|_| invalid())
 }
 
 fn translate(spec: &Path, emit: Emit) -> kiln::Result<()> {
@@ -157,4 +190,20 @@ fn devices() {
         }
     }
     outln!("best device: {}", backend::best_device());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timeout_flag_overrides_the_key_and_the_default_applies_only_without_both() {
+        let secs = Duration::from_secs_f64;
+        assert_eq!(timeout_override(None, None).unwrap(), Some(secs(60.0)));
+        assert_eq!(timeout_override(None, Some(secs(5.0))).unwrap(), None);
+        assert_eq!(timeout_override(Some(0.25), Some(secs(5.0))).unwrap(), Some(secs(0.25)));
+        assert_eq!(timeout_override(Some(0.0), None).unwrap(), Some(Duration::ZERO));
+        assert!(timeout_override(Some(f64::NAN), None).is_err());
+        assert!(timeout_override(Some(-1.0), None).is_err());
+    }
 }

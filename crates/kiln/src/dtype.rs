@@ -3,6 +3,9 @@
 use std::fmt;
 
 use half::{bf16, f16};
+// float16 and bfloat16 values are rounded by kiln_convert, once from the exact source value:
+// `half`'s f64 conversions drop the sticky bits below the rounding position.
+use kiln_convert::Format;
 
 /// An element type. The names are MLX's (`float16`, `bfloat16`, ...).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -158,8 +161,8 @@ impl Element for bool {
 }
 
 /// Converts an `f64` to the bytes of one element of `dtype` with a plain numeric cast (MLX's rule
-/// for `init_value` and scalar conversion): floats round to nearest even, ints truncate toward
-/// zero and saturate, bool is `value != 0`.
+/// for `init_value` and scalar conversion): floats round once to nearest even, ints truncate
+/// toward zero and saturate, bool is `value != 0`.
 pub fn f64_to_element_bytes(value: f64, dtype: DType) -> Vec<u8> {
     let mut out = Vec::with_capacity(8);
     match dtype {
@@ -172,11 +175,81 @@ pub fn f64_to_element_bytes(value: f64, dtype: DType) -> Vec<u8> {
         DType::I16 => (value as i16).write_le(&mut out),
         DType::I32 => (value as i32).write_le(&mut out),
         DType::I64 => (value as i64).write_le(&mut out),
-        DType::F16 => f16::from_f64(value).write_le(&mut out),
-        DType::BF16 => bf16::from_f64(value).write_le(&mut out),
+        DType::F16 => Format::F16.round_f64(value).write_le(&mut out),
+        DType::BF16 => Format::BF16.round_f64(value).write_le(&mut out),
         DType::F32 => (value as f32).write_le(&mut out),
     }
     out
+}
+
+/// Converts an `f32` to one element of `dtype`: float16 and bfloat16 round once from the
+/// float32's own bits; other dtypes as [`f64_to_element_bytes`] (the f64 holds it exactly).
+pub fn f32_to_element_bytes(value: f32, dtype: DType) -> Vec<u8> {
+    match dtype {
+        DType::F16 => Format::F16.round_f32(value).to_le_bytes().to_vec(),
+        DType::BF16 => Format::BF16.round_f32(value).to_le_bytes().to_vec(),
+        DType::F32 => value.to_le_bytes().to_vec(),
+        _ => f64_to_element_bytes(f64::from(value), dtype),
+    }
+}
+
+/// Converts an integer to one element of `dtype`: floats round once from the exact integer
+/// (through f64 an i64 would round twice past 2^53), integers wrap (two's complement, as NumPy's
+/// and MLX's `astype`), bool is `value != 0`.
+pub fn int_to_element_bytes(value: i128, dtype: DType) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8);
+    match dtype {
+        DType::Bool => (value != 0).write_le(&mut out),
+        DType::U8 => (value as u8).write_le(&mut out),
+        DType::U16 => (value as u16).write_le(&mut out),
+        DType::U32 => (value as u32).write_le(&mut out),
+        DType::U64 => (value as u64).write_le(&mut out),
+        DType::I8 => (value as i8).write_le(&mut out),
+        DType::I16 => (value as i16).write_le(&mut out),
+        DType::I32 => (value as i32).write_le(&mut out),
+        DType::I64 => (value as i64).write_le(&mut out),
+        DType::F16 => Format::F16.round_int(value).write_le(&mut out),
+        DType::BF16 => Format::BF16.round_int(value).write_le(&mut out),
+        // Rust's integer-to-float `as` rounds once to nearest even.
+        DType::F32 => (value as f32).write_le(&mut out),
+    }
+    out
+}
+
+/// Converts an integer written as a number (a spec's `scalar`, `values` or `fields`) to one
+/// element of `dtype`: as [`int_to_element_bytes`], except that integers saturate at the
+/// dtype's range, as a float number's cast does.
+pub fn int_literal_to_element_bytes(value: i64, dtype: DType) -> Vec<u8> {
+    let value = i128::from(value);
+    let bits = 8 * dtype.size() as u32;
+    let clamped = if dtype.is_signed_int() {
+        value.clamp(-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
+    } else if dtype.is_unsigned_int() {
+        value.clamp(0, (1i128 << bits) - 1)
+    } else {
+        value
+    };
+    int_to_element_bytes(clamped, dtype)
+}
+
+/// Converts one element of `from` (its little-endian bytes) to `to`, rounding at most once from
+/// the exact source value: floats through their float32 value (float16 and bfloat16 widen to it
+/// exactly), bool and integers through [`int_to_element_bytes`].
+pub fn convert_element_bytes(bytes: &[u8], from: DType, to: DType) -> Vec<u8> {
+    match from {
+        DType::F32 => f32_to_element_bytes(f32::read_le(bytes), to),
+        DType::F16 => f32_to_element_bytes(f16::read_le(bytes).to_f32(), to),
+        DType::BF16 => f32_to_element_bytes(bf16::read_le(bytes).to_f32(), to),
+        DType::Bool => int_to_element_bytes(i128::from(bool::read_le(bytes)), to),
+        DType::U8 => int_to_element_bytes(i128::from(u8::read_le(bytes)), to),
+        DType::U16 => int_to_element_bytes(i128::from(u16::read_le(bytes)), to),
+        DType::U32 => int_to_element_bytes(i128::from(u32::read_le(bytes)), to),
+        DType::U64 => int_to_element_bytes(i128::from(u64::read_le(bytes)), to),
+        DType::I8 => int_to_element_bytes(i128::from(i8::read_le(bytes)), to),
+        DType::I16 => int_to_element_bytes(i128::from(i16::read_le(bytes)), to),
+        DType::I32 => int_to_element_bytes(i128::from(i32::read_le(bytes)), to),
+        DType::I64 => int_to_element_bytes(i128::from(i64::read_le(bytes)), to),
+    }
 }
 
 /// Reads one element of `dtype` as `f64` (exact for every dtype except 64-bit ints beyond 2^53).
@@ -222,6 +295,32 @@ mod tests {
         let above = 1.0f64 + 2f64.powi(-8) + 2f64.powi(-20);
         let expect = bf16::from_f32(1.0 + 2f32.powi(-7));
         assert_eq!(f64_to_element_bytes(above, DType::BF16), expect.to_le_bytes());
+    }
+
+    #[test]
+    fn conversions_round_once_from_the_exact_value() {
+        // 2^-40 above the float16 midpoint 1 + 2^-11 rounds up (half's f64 conversion drops it).
+        let x = 1.0f64 + 2f64.powi(-11) + 2f64.powi(-40);
+        assert_eq!(f64_to_element_bytes(x, DType::F16), 0x3c01u16.to_le_bytes());
+        assert_eq!(f32_to_element_bytes(f32::from_bits(0x3eaa_8003), DType::BF16), 0x3eabu16.to_le_bytes());
+        // 2^60 + 2^52 + 1: through f64 it would be the bfloat16 midpoint and round down.
+        let v = (1i64 << 60) + (1 << 52) + 1;
+        assert_eq!(convert_element_bytes(&v.to_le_bytes(), DType::I64, DType::BF16), 0x5d81u16.to_le_bytes());
+        // 2^60 + 2^36 + 1: through f64 it would be the float32 midpoint and round down.
+        let v = (1i64 << 60) + (1 << 36) + 1;
+        let want = ((1i64 << 60) + (1 << 37)) as f32;
+        assert_eq!(convert_element_bytes(&v.to_le_bytes(), DType::I64, DType::F32), want.to_le_bytes());
+    }
+
+    #[test]
+    fn integer_numbers_saturate_and_integers_wrap() {
+        assert_eq!(int_literal_to_element_bytes(300, DType::U8), vec![255]);
+        assert_eq!(int_literal_to_element_bytes(-5, DType::U32), 0u32.to_le_bytes());
+        assert_eq!(int_literal_to_element_bytes(i64::MAX, DType::I64), i64::MAX.to_le_bytes());
+        assert_eq!(int_literal_to_element_bytes((1 << 53) + 1, DType::I64), ((1i64 << 53) + 1).to_le_bytes());
+        assert_eq!(convert_element_bytes(&300i32.to_le_bytes(), DType::I32, DType::U8), vec![44]);
+        assert_eq!(convert_element_bytes(&(-2.7f32).to_le_bytes(), DType::F32, DType::I8), vec![(-2i8) as u8]);
+        assert_eq!(convert_element_bytes(&1e10f32.to_le_bytes(), DType::F32, DType::I32), i32::MAX.to_le_bytes());
     }
 
     #[test]

@@ -5,13 +5,15 @@
 //! tests/golden/capture_mlx.py, which traces the call inside `mx.export_function`; MLX is not a
 //! dependency of kiln or of CI).
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 
 use kiln::backend::Target;
 use kiln::spec::KernelSpec;
 
 fn cases() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/metal");
+    let root = common::test_data("golden/metal");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -49,7 +51,7 @@ fn generated_metal_matches_mlx_byte_for_byte() {
 
 #[test]
 fn verbose_text_is_mlx_print() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/metal/myexp");
+    let dir = common::test_data("golden/metal").join("myexp");
     let KernelSpec::Body(body) = KernelSpec::load(dir.join("kernel.toml")).unwrap() else {
         panic!("myexp is a body-only spec")
     };

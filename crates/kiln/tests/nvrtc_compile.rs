@@ -352,7 +352,7 @@ fn every_golden_spec_compiles_to_sm90_cubin() {
     if !common::nvrtc_or_skip() {
         return;
     }
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/metal");
+    let root = common::test_data("golden/metal");
     let mut count = 0;
     for dir in std::fs::read_dir(&root).unwrap() {
         let spec_path = dir.unwrap().path().join("kernel.toml");

@@ -58,10 +58,11 @@ template <class T> struct is_arith {
 // On CUDA devices the conversions are the hardware's round-to-nearest-even instructions
 // (cvt.rn.f16.f32 and cvt.f32.f16 from sm_53, cvt.rn.bf16.f32 from sm_80; none flushes
 // subnormals). For every number, infinity and signed zero they give the software path's bits; a
-// NaN gives a NaN (the hardware's canonical one, where the software path keeps sign and payload):
-// Metal does not specify the bits of a converted NaN, and one instruction per element is what
-// keeps 16-bit memory-bound kernels at bandwidth. KILN_HW_CVT_X2 marks the paired forms
-// (cvt.rn.f16x2.f32, cvt.rn.bf16x2.f32, sm_80) that vector conversions use.
+// NaN gives a NaN (the hardware's canonical one, where the software path keeps the sign, and for
+// half the payload's top bits): Metal does not specify the bits of a converted NaN, and one
+// instruction per element is what keeps 16-bit memory-bound kernels at bandwidth.
+// KILN_HW_CVT_X2 marks the paired forms (cvt.rn.f16x2.f32, cvt.rn.bf16x2.f32, sm_80) that
+// vector conversions use.
 #if defined(KILN_CUDA) && defined(__CUDA_ARCH__)
 #define KILN_HW_F16 1
 #if __CUDA_ARCH__ >= 800
@@ -129,7 +130,8 @@ KILN_HD inline float f16_to_f32(ushort h) {
 #endif
 }
 
-// bfloat16 from binary32, round to nearest even; NaN stays a quiet NaN.
+// bfloat16 from binary32, round to nearest even; NaN becomes the quiet NaN 0x7fc0 with its sign
+// (the host's rule, and ml_dtypes').
 KILN_HD inline ushort f32_to_bf16(float f) {
 #ifdef KILN_HW_BF16
   ushort r;
@@ -137,7 +139,7 @@ KILN_HD inline ushort f32_to_bf16(float f) {
   return r;
 #else
   uint x = f2u(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort)((x >> 16) | 0x40u);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort)(((x >> 16) & 0x8000u) | 0x7fc0u);
   x += 0x7fffu + ((x >> 16) & 1u);
   return (ushort)(x >> 16);
 #endif
@@ -217,15 +219,35 @@ KILN_HD constexpr float f16_to_f32_const(ushort h) {
 }
 KILN_HD constexpr ushort f32_to_bf16_const(float f) {
   uint x = __builtin_bit_cast(uint, f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort)((x >> 16) | 0x40u);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort)(((x >> 16) & 0x8000u) | 0x7fc0u);
   x += 0x7fffu + ((x >> 16) & 1u);
   return (ushort)(x >> 16);
 }
 KILN_HD constexpr float bf16_to_f32_const(ushort b) { return __builtin_bit_cast(float, (uint)b << 16); }
+// f64_to_f32_odd and int_to_f32_odd for constant evaluation. Past the float range the result
+// is the largest float (rounding to odd never overflows), so no out-of-range cast is evaluated.
+KILN_HD constexpr float f64_to_f32_odd_const(double d) {
+  double ad = d < 0.0 ? -d : d;
+  if (d != d || ad > 1.7976931348623157e308) return (float)d;  // NaN, infinities
+  if (ad > 0x1.fffffep127) return d < 0.0 ? -0x1.fffffep127f : 0x1.fffffep127f;
+  float f = (float)d;
+  uint b = __builtin_bit_cast(uint, f);
+  if ((double)f == d || (b & 1u)) return f;
+  double af = (double)f < 0.0 ? -(double)f : (double)f;
+  return __builtin_bit_cast(float, af > ad ? b - 1u : b + 1u);
+}
+template <class T> KILN_HD constexpr float int_to_f32_odd_const(T v) {
+  bool neg = v < T(0);
+  unsigned long long m = neg ? 0ull - (unsigned long long)v : (unsigned long long)v;
+  uint shift = 0;
+  while ((m >> shift) >= (1ull << 24)) ++shift;
+  unsigned long long top = m >> shift;
+  if (shift && (m & ((1ull << shift) - 1ull))) top |= 1ull;
+  float f = (float)top * __builtin_bit_cast(float, (127u + shift) << 23);  // exact
+  return neg ? -f : f;
+}
 #define KILN_CVT(F, X) (::kiln::is_constant_evaluated() ? ::kiln::F##_const(X) : ::kiln::F(X))
-// The exact narrowing to float (rounded to odd) runs at run time; constant evaluation rounds
-// to nearest first, which differs only for values between two halves' or bfloats' midpoints.
-#define KILN_NARROW(F, X) (::kiln::is_constant_evaluated() ? (float)(X) : ::kiln::F(X))
+#define KILN_NARROW(F, X) (::kiln::is_constant_evaluated() ? ::kiln::F##_const(X) : ::kiln::F(X))
 #else
 KILN_HD constexpr bool is_constant_evaluated() { return false; }
 #define KILN_CVT(F, X) ::kiln::F(X)

@@ -4,6 +4,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub(crate) mod disk_cache;
 pub mod metal;
 
 use std::any::Any;
@@ -83,6 +84,10 @@ pub enum Binding {
     Bytes(ConstBytes),
     /// An output the backend allocates and returns.
     Output(OutputSpec),
+    /// An array the kernel reads and updates: the backend copies it into a fresh row-contiguous
+    /// buffer, binds that, and returns it among the outputs (in binding order); the array
+    /// itself is left unchanged.
+    InOut(Array),
 }
 
 /// The geometry of a dispatch.

@@ -21,7 +21,7 @@ use super::msl_outline::Outline;
 use crate::backend::MetalProgram;
 use crate::error::{Error, Result};
 use crate::source::lower::tokens::{tokenize, Kind, Token};
-use crate::source::lower::{lower, EntryParam, LowerTarget};
+use crate::source::lower::{lower, AddressSpace, EntryParam, LowerTarget};
 
 /// Metal's limit on threadgroup memory per threadgroup (static plus dynamic), in bytes.
 pub const MAX_THREADGROUP_MEMORY: usize = 32 * 1024;
@@ -142,6 +142,22 @@ impl EntryContract {
             ));
         }
         Ok(())
+    }
+
+    /// The `[[buffer(n)]]` parameters the kernel may write: `device`, not `const`.
+    pub fn writable_buffers(&self) -> Vec<(u32, String)> {
+        let mut out: Vec<(u32, String)> = self
+            .params
+            .iter()
+            .filter_map(|p| match p {
+                EntryParam::Buffer { name, index, space: AddressSpace::Device, is_const: false, .. } => {
+                    Some((*index, name.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        out.sort();
+        out
     }
 
     /// The bytes of the kernel's own `threadgroup` declarations.

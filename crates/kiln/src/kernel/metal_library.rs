@@ -39,6 +39,10 @@ pub enum LibraryArg {
     Bytes(Vec<u8>),
     /// A fresh row-contiguous output, optionally filled first.
     Output { shape: Vec<usize>, dtype: DType, init_value: Option<f64> },
+    /// An array the function reads and updates in place. The function works on a row-contiguous
+    /// copy (of the view's elements, in row-major order), which comes back among the outputs in
+    /// slot order with the array's shape and dtype; the array passed here is never changed.
+    InOut(Array),
 }
 
 /// How one function of a library is dispatched.
@@ -84,6 +88,11 @@ impl MetalLibrary {
         self
     }
 
+    /// The name that labels errors.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     pub fn source(&self) -> &str {
         &self.source
     }
@@ -100,7 +109,8 @@ impl MetalLibrary {
         }
     }
 
-    /// Runs one function on `device`; returns the outputs in slot order.
+    /// Runs one function on `device`; returns the outputs and the updated `InOut` arrays, in
+    /// slot order.
     pub fn dispatch(&self, device: Device, args: &[LibraryArg], launch: &LibraryLaunch) -> Result<Vec<Array>> {
         let op = format!("metal_library {}:{}", self.name, launch.function);
         let [x, y, z] = launch.threadgroup;
@@ -127,14 +137,17 @@ impl MetalLibrary {
         let mut bindings = Vec::with_capacity(args.len());
         for (slot, arg) in args.iter().enumerate() {
             bindings.push(match arg {
-                LibraryArg::Array(a) => {
+                LibraryArg::Array(a) | LibraryArg::InOut(a) => {
                     if a.device() != device {
                         return Err(Error::invalid(
                             op,
                             format!("buffer {slot} lives on {} but the kernel runs on {device}; move it with Array::to_device", a.device()),
                         ));
                     }
-                    Binding::Array(a.clone())
+                    match arg {
+                        LibraryArg::InOut(_) => Binding::InOut(a.clone()),
+                        _ => Binding::Array(a.clone()),
+                    }
                 }
                 LibraryArg::Bytes(b) => Binding::Bytes(b.as_slice().into()),
                 LibraryArg::Output { shape, dtype, init_value } => {
@@ -157,6 +170,15 @@ impl MetalLibrary {
             contract.check(&op, run.effective_threadgroup(), run.bindings.len(), &run.threadgroup_memory)?;
         }
         backend.launch(&run)
+    }
+
+    /// The `[[buffer(n)]]` parameters of `launch`'s function that it may write (`device`
+    /// pointers or references not declared `const`), as (slot, parameter name) in slot order.
+    /// Empty when the function cannot be read before compiling (compiling then reports why).
+    pub fn writable_buffers(&self, launch: &LibraryLaunch) -> Result<Vec<(u32, String)>> {
+        let op = format!("metal_library {}:{}", self.name, launch.function);
+        let program = self.program(launch);
+        Ok(self.contract(&op, &program)?.as_ref().as_ref().map(EntryContract::writable_buffers).unwrap_or_default())
     }
 
     /// The launch requirements of `program`'s entry, from the table when seen before.

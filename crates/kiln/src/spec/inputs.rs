@@ -4,6 +4,7 @@
 use toml::Value;
 
 use super::toml_access::{usize_list, Section};
+use crate::array::npy::{read_npy, NpyData};
 use crate::array::{Array, SliceArg};
 use crate::dtype::DType;
 use crate::error::Error;
@@ -16,10 +17,27 @@ pub(crate) const VIEW_KEYS: [&str; 5] = ["file", "dtype", "slice", "transpose", 
 pub(crate) fn load_view(sec: &Section<'_>) -> Result<Array, Error> {
     let rel = sec.req_str("file")?;
     let path = sec.file.parent().map(|d| d.join(rel)).unwrap_or_else(|| rel.into());
-    let mut a = Array::load_npy(&path).map_err(|e| sec.err("file", e.to_string()))?;
-    if let Some(dtype) = sec.dtype("dtype")? {
-        a = a.astype(dtype).map_err(|e| sec.err("dtype", e.to_string()))?;
-    }
+    let cast = sec.dtype("dtype")?;
+    let mut a = match read_npy(&path).map_err(|e| sec.err("file", e.to_string()))? {
+        NpyData::Array(a) => match cast {
+            Some(dtype) => a.astype(dtype).map_err(|e| sec.err("dtype", e.to_string()))?,
+            None => a,
+        },
+        NpyData::Float64 { shape, values } => match cast {
+            // One rounding, from the file's own values.
+            Some(dtype) => Array::from_f64(dtype, &shape, &values).map_err(|e| sec.err("dtype", e.to_string()))?,
+            None => {
+                return Err(sec.err(
+                    "file",
+                    format!(
+                        "{}: holds float64 data, which kiln has no dtype for (Metal has no double); add \
+                         dtype = \"float32\" (or another dtype) to this table to convert it when loading",
+                        path.display()
+                    ),
+                ))
+            }
+        },
+    };
     if let Some(text) = sec.str("slice")? {
         a = index(&a, text).map_err(|msg| sec.err("slice", msg))?;
     }
@@ -87,13 +105,8 @@ pub(crate) fn load_input(sec: &Section<'_>) -> Result<KernelInput, Error> {
         return match sec.dtype("dtype")? {
             None => Ok(input),
             Some(dtype) => {
-                let f = match value {
-                    Value::Boolean(b) => *b as u8 as f64,
-                    Value::Integer(i) => *i as f64,
-                    Value::Float(f) => *f,
-                    _ => 0.0,
-                };
-                let a = Array::from_f64(dtype, &[], &[f]).map_err(|e| sec.err("scalar", e.to_string()))?;
+                let a = Array::from_bytes(dtype, &[], &number_bytes(value, dtype))
+                    .map_err(|e| sec.err("scalar", e.to_string()))?;
                 Ok(KernelInput::Array(a))
             }
         };
@@ -105,22 +118,17 @@ pub(crate) fn load_input(sec: &Section<'_>) -> Result<KernelInput, Error> {
 /// `values = [...]` with an optional `dtype` (inferred like scalars: bool, int32, float32).
 pub(crate) fn load_values(sec: &Section<'_>) -> Result<Array, Error> {
     let items = sec.array("values")?;
-    let mut values = Vec::with_capacity(items.len());
     let (mut any_float, mut all_bool) = (false, !items.is_empty());
     for (i, item) in items.iter().enumerate() {
-        values.push(match item {
-            Value::Integer(n) => {
-                all_bool = false;
-                *n as f64
-            }
-            Value::Float(f) => {
+        match item {
+            Value::Integer(_) => all_bool = false,
+            Value::Float(_) => {
                 any_float = true;
                 all_bool = false;
-                *f
             }
-            Value::Boolean(b) => *b as u8 as f64,
+            Value::Boolean(_) => {}
             v => return Err(sec.err(&format!("values[{i}]"), format!("expected a number, found {}", v.type_str()))),
-        });
+        }
     }
     let dtype = match sec.dtype("dtype")? {
         Some(d) => d,
@@ -128,7 +136,8 @@ pub(crate) fn load_values(sec: &Section<'_>) -> Result<Array, Error> {
         None if any_float => DType::F32,
         None => DType::I32,
     };
-    Array::from_f64(dtype, &[values.len()], &values).map_err(|e| sec.err("values", e.to_string()))
+    let bytes: Vec<u8> = items.iter().flat_map(|item| number_bytes(item, dtype)).collect();
+    Array::from_bytes(dtype, &[items.len()], &bytes).map_err(|e| sec.err("values", e.to_string()))
 }
 
 /// `fields = [["float32", 1e-5], ["uint32", 8], ...]` packed as a C struct: each field aligned to
@@ -150,9 +159,7 @@ pub(crate) fn pack_fields(sec: &Section<'_>) -> Result<Vec<u8>, Error> {
             v => return Err(sec.err(&key, format!("expected a dtype name first, found {}", v.type_str()))),
         };
         let value = match &pair[1] {
-            Value::Integer(n) => *n as f64,
-            Value::Float(f) => *f,
-            Value::Boolean(b) => *b as u8 as f64,
+            v @ (Value::Integer(_) | Value::Float(_) | Value::Boolean(_)) => v,
             v => return Err(sec.err(&key, format!("expected a number second, found {}", v.type_str()))),
         };
         let size = dtype.size();
@@ -160,7 +167,7 @@ pub(crate) fn pack_fields(sec: &Section<'_>) -> Result<Vec<u8>, Error> {
         while bytes.len() % size != 0 {
             bytes.push(0);
         }
-        bytes.extend(crate::dtype::f64_to_element_bytes(value, dtype));
+        bytes.extend(number_bytes(value, dtype));
     }
     while bytes.len() % max_align != 0 {
         bytes.push(0);
@@ -171,4 +178,15 @@ pub(crate) fn pack_fields(sec: &Section<'_>) -> Result<Vec<u8>, Error> {
 /// A shape list at `key` of `sec`.
 pub(crate) fn shape_at(sec: &Section<'_>, key: &str) -> Result<Vec<usize>, Error> {
     usize_list(sec.file, &sec.key_path(key), sec.require(key)?)
+}
+
+/// A number written in a spec (boolean, integer or float) as one element of `dtype`: integers
+/// convert from their exact value, floats from their f64, each rounding once.
+fn number_bytes(value: &Value, dtype: DType) -> Vec<u8> {
+    match value {
+        Value::Integer(n) => crate::dtype::int_literal_to_element_bytes(*n, dtype),
+        Value::Boolean(b) => crate::dtype::int_literal_to_element_bytes(i64::from(*b), dtype),
+        Value::Float(f) => crate::dtype::f64_to_element_bytes(*f, dtype),
+        _ => crate::dtype::f64_to_element_bytes(0.0, dtype),
+    }
 }

@@ -4,15 +4,16 @@
 //! Unknown keys, missing files and malformed values are errors naming the file and the key.
 
 mod inputs;
+mod run;
 mod toml_access;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use toml::{Table, Value};
 
 use crate::array::Array;
 use crate::backend::{self, ConstantKey, ConstantValue, Dispatch, MetalProgram, Target};
-use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernel::{KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MathMode, MetalKernel, MetalLibrary};
 use crate::source::mangle::{TemplateArg, TemplateName};
@@ -37,6 +38,8 @@ pub struct BodySpec {
     pub output_names: Vec<String>,
     pub call: LaunchSpec,
     pub inputs: Vec<KernelInput>,
+    /// The `timeout` key (see [`KernelSpec::timeout`]).
+    pub timeout: Option<Duration>,
 }
 
 /// `[library]`, `[dispatch]` and `[[buffer]]`.
@@ -45,8 +48,10 @@ pub struct LibrarySpec {
     pub file: PathBuf,
     pub library: MetalLibrary,
     pub launch: LibraryLaunch,
-    /// One per `[[buffer]]`, with the output name for outputs.
+    /// One per `[[buffer]]`, with the output name for outputs and in/out buffers.
     pub buffers: Vec<(Option<String>, LibraryArg)>,
+    /// The `timeout` key (see [`KernelSpec::timeout`]).
+    pub timeout: Option<Duration>,
 }
 
 impl KernelSpec {
@@ -91,36 +96,6 @@ impl KernelSpec {
             }
             KernelSpec::Library(l) => Ok(l.library.program(&l.launch)),
         }
-    }
-
-    /// Runs on `device` and returns (output name, host array) pairs in output order.
-    pub fn run(&self, device: Device) -> Result<Vec<(String, Array)>> {
-        let (names, outputs) = match self {
-            KernelSpec::Body(b) => {
-                let inputs = b
-                    .inputs
-                    .iter()
-                    .map(|i| match i {
-                        KernelInput::Array(a) => a.to_device(device).map(KernelInput::Array),
-                        other => Ok(other.clone()),
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                let call = b.call.clone().device(device);
-                (b.output_names.clone(), b.kernel.call(&inputs, &call)?)
-            }
-            KernelSpec::Library(l) => {
-                let mut args = Vec::with_capacity(l.buffers.len());
-                for (_, arg) in &l.buffers {
-                    args.push(match arg {
-                        LibraryArg::Array(a) => LibraryArg::Array(a.to_device(device)?),
-                        other => other.clone(),
-                    });
-                }
-                let names = l.buffers.iter().filter_map(|(n, _)| n.clone()).collect();
-                (names, l.library.dispatch(device, &args, &l.launch)?)
-            }
-        };
-        names.into_iter().zip(outputs).map(|(n, a)| Ok((n, a.to_host()?))).collect()
     }
 }
 
@@ -169,7 +144,16 @@ fn parse_body(root: &Section<'_>) -> Result<BodySpec> {
     }
 
     let c = root.sub_table("call")?.ok_or_else(|| root.err("call", "missing [call] table"))?;
-    c.only_keys(&["grid", "threadgroup", "output_shapes", "output_dtypes", "template", "init_value", "verbose"])?;
+    c.only_keys(&[
+        "grid",
+        "threadgroup",
+        "output_shapes",
+        "output_dtypes",
+        "template",
+        "init_value",
+        "verbose",
+        "timeout",
+    ])?;
     let mut call = LaunchSpec::new(c.dims3("grid")?, c.dims3("threadgroup")?);
     for (i, v) in c.array("output_shapes")?.iter().enumerate() {
         call.output_shapes.push(usize_list(file, &format!("call.output_shapes[{i}]"), v)?.into());
@@ -194,6 +178,7 @@ fn parse_body(root: &Section<'_>) -> Result<BodySpec> {
     }
     call.init_value = c.number("init_value")?;
     call.verbose = c.bool("verbose")?.unwrap_or(false);
+    let timeout = c.seconds("timeout")?;
 
     let input_tables = root.tables("input")?;
     if input_tables.len() != input_names.len() {
@@ -207,7 +192,7 @@ fn parse_body(root: &Section<'_>) -> Result<BodySpec> {
         ));
     }
     let inputs = input_tables.iter().map(inputs::load_input).collect::<Result<Vec<_>>>()?;
-    Ok(BodySpec { file: file.to_path_buf(), kernel, output_names, call, inputs })
+    Ok(BodySpec { file: file.to_path_buf(), kernel, output_names, call, inputs, timeout })
 }
 
 /// An output is written to `<out>/<name>.npy`, so its name must be a plain file name: not empty,
@@ -259,6 +244,8 @@ fn parse_library(root: &Section<'_>) -> Result<LibrarySpec> {
     let source = match (l.str("source_file")?, l.str("source")?) {
         (Some(rel), None) => {
             let path = file.parent().map(|d| d.join(rel)).unwrap_or_else(|| rel.into());
+            crate::array::npy::check_regular_file(&path)
+                .map_err(|msg| l.err("source_file", format!("{}: {msg}", path.display())))?;
             std::fs::read_to_string(&path).map_err(|e| l.err("source_file", format!("{}: {e}", path.display())))?
         }
         (None, Some(text)) => text.to_string(),
@@ -273,13 +260,14 @@ fn parse_library(root: &Section<'_>) -> Result<LibrarySpec> {
     }
 
     let d = root.sub_table("dispatch")?.ok_or_else(|| root.err("dispatch", "missing [dispatch] table"))?;
-    d.only_keys(&["threadgroups", "grid", "threadgroup", "threadgroup_memory"])?;
+    d.only_keys(&["threadgroups", "grid", "threadgroup", "threadgroup_memory", "timeout"])?;
     let dispatch = match (d.has("threadgroups"), d.has("grid")) {
         (true, false) => Dispatch::Threadgroups(d.dims3("threadgroups")?),
         (false, true) => Dispatch::Threads(d.dims3("grid")?),
         _ => return Err(d.err("threadgroups", "give exactly one of threadgroups (group count) or grid (thread count)")),
     };
     let mut launch = LibraryLaunch::new(function, dispatch, d.dims3("threadgroup")?);
+    let timeout = d.seconds("timeout")?;
     if d.has("threadgroup_memory") {
         launch.threadgroup_memory = d.usizes("threadgroup_memory")?;
     }
@@ -313,10 +301,25 @@ fn parse_library(root: &Section<'_>) -> Result<LibrarySpec> {
         }
         buffers.push(buffer);
     }
-    Ok(LibrarySpec { file: file.to_path_buf(), library, launch, buffers })
+    Ok(LibrarySpec { file: file.to_path_buf(), library, launch, buffers, timeout })
 }
 
 fn parse_buffer(b: &Section<'_>) -> Result<(Option<String>, LibraryArg)> {
+    if b.has("output") && b.has("file") {
+        // An in/out buffer is written back whole, so a view of the file has no place to go.
+        for key in ["slice", "transpose", "broadcast_to"] {
+            if b.has(key) {
+                return Err(b.err(
+                    key,
+                    "an in/out buffer (file with output) is loaded and written back whole; slice, transpose and \
+                     broadcast_to are refused (save the view you want as its own .npy file)",
+                ));
+            }
+        }
+        b.only_keys(&["file", "output", "dtype"])?;
+        let name = b.req_str("output")?.to_string();
+        return Ok((Some(name), LibraryArg::InOut(inputs::load_view(b)?)));
+    }
     if b.has("output") {
         b.only_keys(&["output", "shape", "dtype", "init_value"])?;
         let name = b.req_str("output")?.to_string();

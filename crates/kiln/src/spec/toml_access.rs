@@ -1,6 +1,7 @@
 //! Typed access to a parsed spec file with errors that name the file and the dotted key.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use toml::{Table, Value};
 
@@ -81,6 +82,17 @@ impl<'a> Section<'a> {
             Some(Value::Float(f)) => Ok(Some(*f)),
             Some(v) => Err(self.err(key, format!("expected a number, found {}", v.type_str()))),
         }
+    }
+
+    /// A duration in seconds (integer or float, at least 0; 0 means no limit).
+    pub fn seconds(&self, key: &str) -> Result<Option<Duration>, Error> {
+        let Some(secs) = self.number(key)? else { return Ok(None) };
+        if secs.is_nan() || secs < 0.0 {
+            return Err(self.err(key, format!("{secs} is not a number of seconds (give one >= 0; 0 means no limit)")));
+        }
+        Duration::try_from_secs_f64(secs)
+            .map(Some)
+            .map_err(|_| self.err(key, format!("{secs} seconds is too long (give 0 for no limit)")))
     }
 
     pub fn strings(&self, key: &str) -> Result<Vec<String>, Error> {

@@ -2,6 +2,8 @@
 //! macro that instantiates one test body for every backend.
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
+
 use kiln::{Array, DType, Device};
 
 pub use kiln::check::{rel_l2, tolerance, Rng};
@@ -88,4 +90,21 @@ macro_rules! backend_tests {
 /// `a` as a kernel input living on `device` (moving arrays between devices is explicit).
 pub fn on(device: Device, a: &Array) -> kiln::KernelInput {
     kiln::KernelInput::Array(a.to_device(device).expect("move input to the device"))
+}
+
+/// A directory of test data under crates/kiln/tests (`rel`, e.g. "golden/metal"): where the tests
+/// were built, else in `data/` beside the test binary (scripts/collect-test-binaries.sh puts it
+/// there), else under a copy of the working tree holding the current directory.
+pub fn test_data(rel: &str) -> PathBuf {
+    let mut tried = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(rel)];
+    if let Some(dir) = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)) {
+        tried.push(dir.join("data").join(rel));
+    }
+    if let Ok(cwd) = std::env::current_dir() {
+        tried.extend(cwd.ancestors().map(|a| a.join("crates/kiln/tests").join(rel)));
+    }
+    match tried.iter().find(|p| p.is_dir()) {
+        Some(found) => found.clone(),
+        None => panic!("test data {rel} not found; looked in {tried:#?}"),
+    }
 }

@@ -21,6 +21,7 @@ use rayon::prelude::*;
 use super::checked::{self, CheckedLaunch, Guard, GuardedBuf};
 use super::compile::Compiled;
 use super::stacks;
+use super::threadgroup;
 use crate::array::{Array, HostBuffer};
 use crate::backend::{Binding, Dispatch, Launch};
 use crate::dtype::f64_to_element_bytes;
@@ -37,6 +38,8 @@ pub struct LaunchDesc {
     grid: [u32; 3],
     tg: [u32; 3],
     groups: [u32; 3],
+    /// Nonzero on checked launches: threadgroup memory's guards also fault on reads.
+    checked: u32,
 }
 
 /// Shares the descriptor with the worker threads.
@@ -135,6 +138,21 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
                 roles.push(Some(Role::Output(n_out)));
                 n_out += 1;
             }
+            Binding::InOut(a) => {
+                if a.host_buffer().is_none() {
+                    return Err(Error::invalid(
+                        kernel.clone(),
+                        format!("in/out buffer lives on {}; the CPU backend needs host arrays", a.device()),
+                    ));
+                }
+                let bytes = a.to_contiguous_bytes()?;
+                let mut buf = GuardedBuf::filled(kernel, bytes.len(), CANARY)?;
+                let off = buf.data_offset();
+                buf.between_guards()[off..off + bytes.len()].copy_from_slice(&bytes);
+                storage.push(Storage::Guarded(buf));
+                roles.push(Some(Role::Output(n_out)));
+                n_out += 1;
+            }
         }
     }
     // Pointers are taken only now that `storage` no longer grows.
@@ -186,6 +204,7 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
         grid,
         tg,
         groups,
+        checked: u32::from(checked),
     };
     let mut watch = CheckedLaunch {
         guards: guards.as_ptr(),
@@ -230,9 +249,13 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
     }
     let mut result = Vec::new();
     for (slot, (binding, s)) in launch.bindings.iter().zip(&mut storage).enumerate() {
-        let Binding::Output(spec) = binding else { continue };
+        let (shape, dtype) = match binding {
+            Binding::Output(spec) => (&spec.shape[..], spec.dtype),
+            Binding::InOut(a) => (a.shape(), a.dtype()),
+            _ => continue,
+        };
         let k = result.len();
-        let n = spec.shape.iter().product::<usize>() * spec.dtype.size();
+        let n = shape.iter().product::<usize>() * dtype.size();
         let Some((before, body, after)) = output_parts(s, n) else { continue };
         let before_hit = before.iter().rposition(|&b| b != CANARY).map(|p| before.len() - p);
         let after_hit = after.iter().position(|&b| b != CANARY).map(|p| p + 1);
@@ -249,7 +272,7 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
                 ),
             });
         }
-        result.push(Array::from_host(HostBuffer::from_bytes(body), spec.dtype, &spec.shape));
+        result.push(Array::from_host(HostBuffer::from_bytes(body), dtype, shape));
     }
     Ok(result)
 }
@@ -335,13 +358,26 @@ fn execute(
             let d = &shared;
             let mut lease = compiled.cooperative.then(|| stacks::pool().take(group_threads, compiled.release_stacks));
             let stacks = lease.as_mut().map_or(std::ptr::null_mut(), |l| l.as_ptr());
+            let mut arena = threadgroup::take();
             // SAFETY: `kiln_run` reads the descriptor (valid for this scope), runs groups
             // [begin, end) on fibers whose stacks it takes from the lent set (for this call
-            // only; non-cooperative kernels ignore it) and writes at most `msg.len()` bytes of
+            // only; non-cooperative kernels ignore it), lays out its threadgroup memory in the
+            // lent arena (also for this call only) and writes at most `msg.len()` bytes of
             // NUL-terminated message.
-            let rc =
-                unsafe { (compiled.run)(entry as i32, d.0, begin, end, stacks, msg.as_mut_ptr(), msg.len() as i32) };
+            let rc = unsafe {
+                (compiled.run)(
+                    entry as i32,
+                    d.0,
+                    begin,
+                    end,
+                    stacks,
+                    arena.as_ptr(),
+                    msg.as_mut_ptr(),
+                    msg.len() as i32,
+                )
+            };
             drop(lease);
+            drop(arena);
             if rc == 2 {
                 let text: String = msg.iter().take_while(|&&b| b != 0).map(|&b| b as u8 as char).collect();
                 if let Ok(mut f) = fault.lock() {

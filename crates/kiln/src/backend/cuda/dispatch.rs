@@ -204,6 +204,12 @@ impl CudaBackend {
                     outputs.push(out);
                     addr
                 }
+                Binding::InOut(a) => {
+                    let fresh = if a.device() == Device::Cpu { self.upload_view(kernel, a)? } else { self.gather(a)? };
+                    let addr = self.element_address(kernel, &fresh)?;
+                    outputs.push(fresh);
+                    addr
+                }
                 Binding::Bytes(bytes) => {
                     let padded = bytes.len().div_ceil(16) * 16;
                     if inline_used + padded <= resolved.inline_bytes {

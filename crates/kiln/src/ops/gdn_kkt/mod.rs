@@ -243,15 +243,8 @@ pub fn kernel_and_spec(k: &Array, beta: &Array, g: &Array) -> Result<(&'static M
 /// Rounds an f32 value to `dtype` with round-to-nearest-even, as the kernel's cast does.
 fn round_to(dtype: DType, v: f32) -> f64 {
     match dtype {
-        DType::BF16 => {
-            let bits = v.to_bits();
-            if v.is_nan() {
-                return f64::NAN;
-            }
-            let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) & 0xffff_0000;
-            f64::from(f32::from_bits(rounded))
-        }
-        DType::F16 => f64::from(half::f16::from_f32(v).to_f32()),
+        DType::BF16 => f64::from(half::bf16::from_bits(kiln_convert::Format::BF16.round_f32(v))),
+        DType::F16 => f64::from(half::f16::from_bits(kiln_convert::Format::F16.round_f32(v))),
         _ => f64::from(v),
     }
 }
