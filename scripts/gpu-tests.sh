@@ -11,7 +11,7 @@ export KILN_REQUIRE_BACKEND=cuda
 export KILN_MLX_HEADERS="${KILN_MLX_HEADERS:-$dir/mlx-include}"
 status=0
 # Every collected test binary runs its `cuda` variants, except the ones handled below.
-special=" kiln nvrtc_compile golden_metal cuda_backend "
+special=" kiln nvrtc_compile golden_metal cuda_backend cuda_write_outside_buffers "
 [ -d "$dir/data/golden" ] || { echo "missing $dir/data/golden (run scripts/collect-test-binaries.sh $dir)"; status=1; }
 for exe in "$dir"/*; do
   t=$(basename "$exe")
@@ -34,6 +34,8 @@ out=$("$dir/cuda_backend" --include-ignored --test-threads=1 --skip kernel_fault
 echo "cuda_backend: $(grep -E '^test result' <<<"$out")"
 out=$("$dir/cuda_backend" --include-ignored --exact kernel_faults_are_typed_errors 2>&1) || status=1
 echo "cuda_backend kernel_faults: $(grep -E '^test result' <<<"$out")"
+out=$("$dir/cuda_write_outside_buffers" --include-ignored 2>&1) || status=1
+echo "cuda_write_outside_buffers: $(grep -E '^test result' <<<"$out")"
 if command -v compute-sanitizer >/dev/null; then
   for t in mlx_behaviours semantics lowering_cases launch_abi attention_cuda msl_simd; do
     echo "memcheck $t: $(compute-sanitizer --tool memcheck "$dir/$t" --include-ignored cuda --test-threads=1 2>&1 | grep -E 'ERROR SUMMARY')"

@@ -89,6 +89,12 @@ pub fn bench(args: BenchArgs, device: kiln::Device) -> kiln::Result<()> {
         if let Some(graph) = cost.graph_launch_us {
             outln!("kiln's launch path alone (one-node graph, 368-byte block): {graph:.2} us");
         }
+        if let (Some(bare), Some(aproned)) = (cost.alloc_64mib_us, cost.alloc_64mib_with_aprons_us) {
+            outln!(
+                "a fresh 64 MiB block (stream-ordered alloc + free): {bare:.2} us; with its aprons ({} KiB each side) {aproned:.2} us",
+                kiln::backend::cuda::APRON_BYTES >> 10
+            );
+        }
         if let Some(json) = &args.json {
             let text = serde_json::to_string_pretty(&cost).unwrap_or_default();
             write(&json.with_extension("host.json"), &text)?;

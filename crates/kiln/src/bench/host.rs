@@ -35,6 +35,12 @@ pub struct HostCost {
     /// (a one-node graph for such a short launch): the floor under a cached call (CUDA only).
     #[serde(default)]
     pub graph_launch_us: Option<f64>,
+    /// A stream-ordered allocation and free of a 64 MiB block, bare and with the two aprons
+    /// every kiln buffer has (CUDA only).
+    #[serde(default)]
+    pub alloc_64mib_us: Option<f64>,
+    #[serde(default)]
+    pub alloc_64mib_with_aprons_us: Option<f64>,
 }
 
 const BODY: &str = "out[0] = inp[0] + static_cast<T>(1);";
@@ -96,10 +102,21 @@ pub fn measure(device: Device, calls: usize) -> Result<HostCost> {
         }
         _ => (None, None, None),
     };
+    let (alloc_64mib_us, alloc_64mib_with_aprons_us) = match device {
+        Device::Cuda(i) => {
+            let b = backend::cuda::cuda_backend(i)?;
+            let block = 64 << 20;
+            let aprons = 2 * backend::cuda::APRON_BYTES;
+            (Some(b.driver_alloc_us(block, calls)?), Some(b.driver_alloc_us(block + aprons, calls)?))
+        }
+        _ => (None, None),
+    };
     Ok(HostCost {
         bare_launch_us,
         bare_launch_kiln_args_us,
         graph_launch_us,
+        alloc_64mib_us,
+        alloc_64mib_with_aprons_us,
         device: device.to_string(),
         calls,
         cached_call_us: queued / n * 1e6,

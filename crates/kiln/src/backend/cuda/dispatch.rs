@@ -221,11 +221,8 @@ impl CudaBackend {
                         offset
                     } else {
                         let mut buf = self.alloc(kernel, bytes.len())?;
-                        let mut view = buf.slice.slice_mut(0..bytes.len());
-                        self.stream
-                            .memcpy_htod(bytes.as_slice(), &mut view)
-                            .map_err(|e| self.fail(kernel, "upload", e))?;
-                        let addr = buf.address(&self.stream);
+                        self.write(kernel, "upload", &mut buf, bytes)?;
+                        let addr = buf.address();
                         keep_bufs.push(buf);
                         addr
                     }

@@ -5,18 +5,19 @@ use std::any::Any;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
-use cudarc::driver::{result as drv, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{result as drv, DevicePtr};
 
-use super::pool::{size_class, BlockPool};
+use super::pool::{placement, size_class, Block, BlockPool};
 use super::{driver_error, CudaBackend};
 use crate::array::{Array, HostBuffer};
 use crate::device::{Device, DeviceBuffer};
 use crate::dtype::{f64_to_element_bytes, DType};
 use crate::error::{Error, Result};
 
-/// Device memory owned by the CUDA backend; its block returns to the backend's pool on drop.
+/// Device memory owned by the CUDA backend, with readable aprons around it (`pool.rs`); its
+/// block returns to the backend's pool on drop.
 pub struct CudaBuffer {
-    pub(super) slice: ManuallyDrop<CudaSlice<u8>>,
+    block: ManuallyDrop<Block>,
     pub(super) ordinal: usize,
     pub(super) len: usize,
     pool: Arc<BlockPool>,
@@ -24,8 +25,8 @@ pub struct CudaBuffer {
 
 impl Drop for CudaBuffer {
     fn drop(&mut self) {
-        // SAFETY: `slice` is taken exactly once, here, and never used afterwards.
-        let block = unsafe { ManuallyDrop::take(&mut self.slice) };
+        // SAFETY: `block` is taken exactly once, here, and never used afterwards.
+        let block = unsafe { ManuallyDrop::take(&mut self.block) };
         self.pool.give(block);
     }
 }
@@ -50,9 +51,8 @@ impl DeviceBuffer for CudaBuffer {
 
 impl CudaBuffer {
     /// The device address of byte 0.
-    pub(super) fn address(&self, stream: &CudaStream) -> u64 {
-        let (ptr, _sync) = self.slice.device_ptr(stream);
-        ptr
+    pub(super) fn address(&self) -> u64 {
+        self.block.address()
     }
 }
 
@@ -97,33 +97,67 @@ extern "C" __global__ void kiln_gather(const __grid_constant__ GatherArgs a) {
 
 impl CudaBackend {
     /// Allocates `len` bytes (at least one, so every buffer has an address), from the pool of
-    /// freed blocks when one of its size class is there.
+    /// freed blocks when one of its size class is there. Every buffer has [`APRON_BYTES`] of
+    /// readable memory before and after it (`pool.rs`).
+    ///
+    /// [`APRON_BYTES`]: super::APRON_BYTES
     pub(super) fn alloc(&self, what: &str, len: usize) -> Result<CudaBuffer> {
         let class = size_class(len);
-        let wrap =
-            |slice| CudaBuffer { slice: ManuallyDrop::new(slice), ordinal: self.ordinal, len, pool: self.pool.clone() };
-        if let Some(block) = self.pool.take(class) {
-            return Ok(wrap(block));
-        }
-        // SAFETY: the memory is uninitialised; every caller fills or overwrites it before use.
-        let slice = unsafe { self.stream.alloc::<u8>(class) }.map_err(|e| {
-            let msg = if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-                format!("out of device memory allocating {len} bytes")
+        let block = match self.pool.take(class) {
+            Some(block) => block,
+            None => self.fresh_block(what, len, class)?,
+        };
+        Ok(CudaBuffer { block: ManuallyDrop::new(block), ordinal: self.ordinal, len, pool: self.pool.clone() })
+    }
+
+    /// A block of `class` bytes from a fresh driver allocation; the other blocks carved from
+    /// the same allocation go to the pool.
+    fn fresh_block(&self, what: &str, len: usize, class: usize) -> Result<Block> {
+        let oom = || Error::Driver {
+            backend: "cuda",
+            kernel: what.to_string(),
+            msg: format!("out of device memory allocating {len} bytes (with the aprons around its block)"),
+        };
+        let place = placement(class).ok_or_else(oom)?;
+        // SAFETY: the memory is uninitialised; every caller fills or overwrites a buffer before
+        // reading it, and the aprons are only ever read by kernels that discard what they read.
+        let memory = unsafe { self.stream.alloc::<u8>(place.bytes) }.map_err(|e| {
+            if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                oom()
             } else {
-                format!("allocating {len} bytes: {}", driver_error(e))
-            };
-            Error::Driver { backend: "cuda", kernel: what.to_string(), msg }
+                Error::Driver {
+                    backend: "cuda",
+                    kernel: what.to_string(),
+                    msg: format!("allocating {len} bytes: {}", driver_error(e)),
+                }
+            }
         })?;
-        Ok(wrap(slice))
+        let base = memory.device_ptr(&self.stream).0;
+        let mut blocks = Block::carve(memory, base, class, place);
+        let block = blocks.pop().ok_or_else(|| Error::invalid(what, "an allocation without blocks"))?;
+        self.pool.give_all(blocks);
+        Ok(block)
+    }
+
+    /// Copies `bytes` from the host to the start of `buf`.
+    pub(super) fn write(&self, what: &str, step: &str, buf: &mut CudaBuffer, bytes: &[u8]) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if bytes.len() > buf.len {
+            return Err(Error::invalid(what, format!("{} bytes do not fit a buffer of {}", bytes.len(), buf.len)));
+        }
+        self.ctx.bind_to_thread().map_err(|e| self.fail(what, step, e))?;
+        // SAFETY: `buf` holds at least `bytes.len()` bytes of this context's memory; a copy from
+        // pageable host memory has read `bytes` when the call returns.
+        unsafe { drv::memcpy_htod_async(buf.address(), bytes, self.stream.cu_stream()) }
+            .map_err(|e| self.fail(what, step, e))
     }
 
     /// A fresh row-contiguous device array holding `bytes`.
     pub(super) fn upload_bytes(&self, what: &str, dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Array> {
         let mut buf = self.alloc(what, bytes.len())?;
-        if !bytes.is_empty() {
-            let mut view = buf.slice.slice_mut(0..bytes.len());
-            self.stream.memcpy_htod(bytes, &mut view).map_err(|e| self.fail(what, "upload", e))?;
-        }
+        self.write(what, "upload", &mut buf, bytes)?;
         Ok(Array::from_device_buffer(Box::new(buf), dtype, shape))
     }
 
@@ -133,18 +167,17 @@ impl CudaBackend {
         if n == 0 {
             return Ok(());
         }
-        let ptr = buf.address(&self.stream);
-        let stream = self.stream.cu_stream();
         if one.iter().all(|&b| b == one[0]) {
-            // SAFETY: `ptr` addresses at least `n` bytes of this context's memory.
-            return unsafe { drv::memset_d8_async(ptr, one[0], n, stream) }.map_err(|e| self.fail(what, "fill", e));
+            self.ctx.bind_to_thread().map_err(|e| self.fail(what, "fill", e))?;
+            // SAFETY: `buf` addresses at least `n` bytes of this context's memory.
+            return unsafe { drv::memset_d8_async(buf.address(), one[0], n, self.stream.cu_stream()) }
+                .map_err(|e| self.fail(what, "fill", e));
         }
         let mut pattern = Vec::with_capacity(n);
         for _ in 0..count {
             pattern.extend_from_slice(one);
         }
-        let mut view = buf.slice.slice_mut(0..n);
-        self.stream.memcpy_htod(&pattern, &mut view).map_err(|e| self.fail(what, "fill", e))
+        self.write(what, "fill", buf, &pattern)
     }
 
     /// A fresh output of `shape`/`dtype`, filled with `init`; without one its contents are
@@ -172,7 +205,7 @@ impl CudaBackend {
     /// Device address of element (0, ..., 0) of a device array.
     pub(super) fn element_address(&self, what: &str, array: &Array) -> Result<u64> {
         let buf = self.buffer_of(what, array)?;
-        Ok(buf.address(&self.stream) + (array.offset() * array.dtype().size()) as u64)
+        Ok(buf.address() + (array.offset() * array.dtype().size()) as u64)
     }
 
     /// Copies a row-contiguous device array (at its offset) to the host.
@@ -182,8 +215,17 @@ impl CudaBackend {
         let n = array.nbytes();
         let mut host = HostBuffer::zeroed(n);
         if n > 0 {
-            let view = buf.slice.slice(start..start + n);
-            self.stream.memcpy_dtoh(&view, host.bytes_mut()).map_err(|e| self.fail(what, "download", e))?;
+            if start + n > buf.len {
+                return Err(Error::invalid(
+                    what,
+                    format!("bytes {start}..{} outside a buffer of {}", start + n, buf.len),
+                ));
+            }
+            self.ctx.bind_to_thread().map_err(|e| self.fail(what, "download", e))?;
+            // SAFETY: the source lies within `buf` (checked above); the copy into pageable
+            // memory has finished when the call returns, and the stream is synchronised next.
+            unsafe { drv::memcpy_dtoh_async(host.bytes_mut(), buf.address() + start as u64, self.stream.cu_stream()) }
+                .map_err(|e| self.fail(what, "download", e))?;
         }
         self.stream.synchronize().map_err(|e| self.fail(what, "download", e))?;
         Ok(Array::from_host(host, array.dtype(), array.shape()))
@@ -206,7 +248,7 @@ impl CudaBackend {
             }
             let mut args = GatherArgs {
                 src: self.element_address(what, array)?,
-                dst: out_buf.address(&self.stream),
+                dst: out_buf.address(),
                 n,
                 elem: array.dtype().size() as u32,
                 ndim: array.ndim() as u32,

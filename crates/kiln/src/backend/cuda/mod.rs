@@ -5,7 +5,8 @@
 //! One backend per device ordinal, one stream per backend. Launches are asynchronous: outputs
 //! come back as device arrays while the kernel runs, and `to_host` synchronises (a fault is
 //! reported there). Memory is stream-ordered (`cuMemAllocAsync`/`cuMemFreeAsync` on the one
-//! stream), so dropping an array the queued work still reads is safe. After a sticky fault the
+//! stream), so dropping an array the queued work still reads is safe; every buffer has
+//! `APRON_BYTES` of readable memory on both sides (`pool.rs`). After a sticky fault the
 //! device's context is reset and the next `backend(ordinal)` builds a fresh one.
 //!
 //! A program seen before costs one hash of its Metal text and a table lookup (`programs.rs`):
@@ -40,6 +41,7 @@ use crate::source::lower::{self, LowerTarget};
 pub use compile::{compile_with_log as compile_source_with_log, nvrtc_version, options as nvrtc_options, Arch};
 pub use custom::CudaKernelCall;
 pub use memory::CudaBuffer;
+pub use pool::APRON_BYTES;
 use programs::{ProgramTable, Resolved};
 pub use tensor_map::TENSOR_MAP_BYTES;
 pub use timing::DeviceTimer;

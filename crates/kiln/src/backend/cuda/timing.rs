@@ -110,6 +110,33 @@ extern "C" __global__ void kiln_nop_args_1376(const __grid_constant__ KilnNopArg
         Ok(us)
     }
 
+    /// Mean host microseconds of one stream-ordered allocation of `bytes` and its free, over
+    /// `calls` pairs after a warm-up (the pool keeps its memory, so this is the steady cost of a
+    /// block the cache does not hold). With `bytes` and `bytes + 2 * APRON_BYTES` it shows what
+    /// the aprons add to a fresh block.
+    pub fn driver_alloc_us(&self, bytes: usize, calls: usize) -> Result<f64> {
+        self.ctx.bind_to_thread().map_err(|e| self.fail("allocation", "binding the context", e))?;
+        let stream = self.stream.cu_stream();
+        let pair = || -> Result<()> {
+            // SAFETY: the memory is never accessed and is freed at once, stream-ordered.
+            let ptr =
+                unsafe { drv::malloc_async(stream, bytes) }.map_err(|e| self.fail("allocation", "allocate", e))?;
+            // SAFETY: `ptr` came from `malloc_async` on this stream and is freed once.
+            unsafe { drv::free_async(ptr, stream) }.map_err(|e| self.fail("allocation", "free", e))
+        };
+        for _ in 0..10 {
+            pair()?;
+        }
+        self.synchronize_all()?;
+        let t = std::time::Instant::now();
+        for _ in 0..calls {
+            pair()?;
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6 / calls.max(1) as f64;
+        self.synchronize_all()?;
+        Ok(us)
+    }
+
     /// Waits for the queued work, then turns the L2's persisting (evict-last) lines into normal
     /// ones, which a flush can evict. The reset is not ordered on a stream, hence the wait.
     /// Devices without persisting lines report the call unsupported: nothing to reset.
@@ -155,7 +182,7 @@ impl DeviceTimer<'_> {
         for (start, end) in &marks {
             if let Some((buf, func)) = self.flush.as_mut() {
                 b.reset_persisting_lines()?;
-                let mut ptr = buf.address(&b.stream);
+                let mut ptr = buf.address();
                 let mut words = (buf.len / 16) as u64;
                 let mut value = 0x5a5a_5a5au32;
                 let mut params = [
@@ -193,7 +220,7 @@ impl DeviceTimer<'_> {
         let b = self.backend;
         let src = b.alloc("copy roofline", bytes)?;
         let dst = b.alloc("copy roofline", bytes)?;
-        let (s, d) = (src.address(&b.stream), dst.address(&b.stream));
+        let (s, d) = (src.address(), dst.address());
         // SAFETY: `s` addresses `bytes` bytes owned here; non-zero contents for the copy.
         unsafe { drv::memset_d8_async(s, 0x3c, bytes, b.stream.cu_stream()) }
             .map_err(|e| b.fail("copy roofline", "fill", e))?;
