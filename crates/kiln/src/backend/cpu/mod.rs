@@ -21,6 +21,7 @@
 mod checked;
 mod compile;
 mod exec;
+mod lent;
 mod stacks;
 
 use std::cell::Cell;
@@ -36,6 +37,7 @@ use crate::source::cpu::translation_unit;
 use crate::source::lower::{lower, LowerTarget};
 
 pub use compile::flags as compile_flags;
+pub use lent::{lent_host_array, LentHostMemory};
 
 /// The CPU backend. `CpuBackend::default()` uses the compiler from `config::host_cxx()`.
 #[derive(Clone, Debug)]

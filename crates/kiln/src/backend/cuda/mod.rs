@@ -14,6 +14,7 @@
 mod compile;
 mod custom;
 mod dispatch;
+mod external;
 mod graphs;
 mod libs;
 mod memory;
@@ -39,6 +40,7 @@ use crate::source::lower::{self, LowerTarget};
 
 pub use compile::{compile_with_log as compile_source_with_log, nvrtc_version, options as nvrtc_options, Arch};
 pub use custom::CudaKernelCall;
+pub use external::{lent_cuda_array, ExternalStream, LentCudaMemory};
 pub use memory::CudaBuffer;
 use programs::{ProgramTable, Resolved};
 pub use tensor_map::TENSOR_MAP_BYTES;

@@ -1,0 +1,1 @@
+"""kiln.ops: the kernel library (filled in below)."""
