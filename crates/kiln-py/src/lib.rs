@@ -9,6 +9,7 @@ mod arrays;
 mod convert;
 mod errors;
 mod kernel;
+mod ops;
 
 use pyo3::prelude::*;
 
@@ -42,5 +43,6 @@ fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<arrays::DeviceArray>()?;
     m.add_function(wrap_pyfunction!(cuda_status, m)?)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
+    ops::register(m)?;
     Ok(())
 }
