@@ -40,7 +40,15 @@ def describe(owner, address, shape, strides, itemsize, dtype, ordinal, byte_stri
             lo += r
         else:
             hi += r
-    return (owner, address + lo * itemsize, (hi - lo + 1) * itemsize, -lo, tuple(shape), strides, dtype, ordinal)
+    start = address + lo * itemsize
+    # The lent span starts at a 64-byte boundary (same page, same allocation granule), so that
+    # kiln sees a view's true alignment in its element offset, as it does for its own buffers,
+    # and picks vector loads only where they are aligned.
+    pad = start % 64
+    if pad % itemsize:
+        pad = 0
+    return (owner, start - pad, (hi - lo + 1) * itemsize + pad, pad // itemsize - lo, tuple(shape), strides, dtype,
+            ordinal)
 
 
 def numpy_desc(a: np.ndarray):
@@ -60,6 +68,8 @@ def torch_module():
 
 def as_numpy(x) -> np.ndarray:
     """A host array-like as NumPy: lists follow MLX's rules (ints int32, floats float32)."""
+    if isinstance(x, np.ndarray):
+        return x
     if isinstance(x, (list, tuple)):
         a = np.asarray(x)
         if a.dtype == np.int64:

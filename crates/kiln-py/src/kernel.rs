@@ -70,7 +70,7 @@ fn math_mode(name: &str) -> PyResult<MathMode> {
 }
 
 /// `(handle, ordinal)` from Python as a stream of that device.
-fn external_stream(stream: Option<(usize, usize)>) -> Option<ExternalStream> {
+pub fn external_stream(stream: Option<(usize, usize)>) -> Option<ExternalStream> {
     // SAFETY: the Python side passes `torch.cuda.current_stream(device).cuda_stream` of the
     // device the inputs live on (its primary context); PyTorch keeps its streams alive for the
     // process.

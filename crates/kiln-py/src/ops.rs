@@ -1,16 +1,18 @@
-//! `kiln.ops`: the kernel library on arrays of the caller's framework. Ops run where their
-//! inputs live on the host (the CPU emulator); on CUDA tensors they are refused (ops launch on
-//! kiln's own stream, which a caller's stream would not be ordered with).
+//! `kiln.ops`: the kernel library on arrays of the caller's framework. Ops that are one kernel
+//! call (`OpPlan`) run wherever their inputs live: on a CUDA tensor's device they are queued on
+//! the caller's stream into outputs the caller allocated, like `metal_kernel`. Ops of several
+//! launches run on host arrays (the CPU emulator); on CUDA tensors they are refused, since they
+//! launch on kiln's own stream, which a caller's stream would not be ordered with.
 
 use kiln::ops;
 use kiln::{Array, Device};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyList, PyTuple};
 
 use crate::arrays;
 use crate::convert;
-use crate::errors::{to_py, IntoPy};
-use crate::kernel::run_interruptible;
+use crate::errors::to_py;
+use crate::kernel::{external_stream, run_interruptible};
 
 fn host(op: &str, desc: &Bound<'_, PyTuple>) -> PyResult<Array> {
     let a = convert::array(desc)?;
@@ -28,9 +30,62 @@ fn run(py: Python<'_>, f: impl FnOnce() -> kiln::Result<Vec<Array>> + Send) -> P
     arrays::wrap(py, outputs)
 }
 
+/// One validated op call, ready to run on its inputs' device.
+#[pyclass(module = "kiln._kiln", frozen)]
+pub struct OpPlan {
+    call: ops::util::OpCall,
+}
+
+#[pymethods]
+impl OpPlan {
+    /// `(shape, dtype, init_value)` of every output, for a caller that allocates them.
+    fn outputs(&self) -> Vec<(Vec<usize>, &'static str, Option<f64>)> {
+        let spec = self.call.spec();
+        spec.output_shapes
+            .iter()
+            .zip(&spec.output_dtypes)
+            .map(|(s, d)| (s.to_vec(), d.name(), spec.init_value))
+            .collect()
+    }
+
+    /// The kernel variant the op's rule picked.
+    #[getter]
+    fn variant(&self) -> &str {
+        self.call.variant()
+    }
+
+    /// Runs the call: on a caller's `stream` into `outputs_into` (then returns `None`), or into
+    /// fresh outputs kiln allocates.
+    #[pyo3(signature = (stream, outputs_into))]
+    fn run(
+        &self,
+        py: Python<'_>,
+        stream: Option<(usize, usize)>,
+        outputs_into: Option<&Bound<'_, PyList>>,
+    ) -> PyResult<Option<Vec<Py<PyAny>>>> {
+        let mut call = self.call.clone();
+        call.spec_mut().stream = external_stream(stream);
+        let given = outputs_into.is_some();
+        if let Some(outs) = outputs_into {
+            let outs: Vec<Array> =
+                outs.iter().map(|o| convert::array(o.cast::<PyTuple>()?)).collect::<PyResult<_>>()?;
+            call.spec_mut().outputs_into = Some(outs);
+        }
+        let outputs = run_interruptible(py, false, None, || call.run())?;
+        if given {
+            return Ok(None);
+        }
+        arrays::wrap(py, outputs).map(Some)
+    }
+}
+
+fn plan(call: kiln::Result<ops::util::OpCall>) -> PyResult<OpPlan> {
+    call.map(|call| OpPlan { call }).map_err(to_py)
+}
+
 /// `kiln.ops.<unary>(x)`: exp, silu, gelu (tanh approximation), gelu_erf.
 #[pyfunction]
-pub fn unary(py: Python<'_>, name: &str, x: &Bound<'_, PyTuple>) -> PyResult<Vec<Py<PyAny>>> {
+pub fn plan_unary(name: &str, x: &Bound<'_, PyTuple>) -> PyResult<OpPlan> {
     let op = match name {
         "exp" => ops::elementwise::Unary::Exp,
         "silu" => ops::elementwise::Unary::Silu,
@@ -38,51 +93,50 @@ pub fn unary(py: Python<'_>, name: &str, x: &Bound<'_, PyTuple>) -> PyResult<Vec
         "gelu_erf" => ops::elementwise::Unary::GeluErf,
         other => return Err(to_py(kiln::Error::invalid("kiln.ops", format!("no unary op {other:?}")))),
     };
-    let x = host(name, x)?;
-    run(py, || Ok(vec![ops::elementwise::unary(op, &x)?]))
+    plan(ops::elementwise::unary_call(op, &convert::array(x)?))
 }
 
 #[pyfunction]
-pub fn rms_norm(py: Python<'_>, x: &Bound<'_, PyTuple>, w: &Bound<'_, PyTuple>, eps: f32) -> PyResult<Vec<Py<PyAny>>> {
-    let (x, w) = (host("rms_norm", x)?, host("rms_norm", w)?);
-    run(py, || Ok(vec![ops::rms_norm::rms_norm(&x, &w, eps)?]))
+pub fn plan_rms_norm(x: &Bound<'_, PyTuple>, w: &Bound<'_, PyTuple>, eps: f32) -> PyResult<OpPlan> {
+    plan(ops::rms_norm::rms_norm_call(&convert::array(x)?, &convert::array(w)?, eps))
 }
 
 #[pyfunction]
-pub fn residual_rms_norm(
-    py: Python<'_>,
+pub fn plan_residual_rms_norm(
     x: &Bound<'_, PyTuple>,
     residual: &Bound<'_, PyTuple>,
     w: &Bound<'_, PyTuple>,
     eps: f32,
-) -> PyResult<Vec<Py<PyAny>>> {
-    let op = "residual_rms_norm";
-    let (x, r, w) = (host(op, x)?, host(op, residual)?, host(op, w)?);
-    run(py, || {
-        let (normed, sum) = ops::residual_rms_norm::residual_rms_norm(&x, &r, &w, eps)?;
-        Ok(vec![normed, sum])
-    })
+) -> PyResult<OpPlan> {
+    let (x, r, w) = (convert::array(x)?, convert::array(residual)?, convert::array(w)?);
+    plan(ops::residual_rms_norm::residual_rms_norm_call(&x, &r, &w, eps))
 }
 
 #[pyfunction]
-pub fn softmax(py: Python<'_>, x: &Bound<'_, PyTuple>) -> PyResult<Vec<Py<PyAny>>> {
-    let x = host("softmax", x)?;
-    run(py, || Ok(vec![ops::softmax::softmax(&x)?]))
+pub fn plan_softmax(x: &Bound<'_, PyTuple>) -> PyResult<OpPlan> {
+    plan(ops::softmax::softmax_call(&convert::array(x)?))
 }
 
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
-pub fn rope(
-    py: Python<'_>,
+pub fn plan_rope(
     x: &Bound<'_, PyTuple>,
     dims: usize,
     traditional: bool,
     base: f32,
     scale: f32,
     offset: i32,
-) -> PyResult<Vec<Py<PyAny>>> {
-    let x = host("rope", x)?;
-    run(py, || Ok(vec![ops::rope::rope(&x, dims, traditional, base, scale, offset)?]))
+) -> PyResult<OpPlan> {
+    plan(ops::rope::rope_call(&convert::array(x)?, dims, traditional, base, scale, offset))
+}
+
+#[pyfunction]
+pub fn plan_overlap_add(frames: &Bound<'_, PyTuple>, hop: usize) -> PyResult<OpPlan> {
+    plan(ops::overlap_add::overlap_add_call(&convert::array(frames)?, hop))
+}
+
+#[pyfunction]
+pub fn plan_scatter_add(values: &Bound<'_, PyTuple>, indices: &Bound<'_, PyTuple>, bins: usize) -> PyResult<OpPlan> {
+    plan(ops::scatter_add::scatter_add_call(&convert::array(values)?, &convert::array(indices)?, bins))
 }
 
 #[pyfunction]
@@ -131,23 +185,6 @@ pub fn grid_sample_vjp(
 }
 
 #[pyfunction]
-pub fn scatter_add(
-    py: Python<'_>,
-    values: &Bound<'_, PyTuple>,
-    indices: &Bound<'_, PyTuple>,
-    bins: usize,
-) -> PyResult<Vec<Py<PyAny>>> {
-    let (v, i) = (host("scatter_add", values)?, host("scatter_add", indices)?);
-    run(py, || Ok(vec![ops::scatter_add::scatter_add(&v, &i, bins)?]))
-}
-
-#[pyfunction]
-pub fn overlap_add(py: Python<'_>, frames: &Bound<'_, PyTuple>, hop: usize) -> PyResult<Vec<Py<PyAny>>> {
-    let f = host("overlap_add", frames)?;
-    run(py, || Ok(vec![ops::overlap_add::overlap_add(&f, hop)?]))
-}
-
-#[pyfunction]
 pub fn cholesky(py: Python<'_>, a: &Bound<'_, PyTuple>) -> PyResult<Vec<Py<PyAny>>> {
     let a = host("cholesky", a)?;
     run(py, || Ok(vec![ops::cholesky::cholesky(&a)?]))
@@ -177,16 +214,17 @@ pub fn gdn_chunk_scaled_dot_kkt(
 
 /// Adds every op to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(unary, m)?)?;
-    m.add_function(wrap_pyfunction!(rms_norm, m)?)?;
-    m.add_function(wrap_pyfunction!(residual_rms_norm, m)?)?;
-    m.add_function(wrap_pyfunction!(softmax, m)?)?;
-    m.add_function(wrap_pyfunction!(rope, m)?)?;
+    m.add_class::<OpPlan>()?;
+    m.add_function(wrap_pyfunction!(plan_unary, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_rms_norm, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_residual_rms_norm, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_softmax, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_rope, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_overlap_add, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_scatter_add, m)?)?;
     m.add_function(wrap_pyfunction!(scaled_dot_product_attention, m)?)?;
     m.add_function(wrap_pyfunction!(grid_sample, m)?)?;
     m.add_function(wrap_pyfunction!(grid_sample_vjp, m)?)?;
-    m.add_function(wrap_pyfunction!(scatter_add, m)?)?;
-    m.add_function(wrap_pyfunction!(overlap_add, m)?)?;
     m.add_function(wrap_pyfunction!(cholesky, m)?)?;
     m.add_function(wrap_pyfunction!(qr, m)?)?;
     m.add_function(wrap_pyfunction!(gdn_chunk_scaled_dot_kkt, m)?)?;
