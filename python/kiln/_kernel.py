@@ -99,6 +99,10 @@ class _Inputs:
 def _stream_handle(stream, ordinal):
     torch = torch_module()
     if stream is None:
+        # The raw handle without building a Stream object (what Triton's launcher reads too).
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return raw(ordinal)
         return torch.cuda.current_stream(ordinal).cuda_stream
     if isinstance(stream, int):
         return stream
@@ -119,7 +123,8 @@ class _DeviceGuard:
 
     def __enter__(self):
         torch = torch_module()
-        if torch.cuda.current_device() != self.ordinal:
+        current = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+        if current() != self.ordinal:
             self.guard = torch.cuda.device(self.ordinal)
             self.guard.__enter__()
 
