@@ -12,9 +12,15 @@ emulator. Zero-copy, on the caller's device and stream.
 ...                 grid=(64, 1, 1), threadgroup=(256, 1, 1))
 """
 
-from . import errors, ops
+from . import _nvrtc
+
+_nvrtc.preload()
+
+from . import errors, ops  # noqa: E402
 from ._kernel import MetalKernel, MetalLibrary, Output, metal_kernel, metal_library
-from ._kiln import devices as _devices, cuda_status as _cuda_status
+from ._kiln import cuda_status as _cuda_status
+from ._kiln import devices as _devices
+from ._kiln import nvrtc_version
 from .errors import (
     BackendUnavailableError,
     CompileError,
@@ -58,6 +64,7 @@ __all__ = [
     "cuda_available",
     "cuda_status",
     "devices",
+    "nvrtc_version",
     "KilnError",
     "InvalidArgumentError",
     "ShapeMismatchError",

@@ -51,6 +51,16 @@ class MetalKernel:
         template: Sequence[tuple[str, TemplateArg]] | None = None,
         **ignored: Any,
     ) -> str: ...
+    def compile_cuda(
+        self,
+        *,
+        inputs: Sequence[ArrayLike | bool | int | float],
+        output_shapes: Sequence[Sequence[int]],
+        output_dtypes: Sequence[DTypeLike],
+        template: Sequence[tuple[str, TemplateArg]] | None = None,
+        arch: tuple[int, int] = (9, 0),
+        **ignored: Any,
+    ) -> int: ...
 
 def metal_kernel(
     name: str,
@@ -88,3 +98,4 @@ def metal_library(name: str, source: str, math_mode: str = "safe") -> MetalLibra
 def cuda_available() -> bool: ...
 def cuda_status() -> str: ...
 def devices() -> list[tuple[str, str]]: ...
+def nvrtc_version() -> tuple[int, int]: ...

@@ -112,6 +112,13 @@ def _stream_handle(stream, ordinal):
     return handle
 
 
+def _require_torch_for(stream):
+    torch = torch_module()
+    if torch is None:
+        raise InvalidArgumentError(f"[kiln] stream={stream!r} needs PyTorch (CUDA streams are PyTorch's)")
+    return torch
+
+
 class _DeviceGuard:
     """``torch.cuda.device(ordinal)`` only when it is not the current device already."""
 
@@ -151,19 +158,40 @@ class MetalKernel:
 
     def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
                  init_value=None, verbose=False, stream=None, device=None):
+        """Runs the kernel (MLX's call keywords) and returns its outputs, one per output name.
+
+        ``inputs`` are arrays (NumPy, PyTorch, DLPack or CUDA-array-interface objects) or Python
+        scalars; ``grid`` counts threads; ``template`` is an ordered list of ``(name, value)``
+        with bool, int or dtype values; ``init_value`` fills every output first; ``verbose``
+        prints the generated Metal source. ``stream`` (a ``torch.cuda.Stream`` or a raw
+        ``CUstream``) queues a CUDA launch there instead of on PyTorch's current stream;
+        ``device="cuda:N"`` copies NumPy inputs to that GPU and returns NumPy outputs.
+        """
+        if stream is not None and not isinstance(stream, (str, bytes)):
+            # PyTorch allocates the outputs (and any input copy) on that stream too, so its
+            # caching allocator orders their reuse after the kernel.
+            torch = _require_torch_for(stream)
+            with torch.cuda.stream(stream if isinstance(stream, torch.cuda.Stream) else torch.cuda.ExternalStream(stream)):
+                return self(inputs=inputs, output_shapes=output_shapes, output_dtypes=output_dtypes, grid=grid,
+                            threadgroup=threadgroup, template=template, init_value=init_value, verbose=verbose,
+                            device=device)
         ins = _Inputs(inputs, self._ensure_row_contiguous)
         shapes = [tuple(s) for s in output_shapes]
         dtypes = [dtype_name(d) for d in output_dtypes]
         tmpl = _template(template)
         init = None if init_value is None else float(init_value)
-        if ins.ordinal >= 0 and device is None:
+        if ins.ordinal >= 0 and device is not None and str(device) != f"cuda:{ins.ordinal}":
+            raise InvalidArgumentError(
+                f"[metal_kernel {self.name}] the inputs live on cuda:{ins.ordinal}, not on {device}; move them with torch"
+            )
+        if ins.ordinal >= 0:
             if len(shapes) != len(dtypes):
                 # Let kiln report the count mismatch in MLX's words.
                 outs, descs = None, None
             else:
                 outs = torch_outputs(shapes, dtypes, ins.device, init)
                 descs = [torch_desc(o, ins.ordinal) for o in outs]
-            handle = _stream_handle(stream, ins.ordinal)
+            handle = _stream_handle(None, ins.ordinal)
             with _DeviceGuard(ins.ordinal):
                 self._kernel.call(ins.descs, shapes, dtypes, tuple(grid), tuple(threadgroup), tmpl, init,
                                   bool(verbose), None, (handle, ins.ordinal), descs)
@@ -184,6 +212,15 @@ class MetalKernel:
         ins = _Inputs(inputs, self._ensure_row_contiguous)
         return self._kernel.generate(ins.descs, [tuple(s) for s in output_shapes],
                                      [dtype_name(d) for d in output_dtypes], _template(template))
+
+    def compile_cuda(self, *, inputs, output_shapes, output_dtypes, template=None, arch=(9, 0),
+                     **_ignored) -> int:
+        """Compiles this call's CUDA translation with NVRTC for compute capability ``arch``
+        without running it (no GPU needed); returns the cubin's size in bytes."""
+        ins = _Inputs(inputs, self._ensure_row_contiguous)
+        return self._kernel.compile_cuda(ins.descs, [tuple(s) for s in output_shapes],
+                                         [dtype_name(d) for d in output_dtypes], _template(template),
+                                         tuple(arch))
 
     def __repr__(self):
         return f"<kiln.MetalKernel {self.name!r}>"
@@ -262,6 +299,12 @@ class MetalLibrary:
         ``threadgroup_memory[i]`` bytes are bound to ``[[threadgroup(i)]]``; ``constants`` maps
         function-constant indices or names to bool, int or float values. Returns the fresh
         outputs in slot order, as the lead array's kind."""
+        if stream is not None:
+            torch = _require_torch_for(stream)
+            with torch.cuda.stream(stream if isinstance(stream, torch.cuda.Stream) else torch.cuda.ExternalStream(stream)):
+                return self.dispatch(function, buffers, threadgroup=threadgroup, threads=threads,
+                                     threadgroups=threadgroups, threadgroup_memory=threadgroup_memory,
+                                     constants=constants, device=device)
         if (threads is None) == (threadgroups is None):
             raise InvalidArgumentError(f"[metal_library {self.name}] give exactly one of threads= or threadgroups=")
         kind, size = ("threads", threads) if threads is not None else ("threadgroups", threadgroups)
@@ -290,7 +333,7 @@ class MetalLibrary:
         consts = list((constants or {}).items())
         tm = [int(n) for n in threadgroup_memory]
         if on_torch_cuda:
-            handle = _stream_handle(stream, ins.ordinal)
+            handle = _stream_handle(None, ins.ordinal)
             with _DeviceGuard(ins.ordinal):
                 self._library.dispatch(function, slots, kind, tuple(size), tuple(threadgroup), tm, consts, None,
                                        (handle, ins.ordinal))

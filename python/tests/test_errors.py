@@ -95,3 +95,14 @@ def test_cuda_unavailable_is_reported_not_raised_at_import():
             k = kiln.metal_kernel("needs_gpu", ["a"], ["out"], "out[0] = a[0];")
             k(inputs=[np.ones(4, np.float32)], output_shapes=[(1,)], output_dtypes=[np.float32], grid=(1, 1, 1),
               threadgroup=(1, 1, 1), device="cuda:0")
+
+
+def test_nvrtc_is_found_where_the_test_command_installed_it():
+    import importlib.util
+    import os
+
+    required = os.environ.get("KILN_REQUIRE_BACKEND") in ("nvrtc", "cuda")
+    if not required and importlib.util.find_spec("nvidia") is None:
+        pytest.skip("no NVRTC installed for this run")
+    major, minor = kiln.nvrtc_version()
+    assert major >= 12

@@ -128,6 +128,26 @@ impl Kernel {
         Ok(self.kernel.generate(&arrays, &spec).py_err()?.source)
     }
 
+    /// Compiles the CUDA translation of this call with NVRTC for compute capability `arch`
+    /// (no GPU needed); returns the cubin's size in bytes.
+    #[pyo3(signature = (inputs, output_shapes, output_dtypes, template, arch))]
+    fn compile_cuda(
+        &self,
+        py: Python<'_>,
+        inputs: &Bound<'_, PyList>,
+        output_shapes: Vec<Vec<usize>>,
+        output_dtypes: Vec<String>,
+        template: &Bound<'_, PyList>,
+        arch: (u32, u32),
+    ) -> PyResult<usize> {
+        let inputs: Vec<KernelInput> = inputs.iter().map(|i| convert::input(&i)).collect::<PyResult<_>>()?;
+        let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
+        let spec = spec_of(&output_shapes, &output_dtypes, [1, 1, 1], [1, 1, 1], template)?;
+        let program = self.kernel.program(&self.kernel.generate(&arrays, &spec).py_err()?);
+        let cubin = py.detach(|| kiln::backend::cuda::compile_cubin(&program, arch)).py_err()?;
+        Ok(cubin.len())
+    }
+
     /// One call: returns the outputs kiln allocated (`HostArray` / `DeviceArray`), or `None`
     /// when the caller gave them in `outputs_into`.
     #[pyo3(signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, verbose, device, stream, outputs_into))]

@@ -23,6 +23,12 @@ fn cuda_status() -> (bool, String) {
     }
 }
 
+/// NVRTC's version as (major, minor), when NVRTC can be loaded (no GPU needed).
+#[pyfunction]
+fn nvrtc_version() -> PyResult<(i32, i32)> {
+    kiln::backend::cuda::nvrtc_version().map_err(errors::to_py)
+}
+
 /// Every backend's devices, as `kiln devices` prints them.
 #[pyfunction]
 fn devices() -> Vec<(String, String)> {
@@ -43,6 +49,7 @@ fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<arrays::DeviceArray>()?;
     m.add_function(wrap_pyfunction!(cuda_status, m)?)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
+    m.add_function(wrap_pyfunction!(nvrtc_version, m)?)?;
     ops::register(m)?;
     Ok(())
 }

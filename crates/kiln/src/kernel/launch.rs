@@ -204,19 +204,19 @@ impl LaunchSpec {
         self
     }
 
-    /// Stops the kernel when `flag` is set (see [`LaunchSpec::cancel`]).
+    /// Stops the kernel when `flag` is set (see the `cancel` field).
     pub fn cancel(mut self, flag: Arc<AtomicBool>) -> Self {
         self.cancel = Some(flag);
         self
     }
 
-    /// Queues a CUDA launch on `stream` (see [`LaunchSpec::stream`]).
+    /// Queues a CUDA launch on `stream` (see the `stream` field).
     pub fn stream(mut self, stream: ExternalStream) -> Self {
         self.stream = Some(stream);
         self
     }
 
-    /// Writes the outputs into `outputs` (see [`LaunchSpec::outputs_into`]).
+    /// Writes the outputs into `outputs` (see the `outputs_into` field).
     pub fn outputs_into(mut self, outputs: Vec<Array>) -> Self {
         self.outputs_into = Some(outputs);
         self
