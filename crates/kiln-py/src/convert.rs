@@ -4,12 +4,14 @@
 //! element as an offset in elements from there, element strides, kiln's dtype name and the CUDA
 //! device ordinal (-1 for host memory). `owner` is kept alive while kiln uses the memory.
 
+use kiln::array::{Shape, Strides};
 use kiln::backend::cpu::{lent_host_array, LentHostMemory};
 use kiln::backend::cuda::{lent_cuda_array, LentCudaMemory};
 use kiln::{Array, DType, KernelInput};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyTuple};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyString, PyTuple};
+use smallvec::SmallVec;
 
 use crate::errors::IntoPy;
 
@@ -18,19 +20,20 @@ pub fn dtype(name: &str) -> PyResult<DType> {
     DType::from_name(name).ok_or_else(|| PyTypeError::new_err(format!("kiln has no dtype {name:?}")))
 }
 
-/// A kiln array over the memory a descriptor tuple describes.
+/// A kiln array over the memory a descriptor tuple describes (read without allocating: the
+/// fields are borrowed from the tuple; this runs for every array of every call).
 pub fn array(desc: &Bound<'_, PyTuple>) -> PyResult<Array> {
     if desc.len() != 8 {
         return Err(PyValueError::new_err("an array descriptor has 8 fields"));
     }
     let owner: Py<PyAny> = desc.get_item(0)?.unbind();
-    let address: usize = desc.get_item(1)?.extract()?;
-    let nbytes: usize = desc.get_item(2)?.extract()?;
-    let offset: usize = desc.get_item(3)?.extract()?;
-    let shape: Vec<usize> = desc.get_item(4)?.extract()?;
-    let strides: Vec<isize> = desc.get_item(5)?.extract()?;
-    let dtype = dtype(&desc.get_item(6)?.extract::<String>()?)?;
-    let ordinal: i64 = desc.get_item(7)?.extract()?;
+    let address: usize = desc.get_borrowed_item(1)?.extract()?;
+    let nbytes: usize = desc.get_borrowed_item(2)?.extract()?;
+    let offset: usize = desc.get_borrowed_item(3)?.extract()?;
+    let shape: Shape = tuple_of(desc.get_borrowed_item(4)?)?;
+    let strides: Strides = tuple_of(desc.get_borrowed_item(5)?)?;
+    let dtype = dtype(desc.get_borrowed_item(6)?.cast::<PyString>()?.to_str()?)?;
+    let ordinal: i64 = desc.get_borrowed_item(7)?.extract()?;
     if address == 0 && nbytes > 0 {
         return Err(PyValueError::new_err("an array's data pointer is null"));
     }
@@ -48,6 +51,20 @@ pub fn array(desc: &Bound<'_, PyTuple>) -> PyResult<Array> {
         let memory = unsafe { LentCudaMemory::new(address as u64, nbytes, ordinal as usize, Box::new(owner)) };
         lent_cuda_array(memory, dtype, offset, &shape, &strides).py_err()
     }
+}
+
+/// The integers of a tuple (a shape, strides), inline up to four.
+pub fn tuple_of<T, const N: usize>(item: Borrowed<'_, '_, PyAny>) -> PyResult<SmallVec<[T; N]>>
+where
+    [T; N]: smallvec::Array<Item = T>,
+    T: for<'a, 'py> FromPyObject<'a, 'py>,
+{
+    let t = item.cast::<PyTuple>().map_err(|_| PyTypeError::new_err("a shape or strides must be a tuple"))?;
+    let mut out = SmallVec::with_capacity(t.len());
+    for v in t.iter_borrowed() {
+        out.push(v.extract().map_err(Into::into)?);
+    }
+    Ok(out)
 }
 
 /// A kernel input: a Python bool, int or float (MLX's scalar rules) or an array descriptor.

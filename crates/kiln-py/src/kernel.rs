@@ -12,7 +12,7 @@ use kiln::backend::{ConstantKey, ConstantValue, Dispatch};
 use kiln::{Array, Device, KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MathMode, MetalKernel, MetalLibrary};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyInt, PyList, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyInt, PyList, PyString, PyTuple};
 
 use crate::arrays;
 use crate::convert;
@@ -118,13 +118,13 @@ impl Kernel {
     fn generate(
         &self,
         inputs: &Bound<'_, PyList>,
-        output_shapes: Vec<Vec<usize>>,
-        output_dtypes: Vec<String>,
+        output_shapes: &Bound<'_, PyList>,
+        output_dtypes: &Bound<'_, PyList>,
         template: &Bound<'_, PyList>,
     ) -> PyResult<String> {
         let inputs: Vec<KernelInput> = inputs.iter().map(|i| convert::input(&i)).collect::<PyResult<_>>()?;
         let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
-        let spec = spec_of(&output_shapes, &output_dtypes, [1, 1, 1], [1, 1, 1], template)?;
+        let spec = spec_of(output_shapes, output_dtypes, [1, 1, 1], [1, 1, 1], template)?;
         Ok(self.kernel.generate(&arrays, &spec).py_err()?.source)
     }
 
@@ -135,14 +135,14 @@ impl Kernel {
         &self,
         py: Python<'_>,
         inputs: &Bound<'_, PyList>,
-        output_shapes: Vec<Vec<usize>>,
-        output_dtypes: Vec<String>,
+        output_shapes: &Bound<'_, PyList>,
+        output_dtypes: &Bound<'_, PyList>,
         template: &Bound<'_, PyList>,
         arch: (u32, u32),
     ) -> PyResult<usize> {
         let inputs: Vec<KernelInput> = inputs.iter().map(|i| convert::input(&i)).collect::<PyResult<_>>()?;
         let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
-        let spec = spec_of(&output_shapes, &output_dtypes, [1, 1, 1], [1, 1, 1], template)?;
+        let spec = spec_of(output_shapes, output_dtypes, [1, 1, 1], [1, 1, 1], template)?;
         let program = self.kernel.program(&self.kernel.generate(&arrays, &spec).py_err()?);
         let cubin = py.detach(|| kiln::backend::cuda::compile_cubin(&program, arch)).py_err()?;
         Ok(cubin.len())
@@ -156,8 +156,8 @@ impl Kernel {
         &self,
         py: Python<'_>,
         inputs: &Bound<'_, PyList>,
-        output_shapes: Vec<Vec<usize>>,
-        output_dtypes: Vec<String>,
+        output_shapes: &Bound<'_, PyList>,
+        output_dtypes: &Bound<'_, PyList>,
         grid: (u32, u32, u32),
         threadgroup: (u32, u32, u32),
         template: &Bound<'_, PyList>,
@@ -170,8 +170,8 @@ impl Kernel {
         let device = parse_device(device)?;
         let mut inputs: Vec<KernelInput> = inputs.iter().map(|i| convert::input(&i)).collect::<PyResult<_>>()?;
         let mut spec = spec_of(
-            &output_shapes,
-            &output_dtypes,
+            output_shapes,
+            output_dtypes,
             [grid.0, grid.1, grid.2],
             [threadgroup.0, threadgroup.1, threadgroup.2],
             template,
@@ -192,12 +192,11 @@ impl Kernel {
         let launch_on = launch_device(&inputs, device);
         spec.device = Some(launch_on);
         let on_cpu = launch_on == Device::Cpu;
-        let cancel = Arc::new(AtomicBool::new(false));
-        if on_cpu {
-            spec.cancel = Some(cancel.clone());
-        }
+        // Only the CPU polls a cancel flag; a GPU call allocates none.
+        let cancel = on_cpu.then(|| Arc::new(AtomicBool::new(false)));
+        spec.cancel = cancel.clone();
         let kernel = &self.kernel;
-        let outputs = run_interruptible(py, on_cpu, Some(&cancel), || kernel.call(&inputs, &spec))?;
+        let outputs = run_interruptible(py, on_cpu, cancel.as_ref(), || kernel.call(&inputs, &spec))?;
         if given {
             return Ok(None);
         }
@@ -238,18 +237,18 @@ fn move_inputs(inputs: &mut [KernelInput], device: Device, py: Python<'_>) -> Py
 }
 
 fn spec_of(
-    output_shapes: &[Vec<usize>],
-    output_dtypes: &[String],
+    output_shapes: &Bound<'_, PyList>,
+    output_dtypes: &Bound<'_, PyList>,
     grid: [u32; 3],
     threadgroup: [u32; 3],
     template: &Bound<'_, PyList>,
 ) -> PyResult<LaunchSpec> {
     let mut spec = LaunchSpec::new(grid, threadgroup);
-    for shape in output_shapes {
-        spec.output_shapes.push(shape.as_slice().into());
+    for shape in output_shapes.iter() {
+        spec.output_shapes.push(convert::tuple_of(shape.as_borrowed())?);
     }
-    for name in output_dtypes {
-        spec.output_dtypes.push(convert::dtype(name)?);
+    for name in output_dtypes.iter() {
+        spec.output_dtypes.push(convert::dtype(name.cast::<PyString>()?.to_str()?)?);
     }
     for item in template.iter() {
         let (name, value): (String, Bound<'_, PyAny>) = item.extract()?;
