@@ -69,8 +69,12 @@ class _Inputs:
                 if lead is None and x.dim() > 0:
                     lead, ordinal, device = TORCH, descs[-1][7], x.device
                 continue
+            if isinstance(x, np.generic):
+                # NumPy scalars keep their dtype (np.float64 is also a Python float).
+                descs.append(numpy_desc(np.asarray(x)))
+                continue
             if isinstance(x, (bool, int, float)):
-                descs.append(t.__mro__[1](x) if t not in (bool, int, float) else x)
+                descs.append(bool(x) if isinstance(x, bool) else int(x) if isinstance(x, int) else float(x))
                 continue
             if is_cuda_object(x):
                 x = from_cuda_object(x)

@@ -99,6 +99,15 @@ def test_zero_d_inputs_and_scalars_follow_mlx_rules(rng):
     assert "const constant bool& c" in src and "const constant float& d" in src
 
 
+def test_numpy_scalars_keep_their_dtype_even_when_they_subclass_python_numbers():
+    k = kiln.metal_kernel("np_scalar", ["a"], ["out"], "out[0] = a;")
+    src = k.generate(inputs=[np.int16(-3)], output_shapes=[(1,)], output_dtypes=[np.float32])
+    assert "const constant int16_t& a" in src
+    with pytest.raises(kiln.UnsupportedDTypeError, match="float64"):
+        k(inputs=[np.float64(1.5)], output_shapes=[(1,)], output_dtypes=[np.float32], grid=(1, 1, 1),
+          threadgroup=(1, 1, 1))
+
+
 def test_large_python_ints_become_int64():
     k = kiln.metal_kernel("bigint", ["n"], ["out"], "out[0] = n;")
     src = k.generate(inputs=[2**40], output_shapes=[(1,)], output_dtypes=[np.int64])
