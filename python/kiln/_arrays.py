@@ -58,7 +58,15 @@ def numpy_desc(a: np.ndarray):
 
 def torch_desc(t, ordinal: int):
     dtype = dtype_name(t.dtype)
-    return describe(t, t.data_ptr(), t.shape, t.stride(), t.element_size(), dtype, ordinal, False)
+    itemsize = t.element_size()
+    if t.is_contiguous():
+        # The common case (every output, most inputs) without walking the strides in Python.
+        ptr = t.data_ptr()
+        pad = ptr % 64
+        if pad % itemsize:
+            pad = 0
+        return (t, ptr - pad, t.numel() * itemsize + pad, pad // itemsize, t.shape, t.stride(), dtype, ordinal)
+    return describe(t, t.data_ptr(), t.shape, t.stride(), itemsize, dtype, ordinal, False)
 
 
 def torch_module():
@@ -128,6 +136,19 @@ def torch_outputs(shapes, dtypes, device, init_value):
     """Fresh outputs for a launch on a CUDA tensor's device, allocated by PyTorch on its current
     stream (so its caching allocator orders their reuse after kiln's kernel)."""
     torch = torch_module()
+    types = _torch_dtypes(torch)
     if init_value is None:
-        return [torch.empty(s, dtype=torch_dtype(d), device=device) for s, d in zip(shapes, dtypes)]
-    return [torch.full(s, init_value, dtype=torch_dtype(d), device=device) for s, d in zip(shapes, dtypes)]
+        return [torch.empty(s, dtype=types[d], device=device) for s, d in zip(shapes, dtypes)]
+    return [torch.full(s, init_value, dtype=types[d], device=device) for s, d in zip(shapes, dtypes)]
+
+
+_TORCH_DTYPES: dict = {}
+
+
+def _torch_dtypes(torch) -> dict:
+    """kiln's dtype names to PyTorch's dtypes (built once)."""
+    if not _TORCH_DTYPES:
+        from ._dtypes import NAMES
+
+        _TORCH_DTYPES.update({n: getattr(torch, n) for n in NAMES if hasattr(torch, n)})
+    return _TORCH_DTYPES

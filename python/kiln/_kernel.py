@@ -123,6 +123,13 @@ def _require_torch_for(stream):
     return torch
 
 
+def _current_device() -> int:
+    """PyTorch's current CUDA device (read without building Python objects where possible)."""
+    torch = torch_module()
+    current = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+    return current()
+
+
 class _DeviceGuard:
     """``torch.cuda.device(ordinal)`` only when it is not the current device already."""
 
@@ -195,10 +202,14 @@ class MetalKernel:
             else:
                 outs = torch_outputs(shapes, dtypes, ins.device, init)
                 descs = [torch_desc(o, ins.ordinal) for o in outs]
-            handle = _stream_handle(None, ins.ordinal)
-            with _DeviceGuard(ins.ordinal):
-                self._kernel.call(ins.descs, shapes, dtypes, tuple(grid), tuple(threadgroup), tmpl, init,
-                                  bool(verbose), None, (handle, ins.ordinal), descs)
+            ordinal = ins.ordinal
+            args = (ins.descs, shapes, dtypes, tuple(grid), tuple(threadgroup), tmpl, init, bool(verbose), None,
+                    (_stream_handle(None, ordinal), ordinal), descs)
+            if _current_device() == ordinal:
+                self._kernel.call(*args)
+            else:
+                with torch_module().cuda.device(ordinal):
+                    self._kernel.call(*args)
             return outs
         device = None if device is None else str(device)
         res = self._kernel.call(ins.descs, shapes, dtypes, tuple(grid), tuple(threadgroup), tmpl, init,
