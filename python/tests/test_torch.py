@@ -142,3 +142,36 @@ def test_cuda_errors_are_typed():
     bad = kiln.metal_kernel("bad_cuda", ["a"], ["out"], "out[0] = nope;")
     with pytest.raises(kiln.CompileError, match="bad_cuda"):
         bad(inputs=[x], grid=(1, 1, 1), threadgroup=(1, 1, 1), output_shapes=[(1,)], output_dtypes=[torch.float32])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=np_name)
+def test_one_launch_ops_run_on_cuda_tensors(dtype):
+    x = torch.randn(300, 1024, device="cuda").to(dtype)
+    w = (torch.rand(1024, device="cuda") + 0.5).to(dtype)
+    out = kiln.ops.rms_norm(x, w, 1e-5)
+    assert out.device == x.device and out.dtype == dtype
+    v = ref(x)
+    assert_close(ref(out), v / np.sqrt((v * v).mean(-1, keepdims=True) + 1e-5) * ref(w), np_name(dtype))
+    e = np.exp(v - v.max(-1, keepdims=True))
+    assert_close(ref(kiln.ops.softmax(x)), e / e.sum(-1, keepdims=True), np_name(dtype))
+
+
+@pytest.mark.cuda
+def test_metal_library_on_cuda_tensors_writes_in_place_and_allocates_outputs():
+    lib = kiln.metal_library("cuda_lib", """
+        #include <metal_stdlib>
+        using namespace metal;
+        kernel void scale(device float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                          constant float& s [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+            y[i] = x[i] * s;
+            x[i] = -x[i];
+        }
+    """)
+    x = torch.randn(1000, device="cuda")
+    before = ref(x)
+    (y,) = lib.dispatch("scale", [x, kiln.Output((1000,), torch.float32), np.float32(3.0)], threads=(1000, 1, 1),
+                        threadgroup=(256, 1, 1))
+    assert y.device == x.device
+    assert_close(ref(y), before * 3, "float32")
+    assert_close(ref(x), -before, "float32")
