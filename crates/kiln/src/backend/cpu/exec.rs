@@ -1,7 +1,7 @@
 //! Running one dispatch on the CPU: binds buffers, allocates outputs (filled with `init_value`,
 //! else poisoned with 0xFF bytes, which read as NaN for every float type), splits the groups
-//! over the rayon pool and stops the kernel through a shared cancel flag when it faults or runs
-//! past its timeout.
+//! over the rayon pool and stops the kernel through a shared cancel flag when it faults, runs
+//! past its timeout or the caller's cancel flag (`LaunchSpec::cancel`) is set.
 //!
 //! Out-of-bounds accesses to outputs are caught on every launch: each output lies between two
 //! guard ranges of 64 KiB (`checked::GuardedBuf`), armed while the kernel runs, and the slack
