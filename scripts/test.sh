@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs NVRTC from PyPI into .deps/ (so every kernel is also compiled for
-# sm_90 without a GPU), then runs the whole test suite. GPU tests are ignored unless run with
+# sm_90 without a GPU), then runs the whole test suite: the Rust tests, then the Python package's
+# pytest tests (the package is built into a virtual environment under .deps/py-venv). GPU tests are ignored unless run with
 # `-- --include-ignored` on a machine with an NVIDIA GPU (set KILN_REQUIRE_BACKEND=cuda there).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -14,3 +15,13 @@ export KILN_REQUIRE_BACKEND="${KILN_REQUIRE_BACKEND:-nvrtc}"
 cargo test --workspace --locked "$@"
 # The benchmark scripts' merge of rounds (Python, no packages needed).
 python3 bench/results/test_merge.py
+
+# The Python package: NumPy, ml_dtypes and DLPack in CI; the PyTorch tests skip without PyTorch
+# (the GPU machine runs them with KILN_REQUIRE_BACKEND=cuda, where a skip becomes a failure).
+py_env=.deps/py-venv
+[ -x "$py_env/bin/python" ] || python3 -m venv "$py_env"
+"$py_env/bin/python" -m pip install -q --disable-pip-version-check \
+    maturin==1.9.6 numpy==2.3.5 ml_dtypes==0.5.4 pytest==8.4.2
+# A dev-profile build shares the kiln crate the Rust tests just built.
+VIRTUAL_ENV="$PWD/$py_env" "$py_env/bin/maturin" develop --locked --quiet
+"$py_env/bin/python" -m pytest python/tests -q -p no:cacheprovider

@@ -38,6 +38,10 @@ pub enum Error {
     #[error("[{kernel}] stopped after exceeding its time limit of {seconds:.3} s")]
     Timeout { kernel: String, seconds: f64 },
 
+    /// A kernel was stopped by its caller's cancel flag (Ctrl-C in Python) before it finished.
+    #[error("[{kernel}] interrupted")]
+    Interrupted { kernel: String },
+
     /// A kernel faulted while running (emulator checks, device exceptions).
     #[error("[{kernel}] fault while running: {msg}")]
     KernelFault { kernel: String, msg: String },

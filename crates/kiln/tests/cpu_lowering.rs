@@ -121,6 +121,8 @@ fn run_row_sum(dtype: DType, function: &str, use_bias: bool) {
             threadgroup: [32, 1, 1],
             threadgroup_memory: vec![32 * 4],
             timeout: None,
+            cancel: None,
+            stream: None,
             resolved: None,
         })
         .unwrap();
@@ -166,6 +168,8 @@ fn invalid_msl_reports_the_users_line() {
             threadgroup: [4, 1, 1],
             threadgroup_memory: vec![],
             timeout: None,
+            cancel: None,
+            stream: None,
             resolved: None,
         })
         .unwrap_err();

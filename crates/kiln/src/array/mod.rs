@@ -21,17 +21,32 @@ pub type Shape = SmallVec<[usize; 4]>;
 /// Strides in elements (not bytes), one per axis; may be zero (broadcast) or negative.
 pub type Strides = SmallVec<[isize; 4]>;
 
-/// Host memory, 16-byte aligned so any element type (and vector loads of it) may alias it.
+/// Host memory owned outside kiln (another framework's array), shared with kiln without a copy.
+/// Implementors guarantee that `bytes` stays valid, at the same address, for the value's whole
+/// life; kernels may write through it (in-place buffers of whole-file kernels), as they may
+/// through any input.
+pub trait HostMemory: Send + Sync + fmt::Debug {
+    /// The memory.
+    fn bytes(&self) -> &[u8];
+}
+
+/// Host memory: kiln's own, 16-byte aligned so any element type (and vector loads of it) may
+/// alias it, or memory lent by another framework ([`HostMemory`]).
 #[derive(Clone)]
 pub struct HostBuffer {
-    words: Vec<u128>,
-    len: usize,
+    repr: HostRepr,
+}
+
+#[derive(Clone)]
+enum HostRepr {
+    Owned { words: Vec<u128>, len: usize },
+    Lent(Arc<dyn HostMemory>),
 }
 
 impl HostBuffer {
     /// A zero-filled buffer of `len` bytes.
     pub fn zeroed(len: usize) -> Self {
-        HostBuffer { words: vec![0u128; len.div_ceil(16)], len }
+        HostBuffer { repr: HostRepr::Owned { words: vec![0u128; len.div_ceil(16)], len } }
     }
 
     /// A zero-filled buffer of `len` bytes, or `None` when that memory cannot be allocated.
@@ -39,7 +54,7 @@ impl HostBuffer {
         let mut words = Vec::new();
         words.try_reserve_exact(len.div_ceil(16)).ok()?;
         words.resize(len.div_ceil(16), 0u128);
-        Some(HostBuffer { words, len })
+        Some(HostBuffer { repr: HostRepr::Owned { words, len } })
     }
 
     /// A buffer holding a copy of `bytes`.
@@ -49,31 +64,54 @@ impl HostBuffer {
         b
     }
 
-    /// The bytes.
-    pub fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice::<u128, u8>(&self.words)[..self.len]
+    /// A buffer over memory lent by another framework, without a copy.
+    pub fn lent(memory: Arc<dyn HostMemory>) -> Self {
+        HostBuffer { repr: HostRepr::Lent(memory) }
     }
 
-    /// The bytes, writable.
+    /// True when the memory is lent by another framework.
+    pub fn is_lent(&self) -> bool {
+        matches!(self.repr, HostRepr::Lent(_))
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.repr {
+            HostRepr::Owned { words, len } => &bytemuck::cast_slice::<u128, u8>(words)[..*len],
+            HostRepr::Lent(m) => m.bytes(),
+        }
+    }
+
+    /// The bytes, writable. Lent memory is first copied into a buffer of kiln's own (a lender
+    /// may alias its memory, so kiln never hands out a `&mut` to it).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        let len = self.len;
-        &mut bytemuck::cast_slice_mut::<u128, u8>(&mut self.words)[..len]
+        if let HostRepr::Lent(m) = &self.repr {
+            let copy = HostBuffer::from_bytes(m.bytes());
+            *self = copy;
+        }
+        match &mut self.repr {
+            HostRepr::Owned { words, len } => &mut bytemuck::cast_slice_mut::<u128, u8>(words)[..*len],
+            HostRepr::Lent(_) => &mut [],
+        }
     }
 
     /// Size in bytes.
     pub fn len(&self) -> usize {
-        self.len
+        match &self.repr {
+            HostRepr::Owned { len, .. } => *len,
+            HostRepr::Lent(m) => m.bytes().len(),
+        }
     }
 
     /// True when empty.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 }
 
 impl fmt::Debug for HostBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "HostBuffer({} bytes)", self.len)
+        write!(f, "HostBuffer({} bytes{})", self.len(), if self.is_lent() { ", lent" } else { "" })
     }
 }
 
@@ -442,6 +480,49 @@ impl Array {
                 format!("array lives on {}; move it to the host first (Array::to_host)", self.device()),
             )
         })
+    }
+
+    /// A view of this array's storage with its own offset (in elements), shape and element
+    /// strides (any sign, zero for broadcast), as `torch.as_strided`; an error when the view
+    /// reaches outside the storage.
+    pub fn as_strided(&self, offset: usize, shape: &[usize], strides: &[isize]) -> Result<Array> {
+        if shape.len() != strides.len() {
+            return Err(Error::shape("as_strided", format!("{} strides given for shape {shape:?}", strides.len())));
+        }
+        let view = self.with_view(offset, Shape::from_slice(shape), Strides::from_slice(strides));
+        let stored = match &*self.storage {
+            Storage::Host(b) => b.len(),
+            Storage::Device(b) => b.len_bytes(),
+        } / self.dtype.size();
+        if let Some((lo, hi)) = view.storage_span_checked() {
+            if lo < 0 || hi >= stored as i128 {
+                return Err(Error::invalid(
+                    "as_strided",
+                    format!(
+                        "a view at offset {offset} of shape {shape:?} and strides {strides:?} reaches elements {lo}..={hi} \
+                         of a storage of {stored}"
+                    ),
+                ));
+            }
+        }
+        Ok(view)
+    }
+
+    /// As [`Array::storage_span`], in wide signed integers, for views not yet known to fit.
+    fn storage_span_checked(&self) -> Option<(i128, i128)> {
+        if self.size() == 0 {
+            return None;
+        }
+        let (mut lo, mut hi) = (self.offset as i128, self.offset as i128);
+        for (&n, &s) in self.shape.iter().zip(&self.strides) {
+            let reach = (n as i128 - 1) * s as i128;
+            if reach < 0 {
+                lo += reach;
+            } else {
+                hi += reach;
+            }
+        }
+        Some((lo, hi))
     }
 
     pub(crate) fn with_view(&self, offset: usize, shape: impl Into<Shape>, strides: impl Into<Strides>) -> Array {

@@ -8,6 +8,7 @@ pub(crate) mod disk_cache;
 pub mod metal;
 
 use std::any::Any;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -88,6 +89,9 @@ pub enum Binding {
     /// buffer, binds that, and returns it among the outputs (in binding order); the array
     /// itself is left unchanged.
     InOut(Array),
+    /// An output the caller allocated (already on the backend's device): the kernel writes it in
+    /// place and the backend returns it among the outputs, in binding order.
+    OutputInto(Array),
 }
 
 /// The geometry of a dispatch.
@@ -110,6 +114,10 @@ pub struct Launch<'a> {
     /// Bytes bound to `[[threadgroup(0)]]`, `[[threadgroup(1)]]`, ...
     pub threadgroup_memory: Vec<usize>,
     pub timeout: Option<Duration>,
+    /// Stops the kernel when set (backends that can interrupt a kernel honour it).
+    pub cancel: Option<Arc<AtomicBool>>,
+    /// The caller's CUDA stream to queue the kernel on, instead of the backend's own.
+    pub stream: Option<cuda::ExternalStream>,
     /// Where a backend may keep what it resolved for `program`, so that launching the same
     /// program again skips the lookup by content; `None` always looks it up.
     pub resolved: Option<&'a ResolvedSlot>,

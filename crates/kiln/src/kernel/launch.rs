@@ -2,11 +2,14 @@
 //! template arguments, `init_value`, the device and options.
 
 use std::str::FromStr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 use smallvec::SmallVec;
 
 use crate::array::{byte_size, Array, Shape};
+use crate::backend::cuda::ExternalStream;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Error;
@@ -138,6 +141,15 @@ pub struct LaunchSpec {
     pub device: Option<Device>,
     /// Stop the kernel after this long (backends that can interrupt a kernel honour it).
     pub timeout: Option<Duration>,
+    /// Stop the kernel when this flag is set (backends that can interrupt a kernel honour it):
+    /// the call fails with `Error::Interrupted`.
+    pub cancel: Option<Arc<AtomicBool>>,
+    /// Queue a CUDA launch on the caller's stream instead of the backend's own.
+    pub stream: Option<ExternalStream>,
+    /// Caller-allocated outputs, one per output name, row-contiguous on the launch device with
+    /// the output shapes and dtypes: the kernel writes them in place and the call returns them.
+    /// `init_value` does not apply to them (their owner fills them).
+    pub outputs_into: Option<Vec<Array>>,
 }
 
 impl LaunchSpec {
@@ -153,6 +165,9 @@ impl LaunchSpec {
             verbose: false,
             device: None,
             timeout: None,
+            cancel: None,
+            stream: None,
+            outputs_into: None,
         }
     }
 
@@ -186,6 +201,24 @@ impl LaunchSpec {
 
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Stops the kernel when `flag` is set (see the `cancel` field).
+    pub fn cancel(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.cancel = Some(flag);
+        self
+    }
+
+    /// Queues a CUDA launch on `stream` (see the `stream` field).
+    pub fn stream(mut self, stream: ExternalStream) -> Self {
+        self.stream = Some(stream);
+        self
+    }
+
+    /// Writes the outputs into `outputs` (see the `outputs_into` field).
+    pub fn outputs_into(mut self, outputs: Vec<Array>) -> Self {
+        self.outputs_into = Some(outputs);
         self
     }
 }
@@ -228,6 +261,21 @@ impl LaunchSpec {
         check("output_dtypes", n_outputs, self.output_dtypes.len())?;
         for (k, (shape, &dtype)) in self.output_shapes.iter().zip(&self.output_dtypes).enumerate() {
             byte_size(op, format_args!("output {k}"), shape, dtype)?;
+        }
+        if let Some(outputs) = &self.outputs_into {
+            check("outputs_into", n_outputs, outputs.len())?;
+            for (k, ((shape, &dtype), out)) in
+                self.output_shapes.iter().zip(&self.output_dtypes).zip(outputs).enumerate()
+            {
+                if out.shape() != shape.as_slice() || out.dtype() != dtype || !out.is_row_contiguous() {
+                    return Err(Error::invalid(
+                        op,
+                        format!(
+                            "output {k} given as {out:?}; expected a row-contiguous {dtype} array of shape {shape:?}"
+                        ),
+                    ));
+                }
+            }
         }
         Ok(())
     }

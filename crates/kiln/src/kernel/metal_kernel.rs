@@ -320,7 +320,7 @@ impl MetalKernel {
         let backend = backend::backend_for(device)?;
         let mut bindings = Vec::with_capacity(arrays.len() + spec.output_shapes.len());
         for ((mut array, input), info) in arrays.into_iter().zip(inputs).zip(&self.shape_info) {
-            if !matches!(input, KernelInput::Array(_)) {
+            if !matches!(input, KernelInput::Array(_)) || is_host_scalar(&array) {
                 // A scalar (0-d, `constant` space, no shape bindings) travels with the launch as
                 // constant bytes: no device allocation and no copy queued before the kernel.
                 bindings.push(Binding::Bytes(array.to_contiguous_bytes()?.into()));
@@ -342,12 +342,24 @@ impl MetalKernel {
                 bindings.push(Binding::Bytes(ndim.to_le_bytes().as_slice().into()));
             }
         }
-        for (shape, &dtype) in spec.output_shapes.iter().zip(&spec.output_dtypes) {
-            bindings.push(Binding::Output(OutputSpec {
-                shape: shape.as_slice().into(),
-                dtype,
-                init_value: spec.init_value,
-            }));
+        if let Some(outputs) = &spec.outputs_into {
+            for out in outputs {
+                if out.device() != device {
+                    return Err(Error::invalid(
+                        self.op(),
+                        format!("an output lives on {} but the kernel runs on {device}", out.device()),
+                    ));
+                }
+                bindings.push(Binding::OutputInto(out.clone()));
+            }
+        } else {
+            for (shape, &dtype) in spec.output_shapes.iter().zip(&spec.output_dtypes) {
+                bindings.push(Binding::Output(OutputSpec {
+                    shape: shape.as_slice().into(),
+                    dtype,
+                    init_value: spec.init_value,
+                }));
+            }
         }
         let launch = Launch {
             program,
@@ -356,6 +368,8 @@ impl MetalKernel {
             threadgroup: spec.threadgroup,
             threadgroup_memory: Vec::new(),
             timeout: spec.timeout,
+            cancel: spec.cancel.clone(),
+            stream: spec.stream,
             resolved: Some(&memo.resolved),
         };
         if let Some(contract) = &memo.contract {
@@ -381,12 +395,19 @@ impl MetalKernel {
         Ok(())
     }
 
-    /// The launch device: the spec's, else the one every array input lives on, else the best
-    /// available. Array inputs on another device are an error (moving is explicit).
+    /// The launch device: the spec's, else the one every array input lives on (the CPU when
+    /// the only arrays are 0-d host arrays), else the best available. Array inputs on another
+    /// device are an error (moving is explicit); 0-d host arrays travel as constant bytes to any
+    /// device, as scalars do.
     fn resolve_device(&self, inputs: &[KernelInput], spec: &LaunchSpec) -> Result<Device> {
         let mut device = spec.device;
+        let mut host_scalars = false;
         for (name, input) in self.input_names.iter().zip(inputs) {
             if let KernelInput::Array(a) = input {
+                if is_host_scalar(a) {
+                    host_scalars = true;
+                    continue;
+                }
                 let here = a.device();
                 match device {
                     None => device = Some(here),
@@ -402,6 +423,14 @@ impl MetalKernel {
                 }
             }
         }
+        if host_scalars && device.is_none() {
+            return Ok(Device::Cpu);
+        }
         Ok(device.unwrap_or_else(backend::best_device))
     }
+}
+
+/// A 0-d array in host memory: bound as constant bytes on every backend, like a scalar.
+fn is_host_scalar(a: &Array) -> bool {
+    a.ndim() == 0 && a.host_buffer().is_some()
 }

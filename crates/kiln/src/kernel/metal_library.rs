@@ -2,6 +2,7 @@
 //! `[[buffer(n)]]`, `[[threadgroup(n)]]` and builtin parameters directly. Buffers are bound in
 //! slot order; dispatch is by thread count or by threadgroup count.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use rustc_hash::FxHashMap;
 use super::entry_contract::EntryContract;
 use super::launch::MathMode;
 use crate::array::{byte_size, Array};
+use crate::backend::cuda::ExternalStream;
 use crate::backend::{
     self, Binding, ConstantKey, ConstantValue, Dispatch, Launch, MetalProgram, OutputSpec, ProgramKind,
 };
@@ -55,6 +57,10 @@ pub struct LibraryLaunch {
     pub threadgroup_memory: Vec<usize>,
     pub constants: Vec<(ConstantKey, ConstantValue)>,
     pub timeout: Option<Duration>,
+    /// Stops the kernel when set (see `LaunchSpec::cancel`).
+    pub cancel: Option<Arc<AtomicBool>>,
+    /// Queues a CUDA launch on the caller's stream (see `LaunchSpec::stream`).
+    pub stream: Option<ExternalStream>,
 }
 
 impl LibraryLaunch {
@@ -67,6 +73,8 @@ impl LibraryLaunch {
             threadgroup_memory: Vec::new(),
             constants: Vec::new(),
             timeout: None,
+            cancel: None,
+            stream: None,
         }
     }
 }
@@ -164,6 +172,8 @@ impl MetalLibrary {
             threadgroup: launch.threadgroup,
             threadgroup_memory: launch.threadgroup_memory.clone(),
             timeout: launch.timeout,
+            cancel: launch.cancel.clone(),
+            stream: launch.stream,
             resolved: None,
         };
         if let Some(contract) = self.contract(&op, &program)?.as_ref() {

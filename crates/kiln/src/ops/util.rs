@@ -301,6 +301,12 @@ impl OpCall {
         &self.spec
     }
 
+    /// The launch, to adjust before running: a caller's stream, caller-allocated outputs, a
+    /// cancel flag (`LaunchSpec::stream`, `outputs_into`, `cancel`).
+    pub fn spec_mut(&mut self) -> &mut LaunchSpec {
+        &mut self.spec
+    }
+
     /// Fills the outputs with NaN before the kernel runs, so an element it fails to write can
     /// never pass a check. Outputs that accumulate from a defined start value keep it.
     pub fn poisoned(mut self) -> Self {

@@ -1,7 +1,7 @@
 //! Running one dispatch on the CPU: binds buffers, allocates outputs (filled with `init_value`,
 //! else poisoned with 0xFF bytes, which read as NaN for every float type), splits the groups
-//! over the rayon pool and stops the kernel through a shared cancel flag when it faults or runs
-//! past its timeout.
+//! over the rayon pool and stops the kernel through a shared cancel flag when it faults, runs
+//! past its timeout or the caller's cancel flag (`LaunchSpec::cancel`) is set.
 //!
 //! Out-of-bounds accesses to outputs are caught on every launch: each output lies between two
 //! guard ranges of 64 KiB (`checked::GuardedBuf`), armed while the kernel runs, and the slack
@@ -13,8 +13,9 @@
 //! in any mode (the kernel library's signal handler, `prelude/cpu`).
 
 use std::ffi::{c_char, c_void};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
@@ -120,6 +121,25 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
                 storage.push(Storage::Host(HostBuffer::from_bytes(bytes)));
                 roles.push(None);
             }
+            Binding::OutputInto(a) => {
+                // The caller's memory is written in place, without guards (it is theirs).
+                let Some(host) = a.host_buffer() else {
+                    return Err(Error::invalid(
+                        kernel.clone(),
+                        format!("output {n_out} lives on {}; the CPU backend needs host arrays", a.device()),
+                    ));
+                };
+                let reach = a.storage_span().map_or(0, |(_, hi)| (hi + 1) * a.dtype().size());
+                if !a.is_row_contiguous() || reach > host.len() {
+                    return Err(Error::invalid(
+                        kernel.clone(),
+                        format!("output {n_out} must be row-contiguous and inside its buffer"),
+                    ));
+                }
+                storage.push(Storage::InPlace);
+                roles.push(Some(Role::Output(n_out)));
+                n_out += 1;
+            }
             Binding::Output(spec) => {
                 let n: usize = spec.shape.iter().product::<usize>() * spec.dtype.size();
                 let mut buf = GuardedBuf::filled(kernel, n, CANARY)?;
@@ -161,7 +181,7 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
     let mut guarded: Vec<(usize, u64, usize)> = Vec::new();
     for (slot, (binding, s)) in launch.bindings.iter().zip(&mut storage).enumerate() {
         let ptr = match (binding, s) {
-            (Binding::Array(a), Storage::InPlace) => {
+            (Binding::Array(a) | Binding::OutputInto(a), Storage::InPlace) => {
                 let bytes = a.host_buffer().map(|b| b.bytes()).unwrap_or(&[]);
                 // SAFETY: the offset is the array's element offset within its own buffer, so the
                 // pointer stays inside (or one past) the allocation the array holds alive.
@@ -221,7 +241,7 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
     } else {
         Armed::new(compiled, kernel, &mut watch).ok()
     };
-    let (fault, timed_out) = execute(compiled, entry, &desc, &cancel, launch.timeout);
+    let (fault, stopped) = execute(compiled, entry, &desc, &cancel, launch.timeout, launch.cancel.as_deref());
     if let Some(armed) = armed {
         armed.disarm()?;
     }
@@ -241,17 +261,25 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
     if let Some(msg) = fault {
         return Err(Error::KernelFault { kernel: kernel.clone(), msg });
     }
-    if timed_out {
-        return Err(Error::Timeout {
-            kernel: kernel.clone(),
-            seconds: launch.timeout.map_or(0.0, |t| t.as_secs_f64()),
-        });
+    match stopped {
+        Stop::Finished => {}
+        Stop::TimedOut => {
+            return Err(Error::Timeout {
+                kernel: kernel.clone(),
+                seconds: launch.timeout.map_or(0.0, |t| t.as_secs_f64()),
+            })
+        }
+        Stop::Cancelled => return Err(Error::Interrupted { kernel: kernel.clone() }),
     }
     let mut result = Vec::new();
     for (slot, (binding, s)) in launch.bindings.iter().zip(&mut storage).enumerate() {
         let (shape, dtype) = match binding {
             Binding::Output(spec) => (&spec.shape[..], spec.dtype),
             Binding::InOut(a) => (a.shape(), a.dtype()),
+            Binding::OutputInto(a) => {
+                result.push(a.clone());
+                continue;
+            }
             _ => continue,
         };
         let k = result.len();
@@ -334,15 +362,27 @@ impl Drop for Armed<'_> {
     }
 }
 
+/// Why a kernel stopped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Finished,
+    TimedOut,
+    Cancelled,
+}
+
+/// How often a watcher looks at the caller's cancel flag.
+const CANCEL_POLL: Duration = Duration::from_millis(10);
+
 /// Runs every group over the rayon pool; returns the first fault message and whether the
-/// timeout stopped the kernel.
+/// timeout or the caller's cancel flag stopped the kernel.
 fn execute(
     compiled: &Compiled,
     entry: usize,
     desc: &LaunchDesc,
     cancel: &AtomicI32,
-    timeout: Option<std::time::Duration>,
-) -> (Option<String>, bool) {
+    timeout: Option<Duration>,
+    cancelled_by_caller: Option<&AtomicBool>,
+) -> (Option<String>, Stop) {
     let total = desc.groups.iter().map(|&g| g as u64).product::<u64>();
     let group_threads = desc.tg.iter().map(|&t| t as usize).product::<usize>();
     let fault: Mutex<Option<String>> = Mutex::new(None);
@@ -387,25 +427,46 @@ fn execute(
             }
         });
     };
-    match timeout {
-        None => work(),
-        Some(limit) => {
-            let (done_tx, done_rx) = mpsc::channel::<()>();
-            let timed_out = &timed_out;
-            std::thread::scope(|s| {
-                s.spawn(move || {
-                    if done_rx.recv_timeout(limit).is_err() {
-                        timed_out.store(1, Ordering::SeqCst);
-                        cancel.store(1, Ordering::SeqCst);
-                    }
-                });
-                work();
-                let _ = done_tx.send(());
+    if timeout.is_none() && cancelled_by_caller.is_none() {
+        work();
+    } else {
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let timed_out = &timed_out;
+        let start = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(move || loop {
+                let left = timeout.map(|t| t.saturating_sub(start.elapsed()));
+                let wait = match (left, cancelled_by_caller) {
+                    (Some(left), Some(_)) => left.min(CANCEL_POLL),
+                    (Some(left), None) => left,
+                    (None, _) => CANCEL_POLL,
+                };
+                match done_rx.recv_timeout(wait) {
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => break,
+                }
+                if cancelled_by_caller.is_some_and(|c| c.load(Ordering::SeqCst)) {
+                    timed_out.store(2, Ordering::SeqCst);
+                    cancel.store(1, Ordering::SeqCst);
+                    break;
+                }
+                if timeout.is_some_and(|t| start.elapsed() >= t) {
+                    timed_out.store(1, Ordering::SeqCst);
+                    cancel.store(1, Ordering::SeqCst);
+                    break;
+                }
             });
-        }
+            work();
+            let _ = done_tx.send(());
+        });
     }
     let fault = fault.lock().ok().and_then(|mut f| f.take());
-    (fault, timed_out.load(Ordering::SeqCst) != 0)
+    let stop = match timed_out.load(Ordering::SeqCst) {
+        0 => Stop::Finished,
+        1 => Stop::TimedOut,
+        _ => Stop::Cancelled,
+    };
+    (fault, stop)
 }
 
 /// (threads per dimension, threads per group, groups per dimension) of a dispatch.

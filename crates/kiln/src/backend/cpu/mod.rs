@@ -25,6 +25,7 @@
 mod checked;
 mod compile;
 mod exec;
+mod lent;
 mod stacks;
 mod threadgroup;
 
@@ -41,6 +42,7 @@ use crate::source::cpu::translation_unit;
 use crate::source::lower::{lower, LowerTarget};
 
 pub use compile::flags as compile_flags;
+pub use lent::{lent_host_array, LentHostMemory};
 
 /// The CPU backend. `CpuBackend::default()` uses the compiler from `config::host_cxx()`.
 #[derive(Clone, Debug)]

@@ -131,6 +131,16 @@ impl CudaBackend {
         if tg.contains(&0) {
             return Err(Error::invalid(kernel, format!("threadgroup {:?} has a zero dimension", launch.threadgroup)));
         }
+        let stream = match launch.stream {
+            None => self.stream.cu_stream(),
+            Some(s) if s.ordinal() == self.ordinal => s.cu_stream(),
+            Some(s) => {
+                return Err(Error::invalid(
+                    kernel,
+                    format!("a stream of cuda:{} was given for a launch on cuda:{}", s.ordinal(), self.ordinal),
+                ))
+            }
+        };
         self.ctx.bind_to_thread().map_err(|e| self.fail(kernel, "binding the context", e))?;
         let (grid, regions) = match launch.dispatch {
             Dispatch::Threads(grid) => (grid, thread_regions(grid, tg)),
@@ -189,6 +199,8 @@ impl CudaBackend {
         // launch, so they outlive the kernel without a wait.
         let mut keep: Vec<Array> = Vec::new();
         let mut keep_bufs: Vec<CudaBuffer> = Vec::new();
+        // Whether memory of the backend's own stream is bound (fresh outputs, temporaries).
+        let mut own_memory = false;
         for (slot, binding) in launch.bindings.iter().enumerate() {
             let address = match binding {
                 Binding::Array(a) if a.device() == Device::Cuda(self.ordinal) => self.element_address(kernel, a)?,
@@ -202,13 +214,25 @@ impl CudaBackend {
                     let out = self.output(kernel, &spec.shape, spec.dtype, spec.init_value)?;
                     let addr = self.element_address(kernel, &out)?;
                     outputs.push(out);
+                    own_memory = true;
                     addr
                 }
                 Binding::InOut(a) => {
                     let fresh = if a.device() == Device::Cpu { self.upload_view(kernel, a)? } else { self.gather(a)? };
                     let addr = self.element_address(kernel, &fresh)?;
                     outputs.push(fresh);
+                    own_memory = true;
                     addr
+                }
+                Binding::OutputInto(a) if a.device() == Device::Cuda(self.ordinal) => {
+                    outputs.push(a.clone());
+                    self.element_address(kernel, a)?
+                }
+                Binding::OutputInto(a) => {
+                    return Err(Error::invalid(
+                        kernel,
+                        format!("output {slot} lives on {}, not on cuda:{}", a.device(), self.ordinal),
+                    ))
                 }
                 Binding::Bytes(bytes) => {
                     let padded = bytes.len().div_ceil(16) * 16;
@@ -231,6 +255,12 @@ impl CudaBackend {
             args.put_u64(L::SLOTS + 8 * slot, address);
         }
         args.put_u32s(L::INLINE_MASK, &[inline_mask]);
+        own_memory |= !keep.is_empty() || !keep_bufs.is_empty();
+        let foreign = stream != self.stream.cu_stream();
+        if foreign && own_memory {
+            // The caller's stream waits for the backend's allocations and copies.
+            self.order_after(kernel, stream, self.stream.cu_stream())?;
+        }
 
         for r in regions {
             args.put_u32s(L::ORIGIN, &r.origin);
@@ -238,9 +268,16 @@ impl CudaBackend {
             let mut params = [args.as_param()];
             // SAFETY: the entry takes one `KilnArgs` by value whose layout `args_layout`
             // mirrors; the driver copies it at the call. Every address in it stays valid until
-            // the kernel ends: buffers are freed stream-ordered, after this launch.
-            let launched = unsafe { self.queue_launch(&func, r.groups, r.block, dyn_smem as u32, &mut params) };
+            // the kernel ends: buffers are freed stream-ordered, after this launch (on a
+            // caller's stream, the backend's stream waits for it first); `stream` is the
+            // backend's or a caller's stream of this device (`ExternalStream`'s contract).
+            let launched =
+                unsafe { self.queue_launch_on(stream, &func, r.groups, r.block, dyn_smem as u32, &mut params) };
             launched.map_err(|e| self.launch_error(kernel, &r, e))?;
+        }
+        if foreign && own_memory {
+            // Frees and later work on the backend's stream wait for the kernel.
+            self.order_after(kernel, self.stream.cu_stream(), stream)?;
         }
         drop(keep);
         drop(keep_bufs);

@@ -230,7 +230,23 @@ impl CudaBackend {
         shared_bytes: u32,
         params: &mut [*mut c_void],
     ) -> Result<(), DriverError> {
-        let stream = self.stream.cu_stream();
+        // SAFETY: the caller's contract, on the backend's own stream.
+        unsafe { self.queue_launch_on(self.stream.cu_stream(), function, groups, block, shared_bytes, params) }
+    }
+
+    /// As [`Self::queue_launch`], on `stream` (the backend's own or a caller's of this device).
+    ///
+    /// # Safety
+    /// As [`Self::queue_launch`]; `stream` is a live stream of this backend's context.
+    pub(super) unsafe fn queue_launch_on(
+        &self,
+        stream: sys::CUstream,
+        function: &CudaFunction,
+        groups: [u32; 3],
+        block: [u32; 3],
+        shared_bytes: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<(), DriverError> {
         let groups_total: u64 = groups.iter().map(|&g| g as u64).product();
         let threads = groups_total * block.iter().map(|&b| b as u64).product::<u64>();
         if groups_total <= self.multiprocessors as u64 && threads <= MAX_GRAPH_THREADS {

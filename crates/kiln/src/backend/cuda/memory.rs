@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{result as drv, DevicePtr};
 
+use super::external::LentCudaMemory;
 use super::pool::{placement, size_class, Block, BlockPool};
 use super::{driver_error, CudaBackend};
 use crate::array::{Array, HostBuffer};
@@ -202,10 +203,15 @@ impl CudaBackend {
             })
     }
 
-    /// Device address of element (0, ..., 0) of a device array.
+    /// Device address of element (0, ..., 0) of a device array (kiln's own or lent memory).
     pub(super) fn element_address(&self, what: &str, array: &Array) -> Result<u64> {
+        let offset = (array.offset() * array.dtype().size()) as u64;
+        let lent = array.device_buffer().and_then(|b| b.as_any().downcast_ref::<LentCudaMemory>());
+        if let Some(m) = lent.filter(|m| m.device() == Device::Cuda(self.ordinal)) {
+            return Ok(m.address() + offset);
+        }
         let buf = self.buffer_of(what, array)?;
-        Ok(buf.address() + (array.offset() * array.dtype().size()) as u64)
+        Ok(buf.address() + offset)
     }
 
     /// Copies a row-contiguous device array (at its offset) to the host.

@@ -15,6 +15,7 @@
 mod compile;
 mod custom;
 mod dispatch;
+mod external;
 mod graphs;
 mod libs;
 mod memory;
@@ -40,6 +41,7 @@ use crate::source::lower::{self, LowerTarget};
 
 pub use compile::{compile_with_log as compile_source_with_log, nvrtc_version, options as nvrtc_options, Arch};
 pub use custom::CudaKernelCall;
+pub use external::{lent_cuda_array, ExternalStream, LentCudaMemory};
 pub use memory::CudaBuffer;
 pub use pool::APRON_BYTES;
 use programs::{ProgramTable, Resolved};

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""kiln from Python on PyTorch CUDA tensors, on one GPU, in one run:
+
+1. Host cost of one cached call: ``kiln.metal_kernel`` on a tiny CUDA tensor beside a PyTorch
+   eager op and a Triton kernel launch of the same trivial kernel (``out = x + 1``). Each is
+   called ``--calls`` times back to back (outputs allocated per call, as each framework does)
+   and the mean host time per call is reported; the GPU is drained before and after, outside
+   the timed loop. Goal: kiln at or below the eager op, well below Triton.
+2. Device time of a large elementwise kernel (``exp`` over 64 M elements, float32 / float16 /
+   bfloat16) called from Python as ``kiln.ops.exp`` — the same kernel ``kiln bench`` times from
+   Rust — with CUDA events and the L2 flushed before each call (bench/peers.py's timer). Give
+   ``--kiln-json`` the JSON of ``kiln bench --device cuda --filter exp/ --json kiln.json`` from the
+   same machine to print the Rust times beside them: equal times mean no hidden copies or syncs.
+
+Usage (on the GPU machine, with kiln, torch and optionally triton installed):
+    kiln bench --device cuda --filter exp/ --json /tmp/kiln-exp.json
+    python bench/python_host_cost.py --kiln-json /tmp/kiln-exp.json
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+import kiln
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import timed  # noqa: E402  (the peers' timer: events, L2 flushed)
+
+N_ELEM = 64 << 20
+
+
+def host_cost_us(fn, calls):
+    """Mean host microseconds per call of ``fn`` over ``calls`` calls (GPU drained outside)."""
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
+def triton_add_one():
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def add_one(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = i < n
+        tl.store(out_ptr + i, tl.load(x_ptr + i, mask=mask) + 1.0, mask=mask)
+
+    def call(x):
+        out = torch.empty_like(x)
+        add_one[(1,)](x, out, x.numel(), BLOCK=128)
+        return out
+
+    return call
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--kiln-json", help="kiln bench --json output of the exp cases, for the Rust times")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    if not kiln.cuda_available():
+        sys.exit(f"kiln's CUDA backend is unavailable: {kiln.cuda_status()}")
+    device = torch.device("cuda")
+    print(f"device: {torch.cuda.get_device_name(device)}; kiln {kiln.__version__}; torch {torch.__version__}")
+
+    x = torch.randn(1, device=device)
+    kernel = kiln.metal_kernel("add_one", ["x"], ["out"], "uint i = thread_position_in_grid.x; out[i] = x[i] + 1.0f;")
+
+    def kiln_call():
+        return kernel(inputs=[x], output_shapes=[(1,)], output_dtypes=[torch.float32], grid=(1, 1, 1),
+                      threadgroup=(32, 1, 1))
+
+    (check,) = kiln_call()
+    assert torch.equal(check, x + 1), "kiln's add_one is wrong"
+    results = {"host_us": {}, "device_ms": {}}
+    rows = [("kiln.metal_kernel (cached call)", kiln_call), ("torch eager x + 1", lambda: x + 1)]
+    triton_call = triton_add_one()
+    if triton_call is not None:
+        assert torch.equal(triton_call(x), x + 1)
+        rows.append(("triton launch", lambda: triton_call(x)))
+    else:
+        print("triton is not installed: no Triton row")
+    print(f"\nhost cost of one call, mean over {args.calls} calls:")
+    for name, fn in rows:
+        us = host_cost_us(fn, args.calls)
+        results["host_us"][name] = us
+        print(f"  {name:34s} {us:8.2f} us")
+
+    rust = {}
+    if args.kiln_json:
+        with open(args.kiln_json) as f:
+            data = json.load(f)
+        for report in data if isinstance(data, list) else [data]:
+            for case in report.get("cases", []):
+                rust[case["id"]] = case.get("median_ms")
+    print(f"\ndevice time of exp over {N_ELEM} elements (median, L2 flushed):")
+    for dtype in ("float32", "float16", "bfloat16"):
+        t = (torch.rand(N_ELEM, device=device) * 8 - 4).to(getattr(torch, dtype))
+        out = kiln.ops.exp(t)
+        err = float(((out.double() - t.double().exp()).norm() / t.double().exp().norm()))
+        ms = timed(lambda: kiln.ops.exp(t))
+        case_id = f"exp/{N_ELEM}/{dtype}"
+        results["device_ms"][case_id] = ms
+        beside = f"   kiln bench (Rust) {rust[case_id]:.4f} ms -> ratio {ms / rust[case_id]:.3f}" if rust.get(case_id) else ""
+        print(f"  {case_id:28s} python {ms:.4f} ms (rel. L2 error {err:.1e}){beside}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+//! Arrays of other frameworks in, kiln arrays out, without copies. The Python side describes
+//! every array as `(owner, address, nbytes, offset, shape, strides, dtype, ordinal)`: the
+//! allocation the view lies in (its start address and length in bytes), the view's first
+//! element as an offset in elements from there, element strides, kiln's dtype name and the CUDA
+//! device ordinal (-1 for host memory). `owner` is kept alive while kiln uses the memory.
+
+use kiln::array::{Shape, Strides};
+use kiln::backend::cpu::{lent_host_array, LentHostMemory};
+use kiln::backend::cuda::{lent_cuda_array, LentCudaMemory};
+use kiln::{Array, DType, KernelInput};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyFloat, PyInt, PyString, PyTuple};
+use smallvec::SmallVec;
+
+use crate::errors::IntoPy;
+
+/// The dtype named `name` (kiln's names, which are NumPy's and MLX's).
+pub fn dtype(name: &str) -> PyResult<DType> {
+    DType::from_name(name).ok_or_else(|| PyTypeError::new_err(format!("kiln has no dtype {name:?}")))
+}
+
+/// A kiln array over the memory a descriptor tuple describes (read without allocating: the
+/// fields are borrowed from the tuple; this runs for every array of every call).
+pub fn array(desc: &Bound<'_, PyTuple>) -> PyResult<Array> {
+    if desc.len() != 8 {
+        return Err(PyValueError::new_err("an array descriptor has 8 fields"));
+    }
+    let owner: Py<PyAny> = desc.get_item(0)?.unbind();
+    let address: usize = desc.get_borrowed_item(1)?.extract()?;
+    let nbytes: usize = desc.get_borrowed_item(2)?.extract()?;
+    let offset: usize = desc.get_borrowed_item(3)?.extract()?;
+    let shape: Shape = tuple_of(desc.get_borrowed_item(4)?)?;
+    let strides: Strides = tuple_of(desc.get_borrowed_item(5)?)?;
+    let dtype = dtype(desc.get_borrowed_item(6)?.cast::<PyString>()?.to_str()?)?;
+    let ordinal: i64 = desc.get_borrowed_item(7)?.extract()?;
+    if address == 0 && nbytes > 0 {
+        return Err(PyValueError::new_err("an array's data pointer is null"));
+    }
+    if ordinal < 0 {
+        // SAFETY: the Python side passes the address and length of the allocation that holds
+        // the array `owner` (NumPy's `__array_interface__`, a tensor's storage), which stays at
+        // that address while `owner` lives; kiln keeps `owner` alive for as long as it views the
+        // memory, and the GIL-holding caller does not write the array during the call.
+        let memory = unsafe { LentHostMemory::new(address as *const u8, nbytes, Box::new(owner)) };
+        lent_host_array(memory, dtype, offset, &shape, &strides).py_err()
+    } else {
+        // SAFETY: as above, for device memory of the tensor's device, which PyTorch and the
+        // CUDA runtime allocate in the device's primary context (the one kiln uses); kiln queues
+        // its work on the tensor owner's current stream, after the work that produced it.
+        let memory = unsafe { LentCudaMemory::new(address as u64, nbytes, ordinal as usize, Box::new(owner)) };
+        lent_cuda_array(memory, dtype, offset, &shape, &strides).py_err()
+    }
+}
+
+/// The integers of a tuple (a shape, strides), inline up to four.
+pub fn tuple_of<T, const N: usize>(item: Borrowed<'_, '_, PyAny>) -> PyResult<SmallVec<[T; N]>>
+where
+    [T; N]: smallvec::Array<Item = T>,
+    T: for<'a, 'py> FromPyObject<'a, 'py>,
+{
+    let t = item.cast::<PyTuple>().map_err(|_| PyTypeError::new_err("a shape or strides must be a tuple"))?;
+    let mut out = SmallVec::with_capacity(t.len());
+    for v in t.iter_borrowed() {
+        out.push(v.extract().map_err(Into::into)?);
+    }
+    Ok(out)
+}
+
+/// A kernel input: a Python bool, int or float (MLX's scalar rules) or an array descriptor.
+pub fn input(item: &Bound<'_, PyAny>) -> PyResult<KernelInput> {
+    if let Ok(b) = item.cast::<PyBool>() {
+        return Ok(KernelInput::Bool(b.is_true()));
+    }
+    if item.is_instance_of::<PyInt>() {
+        let v: i64 =
+            item.extract().map_err(|_| PyValueError::new_err(format!("integer input {item} does not fit int64")))?;
+        return Ok(KernelInput::Int(v));
+    }
+    if item.is_instance_of::<PyFloat>() {
+        return Ok(KernelInput::Float(item.extract()?));
+    }
+    if let Ok(t) = item.cast::<PyTuple>() {
+        return Ok(KernelInput::Array(array(t)?));
+    }
+    Err(PyTypeError::new_err(format!("unsupported kernel input {}", item.get_type().name()?)))
+}

@@ -1,0 +1,370 @@
+//! `kiln._kiln.Kernel` (the object behind `kiln.metal_kernel`) and `kiln._kiln.Library` (behind
+//! `kiln.metal_library`): argument conversion and the launch, with the GIL released. A launch
+//! on the CPU runs on a worker thread while this thread watches for Ctrl-C: a signal sets the
+//! kernel's cancel flag and the emulator stops at its next poll.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use kiln::backend::cuda::ExternalStream;
+use kiln::backend::{ConstantKey, ConstantValue, Dispatch};
+use kiln::{Array, Device, KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MathMode, MetalKernel, MetalLibrary};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyInt, PyList, PyString, PyTuple};
+
+use crate::arrays;
+use crate::convert;
+use crate::errors::IntoPy;
+
+/// How often the calling thread looks for Ctrl-C while a CPU kernel runs.
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+/// Runs `launch` with the GIL released. Launches on the CPU (the only ones that can run long
+/// and be stopped) run on a worker thread while this one checks Python's signal handlers; a
+/// raised `KeyboardInterrupt` (or any exception a handler raises) sets `cancel` and is
+/// re-raised once the kernel has stopped.
+pub fn run_interruptible<T: Send>(
+    py: Python<'_>,
+    on_cpu: bool,
+    cancel: Option<&Arc<AtomicBool>>,
+    launch: impl FnOnce() -> kiln::Result<T> + Send,
+) -> PyResult<T> {
+    let Some(cancel) = cancel.filter(|_| on_cpu) else {
+        return py.detach(launch).py_err();
+    };
+    let (result, raised) = py.detach(|| {
+        std::thread::scope(|s| {
+            let (tx, rx) = mpsc::channel();
+            s.spawn(move || {
+                let _ = tx.send(launch());
+            });
+            let mut raised: Option<PyErr> = None;
+            loop {
+                match rx.recv_timeout(SIGNAL_POLL) {
+                    Ok(result) => return (Some(result), raised),
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return (None, raised),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                }
+                if raised.is_none() {
+                    if let Err(e) = Python::attach(|py| py.check_signals()) {
+                        cancel.store(true, Ordering::SeqCst);
+                        raised = Some(e);
+                    }
+                }
+            }
+        })
+    });
+    if let Some(e) = raised {
+        return Err(e);
+    }
+    match result {
+        Some(r) => r.py_err(),
+        None => Err(PyValueError::new_err("the kernel's worker thread ended without a result")),
+    }
+}
+
+fn math_mode(name: &str) -> PyResult<MathMode> {
+    name.parse::<MathMode>().map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// `(handle, ordinal)` from Python as a stream of that device.
+pub fn external_stream(stream: Option<(usize, usize)>) -> Option<ExternalStream> {
+    // SAFETY: the Python side passes `torch.cuda.current_stream(device).cuda_stream` of the
+    // device the inputs live on (its primary context); PyTorch keeps its streams alive for the
+    // process.
+    stream.map(|(handle, ordinal)| unsafe { ExternalStream::from_raw(handle, ordinal) })
+}
+
+fn parse_device(device: Option<&str>) -> PyResult<Option<Device>> {
+    device.map(|d| d.parse::<Device>().map_err(|e| PyValueError::new_err(e.to_string()))).transpose()
+}
+
+/// A Metal kernel defined by its body (`mx.fast.metal_kernel`'s factory).
+#[pyclass(module = "kiln._kiln", frozen)]
+pub struct Kernel {
+    kernel: MetalKernel,
+}
+
+#[pymethods]
+impl Kernel {
+    #[new]
+    #[pyo3(signature = (name, input_names, output_names, source, header, ensure_row_contiguous, atomic_outputs, math_mode_name))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        name: &str,
+        input_names: Vec<String>,
+        output_names: Vec<String>,
+        source: &str,
+        header: &str,
+        ensure_row_contiguous: bool,
+        atomic_outputs: bool,
+        math_mode_name: &str,
+    ) -> PyResult<Self> {
+        let inputs: Vec<&str> = input_names.iter().map(String::as_str).collect();
+        let outputs: Vec<&str> = output_names.iter().map(String::as_str).collect();
+        let kernel = MetalKernel::new(name, &inputs, &outputs, source)
+            .py_err()?
+            .header(header)
+            .ensure_row_contiguous(ensure_row_contiguous)
+            .atomic_outputs(atomic_outputs)
+            .math_mode(math_mode(math_mode_name)?);
+        Ok(Kernel { kernel })
+    }
+
+    /// The Metal source MLX would generate for these arguments, without running.
+    #[pyo3(signature = (inputs, output_shapes, output_dtypes, template))]
+    fn generate(
+        &self,
+        inputs: &Bound<'_, PyList>,
+        output_shapes: &Bound<'_, PyList>,
+        output_dtypes: &Bound<'_, PyList>,
+        template: &Bound<'_, PyList>,
+    ) -> PyResult<String> {
+        let inputs: Vec<KernelInput> = inputs.iter().map(|i| convert::input(&i)).collect::<PyResult<_>>()?;
+        let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
+        let spec = spec_of(output_shapes, output_dtypes, [1, 1, 1], [1, 1, 1], template)?;
+        Ok(self.kernel.generate(&arrays, &spec).py_err()?.source)
+    }
+
+    /// Compiles the CUDA translation of this call with NVRTC for compute capability `arch`
+    /// (no GPU needed); returns the cubin's size in bytes.
+    #[pyo3(signature = (inputs, output_shapes, output_dtypes, template, arch))]
+    fn compile_cuda(
+        &self,
+        py: Python<'_>,
+        inputs: &Bound<'_, PyList>,
+        output_shapes: &Bound<'_, PyList>,
+        output_dtypes: &Bound<'_, PyList>,
+        template: &Bound<'_, PyList>,
+        arch: (u32, u32),
+    ) -> PyResult<usize> {
+        let inputs: Vec<KernelInput> = inputs.iter().map(|i| convert::input(&i)).collect::<PyResult<_>>()?;
+        let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
+        let spec = spec_of(output_shapes, output_dtypes, [1, 1, 1], [1, 1, 1], template)?;
+        let program = self.kernel.program(&self.kernel.generate(&arrays, &spec).py_err()?);
+        let cubin = py.detach(|| kiln::backend::cuda::compile_cubin(&program, arch)).py_err()?;
+        Ok(cubin.len())
+    }
+
+    /// One call: returns the outputs kiln allocated (`HostArray` / `DeviceArray`), or `None`
+    /// when the caller gave them in `outputs_into`.
+    #[pyo3(signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, verbose, device, stream, outputs_into))]
+    #[allow(clippy::too_many_arguments)]
+    fn call(
+        &self,
+        py: Python<'_>,
+        inputs: &Bound<'_, PyList>,
+        output_shapes: &Bound<'_, PyList>,
+        output_dtypes: &Bound<'_, PyList>,
+        grid: (u32, u32, u32),
+        threadgroup: (u32, u32, u32),
+        template: &Bound<'_, PyList>,
+        init_value: Option<f64>,
+        verbose: bool,
+        device: Option<&str>,
+        stream: Option<(usize, usize)>,
+        outputs_into: Option<&Bound<'_, PyList>>,
+    ) -> PyResult<Option<Vec<Py<PyAny>>>> {
+        let device = parse_device(device)?;
+        let mut inputs: Vec<KernelInput> = inputs.iter().map(|i| convert::input(&i)).collect::<PyResult<_>>()?;
+        let mut spec = spec_of(
+            output_shapes,
+            output_dtypes,
+            [grid.0, grid.1, grid.2],
+            [threadgroup.0, threadgroup.1, threadgroup.2],
+            template,
+        )?;
+        spec.init_value = init_value;
+        spec.verbose = verbose;
+        spec.stream = external_stream(stream);
+        if let Some(d) = device {
+            spec.device = Some(d);
+            move_inputs(&mut inputs, d, py)?;
+        }
+        let given = outputs_into.is_some();
+        if let Some(outs) = outputs_into {
+            let outs: Vec<Array> =
+                outs.iter().map(|o| convert::array(o.cast::<PyTuple>()?)).collect::<PyResult<_>>()?;
+            spec.outputs_into = Some(outs);
+        }
+        let launch_on = launch_device(&inputs, device);
+        spec.device = Some(launch_on);
+        let on_cpu = launch_on == Device::Cpu;
+        // Only the CPU polls a cancel flag; a GPU call allocates none.
+        let cancel = on_cpu.then(|| Arc::new(AtomicBool::new(false)));
+        spec.cancel = cancel.clone();
+        let kernel = &self.kernel;
+        let outputs = run_interruptible(py, on_cpu, cancel.as_ref(), || kernel.call(&inputs, &spec))?;
+        if given {
+            return Ok(None);
+        }
+        arrays::wrap(py, outputs).map(Some)
+    }
+
+    #[getter]
+    fn name(&self) -> &str {
+        self.kernel.name()
+    }
+}
+
+/// Where a call runs: the explicit device, else that of the first array input, else the CPU
+/// (kiln's Python API runs arrays where they live; a call with only scalars runs on the CPU).
+fn launch_device(inputs: &[KernelInput], device: Option<Device>) -> Device {
+    device.unwrap_or_else(|| {
+        inputs
+            .iter()
+            .find_map(|i| match i {
+                KernelInput::Array(a) if a.ndim() > 0 || a.device() != Device::Cpu => Some(a.device()),
+                _ => None,
+            })
+            .unwrap_or(Device::Cpu)
+    })
+}
+
+/// Copies host array inputs to `device` (the explicit `device=` of a call).
+fn move_inputs(inputs: &mut [KernelInput], device: Device, py: Python<'_>) -> PyResult<()> {
+    for input in inputs.iter_mut() {
+        if let KernelInput::Array(a) = input {
+            if a.device() == Device::Cpu && device != Device::Cpu && a.ndim() > 0 {
+                let moved = py.detach(|| a.to_device(device)).py_err()?;
+                *a = moved;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn spec_of(
+    output_shapes: &Bound<'_, PyList>,
+    output_dtypes: &Bound<'_, PyList>,
+    grid: [u32; 3],
+    threadgroup: [u32; 3],
+    template: &Bound<'_, PyList>,
+) -> PyResult<LaunchSpec> {
+    let mut spec = LaunchSpec::new(grid, threadgroup);
+    for shape in output_shapes.iter() {
+        spec.output_shapes.push(convert::tuple_of(shape.as_borrowed())?);
+    }
+    for name in output_dtypes.iter() {
+        spec.output_dtypes.push(convert::dtype(name.cast::<PyString>()?.to_str()?)?);
+    }
+    for item in template.iter() {
+        let (name, value): (String, Bound<'_, PyAny>) = item.extract()?;
+        spec = if let Ok(b) = value.cast::<PyBool>() {
+            spec.template(name, b.is_true())
+        } else if value.is_instance_of::<PyInt>() {
+            let v: i32 = value.extract().map_err(|_| {
+                PyValueError::new_err(format!("template argument {name:?} = {value} does not fit a 32-bit int"))
+            })?;
+            spec.template(name, v)
+        } else if let Ok(dtype) = value.extract::<String>() {
+            spec.template(name, convert::dtype(&dtype)?)
+        } else {
+            return Err(PyValueError::new_err("invalid template argument; must be Dtype, int or bool"));
+        };
+    }
+    Ok(spec)
+}
+
+/// A whole `.metal` file (`kiln.metal_library`).
+#[pyclass(module = "kiln._kiln", frozen)]
+pub struct Library {
+    library: MetalLibrary,
+}
+
+#[pymethods]
+impl Library {
+    #[new]
+    fn new(name: &str, source: &str, math_mode_name: &str) -> PyResult<Self> {
+        Ok(Library { library: MetalLibrary::new(name, source).math_mode(math_mode(math_mode_name)?) })
+    }
+
+    /// Dispatches `function`. `buffers` holds, per slot: an array descriptor (bound in place),
+    /// `bytes` (constant data) or `("output", shape, dtype, init_value)` (a fresh output).
+    /// Returns the fresh outputs in slot order.
+    #[pyo3(signature = (function, buffers, dispatch, size, threadgroup, threadgroup_memory, constants, device, stream))]
+    #[allow(clippy::too_many_arguments)]
+    fn dispatch(
+        &self,
+        py: Python<'_>,
+        function: &str,
+        buffers: &Bound<'_, PyList>,
+        dispatch: &str,
+        size: (u32, u32, u32),
+        threadgroup: (u32, u32, u32),
+        threadgroup_memory: Vec<usize>,
+        constants: &Bound<'_, PyList>,
+        device: Option<&str>,
+        stream: Option<(usize, usize)>,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        let explicit = parse_device(device)?;
+        let size = [size.0, size.1, size.2];
+        let dispatch = match dispatch {
+            "threads" => Dispatch::Threads(size),
+            "threadgroups" => Dispatch::Threadgroups(size),
+            other => return Err(PyValueError::new_err(format!("unknown dispatch {other:?}"))),
+        };
+        let mut args = Vec::with_capacity(buffers.len());
+        for item in buffers.iter() {
+            args.push(library_arg(&item)?);
+        }
+        let device = explicit
+            .or_else(|| {
+                args.iter().find_map(|a| match a {
+                    LibraryArg::Array(a) => Some(a.device()),
+                    _ => None,
+                })
+            })
+            .unwrap_or(Device::Cpu);
+        for arg in args.iter_mut() {
+            if let LibraryArg::Array(a) = arg {
+                if a.device() != device && a.device() == Device::Cpu {
+                    let moved = py.detach(|| a.to_device(device)).py_err()?;
+                    *a = moved;
+                }
+            }
+        }
+        let mut launch = LibraryLaunch::new(function, dispatch, [threadgroup.0, threadgroup.1, threadgroup.2]);
+        launch.threadgroup_memory = threadgroup_memory;
+        for item in constants.iter() {
+            let (key, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+            let key = match key.extract::<u32>() {
+                Ok(i) => ConstantKey::Index(i),
+                Err(_) => ConstantKey::Name(key.extract()?),
+            };
+            let value = if let Ok(b) = value.cast::<PyBool>() {
+                ConstantValue::Bool(b.is_true())
+            } else if value.is_instance_of::<PyInt>() {
+                ConstantValue::Int(value.extract()?)
+            } else {
+                ConstantValue::Float(value.extract()?)
+            };
+            launch.constants.push((key, value));
+        }
+        launch.stream = external_stream(stream);
+        let on_cpu = device == Device::Cpu;
+        let cancel = Arc::new(AtomicBool::new(false));
+        if on_cpu {
+            launch.cancel = Some(cancel.clone());
+        }
+        let library = &self.library;
+        let outputs = run_interruptible(py, on_cpu, Some(&cancel), || library.dispatch(device, &args, &launch))?;
+        arrays::wrap(py, outputs)
+    }
+}
+
+fn library_arg(item: &Bound<'_, PyAny>) -> PyResult<LibraryArg> {
+    if let Ok(b) = item.cast::<PyBytes>() {
+        return Ok(LibraryArg::Bytes(b.as_bytes().to_vec()));
+    }
+    let t = item.cast::<PyTuple>().map_err(|_| PyTypeError::new_err("a buffer is an array, bytes or kiln.Output"))?;
+    if t.len() == 4 && t.get_item(0)?.extract::<String>().is_ok_and(|s| s == "output") {
+        let shape: Vec<usize> = t.get_item(1)?.extract()?;
+        let dtype = convert::dtype(&t.get_item(2)?.extract::<String>()?)?;
+        let init_value: Option<f64> = t.get_item(3)?.extract()?;
+        return Ok(LibraryArg::Output { shape, dtype, init_value });
+    }
+    Ok(LibraryArg::Array(convert::array(t)?))
+}

@@ -1,0 +1,55 @@
+//! The `kiln._kiln` extension module: kiln's kernels, libraries and ops for Python. The Python
+//! package (`python/kiln`) turns NumPy arrays, PyTorch tensors and DLPack / CUDA-array-interface
+//! objects into array descriptors for this module and wraps what comes back; everything here is
+//! zero-copy over the caller's memory.
+
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod arrays;
+mod convert;
+mod errors;
+mod kernel;
+mod ops;
+
+use pyo3::prelude::*;
+
+/// Whether the CUDA backend can run here, and why not when it cannot.
+#[pyfunction]
+fn cuda_status() -> (bool, String) {
+    let st = kiln::backend::cuda::status();
+    match st.unavailable {
+        None => (true, st.devices.iter().map(|(d, about)| format!("{d}: {about}")).collect::<Vec<_>>().join("\n")),
+        Some(reason) => (false, reason),
+    }
+}
+
+/// NVRTC's version as (major, minor), when NVRTC can be loaded (no GPU needed).
+#[pyfunction]
+fn nvrtc_version() -> PyResult<(i32, i32)> {
+    kiln::backend::cuda::nvrtc_version().map_err(errors::to_py)
+}
+
+/// Every backend's devices, as `kiln devices` prints them.
+#[pyfunction]
+fn devices() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for st in kiln::backend::statuses() {
+        for (d, about) in st.devices {
+            out.push((d.to_string(), about));
+        }
+    }
+    out
+}
+
+#[pymodule]
+fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<kernel::Kernel>()?;
+    m.add_class::<kernel::Library>()?;
+    m.add_class::<arrays::HostArray>()?;
+    m.add_class::<arrays::DeviceArray>()?;
+    m.add_function(wrap_pyfunction!(cuda_status, m)?)?;
+    m.add_function(wrap_pyfunction!(devices, m)?)?;
+    m.add_function(wrap_pyfunction!(nvrtc_version, m)?)?;
+    ops::register(m)?;
+    Ok(())
+}

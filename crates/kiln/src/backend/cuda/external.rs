@@ -1,0 +1,122 @@
+//! Memory and streams lent by another framework (a PyTorch CUDA tensor and its current stream):
+//! kiln binds the memory in place and queues kernels on the lender's stream, so the lender's
+//! own ordering (its caching allocator, its later kernels) covers kiln's work without a wait.
+//! Lent memory has no guard apron: it is bound exactly as the lender laid it out.
+
+use std::any::Any;
+
+use crate::array::Array;
+use crate::device::{Device, DeviceBuffer};
+use crate::dtype::DType;
+use crate::error::Result;
+
+/// Device memory owned by another framework, kept alive by `owner` while kiln views it.
+pub struct LentCudaMemory {
+    address: u64,
+    len: usize,
+    ordinal: usize,
+    _owner: Box<dyn Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for LentCudaMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LentCudaMemory({} bytes at {:#x} on cuda:{})", self.len, self.address, self.ordinal)
+    }
+}
+
+impl LentCudaMemory {
+    /// Memory of `len` bytes at device address `address` of CUDA device `ordinal`.
+    ///
+    /// # Safety
+    /// `address .. address + len` must be device memory of device `ordinal`'s primary context
+    /// (what the CUDA runtime and PyTorch use), valid for reads and for the writes of the kernels
+    /// it is bound to, for as long as `owner` lives, and every stream that kiln queues work on
+    /// against it must be ordered after the work that produced it.
+    pub unsafe fn new(address: u64, len: usize, ordinal: usize, owner: Box<dyn Any + Send + Sync>) -> Self {
+        LentCudaMemory { address, len, ordinal, _owner: owner }
+    }
+
+    /// The device address of byte 0.
+    pub fn address(&self) -> u64 {
+        self.address
+    }
+}
+
+impl DeviceBuffer for LentCudaMemory {
+    fn device(&self) -> Device {
+        Device::Cuda(self.ordinal)
+    }
+    fn len_bytes(&self) -> usize {
+        self.len
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A view of lent device memory: `offset` elements from its start, with `shape` and element
+/// `strides`; an error when the view reaches outside the memory.
+pub fn lent_cuda_array(
+    memory: LentCudaMemory,
+    dtype: DType,
+    offset: usize,
+    shape: &[usize],
+    strides: &[isize],
+) -> Result<Array> {
+    let elements = memory.len / dtype.size();
+    let whole = Array::from_device_buffer(Box::new(memory), dtype, &[elements]);
+    whole.as_strided(offset, shape, strides)
+}
+
+/// A CUDA stream owned by another framework (PyTorch's current stream of a device).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExternalStream {
+    handle: usize,
+    ordinal: usize,
+}
+
+impl ExternalStream {
+    /// The stream `handle` (a `CUstream`, as `torch.cuda.Stream.cuda_stream` gives it; 0 is the
+    /// legacy default stream) of device `ordinal`.
+    ///
+    /// # Safety
+    /// `handle` must be 0 or a stream of device `ordinal`'s primary context that stays alive
+    /// until every kernel queued on it has run.
+    pub unsafe fn from_raw(handle: usize, ordinal: usize) -> Self {
+        ExternalStream { handle, ordinal }
+    }
+
+    /// The device the stream belongs to.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    pub(super) fn cu_stream(&self) -> cudarc::driver::sys::CUstream {
+        self.handle as cudarc::driver::sys::CUstream
+    }
+}
+
+impl super::CudaBackend {
+    /// Makes `waiter` wait for the work queued on `on` so far (an event, no host wait).
+    pub(super) fn order_after(
+        &self,
+        kernel: &str,
+        waiter: cudarc::driver::sys::CUstream,
+        on: cudarc::driver::sys::CUstream,
+    ) -> Result<()> {
+        use cudarc::driver::sys;
+        let mut event: sys::CUevent = std::ptr::null_mut();
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        // SAFETY: `event` is valid for writes; the context is bound to this thread (by `run`).
+        let created = unsafe { sys::cuEventCreate(&mut event, flags) }.result();
+        created.map_err(|e| self.fail(kernel, "creating an event", e))?;
+        // SAFETY: `event` was created above; both streams belong to this context. Destroying an
+        // event whose wait is queued is allowed: the driver releases it once the wait is done.
+        let ordered = unsafe {
+            sys::cuEventRecord(event, on).result().and_then(|()| sys::cuStreamWaitEvent(waiter, event, 0).result())
+        };
+        // SAFETY: as above; the event is not used after this.
+        let _ = unsafe { sys::cuEventDestroy_v2(event) };
+        ordered.map_err(|e| self.fail(kernel, "ordering streams", e))
+    }
+}

@@ -1,0 +1,154 @@
+"""kiln.ops: kiln's kernel library, named and parameterised as MLX names it where MLX has the
+op (``mx.fast.rms_norm``, ``mx.fast.rope``, ``mx.fast.scaled_dot_product_attention``,
+``mx.softmax``, ``mx.linalg.cholesky``, ``mx.linalg.qr``, ``mlx.nn`` activations); the others
+are documented with their own layouts below.
+
+Ops return arrays of their first input's kind on its device. Ops that are one kernel launch
+(``exp``, ``silu``, ``gelu``, ``gelu_approx``, ``rms_norm``, ``residual_rms_norm``,
+``softmax``, ``rope``, ``scatter_add``, ``overlap_add``) run anywhere: NumPy arrays and PyTorch
+CPU tensors on the CPU emulator, PyTorch CUDA tensors on their GPU, queued on PyTorch's current
+stream into outputs PyTorch allocates (as :func:`kiln.metal_kernel` does). The others
+(``scaled_dot_product_attention``, ``grid_sample``, ``grid_sample_vjp``, ``cholesky``, ``qr``,
+``gdn_chunk_scaled_dot_kkt``) take several launches on kiln's own stream and run on host arrays;
+on CUDA tensors they raise :class:`kiln.InvalidArgumentError`.
+"""
+
+from __future__ import annotations
+
+from . import _kiln
+from ._arrays import NUMPY, TORCH, as_numpy, host_output, numpy_desc, torch_desc, torch_module, torch_outputs
+from ._kernel import _DeviceGuard, _stream_handle
+
+__all__ = [
+    "exp", "silu", "gelu", "gelu_approx", "rms_norm", "residual_rms_norm", "softmax", "rope",
+    "scaled_dot_product_attention", "grid_sample", "grid_sample_vjp", "scatter_add", "overlap_add",
+    "cholesky", "qr", "gdn_chunk_scaled_dot_kkt",
+]
+
+
+def _desc(x):
+    torch = torch_module()
+    if torch is not None and isinstance(x, torch.Tensor):
+        return torch_desc(x.detach(), x.get_device()), (TORCH, x)
+    a = as_numpy(x)
+    return numpy_desc(a), (NUMPY, None)
+
+
+def _plan(make, arrays, *args):
+    """Runs a one-launch op: on a CUDA tensor's stream into PyTorch outputs, else into kiln's."""
+    descs, kinds = zip(*(_desc(a) for a in arrays))
+    lead, tensor = kinds[0]
+    plan = make(*descs, *args)
+    ordinal = descs[0][7]
+    if ordinal >= 0:
+        outs = [torch_outputs([tuple(s)], [d], tensor.device, init)[0] for s, d, init in plan.outputs()]
+        with _DeviceGuard(ordinal):
+            plan.run((_stream_handle(None, ordinal), ordinal), [torch_desc(o, ordinal) for o in outs])
+        return outs
+    return [host_output(h, lead) for h in plan.run(None, None)]
+
+
+def _run(fn, arrays, *args):
+    descs, kinds = zip(*(_desc(a) for a in arrays))
+    lead = kinds[0][0]
+    outs = fn(*descs, *args)
+    return [host_output(h, lead) for h in outs]
+
+
+def exp(x):
+    """``mx.exp``: the exponential, elementwise, of any float view (no copy)."""
+    return _plan(lambda d: _kiln.plan_unary("exp", d), [x])[0]
+
+
+def silu(x):
+    """``mlx.nn.silu``: ``x * sigmoid(x)``, elementwise."""
+    return _plan(lambda d: _kiln.plan_unary("silu", d), [x])[0]
+
+
+def gelu_approx(x):
+    """``mlx.nn.gelu_approx``: the tanh approximation of GELU, elementwise."""
+    return _plan(lambda d: _kiln.plan_unary("gelu", d), [x])[0]
+
+
+def gelu(x):
+    """``mlx.nn.gelu``: the exact (erf) GELU, elementwise."""
+    return _plan(lambda d: _kiln.plan_unary("gelu_erf", d), [x])[0]
+
+
+def rms_norm(x, weight, eps):
+    """``mx.fast.rms_norm(x, weight, eps)``: normalises the last axis, f32 accumulation."""
+    return _plan(_kiln.plan_rms_norm, [x, weight], float(eps))[0]
+
+
+def residual_rms_norm(x, residual, weight, eps):
+    """kiln's fused residual add + RMS norm: returns ``(rms_norm(x + residual, weight, eps),
+    x + residual)``."""
+    return tuple(_plan(_kiln.plan_residual_rms_norm, [x, residual, weight], float(eps)))
+
+
+def softmax(x, axis=-1):
+    """``mx.softmax(x, axis=-1)`` over the last axis (online max and sum, rows of any length)."""
+    if axis not in (-1, getattr(x, "ndim", 1) - 1):
+        raise ValueError("[softmax] kiln.ops.softmax runs over the last axis")
+    return _plan(_kiln.plan_softmax, [x])[0]
+
+
+def rope(a, dims, *, traditional, base, scale, offset, freqs=None):
+    """``mx.fast.rope(a, dims, *, traditional, base, scale, offset)``: rotary embeddings of the
+    first ``dims`` features of the last axis at positions ``offset + row`` (``freqs`` is not
+    supported)."""
+    if freqs is not None:
+        raise ValueError("[rope] kiln.ops.rope takes base, not freqs")
+    return _plan(_kiln.plan_rope, [a], int(dims), bool(traditional), float(base), float(scale), int(offset))[0]
+
+
+def scaled_dot_product_attention(q, k, v, *, scale, mask=None):
+    """``mx.fast.scaled_dot_product_attention(q, k, v, *, scale, mask=None)``: q (B, Hq, Tq, D),
+    k and v (B, Hkv, Tk, D) with Hq a multiple of Hkv (grouped-query heads); ``mask`` None,
+    ``"causal"`` or an additive array broadcastable to (B, Hq, Tq, Tk)."""
+    if mask is None or (isinstance(mask, str) and mask == "causal"):
+        kind = "none" if mask is None else "causal"
+        return _run(lambda a, b, c: _kiln.scaled_dot_product_attention(a, b, c, float(scale), kind, None),
+                    [q, k, v])[0]
+    return _run(lambda a, b, c, m: _kiln.scaled_dot_product_attention(a, b, c, float(scale), "array", m),
+                [q, k, v, mask])[0]
+
+
+def grid_sample(x, grid):
+    """Bilinear grid sampling with zeros padding (align_corners=False): x (B, H, W, C) NHWC,
+    grid (B, gH, gW, 2) in [-1, 1]; returns (B, gH, gW, C). The MLX docs' custom-kernel example."""
+    return _run(_kiln.grid_sample, [x, grid])[0]
+
+
+def grid_sample_vjp(x, grid, cotangent):
+    """The VJP of :func:`grid_sample`: returns ``(x_grad, grid_grad)`` in float32."""
+    return tuple(_run(_kiln.grid_sample_vjp, [x, grid, cotangent]))
+
+
+def scatter_add(values, indices, bins):
+    """Sums ``values`` (M, ...) into ``bins`` rows by ``indices`` (M,), duplicates included."""
+    return _plan(_kiln.plan_scatter_add, [values, indices], int(bins))[0]
+
+
+def overlap_add(frames, hop):
+    """Overlap-adds ``frames`` (..., n_frames, frame_len) with hop ``hop`` (an inverse STFT's
+    last step)."""
+    return _plan(_kiln.plan_overlap_add, [frames], int(hop))[0]
+
+
+def cholesky(a):
+    """``mx.linalg.cholesky(a)`` (lower): batched; a matrix that is not positive definite is an
+    error naming its batch index."""
+    return _run(_kiln.cholesky, [a])[0]
+
+
+def qr(a):
+    """``mx.linalg.qr(a)``: batched Householder QR, returns ``(q, r)``."""
+    return tuple(_run(_kiln.qr, [a]))
+
+
+def gdn_chunk_scaled_dot_kkt(k, beta, g, chunk=64):
+    """Gated delta net ``chunk_scaled_dot_kkt``: ``k`` (B, T, Hg, K), ``beta`` and ``g``
+    (B, T, H) float32 with H a multiple of Hg; returns ``A`` (B, T, H, chunk) float32, per chunk
+    the strictly lower-triangular ``beta_i * exp(g_i - g_j) * <k_i, k_j>``."""
+    return _run(_kiln.gdn_chunk_scaled_dot_kkt, [k, beta, g], int(chunk))[0]

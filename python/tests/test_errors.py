@@ -1,0 +1,108 @@
+"""kiln's errors as Python exceptions naming the kernel; faults and Ctrl-C never end the
+interpreter."""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import kiln
+
+
+def test_the_hierarchy_is_under_kilnerror():
+    for cls in (kiln.InvalidArgumentError, kiln.ShapeMismatchError, kiln.UnsupportedDTypeError, kiln.CompileError,
+                kiln.BackendUnavailableError, kiln.DriverError, kiln.TimeoutError, kiln.KernelFaultError):
+        assert issubclass(cls, kiln.KilnError)
+    assert issubclass(kiln.InvalidArgumentError, ValueError)
+    assert issubclass(kiln.UnsupportedDTypeError, TypeError)
+    assert issubclass(kiln.TimeoutError, TimeoutError)
+
+
+def test_compile_errors_name_the_kernel_and_the_users_line(rng):
+    k = kiln.metal_kernel("broken_kernel", ["a"], ["out"], "uint i = thread_position_in_grid.x;\nout[i] = undefined_thing;")
+    with pytest.raises(kiln.CompileError) as e:
+        k(inputs=[rng.normal(size=4).astype(np.float32)], output_shapes=[(4,)], output_dtypes=[np.float32],
+          grid=(4, 1, 1), threadgroup=(4, 1, 1))
+    assert "broken_kernel" in str(e.value) and "undefined_thing" in str(e.value)
+
+
+def test_unsupported_dtypes_are_type_errors(rng):
+    k = kiln.metal_kernel("f64", ["a"], ["out"], "out[0] = a[0];")
+    with pytest.raises(kiln.UnsupportedDTypeError, match="float64"):
+        k(inputs=[rng.normal(size=4)], output_shapes=[(1,)], output_dtypes=[np.float32], grid=(1, 1, 1),
+          threadgroup=(1, 1, 1))
+    with pytest.raises(kiln.UnsupportedDTypeError):
+        k(inputs=[np.ones(4, np.float32)], output_shapes=[(1,)], output_dtypes=[np.complex64], grid=(1, 1, 1),
+          threadgroup=(1, 1, 1))
+
+
+def test_oversized_threadgroups_are_invalid_arguments(rng):
+    k = kiln.metal_kernel("big_group", ["a"], ["out"], "out[0] = a[0];")
+    with pytest.raises(kiln.InvalidArgumentError, match="big_group"):
+        k(inputs=[np.ones(4, np.float32)], output_shapes=[(1,)], output_dtypes=[np.float32], grid=(2048, 1, 1),
+          threadgroup=(2048, 1, 1))
+
+
+def test_an_out_of_bounds_write_is_a_fault_naming_the_output_and_kiln_goes_on(rng):
+    a = rng.normal(size=16).astype(np.float32)
+    k = kiln.metal_kernel("overrun", ["a"], ["out"], "uint i = thread_position_in_grid.x; out[i + 100] = a[i];")
+    with pytest.raises(kiln.KernelFaultError, match="overrun.*output 0"):
+        k(inputs=[a], output_shapes=[(16,)], output_dtypes=[np.float32], grid=(16, 1, 1), threadgroup=(16, 1, 1))
+    ok = kiln.metal_kernel("after_overrun", ["a"], ["out"], "uint i = thread_position_in_grid.x; out[i] = -a[i];")
+    (out,) = ok(inputs=[a], output_shapes=[(16,)], output_dtypes=[np.float32], grid=(16, 1, 1), threadgroup=(16, 1, 1))
+    np.testing.assert_array_equal(out, -a)
+
+
+def test_a_wild_read_is_a_fault_not_a_crash(rng):
+    k = kiln.metal_kernel("wild", ["a"], ["out"], "out[0] = a[1ull << 40];")
+    with pytest.raises(kiln.KernelFaultError, match="wild"):
+        k(inputs=[np.ones(16, np.float32)], output_shapes=[(1,)], output_dtypes=[np.float32], grid=(1, 1, 1),
+          threadgroup=(1, 1, 1))
+
+
+def test_ctrl_c_stops_a_long_cpu_kernel(rng):
+    k = kiln.metal_kernel("forever", ["a"], ["out"], """
+        uint i = thread_position_in_grid.x;
+        float x = a[i];
+        while (x == x) { x = x * 1.0000001f + 1.0f; if (x > 1e30f) x = 0.0f; }
+        out[i] = x;
+    """)
+    a = rng.normal(size=64).astype(np.float32)
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            k(inputs=[a], output_shapes=[(64,)], output_dtypes=[np.float32], grid=(64, 1, 1), threadgroup=(32, 1, 1))
+    finally:
+        timer.cancel()
+    assert time.monotonic() - start < 30, "the kernel stopped soon after the interrupt"
+    # The kernel library still runs afterwards.
+    ok = kiln.metal_kernel("after_interrupt", ["a"], ["out"], "uint i = thread_position_in_grid.x; out[i] = a[i] + 1;")
+    (out,) = ok(inputs=[a], output_shapes=[(64,)], output_dtypes=[np.float32], grid=(64, 1, 1), threadgroup=(64, 1, 1))
+    np.testing.assert_array_equal(out, a + 1)
+
+
+def test_cuda_unavailable_is_reported_not_raised_at_import():
+    available = kiln.cuda_available()
+    assert isinstance(available, bool)
+    if not available:
+        assert kiln.cuda_status()
+        with pytest.raises(kiln.BackendUnavailableError):
+            k = kiln.metal_kernel("needs_gpu", ["a"], ["out"], "out[0] = a[0];")
+            k(inputs=[np.ones(4, np.float32)], output_shapes=[(1,)], output_dtypes=[np.float32], grid=(1, 1, 1),
+              threadgroup=(1, 1, 1), device="cuda:0")
+
+
+def test_nvrtc_is_found_where_the_test_command_installed_it():
+    import importlib.util
+    import os
+
+    required = os.environ.get("KILN_REQUIRE_BACKEND") in ("nvrtc", "cuda")
+    if not required and importlib.util.find_spec("nvidia") is None:
+        pytest.skip("no NVRTC installed for this run")
+    major, minor = kiln.nvrtc_version()
+    assert major >= 12
