@@ -65,7 +65,9 @@ fn cuda_writes_outside_every_buffer_fault_and_fresh_buffers_keep_their_aprons() 
     // Launches are asynchronous: the fault surfaces at the call or when the output is read.
     match writer.call(&[x.into()], &spec).and_then(|outs| outs[0].to_host()) {
         Err(Error::KernelFault { kernel, msg }) => {
-            assert_eq!(kernel, "write_outside");
+            // The launch is asynchronous: the fault is named by the call or by the read that
+            // found it.
+            assert!(kernel == "write_outside" || kernel == "to_host", "{kernel}");
             assert!(msg.contains("context was reset"), "{msg}");
             eprintln!("the write outside reports: {msg}");
         }

@@ -91,8 +91,10 @@ fn reference(x: &dyn Fn(usize) -> f64, grid: &[f64], [b, h, w, c, gh, gw]: Dims)
     for n in 0..b {
         for p in 0..gh * gw {
             let g = 2 * (n * gh * gw + p);
-            let ix = ((grid[g] + 1.0) * w as f64 - 1.0) / 2.0;
-            let iy = ((grid[g + 1] + 1.0) * h as f64 - 1.0) / 2.0;
+            // The sample position in float32, as the kernel computes it: at W = 1024 its
+            // rounding (2^-14) moves the weights by more than float32's tolerance.
+            let ix = f64::from(((grid[g] as f32 + 1.0) * w as f32 - 1.0) / 2.0);
+            let iy = f64::from(((grid[g + 1] as f32 + 1.0) * h as f32 - 1.0) / 2.0);
             let (x0, y0) = (ix.floor(), iy.floor());
             for ch in 0..c {
                 let mut acc = 0.0;
