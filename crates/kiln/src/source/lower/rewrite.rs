@@ -246,11 +246,7 @@ impl Rewriter<'_> {
                         functions += usize::from(scope == Scope::Function);
                         scopes.push(scope);
                     }
-                    "}" if scopes.len() > 1 => {
-                        if scopes.pop() == Some(Scope::Function) {
-                            functions -= 1;
-                        }
-                    }
+                    "}" if scopes.len() > 1 => functions -= usize::from(scopes.pop() == Some(Scope::Function)),
                     "(" => parens += 1,
                     ")" => parens -= 1,
                     "." | "->" if k + 1 < self.sig.len() => {

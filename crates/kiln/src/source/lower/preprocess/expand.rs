@@ -10,6 +10,7 @@
 //! expansion, so the text keeps its line count.
 
 use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
 
 use super::lex::{lex, HideSet, PpKind, PpToken};
 use crate::source::limits::{exceeded, MAX_EXPANSION_TOKENS, MAX_MACRO_DEPTH};
@@ -28,7 +29,7 @@ pub struct Macro {
 /// The macros defined so far.
 #[derive(Default)]
 pub struct Macros {
-    defs: HashMap<String, Macro>,
+    defs: HashMap<String, Rc<Macro>>,
     ids: HashMap<String, u32>,
     /// Tokens produced by substitutions and arguments rescanned so far, against
     /// `MAX_EXPANSION_TOKENS`.
@@ -56,7 +57,7 @@ fn newline(line: u32) -> PpToken {
 
 impl Macros {
     pub fn define(&mut self, name: &str, m: Macro) {
-        self.defs.insert(name.to_string(), m);
+        self.defs.insert(name.to_string(), Rc::new(m));
     }
 
     pub fn undef(&mut self, name: &str) {
@@ -68,6 +69,9 @@ impl Macros {
     }
 
     fn id(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
         let next = self.ids.len() as u32;
         *self.ids.entry(name.to_string()).or_insert(next)
     }
