@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use super::msl_outline::Outline;
+use crate::source::limits::MAX_NESTING;
 use crate::source::lower::tokens::{is_float_literal, Kind, Token};
 
 /// What a template parameter of the kernel is bound to by its instantiation.
@@ -72,7 +73,7 @@ impl<'a> Scope<'a> {
 
     /// The value of an integer constant expression.
     pub fn eval(&self, toks: &[Token]) -> Option<i128> {
-        let mut p = Parser { toks, pos: 0, scope: self, depth: 0 };
+        let mut p = Parser { toks, pos: 0, scope: self, depth: 0, nesting: 0 };
         let v = p.expr()?;
         (p.pos == toks.len()).then_some(v)
     }
@@ -81,7 +82,7 @@ impl<'a> Scope<'a> {
         if depth > MAX_DEPTH {
             return None;
         }
-        let mut p = Parser { toks, pos: 0, scope: self, depth };
+        let mut p = Parser { toks, pos: 0, scope: self, depth, nesting: 0 };
         let v = p.expr()?;
         (p.pos == toks.len()).then_some(v)
     }
@@ -235,6 +236,9 @@ struct Parser<'t, 's> {
     pos: usize,
     scope: &'s Scope<'s>,
     depth: u32,
+    /// Unary operators and conditional arms being parsed, each a recursion: past
+    /// `MAX_NESTING` the value is unknown.
+    nesting: usize,
 }
 
 /// Binary operators by precedence level, loosest first.
@@ -255,14 +259,25 @@ impl<'t> Parser<'t, '_> {
         }
     }
 
+    /// Runs `parse` one nesting level deeper; `None` past `MAX_NESTING`.
+    fn nested(&mut self, parse: impl FnOnce(&mut Self) -> Option<i128>) -> Option<i128> {
+        if self.nesting >= MAX_NESTING {
+            return None;
+        }
+        self.nesting += 1;
+        let v = parse(self);
+        self.nesting -= 1;
+        v
+    }
+
     fn expr(&mut self) -> Option<i128> {
         let c = self.binary(0)?;
         if self.eat("?") {
-            let a = self.expr()?;
+            let a = self.nested(Self::expr)?;
             if !self.eat(":") {
                 return None;
             }
-            let b = self.expr()?;
+            let b = self.nested(Self::expr)?;
             return Some(if c != 0 { a } else { b });
         }
         Some(c)
@@ -319,18 +334,18 @@ impl<'t> Parser<'t, '_> {
 
     fn unary(&mut self) -> Option<i128> {
         if self.eat("-") {
-            return self.unary()?.checked_neg();
+            return self.nested(Self::unary)?.checked_neg();
         }
         if self.eat("+") {
-            return self.unary();
+            return self.nested(Self::unary);
         }
         if self.eat("!") {
-            return Some(i128::from(self.unary()? == 0));
+            return Some(i128::from(self.nested(Self::unary)? == 0));
         }
         if self.eat("~") {
-            return Some(!self.unary()?);
+            return Some(!self.nested(Self::unary)?);
         }
-        self.primary()
+        self.nested(Self::primary)
     }
 
     /// The tokens inside the parentheses opening at the current position; moves past them.
@@ -371,7 +386,7 @@ impl<'t> Parser<'t, '_> {
                 match t.text.as_str() {
                     "true" => Some(1),
                     "false" => Some(0),
-                    "metal" if self.eat("::") => self.primary(),
+                    "metal" if self.eat("::") => self.nested(Self::primary),
                     "sizeof" => {
                         let inner = self.parenthesised()?;
                         self.scope.type_size_at(inner, self.depth + 1).map(i128::from)
@@ -446,6 +461,24 @@ template <typename T, int D, bool FLAG>
   threadgroup T s[BK * KS];
 }
 "#;
+
+    #[test]
+    fn deep_expressions_are_unknown_on_a_small_stack() {
+        let run = || {
+            let o = Outline::new(FILE);
+            let scope = Scope::new(&o, o.function("k").unwrap(), &[toks("half"), toks("64"), toks("true")]);
+            let deep = |prefix: &str, n: usize, rest: &str| toks(&format!("{}{rest}", prefix.repeat(n)));
+            [
+                scope.eval(&deep("- ", 100_000, "1")),
+                scope.eval(&deep("1 ? ", 100_000, &" : 0".repeat(100_000))),
+                scope.eval(&deep("metal::", 100_000, "1")),
+                scope.eval(&deep("- ", 100, "1")),
+                scope.eval(&deep("1 ? ", 100, &format!("D{}", " : 0".repeat(100)))),
+            ]
+        };
+        let got = std::thread::Builder::new().stack_size(2 << 20).spawn(run).unwrap().join().unwrap();
+        assert_eq!(got, [None, None, None, Some(1), Some(64)]);
+    }
 
     #[test]
     fn extents_resolve_through_templates_locals_constants_and_macros() {

@@ -55,6 +55,8 @@ pub(crate) struct Outline {
     pub items: Vec<Item>,
     /// Object-like and function-like `#define NAME body`: name → the body's tokens.
     pub defines: HashMap<String, Vec<Token>>,
+    /// For each bracket token, its partner (see `matching`), found in one pass.
+    partner: Vec<Option<usize>>,
 }
 
 impl Outline {
@@ -72,7 +74,8 @@ impl Outline {
                 _ => toks.push(t),
             }
         }
-        let mut outline = Outline { toks, items: Vec::new(), defines };
+        let partner = partners(&toks);
+        let mut outline = Outline { toks, items: Vec::new(), defines, partner };
         outline.items = outline.split();
         outline
     }
@@ -84,29 +87,8 @@ impl Outline {
     /// The position of the bracket closing the one at `k` (`(`, `[`, `{`, or `<` counted with
     /// `>` and `>>`).
     pub fn matching(&self, k: usize) -> Option<usize> {
-        let (open, close) = match self.toks.get(k)?.text.as_str() {
-            "(" => ("(", ")"),
-            "[" => ("[", "]"),
-            "{" => ("{", "}"),
-            "<" => ("<", ">"),
-            _ => return None,
-        };
-        let mut depth = 0i32;
-        for j in k..self.toks.len() {
-            let t = &self.toks[j];
-            if t.kind != Kind::Punct {
-                continue;
-            }
-            if t.text == open {
-                depth += 1;
-            } else if t.text == close || (close == ">" && t.text == ">>") {
-                depth -= if t.text == ">>" { 2 } else { 1 };
-                if depth <= 0 {
-                    return Some(j);
-                }
-            }
-        }
-        None
+        let opens = ["(", "[", "{", "<"].contains(&self.toks.get(k)?.text.as_str());
+        opens.then(|| self.partner[k]).flatten()
     }
 
     /// Splits the tokens into top-level declarations; namespace braces are transparent.
@@ -114,6 +96,9 @@ impl Outline {
         let n = self.toks.len();
         let mut items = Vec::new();
         let (mut i, mut start, mut namespaces) = (0, 0, 0u32);
+        // A declaration whose first braces open no function body has none later (`x {} {}`):
+        // its head is read once, so a long run of braces stays linear.
+        let mut head_read_from = None;
         while i < n {
             if i == start && self.is(i, "namespace") {
                 let mut j = i + 1;
@@ -139,7 +124,9 @@ impl Outline {
                 "(" | "[" if punct => i = self.matching(i).map_or(n, |c| c + 1),
                 "{" if punct => {
                     let close = self.matching(i).unwrap_or(n.saturating_sub(1));
-                    if let Some(f) = self.function_head(start, i, close) {
+                    let head = if head_read_from == Some(start) { None } else { self.function_head(start, i, close) };
+                    head_read_from = Some(start);
+                    if let Some(f) = head {
                         items.push(self.item(start..close + 1, Some(f)));
                         start = close + 1;
                     }
@@ -324,6 +311,37 @@ impl Outline {
     }
 }
 
+/// For each `(`, `[`, `{`, `<` and closer among `toks`, the partner a scan counting only its
+/// kind would find (`>>` closes two `<`), in one pass with a stack per kind.
+fn partners(toks: &[Token]) -> Vec<Option<usize>> {
+    const KINDS: [(&str, &str); 4] = [("(", ")"), ("[", "]"), ("{", "}"), ("<", ">")];
+    let mut partner = vec![None; toks.len()];
+    let mut open: [Vec<usize>; 4] = Default::default();
+    for (j, t) in toks.iter().enumerate() {
+        if t.kind != Kind::Punct {
+            continue;
+        }
+        for (kind, (o, c)) in KINDS.iter().enumerate() {
+            let closes = if t.text == *c {
+                1
+            } else if kind == 3 && t.text == ">>" {
+                2
+            } else {
+                0
+            };
+            if t.text == *o {
+                open[kind].push(j);
+            }
+            for _ in 0..closes {
+                if let Some(k) = open[kind].pop() {
+                    partner[k] = Some(j);
+                }
+            }
+        }
+    }
+    partner
+}
+
 /// `#define NAME body` → (NAME, body tokens without trivia); `None` for other directives.
 fn define(line: &str) -> Option<(String, Vec<Token>)> {
     let text = line.trim_start().strip_prefix('#')?.trim_start();
@@ -431,6 +449,17 @@ kernel void b(device float* o [[buffer(0)]], constant P& p [[buffer(1)]]) {
         let reach_b = o.reach(o.function("b").unwrap());
         assert!(reach_b.contains("unused_by_a") && reach_b.contains("P"));
         assert!(!reach_b.contains("n"));
+    }
+
+    #[test]
+    fn long_runs_of_brackets_outline_in_one_pass() {
+        let n = 100_000;
+        let src = format!("int x {}; float y[{}1{}]; {}", "{} ".repeat(n), "(".repeat(n), ")".repeat(n), "<".repeat(n));
+        let start = std::time::Instant::now();
+        let o = Outline::new(&src);
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "took {:?}", start.elapsed());
+        let names: Vec<&[String]> = o.items.iter().map(|i| i.names.as_slice()).collect();
+        assert_eq!(names, [&["x".to_string()][..], &["y".to_string()][..], &[][..]]);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod limits;
 pub mod lower;
 pub mod mangle;
 pub mod metal_codegen;

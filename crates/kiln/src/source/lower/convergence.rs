@@ -26,9 +26,10 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
-use super::functions::{find_scopes, nth_arg, Body, Params, Source};
+use super::functions::{arg_starts, find_scopes, nth_arg, Body, Params, Source};
 use super::rewrite::SITED_COLLECTIVES;
 use super::tokens::{tokenize, Kind, Token};
+use crate::source::limits::MAX_NESTING;
 
 /// Names of functions the preludes declare: a user function of that name is not given a site
 /// parameter (a call meant for the prelude's would receive it too).
@@ -61,7 +62,7 @@ fn prelude_names() -> &'static HashSet<String> {
 /// Adds the instrumentation to `out` (the rewriter's text per token, indexed like `toks`).
 /// `kernels` names the kernel functions.
 pub fn instrument(toks: &[Token], sig: &[usize], out: &mut [String], kernels: &HashSet<String>) -> Result<(), String> {
-    let src = Source { toks, sig };
+    let src = Source::new(toks, sig);
     let sited: Vec<usize> = (0..src.len())
         .filter(|&k| src.ident(k) && src.is(k + 1, "(") && SITED_COLLECTIVES.contains(&src.tok(k).text.as_str()))
         .collect();
@@ -76,28 +77,49 @@ pub fn instrument(toks: &[Token], sig: &[usize], out: &mut [String], kernels: &H
             _ => None,
         })
         .collect();
-    let in_function = |k: usize| scopes.iter().any(|s| s.open < k && k < s.close);
+    // Positions strictly inside some function body, marked in one sweep over the scopes.
+    let mut open_bodies = vec![0i32; src.len() + 1];
+    for s in &scopes {
+        open_bodies[s.open + 1] += 1;
+        open_bodies[s.close] -= 1;
+    }
+    let inside: Vec<bool> = open_bodies
+        .iter()
+        .scan(0i32, |depth, d| {
+            *depth += d;
+            Some(*depth > 0)
+        })
+        .collect();
+    let in_function = |k: usize| inside.get(k).copied().unwrap_or(false);
     // Calls by name inside function bodies: (name position, callee).
     let calls: Vec<(usize, &str)> = (0..src.len())
         .filter(|&k| src.ident(k) && !heads.contains(&k) && src.call_open(k).is_some() && in_function(k))
         .map(|k| (k, src.tok(k).text.as_str()))
         .collect();
 
-    // Names that reach SIMD-group functions, to a fixed point.
+    // Names that reach SIMD-group functions: those that call one, then their callers, in
+    // turn (a worklist over who calls whom, linear in the calls).
     let mut reaching: HashSet<&str> = HashSet::new();
-    loop {
-        let before = reaching.len();
-        for s in &scopes {
-            let name = match &s.body {
-                Body::Named { name, .. } | Body::Opaque { name: Some(name), .. } => name.as_str(),
-                _ => continue,
-            };
-            if !reaching.contains(name) && reaches(s.open, s.close, &sited, &calls, &reaching) {
-                reaching.insert(name);
-            }
+    let mut callers: HashMap<&str, Vec<&str>> = HashMap::new();
+    let mut work: Vec<&str> = Vec::new();
+    for s in &scopes {
+        let name = match &s.body {
+            Body::Named { name, .. } | Body::Opaque { name: Some(name), .. } => name.as_str(),
+            _ => continue,
+        };
+        if reaches(s.open, s.close, &sited, &[], &reaching) && reaching.insert(name) {
+            work.push(name);
         }
-        if reaching.len() == before {
-            break;
+        let at = calls.partition_point(|&(k, _)| k < s.open);
+        for &(_, callee) in calls[at..].iter().take_while(|&&(k, _)| k <= s.close) {
+            callers.entry(callee).or_default().push(name);
+        }
+    }
+    while let Some(name) = work.pop() {
+        for &caller in callers.get(name).into_iter().flatten() {
+            if reaching.insert(caller) {
+                work.push(caller);
+            }
         }
     }
     // Names whose every definition takes the site at one place: (required, total) parameters.
@@ -170,17 +192,18 @@ pub fn instrument(toks: &[Token], sig: &[usize], out: &mut [String], kernels: &H
         let close = src.matching(open).ok_or_else(|| format!("line {}: unbalanced call of {name}", src.tok(k).line))?;
         // An argument may be a template-id (`Tag<true, false>{}`) whose commas are not the
         // call's; `<` is read as a comparison first.
-        let count = |angles| (0..).take_while(|&n| nth_arg(&src, open, close, n, angles).is_some()).count();
-        let fits = |args| required <= args && args <= total;
-        let Some((args, angles)) = [false, true].into_iter().map(|a| (count(a), a)).find(|&(n, _)| fits(n)) else {
+        let fits = |args: usize| required <= args && args <= total;
+        let found = [false, true].into_iter().map(|angles| arg_starts(&src, open, close, angles)).find(|s| fits(s.len()));
+        let Some(starts) = found else {
             // Another arity is another function of that name.
             continue;
         };
+        let args = starts.len();
         let site = format!("kiln::rt::CallSite({close})");
         if args == required {
             let sep = if args == 0 { "" } else { ", " };
             out[sig[close]].insert_str(0, &format!("{sep}{site}"));
-        } else if let Some(at) = nth_arg(&src, open, close, required, angles) {
+        } else if let Some(&at) = starts.get(required) {
             out[sig[at]].insert_str(0, &format!("{site}, "));
         }
     }
@@ -217,7 +240,7 @@ fn instrument_loops(
         }
         let line = src.tok(k).line;
         let end =
-            src.statement_end(k).ok_or_else(|| format!("line {line}: cannot find where this `{word}` loop ends"))?;
+            src.statement_end(k).ok_or_else(|| format!("line {line}: cannot find where this `{word}` loop ends (unbalanced brackets, or statements nested deeper than kiln's limit of {MAX_NESTING})"))?;
         if word == "do" {
             // `do body while (cond);`: the `while` is at end - 1 - (its parentheses).
             if let Some(w) = src.matching_back(end - 1).map(|open| open - 1) {

@@ -8,6 +8,7 @@
 use std::collections::HashSet;
 
 use super::tokens::{Kind, Token};
+use crate::source::limits::{exceeded, MAX_NESTING};
 
 /// Where a function's parameters are: its parentheses, or (a lambda without them) the `]`
 /// after which they go.
@@ -40,9 +41,104 @@ pub(super) struct Scope {
 pub(super) struct Source<'a> {
     pub toks: &'a [Token],
     pub sig: &'a [usize],
+    brackets: Brackets,
 }
 
-impl Source<'_> {
+/// Precomputed bracket structure of the significant tokens, so that matching a bracket or
+/// finding the end of a statement costs no scan.
+pub(super) struct Brackets {
+    /// For `(`, `[`, `{` and their closers: the position of the partner, counting each kind
+    /// on its own (as a scan that counts only that kind would find it).
+    partner: Vec<Option<usize>>,
+    /// For each position: the next `;` at its own bracket depth before the enclosing bracket
+    /// closes, stepping over matched brackets.
+    semicolon: Vec<Option<usize>>,
+}
+
+const BRACKETS: [(&str, &str); 3] = [("(", ")"), ("[", "]"), ("{", "}")];
+
+impl Brackets {
+    pub fn new(toks: &[Token], sig: &[usize]) -> Brackets {
+        let n = sig.len();
+        let mut partner = vec![None; n];
+        let mut open: [Vec<usize>; 3] = Default::default();
+        for (k, &i) in sig.iter().enumerate() {
+            let t = &toks[i];
+            if t.kind != Kind::Punct {
+                continue;
+            }
+            for (b, (o, c)) in BRACKETS.iter().enumerate() {
+                if t.text == *o {
+                    open[b].push(k);
+                } else if t.text == *c {
+                    if let Some(j) = open[b].pop() {
+                        partner[j] = Some(k);
+                        partner[k] = Some(j);
+                    }
+                }
+            }
+        }
+        let mut semicolon = vec![None; n + 1];
+        for k in (0..n).rev() {
+            let t = &toks[sig[k]];
+            let is = |s: &str| t.kind == Kind::Punct && t.text == s;
+            semicolon[k] = if is(";") {
+                Some(k)
+            } else if BRACKETS.iter().any(|(o, _)| is(o)) {
+                partner[k].and_then(|c| semicolon[c + 1])
+            } else if BRACKETS.iter().any(|(_, c)| is(c)) {
+                None
+            } else {
+                semicolon[k + 1]
+            };
+        }
+        Brackets { partner, semicolon }
+    }
+
+    /// The bracket closing the one opened at `k`.
+    pub fn closing(&self, toks: &[Token], sig: &[usize], k: usize) -> Option<usize> {
+        let t = &toks[sig[k]];
+        BRACKETS.iter().any(|(o, _)| t.text == *o).then(|| self.partner[k]).flatten()
+    }
+
+    /// The bracket opening the one closed at `k`.
+    pub fn opening(&self, toks: &[Token], sig: &[usize], k: usize) -> Option<usize> {
+        let t = &toks[sig[k]];
+        BRACKETS.iter().any(|(_, c)| t.text == *c).then(|| self.partner[k]).flatten()
+    }
+
+    /// The next `;` at the depth of `k` (from `k` on).
+    pub fn semicolon(&self, k: usize) -> Option<usize> {
+        self.semicolon.get(k).copied().flatten()
+    }
+}
+
+/// Refuses brackets nested deeper than `MAX_NESTING` (the passes that follow the nesting would
+/// otherwise take time or stack in proportion to it).
+pub(super) fn check_nesting(toks: &[Token], sig: &[usize]) -> Result<(), String> {
+    let mut depth = 0usize;
+    for &i in sig {
+        let t = &toks[i];
+        if t.kind != Kind::Punct {
+            continue;
+        }
+        if BRACKETS.iter().any(|(o, _)| t.text == *o) {
+            depth += 1;
+            if depth > MAX_NESTING {
+                return Err(format!("line {}: {}", t.line, exceeded("the nesting of brackets", MAX_NESTING)));
+            }
+        } else if BRACKETS.iter().any(|(_, c)| t.text == *c) {
+            depth = depth.saturating_sub(1);
+        }
+    }
+    Ok(())
+}
+
+impl<'a> Source<'a> {
+    pub fn new(toks: &'a [Token], sig: &'a [usize]) -> Source<'a> {
+        Source { toks, sig, brackets: Brackets::new(toks, sig) }
+    }
+
     pub fn tok(&self, k: usize) -> &Token {
         &self.toks[self.sig[k]]
     }
@@ -58,93 +154,54 @@ impl Source<'_> {
 
     /// The bracket closing the one opened at `k`.
     pub fn matching(&self, k: usize) -> Option<usize> {
-        let (open, close) = match self.tok(k).text.as_str() {
-            "(" => ("(", ")"),
-            "[" => ("[", "]"),
-            "{" => ("{", "}"),
-            _ => return None,
-        };
-        let mut depth = 0;
-        for j in k..self.len() {
-            let t = self.tok(j);
-            if t.kind != Kind::Punct {
-                continue;
-            }
-            if t.text == open {
-                depth += 1;
-            } else if t.text == close {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(j);
-                }
-            }
-        }
-        None
+        self.brackets.closing(self.toks, self.sig, k)
     }
 
-    /// The bracket opening the one closed at `k`.
+    /// The bracket opening the one closed at `k` (`)` or `]`).
     pub fn matching_back(&self, k: usize) -> Option<usize> {
-        let (open, close) = match self.tok(k).text.as_str() {
-            ")" => ("(", ")"),
-            "]" => ("[", "]"),
-            _ => return None,
-        };
-        let mut depth = 0;
-        for j in (0..=k).rev() {
-            let t = self.tok(j);
-            if t.kind != Kind::Punct {
-                continue;
-            }
-            if t.text == close {
-                depth += 1;
-            } else if t.text == open {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(j);
-                }
-            }
+        if self.is(k, "}") {
+            return None;
         }
-        None
+        self.brackets.opening(self.toks, self.sig, k)
     }
 
     /// The last token of the statement starting at `k`.
     pub fn statement_end(&self, k: usize) -> Option<usize> {
-        if k >= self.len() {
+        self.statement_end_at(k, 0)
+    }
+
+    /// `statement_end` for a statement nested `depth` statements deep (`if (a) for (..) x;`),
+    /// which gives up past `MAX_NESTING`.
+    fn statement_end_at(&self, k: usize, depth: usize) -> Option<usize> {
+        if k >= self.len() || depth > MAX_NESTING {
             return None;
         }
+        let inner = |k: usize| self.statement_end_at(k, depth + 1);
         match self.tok(k).text.as_str() {
             "{" => self.matching(k),
             ";" => Some(k),
             "if" => {
-                let open = if self.is(k + 1, "constexpr") { k + 2 } else { k + 1 };
-                let end = self.statement_end(self.matching(open)? + 1)?;
-                if self.is(end + 1, "else") {
-                    self.statement_end(end + 2)
-                } else {
-                    Some(end)
+                // `else if` chains are followed in a loop: they may be long, but are not deep.
+                let mut k = k;
+                loop {
+                    let open = if self.is(k + 1, "constexpr") { k + 2 } else { k + 1 };
+                    let end = inner(self.matching(open)? + 1)?;
+                    if !self.is(end + 1, "else") {
+                        return Some(end);
+                    }
+                    if !self.is(end + 2, "if") {
+                        return inner(end + 2);
+                    }
+                    k = end + 2;
                 }
             }
-            "for" | "while" | "switch" => self.statement_end(self.matching(k + 1)? + 1),
+            "for" | "while" | "switch" => inner(self.matching(k + 1)? + 1),
             "do" => {
-                let end = self.statement_end(k + 1)?;
+                let end = inner(k + 1)?;
                 let close = self.matching(end + 2).filter(|_| self.is(end + 1, "while"))?;
                 self.is(close + 1, ";").then_some(close + 1)
             }
-            _ => {
-                let mut depth = 0i32;
-                for j in k..self.len() {
-                    match self.tok(j).text.as_str() {
-                        "(" | "[" | "{" => depth += 1,
-                        ")" | "]" | "}" => depth -= 1,
-                        ";" if depth == 0 => return Some(j),
-                        _ => {}
-                    }
-                    if depth < 0 {
-                        return None;
-                    }
-                }
-                None
-            }
+            _ => self.brackets.semicolon(k),
         }
     }
 
@@ -187,12 +244,17 @@ impl Source<'_> {
 /// With `angles`, `<` after a name opens template arguments (in parameter lists; in call
 /// arguments it may be a comparison).
 pub(super) fn nth_arg(src: &Source, open: usize, close: usize, n: usize, angles: bool) -> Option<usize> {
+    arg_starts(src, open, close, angles).get(n).copied()
+}
+
+/// The first token of every argument of the list in parentheses `open..close` (none for `()`),
+/// in one pass.
+pub(super) fn arg_starts(src: &Source, open: usize, close: usize, angles: bool) -> Vec<usize> {
     if close == open + 1 {
-        return None;
+        return Vec::new();
     }
     let mut depth = 0i32;
-    let mut index = 0;
-    let mut start = open + 1;
+    let mut starts = vec![open + 1];
     for j in open + 1..close {
         match src.tok(j).text.as_str() {
             "(" | "[" | "{" => depth += 1,
@@ -200,17 +262,11 @@ pub(super) fn nth_arg(src: &Source, open: usize, close: usize, n: usize, angles:
             "<" if angles && src.ident(j - 1) => depth += 1,
             ">" if angles && depth > 0 => depth -= 1,
             ">>" if angles && depth > 0 => depth -= 2,
-            "," if depth == 0 => {
-                if index == n {
-                    return Some(start);
-                }
-                index += 1;
-                start = j + 1;
-            }
+            "," if depth == 0 => starts.push(j + 1),
             _ => {}
         }
     }
-    (index == n).then_some(start)
+    starts
 }
 
 /// The function bodies of the program (with what they are) and the names declared without a
@@ -384,11 +440,12 @@ fn parameters(src: &Source, open: usize, close: usize) -> Option<(usize, usize)>
     if close == open + 2 && src.is(open + 1, "void") {
         return None;
     }
-    let total = (0..).take_while(|&n| nth_arg(src, open, close, n, true).is_some()).count();
+    let starts = arg_starts(src, open, close, true);
+    let total = starts.len();
     let mut required = total;
     for n in 0..total {
-        let from = nth_arg(src, open, close, n, true)?;
-        let to = nth_arg(src, open, close, n + 1, true).map_or(close, |j| j - 1);
+        let from = starts[n];
+        let to = starts.get(n + 1).map_or(close, |j| j - 1);
         let mut depth = 0i32;
         for j in from..to {
             match src.tok(j).text.as_str() {

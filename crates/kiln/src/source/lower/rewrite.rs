@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::entry::{join, parse_params};
-use super::functions::{is_function_qualifier, Source};
+use super::functions::{check_nesting, is_function_qualifier, Brackets};
 use super::members::{is_swizzle, swizzle_members};
 use super::tokens::{is_float_literal, Kind, Token};
 use super::{Entry, EntryParam, LowerTarget};
@@ -98,6 +98,7 @@ struct Rewriter<'a> {
     toks: Vec<Token>,
     /// Indices of the significant (non-trivia) tokens.
     sig: Vec<usize>,
+    brackets: Brackets,
     out: Vec<String>,
     target: LowerTarget,
     program: &'a MetalProgram,
@@ -113,7 +114,9 @@ struct Rewriter<'a> {
 pub fn rewrite(program: &MetalProgram, source: &str, target: LowerTarget) -> Result<Rewritten, String> {
     let toks = super::tokens::tokenize(source);
     let sig: Vec<usize> = (0..toks.len()).filter(|&i| !toks[i].is_trivia()).collect();
+    check_nesting(&toks, &sig)?;
     let repeated = super::overloads::check(&toks, &sig)?;
+    let brackets = Brackets::new(&toks, &sig);
     let mut out: Vec<String> = toks.iter().map(|t| t.text.clone()).collect();
     let members = swizzle_members(&toks, &sig);
     for (k, text) in members.rename {
@@ -125,6 +128,7 @@ pub fn rewrite(program: &MetalProgram, source: &str, target: LowerTarget) -> Res
     let mut rw = Rewriter {
         toks,
         sig,
+        brackets,
         out,
         target,
         program,
@@ -179,21 +183,12 @@ impl Rewriter<'_> {
 
     /// The position of the token closing the bracket opened at `k`.
     fn matching(&self, k: usize) -> Option<usize> {
-        Source { toks: &self.toks, sig: &self.sig }.matching(k)
+        self.brackets.closing(&self.toks, &self.sig, k)
     }
 
-    /// The next `;` at bracket depth 0 from `k`.
+    /// The next `;` at the bracket depth of `k`.
     fn statement_end(&self, k: usize) -> Option<usize> {
-        let mut depth = 0i32;
-        for j in k..self.sig.len() {
-            match self.tok(j).text.as_str() {
-                "(" | "[" | "{" => depth += 1,
-                ")" | "]" | "}" => depth -= 1,
-                ";" if depth == 0 => return Some(j),
-                _ => {}
-            }
-        }
-        None
+        self.brackets.semicolon(k)
     }
 
     fn toks_in(&self, from: usize, to: usize) -> Vec<&Token> {
@@ -202,12 +197,14 @@ impl Rewriter<'_> {
 
     fn run(&mut self) -> Result<(), String> {
         let mut scopes = vec![Scope::File];
+        // How many of `scopes` are function bodies.
+        let mut functions = 0usize;
         let mut parens = 0i32;
         let mut pending_kernel: Option<usize> = None;
         let mut pending_host_name: Option<String> = None;
         let mut k = 0;
         while k < self.sig.len() {
-            let in_function = scopes.iter().any(|s| matches!(s, Scope::Function));
+            let in_function = functions > 0;
             let file_scope = matches!(scopes.last(), Some(Scope::File | Scope::Namespace)) && parens == 0;
             let prev_member =
                 k > 0 && (self.tok_is(k - 1, ".") || self.tok_is(k - 1, "->") || self.tok_is(k - 1, "::"));
@@ -249,11 +246,10 @@ impl Rewriter<'_> {
                 Kind::Punct => match t.text.as_str() {
                     "{" => {
                         let scope = self.scope_for_brace(k, in_function);
+                        functions += usize::from(scope == Scope::Function);
                         scopes.push(scope);
                     }
-                    "}" if scopes.len() > 1 => {
-                        scopes.pop();
-                    }
+                    "}" if scopes.len() > 1 => functions -= usize::from(scopes.pop() == Some(Scope::Function)),
                     "(" => parens += 1,
                     ")" => parens -= 1,
                     "." | "->" if k + 1 < self.sig.len() => {
@@ -355,13 +351,15 @@ impl Rewriter<'_> {
     fn specifiers_around(&self, k: usize) -> (bool, bool, bool) {
         const SPECIFIERS: [&str; 9] =
             ["static", "constexpr", "const", "inline", "volatile", "constant", "device", "thread", "extern"];
+        // A declaration has a handful of specifiers; the scan stops after a few dozen.
+        const MOST: usize = 32;
         let is_spec = |j: usize| SPECIFIERS.iter().any(|s| self.tok_is(j, s));
         let mut from = k;
-        while from > 0 && is_spec(from - 1) {
+        while from > 0 && k - from < MOST && is_spec(from - 1) {
             from -= 1;
         }
         let mut to = k + 1;
-        while to < self.sig.len() && is_spec(to) {
+        while to < self.sig.len() && to - k < MOST && is_spec(to) {
             to += 1;
         }
         let has = |s: &str| (from..to).any(|j| self.tok_is(j, s));

@@ -4,6 +4,7 @@
 //! picks: Metal's common type for mixed scalar arms, else the arm's own `decltype`, which keeps
 //! its type, value category and `void`-ness. Runs on already-rewritten code; adds no newlines.
 
+use super::functions::Brackets;
 use super::tokens::{tokenize, Kind, Token};
 
 /// Arms whose wrapped text would exceed this many bytes stay as they are (deep chains of
@@ -18,24 +19,24 @@ pub fn wrap_conditionals(code: &str) -> String {
     let toks = tokenize(code);
     let sig: Vec<usize> = (0..toks.len()).filter(|&i| !toks[i].is_trivia()).collect();
     let closes = template_closers(&toks, &sig);
-    let mut is_closer = vec![false; sig.len()];
-    for &c in closes.iter().flatten() {
-        is_closer[c] = true;
-    }
+    let brackets = Brackets::new(&toks, &sig);
+    let group_end: Vec<Option<usize>> = (0..sig.len())
+        .map(|k| match closes[k] {
+            Some(close) => Some(close + 1),
+            None => brackets.closing(&toks, &sig, k).map(|c| c + 1).or_else(|| {
+                let t = &toks[sig[k]];
+                (t.kind == Kind::Punct && ["(", "[", "{"].contains(&t.text.as_str())).then_some(sig.len())
+            }),
+        })
+        .collect();
+    let operands = operand_ends(&toks, &sig, &group_end, &closes);
     let n = sig.len();
-    let mut cond = Conditionals {
-        toks: &toks,
-        sig: &sig,
-        closes,
-        is_closer,
-        pre: vec![String::new(); n],
-        post: vec![String::new(); n],
-    };
+    let mut cond = Conditionals { toks: &toks, sig: &sig, pre: vec![String::new(); n], post: vec![String::new(); n] };
     // Innermost first: a conditional nested in an arm lies after the outer `?`, and the outer
     // arm's `decltype` copy must see the inner one already wrapped.
     for q in (0..sig.len()).rev() {
-        if toks[sig[q]].kind == Kind::Punct && toks[sig[q]].text == "?" {
-            cond.wrap(q);
+        if let Some((colon, end)) = operands[q] {
+            cond.wrap(q, colon, end);
         }
     }
     let mut out = String::with_capacity(code.len() * 2);
@@ -53,13 +54,88 @@ pub fn wrap_conditionals(code: &str) -> String {
     out
 }
 
+/// The conditionals waiting for the end of an operand at one bracket level.
+#[derive(Default)]
+struct Level {
+    /// The `?`s whose `:` has not come yet.
+    questions: Vec<usize>,
+    /// `(?, :)` of the conditionals whose false operand has not ended yet, the latest `?` last.
+    false_operands: Vec<(usize, usize)>,
+    /// The position just past the group this level is inside.
+    end: usize,
+}
+
+/// For each `?` at position q: its `:` and the end (exclusive) of its false operand, the first
+/// token at its level that ends it (`,`, `;`, a closer or an unmatched `:`), found in one pass.
+/// `None` when the middle operand does not end at its own `:`, or an operand runs into a
+/// preprocessor line or the end of the text.
+fn operand_ends(
+    toks: &[Token],
+    sig: &[usize],
+    group_end: &[Option<usize>],
+    closes: &[Option<usize>],
+) -> Vec<Option<(usize, usize)>> {
+    let n = sig.len();
+    let mut found = vec![None; n];
+    let mut levels = vec![Level { end: usize::MAX, ..Level::default() }];
+    // Ends the level's false operands at `j`; its open questions never get their `:`.
+    let stop = |level: &mut Level, found: &mut Vec<Option<(usize, usize)>>, j: usize| {
+        for (q, colon) in level.false_operands.drain(..) {
+            found[q] = Some((colon, j));
+        }
+        level.questions.clear();
+    };
+    let mut is_closer = vec![false; n];
+    for &c in closes.iter().flatten() {
+        is_closer[c] = true;
+    }
+    for j in 0..n {
+        // Groups that end here (their closer is the token before `j`) are done.
+        while levels.len() > 1 && levels.last().is_some_and(|l| l.end == j) {
+            levels.pop();
+        }
+        let t = &toks[sig[j]];
+        let Some(level) = levels.last_mut() else { break };
+        if t.kind == Kind::Preproc {
+            level.false_operands.clear();
+            level.questions.clear();
+            continue;
+        }
+        if t.kind != Kind::Punct {
+            continue;
+        }
+        match t.text.as_str() {
+            "?" => level.questions.push(j),
+            ":" => match level.questions.pop() {
+                Some(q) => {
+                    while level.false_operands.last().is_some_and(|&(p, _)| p > q) {
+                        if let Some((p, colon)) = level.false_operands.pop() {
+                            found[p] = Some((colon, j));
+                        }
+                    }
+                    level.false_operands.push((q, j));
+                }
+                None => stop(level, &mut found, j),
+            },
+            "," => {
+                for (q, colon) in level.false_operands.drain(..) {
+                    found[q] = Some((colon, j));
+                }
+            }
+            ";" | ")" | "]" | "}" => stop(level, &mut found, j),
+            ">" | ">>" if is_closer[j] => stop(level, &mut found, j),
+            _ => {}
+        }
+        if let Some(end) = group_end[j] {
+            levels.push(Level { end, ..Level::default() });
+        }
+    }
+    found
+}
+
 struct Conditionals<'a> {
     toks: &'a [Token],
     sig: &'a [usize],
-    /// For a `<` that opens a template argument list, the position of its closing `>`/`>>`.
-    closes: Vec<Option<usize>>,
-    /// True at the `>`/`>>` that close a template argument list.
-    is_closer: Vec<bool>,
     /// Text inserted before / after each significant token.
     pre: Vec<String>,
     post: Vec<String>,
@@ -75,68 +151,9 @@ impl Conditionals<'_> {
         t.kind == Kind::Punct && t.text == s
     }
 
-    /// The position after the bracketed group opening at `k`, or `None` when `k` opens none.
-    fn skip_group(&self, k: usize) -> Option<usize> {
-        if let Some(close) = self.closes[k] {
-            return Some(close + 1);
-        }
-        let t = self.tok(k);
-        if t.kind != Kind::Punct || !["(", "[", "{"].contains(&t.text.as_str()) {
-            return None;
-        }
-        let mut depth = 0i32;
-        for j in k..self.sig.len() {
-            let u = self.tok(j);
-            if u.kind != Kind::Punct {
-                continue;
-            }
-            match u.text.as_str() {
-                "(" | "[" | "{" => depth += 1,
-                ")" | "]" | "}" => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return Some(j + 1);
-                    }
-                }
-                _ => {}
-            }
-        }
-        Some(self.sig.len())
-    }
-
-    /// The end (exclusive) of the operand starting at `from`: the first depth-0 token that
-    /// ends it. `middle` operands end at their own `:`; false operands at `,`, `;`, a closer or
-    /// an unmatched `:`. Nested conditionals belong to the operand.
-    fn operand_end(&self, from: usize, middle: bool) -> Option<usize> {
-        let mut nested = 0u32;
-        let mut j = from;
-        while j < self.sig.len() {
-            if let Some(next) = self.skip_group(j) {
-                j = next;
-                continue;
-            }
-            let t = self.tok(j);
-            match t.kind {
-                Kind::Preproc => return None,
-                Kind::Punct => match t.text.as_str() {
-                    "?" => nested += 1,
-                    ":" if nested == 0 => return Some(j),
-                    ":" => nested -= 1,
-                    ";" | ")" | "]" | "}" => return (!middle).then_some(j),
-                    ">" | ">>" if self.is_closer[j] => return (!middle).then_some(j),
-                    "," if !middle => return Some(j),
-                    _ => {}
-                },
-                _ => {}
-            }
-            j += 1;
-        }
-        None
-    }
-
     /// The arm `from..to` as it will be emitted, on one line: comments and line breaks become
-    /// single spaces.
-    fn arm_text(&self, from: usize, to: usize) -> String {
+    /// single spaces. `None` once it passes `limit` bytes.
+    fn arm_text(&self, from: usize, to: usize, limit: usize) -> Option<String> {
         let mut out = String::new();
         for k in from..to {
             if k > from && self.sig[k] > self.sig[k - 1] + 1 {
@@ -145,26 +162,34 @@ impl Conditionals<'_> {
             out.push_str(&self.pre[k]);
             out.push_str(&self.tok(k).text);
             out.push_str(&self.post[k]);
+            if out.len() > limit {
+                return None;
+            }
         }
-        out
+        Some(out)
     }
 
-    fn wrap(&mut self, q: usize) {
+    /// Wraps the arms of the conditional whose `?` is at `q`, `:` at `colon`, and whose false
+    /// operand ends before `f1`.
+    fn wrap(&mut self, q: usize, colon: usize, f1: usize) {
         let m0 = q + 1;
-        let Some(colon) = self.operand_end(m0, true) else { return };
         let f0 = colon + 1;
-        let Some(f1) = self.operand_end(f0, false) else { return };
-        if colon == m0 || f1 == f0 {
+        if colon == m0 || f1 <= f0 {
             return;
         }
         let (m, f) = ((m0, colon), (f0, f1));
+        // Every token is at least a byte: longer arms would pass the limit below anyway.
+        if (colon - m0) + (f1 - f0) > MAX_ARM_TEXT {
+            return;
+        }
         // Literal against literal already has C++'s (and Metal's) usual conversions.
         let literal = |(a, b): (usize, usize)| b == a + 1 && self.tok(a).kind == Kind::Number;
         if (literal(m) && literal(f)) || self.has_lambda(m) || self.has_lambda(f) {
             return;
         }
-        let (mt, ft) = (self.arm_text(m.0, m.1), self.arm_text(f.0, f.1));
-        if mt.len() + ft.len() > MAX_ARM_TEXT || mt.contains('\n') || ft.contains('\n') {
+        let Some(mt) = self.arm_text(m.0, m.1, MAX_ARM_TEXT) else { return };
+        let Some(ft) = self.arm_text(f.0, f.1, MAX_ARM_TEXT - mt.len()) else { return };
+        if mt.contains('\n') || ft.contains('\n') {
             return;
         }
         let cast =
@@ -188,52 +213,59 @@ impl Conditionals<'_> {
 }
 
 /// For each `<` that opens a template argument list (after an identifier, with a matching `>`
-/// before any `;`, `{`, `}`, `&&`, `||` or unbalanced closer), the position of its closer.
+/// before any `;`, `{`, `}`, `&&`, `||` or unbalanced closer), the position of its closer. One
+/// pass: the `<`s still open are kept per parenthesis level, innermost last.
 fn template_closers(toks: &[Token], sig: &[usize]) -> Vec<Option<usize>> {
-    (0..sig.len()).map(|k| template_close(toks, sig, k)).collect()
-}
-
-fn template_close(toks: &[Token], sig: &[usize], k: usize) -> Option<usize> {
     let tok = |k: usize| &toks[sig[k]];
-    let t = tok(k);
-    if k == 0 || t.kind != Kind::Punct || t.text != "<" || tok(k - 1).kind != Kind::Ident {
-        return None;
-    }
-    if tok(k - 1).is("operator") || (k >= 2 && tok(k - 2).is("operator")) {
-        return None;
-    }
-    let (mut angle, mut depth) = (1i32, 0i32);
-    for j in k + 1..sig.len() {
+    let mut closes = vec![None; sig.len()];
+    // Per level: (position, whether it may open a list); a `<` after `operator` counts for the
+    // lists around it but opens none itself.
+    let mut levels: Vec<Vec<(usize, bool)>> = vec![Vec::new()];
+    for j in 0..sig.len() {
         let u = tok(j);
         if u.kind == Kind::Preproc {
-            return None;
+            levels = vec![Vec::new()];
+            continue;
         }
         if u.kind != Kind::Punct {
             continue;
         }
         match u.text.as_str() {
-            "(" | "[" => depth += 1,
-            ")" | "]" if depth == 0 => return None,
-            ")" | "]" => depth -= 1,
-            ";" | "{" | "}" => return None,
-            "&&" | "||" if depth == 0 => return None,
-            "<" if depth == 0 && tok(j - 1).kind == Kind::Ident => angle += 1,
-            ">" if depth == 0 => {
-                angle -= 1;
-                if angle == 0 {
-                    return Some(j);
+            "(" | "[" => levels.push(Vec::new()),
+            ")" | "]" => {
+                if levels.len() > 1 {
+                    levels.pop();
+                } else {
+                    levels[0].clear();
                 }
             }
-            ">>" if depth == 0 => {
-                angle -= 2;
-                if angle <= 0 {
-                    return (angle == 0).then_some(j);
+            ";" | "{" | "}" => levels = vec![Vec::new()],
+            _ => {
+                let Some(open) = levels.last_mut() else { continue };
+                match u.text.as_str() {
+                    "&&" | "||" => open.clear(),
+                    "<" if j > 0 && tok(j - 1).kind == Kind::Ident => {
+                        let operator = tok(j - 1).is("operator") || (j >= 2 && tok(j - 2).is("operator"));
+                        open.push((j, !operator));
+                    }
+                    ">" => {
+                        if let Some((k, true)) = open.pop() {
+                            closes[k] = Some(j);
+                        }
+                    }
+                    ">>" => {
+                        // Closes two lists: the inner one is not a list of its own.
+                        open.pop();
+                        if let Some((k, true)) = open.pop() {
+                            closes[k] = Some(j);
+                        }
+                    }
+                    _ => {}
                 }
             }
-            _ => {}
         }
     }
-    None
+    closes
 }
 
 #[cfg(test)]

@@ -10,8 +10,10 @@
 //! expansion, so the text keeps its line count.
 
 use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
 
-use super::lex::{lex, PpKind, PpToken};
+use super::lex::{lex, HideSet, PpKind, PpToken};
+use crate::source::limits::{exceeded, MAX_EXPANSION_TOKENS, MAX_MACRO_DEPTH};
 
 /// A macro definition.
 #[derive(Clone, Debug)]
@@ -24,16 +26,16 @@ pub struct Macro {
     pub body: Vec<PpToken>,
 }
 
-/// Expansion of a text produces at most this many tokens (a guard against macros that double
-/// their text at every level).
-const MAX_TOKENS: usize = 1 << 24;
-
 /// The macros defined so far.
 #[derive(Default)]
 pub struct Macros {
-    defs: HashMap<String, Macro>,
+    defs: HashMap<String, Rc<Macro>>,
     ids: HashMap<String, u32>,
+    /// Tokens produced by substitutions and arguments rescanned so far, against
+    /// `MAX_EXPANSION_TOKENS`.
     produced: usize,
+    /// Arguments being expanded inside arguments, against `MAX_MACRO_DEPTH`.
+    depth: usize,
 }
 
 /// The arguments of one invocation: the tokens of each, and the commas between them (kept for
@@ -46,16 +48,16 @@ struct Args {
 }
 
 fn placemarker(line: u32) -> PpToken {
-    PpToken { kind: PpKind::Placemarker, text: String::new(), space: false, hide: Vec::new(), line }
+    PpToken { kind: PpKind::Placemarker, text: String::new(), space: false, hide: HideSet::default(), line }
 }
 
 fn newline(line: u32) -> PpToken {
-    PpToken { kind: PpKind::Newline, text: "\n".into(), space: false, hide: Vec::new(), line }
+    PpToken { kind: PpKind::Newline, text: "\n".into(), space: false, hide: HideSet::default(), line }
 }
 
 impl Macros {
     pub fn define(&mut self, name: &str, m: Macro) {
-        self.defs.insert(name.to_string(), m);
+        self.defs.insert(name.to_string(), Rc::new(m));
     }
 
     pub fn undef(&mut self, name: &str) {
@@ -67,6 +69,9 @@ impl Macros {
     }
 
     fn id(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
         let next = self.ids.len() as u32;
         *self.ids.entry(name.to_string()).or_insert(next)
     }
@@ -82,12 +87,12 @@ impl Macros {
                 continue;
             };
             let id = self.id(&t.text);
-            if t.hide.contains(&id) {
+            if t.hide.contains(id) {
                 out.push(t);
                 continue;
             }
             let (body, newlines) = match &m.params {
-                None => (self.substitute(&t, &m, &[], with(&t.hide, id))?, 0),
+                None => (self.substitute(&t, &m, &[], t.hide.with(id))?, 0),
                 Some(params) => {
                     let Some(open) = work.iter().position(|w| !w.is_blank()) else {
                         out.push(t);
@@ -99,14 +104,10 @@ impl Macros {
                     }
                     let a = collect_args(&mut work, open, &t)?;
                     let args = bind_args(&t, params, m.variadic, a.args, &a.commas)?;
-                    let hide: Vec<u32> = t.hide.iter().copied().filter(|h| a.close.hide.contains(h)).collect();
-                    (self.substitute(&t, &m, &args, with(&hide, id))?, a.newlines)
+                    let hide = t.hide.intersection(&a.close.hide).with(id);
+                    (self.substitute(&t, &m, &args, hide)?, a.newlines)
                 }
             };
-            self.produced += body.len();
-            if self.produced > MAX_TOKENS {
-                return Err(format!("line {}: the expansion of macro `{}` is too large", t.line, t.text));
-            }
             for _ in 0..newlines {
                 work.push_front(newline(t.line));
             }
@@ -124,8 +125,16 @@ impl Macros {
         at: &PpToken,
         m: &Macro,
         args: &[Vec<PpToken>],
-        hide: Vec<u32>,
+        hide: HideSet,
     ) -> Result<Vec<PpToken>, String> {
+        if hide.len() > MAX_MACRO_DEPTH {
+            return Err(format!(
+                "line {}: expanding macro `{}`: {}",
+                at.line,
+                at.text,
+                exceeded("the nesting of macro expansions", MAX_MACRO_DEPTH)
+            ));
+        }
         let params: &[String] = m.params.as_deref().unwrap_or(&[]);
         let param = |t: &PpToken| (t.kind == PpKind::Ident).then(|| params.iter().position(|p| *p == t.text)).flatten();
         let mut expanded: Vec<Option<Vec<PpToken>>> = vec![None; args.len()];
@@ -138,6 +147,7 @@ impl Macros {
                 let p = body.get(i + 1).and_then(param).ok_or_else(|| {
                     format!("line {}: in macro `{}`, `#` is not followed by a parameter", at.line, at.text)
                 })?;
+                self.charge(at, 1)?;
                 out.push(stringize(&args[p], t.space, at.line));
                 i += 2;
                 continue;
@@ -151,6 +161,7 @@ impl Macros {
                         if args[p].is_empty() {
                             out.pop();
                         } else {
+                            self.charge(at, args[p].len())?;
                             out.extend(spaced(args[p].clone(), rhs.space));
                         }
                         continue;
@@ -159,6 +170,7 @@ impl Macros {
                     Some(p) => args[p].clone(),
                     None => vec![rhs.clone()],
                 };
+                self.charge(at, rhs_toks.len())?;
                 let lhs = out.pop().unwrap_or_else(|| placemarker(at.line));
                 out.push(paste(at, &lhs, &rhs_toks[0])?);
                 out.extend(rhs_toks.into_iter().skip(1));
@@ -173,26 +185,34 @@ impl Macros {
                     }
                 } else {
                     if expanded[p].is_none() {
-                        expanded[p] = Some(self.expand(args[p].clone())?);
+                        expanded[p] = Some(self.expand_argument(at, args[p].clone())?);
                     }
                     expanded[p].clone().unwrap_or_default()
                 };
+                self.charge(at, toks.len())?;
                 out.extend(spaced(toks, t.space));
                 i += 1;
                 continue;
             }
+            self.charge(at, 1)?;
             let mut t = t.clone();
             t.line = at.line;
             out.push(t);
             i += 1;
         }
         out.retain(|t| t.kind != PpKind::Placemarker);
+        // Tokens of one argument share their set, so the union is computed once for them.
+        let mut last: Option<(HideSet, HideSet)> = None;
         for t in &mut out {
-            for &h in &hide {
-                if !t.hide.contains(&h) {
-                    t.hide.push(h);
+            let union = match &last {
+                Some((from, to)) if from.same(&t.hide) => to.clone(),
+                _ => {
+                    let to = t.hide.union(&hide);
+                    last = Some((t.hide.clone(), to.clone()));
+                    to
                 }
-            }
+            };
+            t.hide = union;
         }
         if let Some(first) = out.first_mut() {
             first.space = at.space;
@@ -201,13 +221,40 @@ impl Macros {
     }
 }
 
-/// `hide` with `id` added.
-fn with(hide: &[u32], id: u32) -> Vec<u32> {
-    let mut h = hide.to_vec();
-    if !h.contains(&id) {
-        h.push(id);
+impl Macros {
+    /// Counts `n` tokens produced by the expansion of the macro at `at`; past the budget the
+    /// expansion stops before its text is built.
+    fn charge(&mut self, at: &PpToken, n: usize) -> Result<(), String> {
+        self.produced += n;
+        if self.produced > MAX_EXPANSION_TOKENS {
+            return Err(format!(
+                "line {}: expanding macro `{}`: {}",
+                at.line,
+                at.text,
+                exceeded("the tokens produced or rescanned by macro expansion", MAX_EXPANSION_TOKENS)
+            ));
+        }
+        Ok(())
     }
-    h
+
+    /// The full expansion of an argument of the macro invoked at `at`, one level deeper.
+    fn expand_argument(&mut self, at: &PpToken, arg: Vec<PpToken>) -> Result<Vec<PpToken>, String> {
+        if self.depth >= MAX_MACRO_DEPTH {
+            return Err(format!(
+                "line {}: expanding macro `{}`: {}",
+                at.line,
+                at.text,
+                exceeded("the nesting of macro invocations in arguments", MAX_MACRO_DEPTH)
+            ));
+        }
+        // Rescanning the argument is work too: nested invocations rescan their arguments once
+        // per level.
+        self.charge(at, arg.len())?;
+        self.depth += 1;
+        let expanded = self.expand(arg);
+        self.depth -= 1;
+        expanded
+    }
 }
 
 /// `toks` with the first token's leading space set to `space`.
@@ -320,7 +367,7 @@ fn stringize(arg: &[PpToken], space: bool, line: u32) -> PpToken {
         }
     }
     s.push('"');
-    PpToken { kind: PpKind::Str, text: s, space, hide: Vec::new(), line }
+    PpToken { kind: PpKind::Str, text: s, space, hide: HideSet::default(), line }
 }
 
 /// `a ## b`: one token spelled as both together (a placemarker is the empty token).

@@ -5,6 +5,7 @@
 //! `?:` do not evaluate (or complain about) the operand they skip.
 
 use super::lex::{PpKind, PpToken};
+use crate::source::limits::{exceeded, MAX_NESTING};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Value {
@@ -27,6 +28,8 @@ struct Parser<'a> {
     pos: usize,
     line: u32,
     is_defined: &'a dyn Fn(&str) -> bool,
+    /// Nested parentheses, conditionals and unary operators being parsed (each is a recursion).
+    depth: usize,
 }
 
 /// Evaluates a `#if` expression on `line` (`tokens` are macro-expanded; `defined X` may still
@@ -36,7 +39,7 @@ pub fn evaluate(tokens: &[PpToken], line: u32, is_defined: &dyn Fn(&str) -> bool
     if toks.is_empty() {
         return Err(format!("line {line}: `#if` with no expression"));
     }
-    let mut p = Parser { toks, pos: 0, line, is_defined };
+    let mut p = Parser { toks, pos: 0, line, is_defined, depth: 0 };
     let v = p.conditional(true)?;
     if let Some(t) = p.peek() {
         return Err(format!("line {line}: unexpected `{}` in `#if` expression", t.text));
@@ -80,6 +83,21 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// Runs `parse` one nesting level deeper, refusing to pass `MAX_NESTING`.
+    fn nested(&mut self, parse: impl FnOnce(&mut Self) -> Result<Value, String>) -> Result<Value, String> {
+        if self.depth >= MAX_NESTING {
+            return Err(format!(
+                "line {}: {}",
+                self.line,
+                exceeded("the nesting of the `#if` expression", MAX_NESTING)
+            ));
+        }
+        self.depth += 1;
+        let v = parse(self);
+        self.depth -= 1;
+        v
+    }
+
     /// `c ? a : b`, or a binary expression. `live` is false inside an operand that is skipped.
     fn conditional(&mut self, live: bool) -> Result<Value, String> {
         let c = self.binary(0, live)?;
@@ -87,9 +105,9 @@ impl<'a> Parser<'a> {
             return Ok(c);
         }
         self.pos += 1;
-        let a = self.conditional(live && c.truth())?;
+        let a = self.nested(|p| p.conditional(live && c.truth()))?;
         self.expect(":")?;
-        let b = self.conditional(live && !c.truth())?;
+        let b = self.nested(|p| p.conditional(live && !c.truth()))?;
         let unsigned = a.unsigned || b.unsigned;
         let v = if c.truth() { a } else { b };
         Ok(Value { bits: v.bits, unsigned })
@@ -169,21 +187,21 @@ impl<'a> Parser<'a> {
         let t = self.next()?;
         match t.kind {
             PpKind::Punct => match t.text.as_str() {
-                "(" => {
-                    let v = self.conditional(live)?;
-                    self.expect(")")?;
+                "(" => self.nested(|p| {
+                    let v = p.conditional(live)?;
+                    p.expect(")")?;
                     Ok(v)
-                }
-                "+" => self.unary(live),
+                }),
+                "+" => self.nested(|p| p.unary(live)),
                 "-" => {
-                    let v = self.unary(live)?;
+                    let v = self.nested(|p| p.unary(live))?;
                     Ok(Value { bits: v.bits.wrapping_neg(), unsigned: v.unsigned })
                 }
                 "~" => {
-                    let v = self.unary(live)?;
+                    let v = self.nested(|p| p.unary(live))?;
                     Ok(Value { bits: !v.bits, unsigned: v.unsigned })
                 }
-                "!" => Ok(Value::signed(i64::from(!self.unary(live)?.truth()))),
+                "!" => Ok(Value::signed(i64::from(!self.nested(|p| p.unary(live))?.truth()))),
                 _ => Err(format!("line {}: unexpected `{}` in `#if` expression", self.line, t.text)),
             },
             PpKind::Number => number(&t.text).ok_or_else(|| {

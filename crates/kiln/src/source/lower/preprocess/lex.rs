@@ -4,6 +4,8 @@
 //! rewriter's tokenizer, `[[` is two tokens here, so macro parameters inside attributes
 //! (`[[host_name(name)]]`) are substituted.
 
+use std::rc::Rc;
+
 /// What a preprocessing token is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PpKind {
@@ -20,6 +22,89 @@ pub enum PpKind {
     Placemarker,
 }
 
+/// The names (ids) of the macros a token may not expand, sorted; shared between the tokens of
+/// one expansion, so deep expansions cost no memory per token.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HideSet(Option<Rc<[u32]>>);
+
+impl HideSet {
+    pub fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |h| h.len())
+    }
+
+    pub fn contains(&self, id: u32) -> bool {
+        self.0.as_ref().is_some_and(|h| h.binary_search(&id).is_ok())
+    }
+
+    fn ids(&self) -> &[u32] {
+        self.0.as_deref().unwrap_or(&[])
+    }
+
+    fn from_sorted(ids: Vec<u32>) -> HideSet {
+        HideSet((!ids.is_empty()).then(|| Rc::from(ids)))
+    }
+
+    /// This set with `id` added.
+    pub fn with(&self, id: u32) -> HideSet {
+        let mut ids = self.ids().to_vec();
+        if let Err(at) = ids.binary_search(&id) {
+            ids.insert(at, id);
+        }
+        HideSet::from_sorted(ids)
+    }
+
+    /// The ids in both sets.
+    pub fn intersection(&self, other: &HideSet) -> HideSet {
+        HideSet::from_sorted(self.ids().iter().copied().filter(|&h| other.contains(h)).collect())
+    }
+
+    /// The ids in either set (shared with one of them when it holds the other).
+    pub fn union(&self, other: &HideSet) -> HideSet {
+        let (a, b) = (self.ids(), other.ids());
+        if b.iter().all(|&h| self.contains(h)) {
+            return self.clone();
+        }
+        if a.iter().all(|&h| other.contains(h)) {
+            return other.clone();
+        }
+        let mut ids = Vec::with_capacity(a.len() + b.len());
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() || j < b.len() {
+            let next = match (a.get(i), b.get(j)) {
+                (Some(&x), Some(&y)) if x == y => {
+                    i += 1;
+                    j += 1;
+                    x
+                }
+                (Some(&x), Some(&y)) if x < y => {
+                    i += 1;
+                    x
+                }
+                (Some(&x), None) => {
+                    i += 1;
+                    x
+                }
+                (_, Some(&y)) => {
+                    j += 1;
+                    y
+                }
+                (None, None) => break,
+            };
+            ids.push(next);
+        }
+        HideSet::from_sorted(ids)
+    }
+
+    /// True when both are the same shared set (or both empty).
+    pub fn same(&self, other: &HideSet) -> bool {
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Rc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        }
+    }
+}
+
 /// One preprocessing token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PpToken {
@@ -29,7 +114,7 @@ pub struct PpToken {
     /// body or argument); tokens in the source keep their whitespace as separate tokens.
     pub space: bool,
     /// The macros whose expansion produced this token and that may not expand it again.
-    pub hide: Vec<u32>,
+    pub hide: HideSet,
     /// The 1-based line the token starts on.
     pub line: u32,
 }
@@ -67,7 +152,7 @@ pub fn lex(src: &str) -> Vec<PpToken> {
         let start = i;
         let kind = scan(src, &mut i);
         let text = &src[start..i];
-        out.push(PpToken { kind, text: text.to_string(), space: false, hide: Vec::new(), line });
+        out.push(PpToken { kind, text: text.to_string(), space: false, hide: HideSet::default(), line });
         line += text.matches('\n').count() as u32;
     }
     out

@@ -18,8 +18,9 @@ mod expand;
 mod expr;
 mod lex;
 
+use crate::source::limits::{exceeded, MAX_NESTING};
 use expand::{Macro, Macros};
-use lex::{lex, render, PpKind, PpToken};
+use lex::{lex, render, HideSet, PpKind, PpToken};
 
 /// The macros Metal predefines for kiln's target (Metal 3.1 with bfloat), as `(name, value)`.
 /// `__FAST_MATH__` is added in fast math mode. Both preludes define exactly these
@@ -141,6 +142,9 @@ impl Preprocessor {
         let active = self.active();
         match name {
             "if" | "ifdef" | "ifndef" => {
+                if self.groups.len() >= MAX_NESTING {
+                    return Err(format!("line {at}: {}", exceeded("the nesting of `#if` groups", MAX_NESTING)));
+                }
                 let cond = if !active {
                     Condition::Decided(false)
                 } else if name == "if" {
@@ -303,7 +307,7 @@ impl Preprocessor {
                         kind: PpKind::Number,
                         text: v.into(),
                         space: t.space,
-                        hide: Vec::new(),
+                        hide: HideSet::default(),
                         line: at,
                     });
                 }
