@@ -240,6 +240,73 @@ fn faulting_kernels_end_with_an_error_not_a_signal() {
 }
 
 #[test]
+fn writes_past_threadgroup_memory_end_with_an_error_naming_the_array() {
+    let dir = scratch("threadgroup");
+    let out_dir = dir.join("out");
+    let out_dir = out_dir.to_str().unwrap();
+    // Thread 3 writes one element past a 4-float threadgroup array.
+    let spec = fault_spec(&dir, "tg_past", "threadgroup float buf[4];\n    buf[i + 1] = x[i];\n    out[i] = x[i];");
+    for checked in [false, true] {
+        let mut args = vec!["run", spec.to_str().unwrap(), "--device", "cpu", "--out", out_dir];
+        if checked {
+            args.push("--checked");
+        }
+        let out = kiln(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("threadgroup array `buf` (16 bytes)"), "{args:?}: {}", stderr(&out));
+    }
+}
+
+/// The cache directory of the CPU library whose source contains `text`.
+fn library_dir_holding(cache: &Path, text: &str) -> PathBuf {
+    let dirs = std::fs::read_dir(cache.join("cpu")).unwrap().map(|e| e.unwrap().path());
+    let mut hits = dirs.filter(|d| std::fs::read_to_string(d.join("kernel.cpp")).is_ok_and(|s| s.contains(text)));
+    hits.next().unwrap()
+}
+
+#[test]
+fn damaged_cache_entries_are_rebuilt_by_the_next_run() {
+    let dir = scratch("cache");
+    let cache = dir.join("cache");
+    // The input `fault_spec` writes.
+    let x = [0.75f32, -1.5, 2.25, 3.0];
+    let a = fault_spec(&dir, "cache_a", "out[i] = x[i] * 2.0f + 1.0f;");
+    let b = fault_spec(&dir, "cache_b", "out[i] = x[i] * 3.0f - 1.0f;");
+    let out_dir = dir.join("out");
+    let run = |spec: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["run", spec.to_str().unwrap(), "--device", "cpu", "--out", out_dir.to_str().unwrap()])
+            .env("KILN_CACHE_DIR", &cache)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        kiln::Array::load_npy(out_dir.join("out.npy")).unwrap().to_vec::<f32>().unwrap()
+    };
+    let want_b: Vec<f32> = x.iter().map(|v| v * 3.0 - 1.0).collect();
+    run(&a);
+    assert_eq!(run(&b), want_b);
+    let so_a = library_dir_holding(&cache, "x[i] * 2.0f + 1.0f").join("kernel.so");
+    let so_b = library_dir_holding(&cache, "x[i] * 3.0f - 1.0f").join("kernel.so");
+    let manifest_b = so_b.with_file_name("kernel.so.manifest");
+    let damage: [(&str, &dyn Fn()); 4] = [
+        ("truncated", &|| {
+            let good = std::fs::read(&so_b).unwrap();
+            std::fs::write(&so_b, &good[..good.len() / 2]).unwrap();
+        }),
+        ("garbage", &|| std::fs::write(&so_b, vec![0xCCu8; 4096]).unwrap()),
+        ("another kernel's library", &|| {
+            std::fs::copy(&so_a, &so_b).unwrap();
+        }),
+        ("no manifest", &|| std::fs::remove_file(&manifest_b).unwrap()),
+    ];
+    for (what, damage) in damage {
+        damage();
+        assert_eq!(run(&b), want_b, "{what}");
+        assert!(manifest_b.exists(), "{what}: the entry is built again");
+    }
+}
+
+#[test]
 fn a_reader_closing_the_pipe_ends_kiln_quietly() {
     use std::io::Read;
     use std::process::Stdio;

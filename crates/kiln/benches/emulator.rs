@@ -1,6 +1,7 @@
 //! Emulator throughput: emulated threads per second for a barrier-free kernel (plain loop over
 //! each group's threads) and for a kernel with threadgroup barriers and a SIMD reduction
-//! (cooperative fibers), in groups of 256 and of 1024 threads. Run with `cargo bench --bench
+//! (cooperative fibers), in groups of 256 and of 1024 threads (and of 32, where the per-group
+//! cost of threadgroup memory shows most). Run with `cargo bench --bench
 //! emulator`; compilation is excluded (one warm-up call), the timed region covers whole calls
 //! including output allocation. Besides wall-clock throughput it prints threads per CPU-second
 //! of the whole process (Linux), which stays comparable on a machine shared with other work.
@@ -67,4 +68,5 @@ fn main() {
     measure("no barriers (plain loop)", &plain, &x, n, 256);
     measure("2 barriers + simd_sum (fibers)", &barrier, &x, n / 4, 256);
     measure("same, 1024-thread groups", &barrier, &x, n / 4, 1024);
+    measure("same, 32-thread groups", &barrier, &x, n / 4, 32);
 }

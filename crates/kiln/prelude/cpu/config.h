@@ -37,8 +37,6 @@ KILN_LIBM2(powf) KILN_LIBM2(atan2f) KILN_LIBM2(fmodf) KILN_LIBM2(fminf) KILN_LIB
 KILN_LIBM2(copysignf)
 float fmaf(float, float, float) noexcept;
 float ldexpf(float, int) noexcept;
-void* calloc(size_t, size_t) noexcept;
-void free(void*) noexcept;
 #undef KILN_LIBM1
 #undef KILN_LIBM2
 }

@@ -56,6 +56,8 @@ typedef void (*Body)(Thread&, void* const* buffers, void* const* tg_mem);
 
 struct Alloc { const void* key; void* mem; };
 
+struct TgArena;
+
 struct Group {
   Thread* threads;
   int n;
@@ -64,6 +66,11 @@ struct Group {
   void* tg_mem[16];
   Alloc allocs[64];
   int nallocs;
+  // Where the group's threadgroup arrays live (see threadgroup.h), and whether guards also
+  // catch reads.
+  TgArena* arena;
+  bool checked;
+  char tg_fault_text[256];
   FiberCtx sched;
   int aborted;  // 0 running, 1 cancelled, 2 fault
   const char* fault;
@@ -158,19 +165,6 @@ __attribute__((noinline)) inline View post_bytes(const void* bytes, unsigned siz
 template <class T> __attribute__((always_inline)) inline View post(const T& v, const void* site) {
   static_assert(sizeof(T) <= SLOT_BYTES, "SIMD collective on a value larger than 32 bytes");
   return post_bytes(&v, sizeof(T), site);
-}
-
-// Per-group storage for a `threadgroup` declaration, keyed by declaration site and type.
-template <class T, int Site> inline T* tg_alloc() {
-  static char key;
-  Group* g = g_cur.group;
-  for (int i = 0; i < g->nallocs; ++i)
-    if (g->allocs[i].key == &key) return (T*)g->allocs[i].mem;
-  if (g->nallocs == 64) throw Fault{"more than 64 threadgroup declarations in one kernel"};
-  void* mem = calloc(1, sizeof(T) + 16);
-  if (!mem) throw Fault{"out of memory for threadgroup storage"};
-  g->allocs[g->nallocs++] = Alloc{&key, mem};
-  return (T*)mem;
 }
 
 // Builtin values convert to the declared parameter type (uint, uint2, uint3, ushort, ...).

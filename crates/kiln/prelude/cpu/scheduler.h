@@ -174,31 +174,6 @@ inline void fiber_prepare(Thread& t, Group& g, size_t top_offset) {
 }
 #endif
 
-// Appends `text` (may be null) to the message at `*at`, keeping it NUL-terminated within `cap`.
-inline void msg_put(char* dst, int cap, int* at, const char* text) {
-  for (; text && *text && *at + 1 < cap; ++text) dst[(*at)++] = *text;
-  if (cap > 0) dst[*at < cap ? *at : cap - 1] = 0;
-}
-
-inline void copy_msg(char* dst, int cap, const char* src) {
-  int at = 0;
-  msg_put(dst, cap, &at, src);
-}
-
-// Appends `v` in decimal or hexadecimal (no stdio: its names would share the kernel's global
-// namespace).
-inline void msg_put(char* dst, int cap, int* at, uint64_t v, bool hex) {
-  char text[24];
-  int i = 23;
-  text[i] = 0;
-  const unsigned base = hex ? 16 : 10;
-  do {
-    text[--i] = "0123456789abcdef"[v % base];
-    v /= base;
-  } while (v);
-  msg_put(dst, cap, at, text + i);
-}
-
 const char* const OUT_OF_ORDER =
     "lanes of a SIMD-group reached a SIMD-group function call that the rest of the SIMD-group had already "
     "executed without them, so the CPU emulator cannot tell which lanes Metal would combine (control flow it "
@@ -324,12 +299,14 @@ struct LaunchDesc {
   uint32_t grid[3];
   uint32_t tg[3];
   uint32_t groups[3];
+  uint32_t checked;
 };
 
 // Runs groups [begin, end) of the linearised group grid. Returns 0, 1 (cancelled) or 2 (fault,
 // message in `msg`).
 inline int run_groups_unprotected(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin, uint64_t end,
-                                  StackSet* stacks, char* msg, int msg_cap) {
+                                  StackSet* stacks, TgArena* arena, const char* const* tg_names, char* msg,
+                                  int msg_cap) {
   g_cur.cancel = d->cancel;
   Worker& w = g_worker;
   Thread* threads = w.threads;
@@ -354,10 +331,15 @@ inline int run_groups_unprotected(Body body, bool cooperative, const LaunchDesc*
     g.nallocs = 0;
     g.aborted = 0;
     g.fault = nullptr;
+    g.arena = arena;
+    g.checked = d->checked != 0;
     for (uint32_t i = 0; i < 16; ++i) g.tg_mem[i] = nullptr;
     for (uint32_t i = 0; i < d->n_tg && i < 16; ++i) {
-      g.tg_mem[i] = calloc(1, d->tg_sizes[i] + 16);
-      if (!g.tg_mem[i]) { copy_msg(msg, msg_cap, "out of memory for threadgroup memory"); return 2; }
+      const char* fault = "out of memory for threadgroup memory";
+      g.tg_mem[i] = arena ? tg_open(arena, TG_DECLARED + (int)i, d->tg_sizes[i], tg_names[i], g.checked, &fault,
+                                    g.tg_fault_text, (int)sizeof g.tg_fault_text)
+                          : nullptr;
+      if (!g.tg_mem[i]) { copy_msg(msg, msg_cap, fault); return 2; }
     }
     // Fields shared by every group of the same shape are written only when the shape changes
     // (consecutive groups mostly share it); the position advances x fastest without divisions.
@@ -424,8 +406,6 @@ inline int run_groups_unprotected(Body body, bool cooperative, const LaunchDesc*
     }
     g_cur.group = nullptr;
     g_cur.thread = nullptr;
-    for (int i = 0; i < g.nallocs; ++i) free(g.allocs[i].mem);
-    for (uint32_t i = 0; i < 16; ++i) free(g.tg_mem[i]);
     if (g.aborted == 1) return 1;
     if (g.aborted == 2) { copy_msg(msg, msg_cap, g.fault); return 2; }
   }
@@ -594,7 +574,16 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
   } else {
     msg_put(msg, cap, &at, "the kernel ");
   }
-  if (sig == SIGFPE) {
+  const int tg_slot = (sig == SIGSEGV || sig == SIGBUS) && g ? tg_region_of(g->arena, addr) : -1;
+  if (tg_slot >= 0) {
+    // An access to a threadgroup array's guard (or, for a read on a checked launch, the bytes
+    // next to its data).
+    const TgRegion& r = g->arena->regions[tg_slot];
+    const uint64_t data = (uint64_t)(uintptr_t)r.data;
+    tg_describe(r, tg_slot, g->checked ? "made an out-of-bounds access" : "made an out-of-bounds write", msg, cap, &at);
+    if (addr < data) tg_where(data - addr, 0, true, msg, cap, &at);
+    else tg_where(0, addr - (data + r.size), true, msg, cap, &at);
+  } else if (sig == SIGFPE) {
     msg_put(msg, cap, &at, "raised an arithmetic exception (integer division or remainder by zero, or of the "
                            "most negative value by -1)");
   } else if (sig == SIGILL) {
@@ -622,12 +611,8 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
                            "`CheckedScope`, names the buffer when an access lands just outside one)");
   }
   if (g) {
-    for (int i = 0; i < g->nallocs; ++i) free(g->allocs[i].mem);
     g->nallocs = 0;
-    for (uint32_t i = 0; i < 16; ++i) {
-      free(g->tg_mem[i]);
-      g->tg_mem[i] = nullptr;
-    }
+    tg_forget_call(g->arena);
   }
   c.group = nullptr;
   c.thread = nullptr;
@@ -636,8 +621,8 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
 
 // `run_groups_unprotected` with an escape point for faults (see above); without a free slot or
 // a handler, the groups run unprotected.
-inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin, uint64_t end,
-                      StackSet* stacks, char* msg, int msg_cap) {
+inline int run_groups_guarded(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin, uint64_t end,
+                              StackSet* stacks, TgArena* arena, const char* const* tg_names, char* msg, int msg_cap) {
   int slot = -1;
   if (install_fault_handler() == 0) {
     for (int s = 0; s < ESCAPE_SLOTS && slot < 0; ++s) {
@@ -645,7 +630,7 @@ inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t
       if (__atomic_compare_exchange_n(&g_escapes[s].used, &zero, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) slot = s;
     }
   }
-  if (slot < 0) return run_groups_unprotected(body, cooperative, d, begin, end, stacks, msg, msg_cap);
+  if (slot < 0) return run_groups_unprotected(body, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
   g_worker.ensure_alt_stack();
   Escape& e = g_escapes[slot];
   sigjmp_buf env;
@@ -654,13 +639,25 @@ inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t
   int rc;
   if (sigsetjmp(env, 0) == 0) {
     __atomic_store_n(&e.armed, 1, __ATOMIC_RELEASE);
-    rc = run_groups_unprotected(body, cooperative, d, begin, end, stacks, msg, msg_cap);
+    rc = run_groups_unprotected(body, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
     __atomic_store_n(&e.armed, 0, __ATOMIC_RELEASE);
   } else {
     rc = abandon_group(e.sig, e.addr, msg, msg_cap);
   }
   __atomic_store_n(&e.used, 0, __ATOMIC_RELEASE);
   return rc;
+}
+
+// `run_groups_guarded`, then the canaries of the threadgroup arrays the call used: a write that
+// stayed next to an array's data (inside its canaries) is reported here.
+inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin, uint64_t end,
+                      StackSet* stacks, TgArena* arena, const char* const* tg_names, char* msg, int msg_cap) {
+  int rc = run_groups_guarded(body, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
+  if (rc == 2) {
+    tg_forget_call(arena);
+    return 2;
+  }
+  return tg_check_call(arena, msg, msg_cap) ? 2 : rc;
 }
 
 }  // namespace rt

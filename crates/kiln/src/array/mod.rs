@@ -34,6 +34,14 @@ impl HostBuffer {
         HostBuffer { words: vec![0u128; len.div_ceil(16)], len }
     }
 
+    /// A zero-filled buffer of `len` bytes, or `None` when that memory cannot be allocated.
+    pub fn try_zeroed(len: usize) -> Option<Self> {
+        let mut words = Vec::new();
+        words.try_reserve_exact(len.div_ceil(16)).ok()?;
+        words.resize(len.div_ceil(16), 0u128);
+        Some(HostBuffer { words, len })
+    }
+
     /// A buffer holding a copy of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Self {
         let mut b = HostBuffer::zeroed(bytes.len());
@@ -198,7 +206,9 @@ impl Array {
     pub fn full(dtype: DType, shape: &[usize], value: f64) -> Result<Array> {
         let bytes = byte_size("array", "an array", shape, dtype)?;
         let one = f64_to_element_bytes(value, dtype);
-        let mut buf = HostBuffer::zeroed(bytes);
+        let mut buf = HostBuffer::try_zeroed(bytes).ok_or_else(|| {
+            Error::invalid("array", format!("cannot allocate {bytes} bytes for an array of shape {shape:?}"))
+        })?;
         for chunk in buf.bytes_mut().chunks_exact_mut(dtype.size()) {
             chunk.copy_from_slice(&one);
         }
@@ -322,18 +332,14 @@ impl Array {
     }
 
     /// The elements as contiguous little-endian bytes in row-major order (host arrays only).
+    /// A copy larger than the memory that can be had (a broadcast of 2^40 rows, say) is an
+    /// error, not the end of the process.
     pub fn to_contiguous_bytes(&self) -> Result<Vec<u8>> {
-        let buf = self.require_host("to_contiguous_bytes")?;
-        let es = self.dtype.size();
-        let bytes = buf.bytes();
-        if self.is_row_contiguous() {
-            let start = self.offset * es;
-            return Ok(bytes[start..start + self.nbytes()].to_vec());
-        }
-        let mut out = Vec::with_capacity(self.nbytes());
-        for off in self.element_offsets() {
-            out.extend_from_slice(&bytes[off * es..(off + 1) * es]);
-        }
+        let n = self.contiguous_copy_bytes("to_contiguous_bytes")?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(n).map_err(|_| self.copy_too_large("to_contiguous_bytes", n))?;
+        out.resize(n, 0);
+        self.copy_row_major("to_contiguous_bytes", &mut out)?;
         Ok(out)
     }
 
@@ -342,7 +348,57 @@ impl Array {
         if self.is_row_contiguous() && self.host_buffer().is_some() {
             return Ok(self.clone());
         }
-        Array::from_bytes(self.dtype, &self.shape, &self.to_contiguous_bytes()?)
+        let n = self.contiguous_copy_bytes("to_row_contiguous")?;
+        let mut buf = HostBuffer::try_zeroed(n).ok_or_else(|| self.copy_too_large("to_row_contiguous", n))?;
+        self.copy_row_major("to_row_contiguous", buf.bytes_mut())?;
+        Ok(Array::from_host(buf, self.dtype, &self.shape))
+    }
+
+    /// Bytes of a row-contiguous copy, or an error of `op` when they overflow an address space.
+    fn contiguous_copy_bytes(&self, op: &str) -> Result<usize> {
+        byte_size(op, "a row-contiguous copy", &self.shape, self.dtype)
+    }
+
+    fn copy_too_large(&self, op: &str, bytes: usize) -> Error {
+        Error::invalid(
+            op,
+            format!(
+                "cannot allocate {bytes} bytes for a row-contiguous copy of shape {:?} and dtype {}",
+                self.shape, self.dtype
+            ),
+        )
+    }
+
+    /// Writes the elements in row-major order into `dst` (exactly `nbytes` long), walking the
+    /// strides without materialising the offsets.
+    fn copy_row_major(&self, op: &str, dst: &mut [u8]) -> Result<()> {
+        let bytes = self.require_host(op)?.bytes();
+        let es = self.dtype.size();
+        if dst.is_empty() {
+            return Ok(());
+        }
+        if self.is_row_contiguous() {
+            let start = self.offset * es;
+            dst.copy_from_slice(&bytes[start..start + dst.len()]);
+            return Ok(());
+        }
+        let nd = self.ndim();
+        let mut idx: Shape = smallvec::smallvec![0usize; nd];
+        let mut pos = self.offset as isize;
+        for chunk in dst.chunks_exact_mut(es) {
+            let at = pos as usize * es;
+            chunk.copy_from_slice(&bytes[at..at + es]);
+            for ax in (0..nd).rev() {
+                idx[ax] += 1;
+                pos += self.strides[ax];
+                if idx[ax] < self.shape[ax] {
+                    break;
+                }
+                pos -= self.strides[ax] * self.shape[ax] as isize;
+                idx[ax] = 0;
+            }
+        }
+        Ok(())
     }
 
     /// The elements in row-major order as `T` (host arrays only; `T` must match the dtype).

@@ -4,6 +4,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub(crate) mod disk_cache;
 pub mod metal;
 
 use std::any::Any;

@@ -35,6 +35,7 @@ pub const COMMON_PRELUDE: [(&str, &str); 11] = [
 pub const MLX_UTILS: &str = include_str!("../../prelude/common/mlx_utils.h");
 const CPU_CONFIG: &str = include_str!("../../prelude/cpu/config.h");
 const CPU_RUNTIME: &str = include_str!("../../prelude/cpu/runtime.h");
+const CPU_THREADGROUP: &str = include_str!("../../prelude/cpu/threadgroup.h");
 const CPU_CONVERGENCE: &str = include_str!("../../prelude/cpu/convergence.h");
 const CPU_SIMD: &str = include_str!("../../prelude/cpu/simd.h");
 const CPU_SCHEDULER: &str = include_str!("../../prelude/cpu/scheduler.h");
@@ -52,7 +53,7 @@ fn push_header(out: &mut String, name: &str, text: &str) {
 
 /// What `kiln_abi_version()` of the translation units written here returns; the host refuses a
 /// library with another (its `kiln_run` takes other arguments).
-pub const ABI_VERSION: i32 = 2;
+pub const ABI_VERSION: i32 = 3;
 
 /// The whole translation unit for `module`, lowered from `program`.
 pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Result<String> {
@@ -63,6 +64,7 @@ pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Resul
         push_header(&mut out, name, text);
     }
     push_header(&mut out, "cpu/runtime.h", CPU_RUNTIME);
+    push_header(&mut out, "cpu/threadgroup.h", CPU_THREADGROUP);
     push_header(&mut out, "cpu/convergence.h", CPU_CONVERGENCE);
     push_header(&mut out, "cpu/simd.h", CPU_SIMD);
     out.push_str("using namespace metal;\n");
@@ -105,6 +107,18 @@ pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Resul
         );
     }
     push_header(&mut out, "cpu/scheduler.h", CPU_SCHEDULER);
+    // Each entry's `[[threadgroup(n)]]` parameter names, for fault messages.
+    for (i, entry) in module.entries.iter().enumerate() {
+        let mut names = vec!["nullptr".to_string(); 16];
+        for p in &entry.params {
+            if let EntryParam::Threadgroup { name, index, .. } = p {
+                if let Some(slot) = names.get_mut(*index as usize) {
+                    *slot = format!("\"{name}\"");
+                }
+            }
+        }
+        let _ = writeln!(out, "static const char* const kiln_tg_names_{i}[16] = {{{}}};", names.join(", "));
+    }
     out.push_str("#line 1 \"kiln/exports\"\n");
     let coop = if module.needs_cooperative_threads { "true" } else { "false" };
     let _ = writeln!(out, "extern \"C\" int kiln_abi_version() {{ return {ABI_VERSION}; }}");
@@ -113,11 +127,11 @@ pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Resul
         "extern \"C\" int kiln_cooperative() {{ return {}; }}",
         u8::from(module.needs_cooperative_threads)
     );
-    out.push_str("extern \"C\" int kiln_run(int entry, const kiln::rt::LaunchDesc* d, uint64_t begin, uint64_t end, kiln::rt::StackSet* stacks, char* msg, int cap) {\n  switch (entry) {\n");
+    out.push_str("extern \"C\" int kiln_run(int entry, const kiln::rt::LaunchDesc* d, uint64_t begin, uint64_t end, kiln::rt::StackSet* stacks, kiln::rt::TgArena* arena, char* msg, int cap) {\n  switch (entry) {\n");
     for i in 0..module.entries.len() {
         let _ = writeln!(
             out,
-            "    case {i}: return kiln::rt::run_groups(kiln_body_{i}, {coop}, d, begin, end, stacks, msg, cap);"
+            "    case {i}: return kiln::rt::run_groups(kiln_body_{i}, {coop}, d, begin, end, stacks, arena, kiln_tg_names_{i}, msg, cap);"
         );
     }
     out.push_str("  }\n  kiln::rt::copy_msg(msg, cap, \"no such entry\");\n  return 2;\n}\n");

@@ -59,14 +59,15 @@ impl GuardedBuf {
     /// the guards set to `fill` (the guards themselves are never read: the kernel library
     /// protects them while a launch runs).
     pub fn filled(kernel: &str, len: usize, fill: u8) -> Result<GuardedBuf> {
-        let middle = (len + DATA_ALIGN).div_ceil(GRANULE) * GRANULE;
-        let size = middle + 2 * GRANULE;
-        let layout = Layout::from_size_align(size, GRANULE)
-            .map_err(|e| Error::invalid(kernel.to_string(), format!("guarded buffer of {len} bytes: {e}")))?;
+        let too_large =
+            || Error::invalid(kernel.to_string(), format!("cannot allocate a guarded buffer of {len} bytes"));
+        let middle = len.checked_add(DATA_ALIGN).ok_or_else(too_large)?.div_ceil(GRANULE) * GRANULE;
+        let size = middle.checked_add(2 * GRANULE).ok_or_else(too_large)?;
+        let layout = Layout::from_size_align(size, GRANULE).map_err(|_| too_large())?;
         // SAFETY: the layout has a non-zero size (at least three granules).
         let base = unsafe { alloc(layout) };
         if base.is_null() {
-            return Err(Error::invalid(kernel.to_string(), format!("cannot allocate a guarded buffer of {len} bytes")));
+            return Err(too_large());
         }
         // SAFETY: the middle part, [GRANULE, GRANULE + middle), lies inside the allocation.
         unsafe { std::ptr::write_bytes(base.add(GRANULE), fill, middle) };

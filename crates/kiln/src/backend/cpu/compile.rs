@@ -1,12 +1,16 @@
 //! Compiling a CPU translation unit with the host C++ compiler into a shared library, cached on
 //! disk under `config::cache_dir()/cpu/<sha256>/` (the key covers the whole translation unit,
 //! the flags and the compiler's identity) and in memory once loaded.
+//!
+//! A cached library is used only when its manifest vouches for it (`backend::disk_cache`);
+//! anything else is removed and built again. What is loaded is a private copy of the bytes that
+//! were checked, so a cache file damaged later (truncated, overwritten) cannot reach a library
+//! this process has mapped.
 
 use std::collections::HashMap;
 use std::ffi::c_char;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
@@ -14,15 +18,26 @@ use sha2::{Digest, Sha256};
 use super::checked::CheckedLaunch;
 use super::exec::LaunchDesc;
 use super::stacks::StackSet;
+use super::threadgroup::ThreadgroupArena;
+use crate::backend::disk_cache;
 use crate::config;
 use crate::error::{Error, Result};
 use crate::kernel::MathMode;
 use crate::source::cpu::ABI_VERSION;
 
-/// `kiln_run(entry, desc, begin, end, stacks, msg, cap)`: runs a range of groups (cooperative
-/// kernels on fibers whose stacks come from `stacks`; others ignore it, may be null); 0 ok,
-/// 1 cancelled, 2 fault (message in `msg`).
-pub type RunFn = unsafe extern "C" fn(i32, *const LaunchDesc, u64, u64, *mut StackSet, *mut c_char, i32) -> i32;
+/// `kiln_run(entry, desc, begin, end, stacks, arena, msg, cap)`: runs a range of groups
+/// (cooperative kernels on fibers whose stacks come from `stacks`; others ignore it, may be
+/// null), their threadgroup memory in `arena`; 0 ok, 1 cancelled, 2 fault (message in `msg`).
+pub type RunFn = unsafe extern "C" fn(
+    i32,
+    *const LaunchDesc,
+    u64,
+    u64,
+    *mut StackSet,
+    *mut ThreadgroupArena,
+    *mut c_char,
+    i32,
+) -> i32;
 
 /// `kiln_release_stacks(set)`: unmaps every stack of a set.
 pub type ReleaseFn = unsafe extern "C" fn(*mut StackSet);
@@ -127,21 +142,28 @@ pub fn compile(cxx: &str, kernel: &str, tu: &str, mode: MathMode) -> Result<Arc<
     if let Some(c) = loaded().lock().ok().and_then(|m| m.get(&key).cloned()) {
         return Ok(c);
     }
-    let dir = library_dir(&key);
-    let so = dir.join("kernel.so");
-    // A library on disk that does not load (damaged, or incomplete) is built again.
-    let compiled = match so.exists().then(|| load(kernel, &so)) {
-        Some(Ok(c)) => c,
-        _ => {
-            build(cxx, kernel, tu, &flags, &dir, &so)?;
-            load(kernel, &so)?
-        }
-    };
-    let compiled = Arc::new(compiled);
+    let compiled = Arc::new(load_or_build(cxx, kernel, tu, &flags, &key)?);
     if let Ok(mut m) = loaded().lock() {
         m.entry(key).or_insert_with(|| compiled.clone());
     }
     Ok(compiled)
+}
+
+/// The library of `key` from the disk cache when a checked entry is there (one that fails to
+/// load is removed), else built and stored.
+fn load_or_build(cxx: &str, kernel: &str, tu: &str, flags: &[&str], key: &str) -> Result<Compiled> {
+    let dir = library_dir(key);
+    let so = dir.join("kernel.so");
+    if let Some(image) = disk_cache::load_verified(&so, key) {
+        match load_image(kernel, &dir, &image) {
+            Ok(c) => return Ok(c),
+            Err(_) => disk_cache::remove(&so),
+        }
+    }
+    let image = build(cxx, kernel, tu, flags, &dir)?;
+    // The disk cache only saves time: a read-only or full cache directory must not fail a kernel.
+    let _ = disk_cache::store(&so, key, &image);
+    load_image(kernel, &dir, &image)
 }
 
 /// The cache key of a library: everything that goes into it.
@@ -171,15 +193,13 @@ fn library_dir(key: &str) -> PathBuf {
     std::env::temp_dir().join("kiln-cache").join("cpu").join(key)
 }
 
-fn build(cxx: &str, kernel: &str, tu: &str, flags: &[&str], dir: &Path, so: &Path) -> Result<()> {
+/// Compiles `tu` and returns the library's bytes.
+fn build(cxx: &str, kernel: &str, tu: &str, flags: &[&str], dir: &Path) -> Result<Vec<u8>> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    // Source and library under names of this build alone, renamed into place: another thread or
-    // process building the same key never reads a half-written source or loads a partial
-    // library.
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let stem = format!("kernel.{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
-    let cpp = dir.join(format!("{stem}.cpp"));
-    let tmp = dir.join(format!("{stem}.so"));
+    // Source and library under names of this build alone: another thread or process building
+    // the same key never reads a half-written source.
+    let cpp = disk_cache::private_name(dir, "kernel", "cpp");
+    let tmp = cpp.with_extension("so");
     std::fs::write(&cpp, tu).map_err(|e| Error::io(&cpp, e))?;
     let out = Command::new(cxx).args(flags).arg("-o").arg(&tmp).arg(&cpp).output();
     let out = match out {
@@ -199,7 +219,22 @@ fn build(cxx: &str, kernel: &str, tu: &str, flags: &[&str], dir: &Path, so: &Pat
     if std::fs::rename(&cpp, dir.join("kernel.cpp")).is_err() {
         let _ = std::fs::remove_file(&cpp);
     }
-    std::fs::rename(&tmp, so).map_err(|e| Error::io(so, e))
+    let image = std::fs::read(&tmp).map_err(|e| Error::io(&tmp, e));
+    let _ = std::fs::remove_file(&tmp);
+    image
+}
+
+/// Loads `image` from a file of this process's own (in `dir`, else the temporary directory),
+/// removed once loaded: the mapping then belongs to this process alone.
+fn load_image(kernel: &str, dir: &Path, image: &[u8]) -> Result<Compiled> {
+    let mut path = disk_cache::private_name(dir, "kernel", "loading.so");
+    if std::fs::write(&path, image).is_err() {
+        path = disk_cache::private_name(&std::env::temp_dir(), "kiln-kernel", "loading.so");
+        std::fs::write(&path, image).map_err(|e| Error::io(&path, e))?;
+    }
+    let compiled = load(kernel, &path);
+    let _ = std::fs::remove_file(&path);
+    compiled
 }
 
 /// Keeps the compiler's messages about the user's file first and drops the noise about the
@@ -263,9 +298,56 @@ mod tests {
             "#include <stdint.h>\n// {tag}\n\
              extern \"C\" int kiln_abi_version() {{ return {ABI_VERSION}; }}\n\
              extern \"C\" int kiln_cooperative() {{ return 1; }}\n\
-             extern \"C\" int kiln_run(int, const void*, uint64_t, uint64_t, void*, char*, int) {{ return 0; }}\n\
-             extern \"C\" void kiln_release_stacks(void*) {{}}\n"
+             extern \"C\" int kiln_run(int, const void*, uint64_t, uint64_t, void*, void*, char*, int) {{ return 0; }}\n\
+             extern \"C\" void kiln_release_stacks(void*) {{}}\n\
+             extern \"C\" uint64_t kiln_test_tag() {{ return {tag}ull; }}\n"
         )
+    }
+
+    fn tag_of(c: &Compiled) -> u64 {
+        // SAFETY: `minimal_tu` defines `kiln_test_tag` with this signature; it returns a constant.
+        unsafe { c._lib.get::<unsafe extern "C" fn() -> u64>(b"kiln_test_tag\0").unwrap()() }
+    }
+
+    #[test]
+    fn truncated_corrupted_swapped_or_unvouched_cache_entries_are_built_again() {
+        let cxx = config::host_cxx();
+        let compiler = host_compiler(&cxx).unwrap();
+        let flags = flags(MathMode::Safe, &compiler);
+        let (tag_a, tag_b) = (fresh_tag(), fresh_tag() ^ 0x5a5a);
+        let (tu_a, tu_b) = (minimal_tu(tag_a), minimal_tu(tag_b));
+        let key_a = library_key(&tu_a, &flags, &cxx, &compiler);
+        let key_b = library_key(&tu_b, &flags, &cxx, &compiler);
+        assert_eq!(tag_of(&load_or_build(&cxx, "a", &tu_a, &flags, &key_a).unwrap()), tag_a);
+        assert_eq!(tag_of(&load_or_build(&cxx, "b", &tu_b, &flags, &key_b).unwrap()), tag_b);
+        let so_b = library_dir(&key_b).join("kernel.so");
+        let library_a = std::fs::read(library_dir(&key_a).join("kernel.so")).unwrap();
+        let damage: [(&str, &dyn Fn()); 5] = [
+            ("truncated", &|| {
+                let good = std::fs::read(&so_b).unwrap();
+                std::fs::write(&so_b, &good[..good.len() / 2]).unwrap();
+            }),
+            ("code overwritten", &|| {
+                let mut bytes = std::fs::read(&so_b).unwrap();
+                let n = bytes.len();
+                bytes[n / 4..n / 2].fill(0xCC);
+                std::fs::write(&so_b, &bytes).unwrap();
+            }),
+            ("garbage", &|| std::fs::write(&so_b, b"\x7fELF and nothing else").unwrap()),
+            ("another kernel's library", &|| std::fs::write(&so_b, &library_a).unwrap()),
+            ("no manifest", &|| std::fs::remove_file(disk_cache::manifest_path(&so_b)).unwrap()),
+        ];
+        for (what, damage) in damage {
+            damage();
+            let c = load_or_build(&cxx, "b", &tu_b, &flags, &key_b).unwrap();
+            assert_eq!(tag_of(&c), tag_b, "{what}");
+            // The entry was built again and checks out.
+            assert!(disk_cache::load_verified(&so_b, &key_b).is_some(), "{what}");
+        }
+        // A good entry is used as it is.
+        let before = std::fs::metadata(&so_b).unwrap().modified().unwrap();
+        assert_eq!(tag_of(&load_or_build(&cxx, "b", &tu_b, &flags, &key_b).unwrap()), tag_b);
+        assert_eq!(std::fs::metadata(&so_b).unwrap().modified().unwrap(), before);
     }
 
     fn fresh_tag() -> u64 {

@@ -21,6 +21,7 @@ use rayon::prelude::*;
 use super::checked::{self, CheckedLaunch, Guard, GuardedBuf};
 use super::compile::Compiled;
 use super::stacks;
+use super::threadgroup;
 use crate::array::{Array, HostBuffer};
 use crate::backend::{Binding, Dispatch, Launch};
 use crate::dtype::f64_to_element_bytes;
@@ -37,6 +38,8 @@ pub struct LaunchDesc {
     grid: [u32; 3],
     tg: [u32; 3],
     groups: [u32; 3],
+    /// Nonzero on checked launches: threadgroup memory's guards also fault on reads.
+    checked: u32,
 }
 
 /// Shares the descriptor with the worker threads.
@@ -201,6 +204,7 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
         grid,
         tg,
         groups,
+        checked: u32::from(checked),
     };
     let mut watch = CheckedLaunch {
         guards: guards.as_ptr(),
@@ -354,13 +358,26 @@ fn execute(
             let d = &shared;
             let mut lease = compiled.cooperative.then(|| stacks::pool().take(group_threads, compiled.release_stacks));
             let stacks = lease.as_mut().map_or(std::ptr::null_mut(), |l| l.as_ptr());
+            let mut arena = threadgroup::take();
             // SAFETY: `kiln_run` reads the descriptor (valid for this scope), runs groups
             // [begin, end) on fibers whose stacks it takes from the lent set (for this call
-            // only; non-cooperative kernels ignore it) and writes at most `msg.len()` bytes of
+            // only; non-cooperative kernels ignore it), lays out its threadgroup memory in the
+            // lent arena (also for this call only) and writes at most `msg.len()` bytes of
             // NUL-terminated message.
-            let rc =
-                unsafe { (compiled.run)(entry as i32, d.0, begin, end, stacks, msg.as_mut_ptr(), msg.len() as i32) };
+            let rc = unsafe {
+                (compiled.run)(
+                    entry as i32,
+                    d.0,
+                    begin,
+                    end,
+                    stacks,
+                    arena.as_ptr(),
+                    msg.as_mut_ptr(),
+                    msg.len() as i32,
+                )
+            };
             drop(lease);
+            drop(arena);
             if rc == 2 {
                 let text: String = msg.iter().take_while(|&&b| b != 0).map(|&b| b as u8 as char).collect();
                 if let Ok(mut f) = fault.lock() {

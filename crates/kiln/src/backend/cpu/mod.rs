@@ -17,11 +17,16 @@
 //! catches out-of-bounds reads of inputs: the inputs are copied between guard ranges too, and
 //! the first access to a guard is an `Error::KernelFault` naming the buffer. It costs a copy of
 //! each input and a few system calls per launch.
+//!
+//! Threadgroup memory is guarded on every launch (`threadgroup`): a write past a threadgroup
+//! array or a `[[threadgroup(n)]]` parameter is an `Error::KernelFault` naming it; in checked
+//! mode a read past it is too.
 
 mod checked;
 mod compile;
 mod exec;
 mod stacks;
+mod threadgroup;
 
 use std::cell::Cell;
 use std::collections::HashMap;

@@ -1,7 +1,8 @@
 //! NVRTC compilation of CUDA translation units to cubin, with an in-memory cache (one compile
 //! per key even under concurrent callers) and a disk cache so a second process pays nothing.
 //! Keys hash the full source, the options, the architecture and the NVRTC version; the `.cu`
-//! is kept beside its `.cubin` for debugging.
+//! is kept beside its `.cubin` for debugging. A cubin on disk is used only when its manifest
+//! names the key and the cubin's SHA-256 (`backend::disk_cache`); otherwise it is compiled again.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, CString};
@@ -12,6 +13,7 @@ use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
 use sha2::{Digest, Sha256};
 
 use super::libs;
+use crate::backend::disk_cache;
 use crate::config;
 use crate::error::{Error, Result};
 use crate::kernel::MathMode;
@@ -101,13 +103,12 @@ pub fn compile_for(
     }
     let dir = disk_dir();
     let cubin_path = dir.join(format!("{key}.cubin"));
-    if let Ok(bytes) = std::fs::read(&cubin_path) {
-        // A cubin is an ELF image; anything else (a damaged file) is compiled again.
-        if bytes.starts_with(b"\x7fELF") {
-            let image = Arc::new(bytes);
-            *guard = Some(image.clone());
-            return Ok(image);
-        }
+    // Only a cubin its manifest vouches for is used; a damaged entry is removed and compiled
+    // again.
+    if let Some(bytes) = disk_cache::load_verified(&cubin_path, &key) {
+        let image = Arc::new(bytes);
+        *guard = Some(image.clone());
+        return Ok(image);
     }
     let image = Arc::new(nvrtc_compile(kernel, source, &opts)?);
     // The disk cache only saves time: a read-only or full cache directory must not fail a kernel.
@@ -118,14 +119,12 @@ pub fn compile_for(
 
 fn write_disk_cache(dir: &std::path::Path, key: &str, source: &str, image: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    // Written under names of this process and renamed into place, so another process reading
-    // the cache never sees half a file.
-    for (ext, bytes) in [("cu", source.as_bytes()), ("cubin", image)] {
-        let tmp = dir.join(format!("{key}.{ext}.{}.tmp", std::process::id()));
-        std::fs::write(&tmp, bytes)?;
-        std::fs::rename(&tmp, dir.join(format!("{key}.{ext}")))?;
-    }
-    Ok(())
+    // The source (for reading) under a name of this process, renamed into place; the cubin with
+    // its manifest.
+    let tmp = disk_cache::private_name(dir, key, "cu.tmp");
+    std::fs::write(&tmp, source)?;
+    std::fs::rename(&tmp, dir.join(format!("{key}.cu")))?;
+    disk_cache::store(&dir.join(format!("{key}.cubin")), key, image)
 }
 
 fn poisoned(kernel: &str) -> Error {
@@ -202,8 +201,14 @@ fn c_chars_to_string(raw: &[c_char]) -> String {
 mod tests {
     use super::*;
 
+    /// The cached cubin of `source`, from the disk (the memory cache forgets it first).
+    fn from_disk(source: &str, key: &str) -> Arc<Vec<u8>> {
+        memory_cache().lock().unwrap().remove(key);
+        compile("damaged_cache", source, (9, 0), MathMode::Safe).unwrap()
+    }
+
     #[test]
-    fn a_damaged_cubin_in_the_disk_cache_is_compiled_again() {
+    fn truncated_corrupted_swapped_or_unvouched_cubins_are_compiled_again() {
         // NVRTC only, no GPU; skipped where it cannot be loaded unless a backend is required.
         match libs::require_nvrtc() {
             Err(e) if config::required_backend().is_none() => {
@@ -213,16 +218,33 @@ mod tests {
             r => r.unwrap(),
         }
         let tag = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
-        let source = format!("extern \"C\" __global__ void damaged_cache_{tag}(float* p) {{ p[0] = 1.0f; }}\n");
+        let source =
+            |v: u32| format!("extern \"C\" __global__ void damaged_cache_{tag}(float* p) {{ p[0] = {v}.0f; }}\n");
+        let (source_a, source_b) = (source(1), source(2));
         let arch = (9, 0);
-        let key = cache_key(&source, &options_for(arch, MathMode::Safe, false), arch, nvrtc_version().unwrap());
-        let dir = disk_dir();
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{key}.cubin"));
-        // What an interrupted write by an older version could leave.
-        std::fs::write(&path, b"not a cubin").unwrap();
-        let image = compile("damaged_cache", &source, arch, MathMode::Safe).unwrap();
-        assert_eq!(&image[..4], b"\x7fELF");
-        assert_eq!(&std::fs::read(&path).unwrap()[..4], b"\x7fELF");
+        let key = |s: &str| cache_key(s, &options_for(arch, MathMode::Safe, false), arch, nvrtc_version().unwrap());
+        let (key_a, key_b) = (key(&source_a), key(&source_b));
+        let image_a = compile("damaged_cache", &source_a, arch, MathMode::Safe).unwrap();
+        let image_b = compile("damaged_cache", &source_b, arch, MathMode::Safe).unwrap();
+        assert_ne!(image_a, image_b);
+        let path = disk_dir().join(format!("{key_b}.cubin"));
+        let damage: [(&str, &dyn Fn()); 5] = [
+            ("truncated", &|| std::fs::write(&path, &image_b[..image_b.len() / 2]).unwrap()),
+            ("garbage after an ELF magic", &|| std::fs::write(&path, b"\x7fELF and nothing else").unwrap()),
+            ("another kernel's cubin", &|| std::fs::write(&path, &image_a[..]).unwrap()),
+            ("no manifest", &|| std::fs::remove_file(disk_cache::manifest_path(&path)).unwrap()),
+            ("another key's manifest", &|| {
+                let other = disk_cache::manifest_path(&disk_dir().join(format!("{key_a}.cubin")));
+                std::fs::copy(other, disk_cache::manifest_path(&path)).unwrap();
+                std::fs::write(&path, &image_a[..]).unwrap();
+            }),
+        ];
+        for (what, damage) in damage {
+            damage();
+            assert_eq!(from_disk(&source_b, &key_b), image_b, "{what}");
+            // The entry was written again and checks out.
+            assert_eq!(disk_cache::load_verified(&path, &key_b).as_deref(), Some(&image_b[..]), "{what}");
+        }
+        assert_eq!(from_disk(&source_a, &key_a), image_a);
     }
 }

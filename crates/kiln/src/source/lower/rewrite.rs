@@ -507,7 +507,7 @@ impl Rewriter<'_> {
             let site = self.next_site;
             self.next_site += 1;
             decls.push(match self.target {
-                LowerTarget::Cpu => format!("auto& {name} = *kiln::rt::tg_alloc<{ty}{dims}, {site}>();"),
+                LowerTarget::Cpu => format!("auto& {name} = *kiln::rt::tg_alloc<{ty}{dims}, {site}>(\"{name}\");"),
                 LowerTarget::Cuda => format!("__shared__ {ty} {name}{dims};"),
             });
         }
