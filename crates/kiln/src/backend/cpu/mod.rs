@@ -25,6 +25,7 @@
 mod checked;
 mod compile;
 mod exec;
+mod pch;
 mod stacks;
 mod threadgroup;
 
@@ -37,7 +38,7 @@ use crate::array::Array;
 use crate::config;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::source::cpu::translation_unit;
+use crate::source::cpu::{prelude, translation_unit};
 use crate::source::lower::{lower, LowerTarget};
 
 pub use compile::flags as compile_flags;
@@ -184,7 +185,7 @@ impl CpuBackend {
             )
         })?;
         let tu = translation_unit(program, &module)?;
-        let compiled = compile::compile(&self.cxx, &program.kernel, &tu, program.math_mode)?;
+        let compiled = compile::compile(&self.cxx, &program.kernel, &tu, prelude(program.kind), program.math_mode)?;
         if let Ok(mut m) = resolved.lock() {
             m.insert(key, (compiled.clone(), entry));
         }
