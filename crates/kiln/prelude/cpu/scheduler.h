@@ -576,8 +576,7 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
   }
   const int tg_slot = (sig == SIGSEGV || sig == SIGBUS) && g ? tg_region_of(g->arena, addr) : -1;
   if (tg_slot >= 0) {
-    // An access to a threadgroup array's guard (or, for a read on a checked launch, the bytes
-    // next to its data).
+    // An access to a threadgroup array's guards: a write, or on a checked launch any access.
     const TgRegion& r = g->arena->regions[tg_slot];
     const uint64_t data = (uint64_t)(uintptr_t)r.data;
     tg_describe(r, tg_slot, g->checked ? "made an out-of-bounds access" : "made an out-of-bounds write", msg, cap, &at);

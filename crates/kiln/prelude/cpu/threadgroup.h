@@ -200,12 +200,12 @@ inline char* tg_open(TgArena* a, int s, uint64_t size, const char* name, bool ch
   return data;
 }
 
-// Which region holds `addr` (its data, open bytes or guards), or -1.
+// Which region the running call uses holds `addr` (its data, open bytes or guards), or -1.
 inline int tg_region_of(const TgArena* a, uint64_t addr) {
   if (!a) return -1;
   for (int s = 0; s < TG_SLOTS; ++s) {
     const TgRegion& r = a->regions[s];
-    if (r.map && addr >= (uint64_t)(uintptr_t)r.map && addr < (uint64_t)(uintptr_t)r.map + r.map_bytes)
+    if (r.map && r.state == 1 && addr >= (uint64_t)(uintptr_t)r.map && addr < (uint64_t)(uintptr_t)r.map + r.map_bytes)
       return s;
   }
   return -1;
