@@ -154,9 +154,41 @@ pub fn compile(cxx: &str, kernel: &str, tu: &str, prelude: &str, mode: MathMode)
     Ok(compiled)
 }
 
+/// As `compile`, past the in-memory cache: the library from the disk cache, else built (the
+/// compile benchmark's disk-hit and inline-prelude times).
+pub(crate) fn compile_past_memory(cxx: &str, kernel: &str, tu: &str, prelude: &str, mode: MathMode) -> Result<()> {
+    let compiler = host_compiler(cxx)?;
+    let flags = flags(mode, &compiler);
+    let key = library_key(tu, &flags, cxx, &compiler);
+    load_or_build(&Unit { cxx, compiler: &compiler, kernel, tu, prelude }, &flags, &key).map(|_| ())
+}
+
+/// Compiles a one-function C++ file with the flags of `mode`: the floor under any compile with
+/// this compiler, which the compile benchmark divides by.
+pub(crate) fn compile_trivial(cxx: &str, mode: MathMode) -> Result<()> {
+    let compiler = host_compiler(cxx)?;
+    let dir = std::env::temp_dir();
+    let cpp = disk_cache::private_name(&dir, "kiln-trivial", "cpp");
+    let so = cpp.with_extension("so");
+    std::fs::write(&cpp, "extern \"C\" int kiln_trivial(int x) { return x + 1; }\n").map_err(|e| Error::io(&cpp, e))?;
+    let out = Command::new(cxx).args(flags(mode, &compiler)).arg("-o").arg(&so).arg(&cpp).output();
+    let _ = std::fs::remove_file(&cpp);
+    let _ = std::fs::remove_file(&so);
+    match out {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(Error::Compile {
+            backend: "cpu",
+            kernel: "trivial".into(),
+            log: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }),
+        Err(e) => Err(Error::BackendUnavailable { backend: "cpu", reason: format!("cannot run `{cxx}`: {e}") }),
+    }
+}
+
 /// The library of `key` from the disk cache when a checked entry is there (one that fails to
 /// load is removed), else built and stored.
 fn load_or_build(unit: &Unit<'_>, flags: &[&str], key: &str) -> Result<Compiled> {
+    LIBRARIES_OPENED.with(|n| n.set(n.get() + 1));
     let kernel = unit.kernel;
     let dir = library_dir(key);
     let so = dir.join("kernel.so");
@@ -170,6 +202,17 @@ fn load_or_build(unit: &Unit<'_>, flags: &[&str], key: &str) -> Result<Compiled>
     // The disk cache only saves time: a read-only or full cache directory must not fail a kernel.
     let _ = disk_cache::store(&so, key, &image);
     load_image(kernel, &dir, &image)
+}
+
+thread_local! {
+    static LIBRARIES_OPENED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+/// How many libraries this thread has had to load from the disk cache or build, for tests
+/// that check a kernel was ready in memory.
+pub fn libraries_opened_on_this_thread() -> u64 {
+    LIBRARIES_OPENED.with(|n| n.get())
 }
 
 /// The cache key of a library: everything that goes into it.

@@ -206,6 +206,7 @@ mod tests {
         assert!(std::fs::read(&rebuilt.precompiled).unwrap().len() > good.len() / 3);
         assert!(still_sound(&rebuilt));
         assert!(compiler_uses(&cxx, &flags, &rebuilt));
+        let _ = std::fs::remove_dir_all(prelude_dir(&rebuilt.key));
     }
 
     #[test]
@@ -215,5 +216,6 @@ mod tests {
         let flags = flags(MathMode::Safe, &compiler);
         let broken = format!("{}\nthis is not C++;\n", unique_prelude("broken"));
         assert!(prepare(&cxx, &compiler, &flags, &broken).is_none());
+        let _ = std::fs::remove_dir_all(prelude_dir(&prelude_key(&cxx, &compiler, &flags, &broken)));
     }
 }
