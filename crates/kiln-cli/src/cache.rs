@@ -72,15 +72,18 @@ pub fn cache(command: CacheCommand) -> kiln::Result<()> {
 }
 
 /// The entries `clear` removes, oldest first.
-fn doomed<'a>(
-    entries: &'a [Entry],
+fn doomed(
+    entries: &[Entry],
     older_than: Option<f64>,
     max_size: Option<u64>,
     now: SystemTime,
-) -> kiln::Result<Vec<&'a Entry>> {
+) -> kiln::Result<Vec<&Entry>> {
     if let Some(days) = older_than {
         if !(days.is_finite() && days >= 0.0) {
-            return Err(kiln::Error::invalid("cache clear", format!("--older-than {days}: give a number of days >= 0")));
+            return Err(kiln::Error::invalid(
+                "cache clear",
+                format!("--older-than {days}: give a number of days >= 0"),
+            ));
         }
     }
     let mut left = total(entries);

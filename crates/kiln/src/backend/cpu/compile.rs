@@ -271,8 +271,15 @@ fn build(unit: &Unit<'_>, flags: &[&str], dir: &Path) -> Result<Vec<u8>> {
         },
         None => build_source(unit, flags, dir, unit.tu, None),
     }?;
-    // The whole unit stays beside the library for whoever wants to read it.
-    let _ = std::fs::write(dir.join("kernel.cpp"), unit.tu);
+    // The kernel's part of the unit stays beside the library for whoever wants to read it; the
+    // prelude, the same for every kernel, would make most of the cache's size.
+    let kept = match unit.tu.strip_prefix(unit.prelude) {
+        Some(rest) if !unit.prelude.is_empty() => {
+            format!("// After the CPU prelude (`kiln translate --emit cpu` prints the whole unit).\n{rest}")
+        }
+        _ => unit.tu.to_string(),
+    };
+    let _ = std::fs::write(dir.join("kernel.cpp"), kept);
     Ok(image)
 }
 

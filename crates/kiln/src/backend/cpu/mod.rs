@@ -227,6 +227,6 @@ impl CpuBackend {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod precompile_tests;
+#[cfg(test)]
+mod tests;

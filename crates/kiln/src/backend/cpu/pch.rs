@@ -120,8 +120,9 @@ fn build_or_check(
     let dir = prelude_dir(key);
     std::fs::create_dir_all(&dir).ok()?;
     // One builder at a time across processes; the others wait and then find the entry.
+    // A lock that cannot be had only costs a duplicate build: entries are renamed into place.
     let lock = std::fs::File::create(dir.join("build.lock")).ok()?;
-    lock.lock().ok()?;
+    lock_exclusive(&lock);
     let header = dir.join("prelude.h");
     let precompiled = dir.join(format!("prelude.h.{}", precompiled_extension(compiler)));
     let prepared = PreparedPrelude { header: header.clone(), precompiled: precompiled.clone(), key: key.to_string() };
@@ -134,6 +135,23 @@ fn build_or_check(
     let image = build(cxx, flags, &header, &dir)?;
     disk_cache::store(&precompiled, key, &image).ok()?;
     Some(prepared)
+}
+
+/// Waits for an exclusive lock on `file`, held until the file is closed; whether it was had.
+#[cfg(unix)]
+fn lock_exclusive(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    extern "C" {
+        fn flock(fd: i32, operation: i32) -> i32;
+    }
+    const LOCK_EX: i32 = 2;
+    // SAFETY: `flock` reads no memory of ours; the descriptor is open for the whole call.
+    (0..8).any(|_| unsafe { flock(file.as_raw_fd(), LOCK_EX) } == 0)
+}
+
+#[cfg(not(unix))]
+fn lock_exclusive(_file: &std::fs::File) -> bool {
+    false
 }
 
 /// Compiles `header` with `flags` and returns the precompiled header's bytes.
