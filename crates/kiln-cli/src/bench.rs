@@ -42,6 +42,10 @@ pub struct BenchArgs {
     /// Skip the op cases (useful with --host-calls).
     #[arg(long)]
     no_cases: bool,
+    /// Time first calls instead: cold compile, disk-cache and memory hits of a few kernels on the
+    /// CPU emulator and with NVRTC, against compiling a trivial C++ file (markdown table).
+    #[arg(long)]
+    compile: bool,
     /// A compute ceiling for the plot, in TFLOP/s.
     #[arg(long)]
     peak_tflops: Option<f64>,
@@ -75,6 +79,10 @@ impl BenchArgs {
 }
 
 pub fn bench(args: BenchArgs, device: kiln::Device) -> kiln::Result<()> {
+    if args.compile {
+        out!("{}", kiln::bench::compile_time::measure()?.table());
+        return Ok(());
+    }
     if let Some(calls) = args.host_calls {
         let cost = host::measure(device, calls)?;
         outln!(

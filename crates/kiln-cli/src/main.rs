@@ -1,6 +1,7 @@
 //! `kiln`: run and translate kernel spec files, list devices, run the demo gallery.
 
 mod bench;
+mod cache;
 mod out;
 mod write_outputs;
 
@@ -62,6 +63,11 @@ enum Command {
     },
     /// Time the kernel library against the copy roofline; compare with peers' reports.
     Bench(bench::BenchArgs),
+    /// The on-disk kernel cache (KILN_CACHE_DIR, else ~/.cache/kiln): list, size, clear.
+    Cache {
+        #[command(subcommand)]
+        command: cache::CacheCommand,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -82,6 +88,7 @@ fn main() -> ExitCode {
         }
         Command::Demo { device } => demo(&device),
         Command::Bench(args) => parse_device(args.device()).and_then(|d| bench::bench(args, d)),
+        Command::Cache { command } => cache::cache(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -184,6 +184,9 @@ pub trait Backend: Send + Sync {
     fn row_contiguous(&self, array: &Array) -> Result<Array>;
     /// Compiles (cached) and runs one dispatch; returns the outputs in binding order.
     fn launch(&self, launch: &Launch<'_>) -> Result<Vec<Array>>;
+    /// Compiles (cached) and loads `program` without running it, so its first launch does not
+    /// compile; what was loaded is kept in `resolved` where given.
+    fn prepare(&self, program: &MetalProgram, resolved: Option<&ResolvedSlot>) -> Result<()>;
 }
 
 /// What `kiln devices` reports for one backend.

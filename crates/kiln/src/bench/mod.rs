@@ -9,6 +9,7 @@
 //! friends, and [`report::compare`] prints kiln/peer ratios.
 
 pub mod cases;
+pub mod compile_time;
 mod compute_cases;
 pub mod host;
 pub mod plot;

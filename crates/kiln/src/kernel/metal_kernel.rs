@@ -378,6 +378,19 @@ impl MetalKernel {
         backend.launch(&launch)
     }
 
+    /// Compiles and loads the kernel a `call` with these inputs and `spec` would run, without
+    /// running it: the source depends only on the inputs' dtypes and ranks and on the spec, so
+    /// a later `call` with the same finds the kernel ready (and the compile is in the disk cache
+    /// for other processes). The inputs' data is not read.
+    pub fn precompile(&self, inputs: &[KernelInput], spec: &LaunchSpec) -> Result<()> {
+        self.check_counts(inputs.len(), spec)?;
+        let device = self.resolve_device(inputs, spec)?;
+        let arrays: SmallVec<[Array; 4]> = inputs.iter().map(KernelInput::to_array).collect();
+        let memo = self.generate_memoised(&arrays, spec)?;
+        self.check_threadgroup(spec)?;
+        backend::backend_for(device)?.prepare(&memo.program, Some(&memo.resolved))
+    }
+
     fn check_threadgroup(&self, spec: &LaunchSpec) -> Result<()> {
         let [x, y, z] = spec.threadgroup;
         if x == 0 || y == 0 || z == 0 {

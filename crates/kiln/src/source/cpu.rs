@@ -4,6 +4,7 @@
 //! group scheduler, and the C functions the host calls.
 
 use std::fmt::Write;
+use std::sync::OnceLock;
 
 use super::lower::{EntryParam, LoweredModule};
 use crate::backend::{MetalProgram, ProgramKind};
@@ -57,22 +58,36 @@ fn push_header(out: &mut String, name: &str, text: &str) {
 /// library with another (its `kiln_run` takes other arguments).
 pub const ABI_VERSION: i32 = 3;
 
+/// The part of every translation unit of a `kind` of program before the user's code: the same
+/// text for every kernel of that kind, so it can be compiled once (a precompiled header).
+pub fn prelude(kind: ProgramKind) -> &'static str {
+    static PLAIN: OnceLock<String> = OnceLock::new();
+    static MLX_BODY: OnceLock<String> = OnceLock::new();
+    let mlx_body = matches!(kind, ProgramKind::MlxBody | ProgramKind::MlxBodyGenericPointers);
+    let cell = if mlx_body { &MLX_BODY } else { &PLAIN };
+    cell.get_or_init(|| {
+        let mut out = String::with_capacity(400_000);
+        out.push_str("// kiln CPU translation unit (generated).\n");
+        push_header(&mut out, "cpu/config.h", CPU_CONFIG);
+        for (name, text) in COMMON_PRELUDE {
+            push_header(&mut out, name, text);
+        }
+        push_header(&mut out, "cpu/runtime.h", CPU_RUNTIME);
+        push_header(&mut out, "cpu/threadgroup.h", CPU_THREADGROUP);
+        push_header(&mut out, "cpu/convergence.h", CPU_CONVERGENCE);
+        push_header(&mut out, "cpu/simd.h", CPU_SIMD);
+        out.push_str("using namespace metal;\n");
+        if mlx_body {
+            push_header(&mut out, "common/mlx_utils.h", MLX_UTILS);
+        }
+        out
+    })
+}
+
 /// The whole translation unit for `module`, lowered from `program`.
 pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Result<String> {
     let mut out = String::with_capacity(module.code.len() + 200_000);
-    out.push_str("// kiln CPU translation unit (generated).\n");
-    push_header(&mut out, "cpu/config.h", CPU_CONFIG);
-    for (name, text) in COMMON_PRELUDE {
-        push_header(&mut out, name, text);
-    }
-    push_header(&mut out, "cpu/runtime.h", CPU_RUNTIME);
-    push_header(&mut out, "cpu/threadgroup.h", CPU_THREADGROUP);
-    push_header(&mut out, "cpu/convergence.h", CPU_CONVERGENCE);
-    push_header(&mut out, "cpu/simd.h", CPU_SIMD);
-    out.push_str("using namespace metal;\n");
-    if matches!(program.kind, ProgramKind::MlxBody | ProgramKind::MlxBodyGenericPointers) {
-        push_header(&mut out, "common/mlx_utils.h", MLX_UTILS);
-    }
+    out.push_str(prelude(program.kind));
     let _ = writeln!(out, "#line 1 \"{}\"", user_file_name(program));
     out.push_str(&module.code);
     if !module.code.ends_with('\n') {

@@ -6,6 +6,9 @@
 //! anything else is removed and built again. What is loaded is a private copy of the bytes that
 //! were checked, so a cache file damaged later (truncated, overwritten) cannot reach a library
 //! this process has mapped.
+//!
+//! The prelude every translation unit starts with comes precompiled where the compiler can
+//! (`pch`); the library is the same either way, so the key does not depend on it.
 
 use std::collections::HashMap;
 use std::ffi::c_char;
@@ -17,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use super::checked::CheckedLaunch;
 use super::exec::LaunchDesc;
+use super::pch;
 use super::stacks::StackSet;
 use super::threadgroup::ThreadgroupArena;
 use crate::backend::disk_cache;
@@ -128,8 +132,8 @@ pub fn flags(mode: MathMode, compiler: &HostCompiler) -> Vec<&'static str> {
     f
 }
 
-/// Compiles (or finds) the library for `tu`.
-pub fn compile(cxx: &str, kernel: &str, tu: &str, mode: MathMode) -> Result<Arc<Compiled>> {
+/// Compiles (or finds) the library for `tu`, which starts with `prelude` (may be empty).
+pub fn compile(cxx: &str, kernel: &str, tu: &str, prelude: &str, mode: MathMode) -> Result<Arc<Compiled>> {
     let compiler = host_compiler(cxx)?;
     let flags = flags(mode, &compiler);
     let key = library_key(tu, &flags, cxx, &compiler);
@@ -142,16 +146,50 @@ pub fn compile(cxx: &str, kernel: &str, tu: &str, mode: MathMode) -> Result<Arc<
     if let Some(c) = loaded().lock().ok().and_then(|m| m.get(&key).cloned()) {
         return Ok(c);
     }
-    let compiled = Arc::new(load_or_build(cxx, kernel, tu, &flags, &key)?);
+    let unit = Unit { cxx, compiler: &compiler, kernel, tu, prelude };
+    let compiled = Arc::new(load_or_build(&unit, &flags, &key)?);
     if let Ok(mut m) = loaded().lock() {
         m.entry(key).or_insert_with(|| compiled.clone());
     }
     Ok(compiled)
 }
 
+/// As `compile`, past the in-memory cache: the library from the disk cache, else built (the
+/// compile benchmark's disk-hit and inline-prelude times).
+pub(crate) fn compile_past_memory(cxx: &str, kernel: &str, tu: &str, prelude: &str, mode: MathMode) -> Result<()> {
+    let compiler = host_compiler(cxx)?;
+    let flags = flags(mode, &compiler);
+    let key = library_key(tu, &flags, cxx, &compiler);
+    load_or_build(&Unit { cxx, compiler: &compiler, kernel, tu, prelude }, &flags, &key).map(|_| ())
+}
+
+/// Compiles a one-function C++ file with the flags of `mode`: the floor under any compile with
+/// this compiler, which the compile benchmark divides by.
+pub(crate) fn compile_trivial(cxx: &str, mode: MathMode) -> Result<()> {
+    let compiler = host_compiler(cxx)?;
+    let dir = std::env::temp_dir();
+    let cpp = disk_cache::private_name(&dir, "kiln-trivial", "cpp");
+    let so = cpp.with_extension("so");
+    std::fs::write(&cpp, "extern \"C\" int kiln_trivial(int x) { return x + 1; }\n").map_err(|e| Error::io(&cpp, e))?;
+    let out = Command::new(cxx).args(flags(mode, &compiler)).arg("-o").arg(&so).arg(&cpp).output();
+    let _ = std::fs::remove_file(&cpp);
+    let _ = std::fs::remove_file(&so);
+    match out {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(Error::Compile {
+            backend: "cpu",
+            kernel: "trivial".into(),
+            log: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }),
+        Err(e) => Err(Error::BackendUnavailable { backend: "cpu", reason: format!("cannot run `{cxx}`: {e}") }),
+    }
+}
+
 /// The library of `key` from the disk cache when a checked entry is there (one that fails to
 /// load is removed), else built and stored.
-fn load_or_build(cxx: &str, kernel: &str, tu: &str, flags: &[&str], key: &str) -> Result<Compiled> {
+fn load_or_build(unit: &Unit<'_>, flags: &[&str], key: &str) -> Result<Compiled> {
+    LIBRARIES_OPENED.with(|n| n.set(n.get() + 1));
+    let kernel = unit.kernel;
     let dir = library_dir(key);
     let so = dir.join("kernel.so");
     if let Some(image) = disk_cache::load_verified(&so, key) {
@@ -160,10 +198,21 @@ fn load_or_build(cxx: &str, kernel: &str, tu: &str, flags: &[&str], key: &str) -
             Err(_) => disk_cache::remove(&so),
         }
     }
-    let image = build(cxx, kernel, tu, flags, &dir)?;
+    let image = build(unit, flags, &dir)?;
     // The disk cache only saves time: a read-only or full cache directory must not fail a kernel.
     let _ = disk_cache::store(&so, key, &image);
     load_image(kernel, &dir, &image)
+}
+
+thread_local! {
+    static LIBRARIES_OPENED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+/// How many libraries this thread has had to load from the disk cache or build, for tests
+/// that check a kernel was ready in memory.
+pub fn libraries_opened_on_this_thread() -> u64 {
+    LIBRARIES_OPENED.with(|n| n.get())
 }
 
 /// The cache key of a library: everything that goes into it.
@@ -193,31 +242,83 @@ fn library_dir(key: &str) -> PathBuf {
     std::env::temp_dir().join("kiln-cache").join("cpu").join(key)
 }
 
-/// Compiles `tu` and returns the library's bytes.
-fn build(cxx: &str, kernel: &str, tu: &str, flags: &[&str], dir: &Path) -> Result<Vec<u8>> {
+/// What a library is compiled from.
+struct Unit<'a> {
+    cxx: &'a str,
+    compiler: &'a HostCompiler,
+    kernel: &'a str,
+    /// The whole translation unit.
+    tu: &'a str,
+    /// The prefix of `tu` that may come precompiled (empty: none).
+    prelude: &'a str,
+}
+
+/// Compiles the unit, with its prelude precompiled where that can be had, and returns the
+/// library's bytes. A failure with a precompiled prelude that no longer checks out is retried
+/// with the prelude inline.
+fn build(unit: &Unit<'_>, flags: &[&str], dir: &Path) -> Result<Vec<u8>> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let prepared = match unit.tu.strip_prefix(unit.prelude) {
+        Some(rest) if !unit.prelude.is_empty() => {
+            pch::prepare(unit.cxx, unit.compiler, flags, unit.prelude).map(|p| (p, rest))
+        }
+        _ => None,
+    };
+    let image = match &prepared {
+        Some((pch, rest)) => match build_source(unit, flags, dir, rest, Some(pch)) {
+            Err(Error::Compile { .. }) if !pch::still_sound(pch) => build_source(unit, flags, dir, unit.tu, None),
+            other => other,
+        },
+        None => build_source(unit, flags, dir, unit.tu, None),
+    }?;
+    // The kernel's part of the unit stays beside the library for whoever wants to read it; the
+    // prelude, the same for every kernel, would make most of the cache's size.
+    let kept = match unit.tu.strip_prefix(unit.prelude) {
+        Some(rest) if !unit.prelude.is_empty() => {
+            format!("// After the CPU prelude (`kiln translate --emit cpu` prints the whole unit).\n{rest}")
+        }
+        _ => unit.tu.to_string(),
+    };
+    let _ = std::fs::write(dir.join("kernel.cpp"), kept);
+    Ok(image)
+}
+
+/// Compiles `source` (after `-include` of the prepared prelude, if any) and returns the
+/// library's bytes.
+fn build_source(
+    unit: &Unit<'_>,
+    flags: &[&str],
+    dir: &Path,
+    source: &str,
+    prelude: Option<&pch::PreparedPrelude>,
+) -> Result<Vec<u8>> {
+    let (cxx, kernel) = (unit.cxx, unit.kernel);
     // Source and library under names of this build alone: another thread or process building
     // the same key never reads a half-written source.
     let cpp = disk_cache::private_name(dir, "kernel", "cpp");
     let tmp = cpp.with_extension("so");
-    std::fs::write(&cpp, tu).map_err(|e| Error::io(&cpp, e))?;
-    let out = Command::new(cxx).args(flags).arg("-o").arg(&tmp).arg(&cpp).output();
+    std::fs::write(&cpp, source).map_err(|e| Error::io(&cpp, e))?;
+    let mut command = Command::new(cxx);
+    command.args(flags);
+    if let Some(p) = prelude {
+        command.arg("-include").arg(&p.header);
+    }
+    let out = command.arg("-o").arg(&tmp).arg(&cpp).output();
+    let _ = std::fs::remove_file(&cpp);
     let out = match out {
         Ok(out) => out,
         Err(e) => {
-            let _ = std::fs::remove_file(&cpp);
             return Err(Error::BackendUnavailable { backend: "cpu", reason: format!("cannot run `{cxx}`: {e}") });
         }
     };
     if !out.status.success() {
         let _ = std::fs::remove_file(&tmp);
-        let _ = std::fs::remove_file(&cpp);
         let log = String::from_utf8_lossy(&out.stderr);
-        return Err(Error::Compile { backend: "cpu", kernel: kernel.to_string(), log: map_log(&log, &cpp) });
-    }
-    // The source stays beside the library for whoever wants to read it.
-    if std::fs::rename(&cpp, dir.join("kernel.cpp")).is_err() {
-        let _ = std::fs::remove_file(&cpp);
+        let mut log = map_log(&log, &cpp);
+        if let Some(p) = prelude {
+            log = log.replace(&*p.header.to_string_lossy(), "kiln/prelude.h");
+        }
+        return Err(Error::Compile { backend: "cpu", kernel: kernel.to_string(), log });
     }
     let image = std::fs::read(&tmp).map_err(|e| Error::io(&tmp, e));
     let _ = std::fs::remove_file(&tmp);
@@ -304,6 +405,10 @@ mod tests {
         )
     }
 
+    fn unit<'a>(cxx: &'a str, compiler: &'a HostCompiler, kernel: &'a str, tu: &'a str) -> Unit<'a> {
+        Unit { cxx, compiler, kernel, tu, prelude: "" }
+    }
+
     fn tag_of(c: &Compiled) -> u64 {
         // SAFETY: `minimal_tu` defines `kiln_test_tag` with this signature; it returns a constant.
         unsafe { c._lib.get::<unsafe extern "C" fn() -> u64>(b"kiln_test_tag\0").unwrap()() }
@@ -318,8 +423,8 @@ mod tests {
         let (tu_a, tu_b) = (minimal_tu(tag_a), minimal_tu(tag_b));
         let key_a = library_key(&tu_a, &flags, &cxx, &compiler);
         let key_b = library_key(&tu_b, &flags, &cxx, &compiler);
-        assert_eq!(tag_of(&load_or_build(&cxx, "a", &tu_a, &flags, &key_a).unwrap()), tag_a);
-        assert_eq!(tag_of(&load_or_build(&cxx, "b", &tu_b, &flags, &key_b).unwrap()), tag_b);
+        assert_eq!(tag_of(&load_or_build(&unit(&cxx, &compiler, "a", &tu_a), &flags, &key_a).unwrap()), tag_a);
+        assert_eq!(tag_of(&load_or_build(&unit(&cxx, &compiler, "b", &tu_b), &flags, &key_b).unwrap()), tag_b);
         let so_b = library_dir(&key_b).join("kernel.so");
         let library_a = std::fs::read(library_dir(&key_a).join("kernel.so")).unwrap();
         let damage: [(&str, &dyn Fn()); 5] = [
@@ -339,14 +444,14 @@ mod tests {
         ];
         for (what, damage) in damage {
             damage();
-            let c = load_or_build(&cxx, "b", &tu_b, &flags, &key_b).unwrap();
+            let c = load_or_build(&unit(&cxx, &compiler, "b", &tu_b), &flags, &key_b).unwrap();
             assert_eq!(tag_of(&c), tag_b, "{what}");
             // The entry was built again and checks out.
             assert!(disk_cache::load_verified(&so_b, &key_b).is_some(), "{what}");
         }
         // A good entry is used as it is.
         let before = std::fs::metadata(&so_b).unwrap().modified().unwrap();
-        assert_eq!(tag_of(&load_or_build(&cxx, "b", &tu_b, &flags, &key_b).unwrap()), tag_b);
+        assert_eq!(tag_of(&load_or_build(&unit(&cxx, &compiler, "b", &tu_b), &flags, &key_b).unwrap()), tag_b);
         assert_eq!(std::fs::metadata(&so_b).unwrap().modified().unwrap(), before);
     }
 
@@ -365,7 +470,7 @@ mod tests {
                 .map(|_| {
                     s.spawn(|| {
                         barrier.wait();
-                        compile(&cxx, "minimal", &tu, MathMode::Safe).map(|c| c.cooperative)
+                        compile(&cxx, "minimal", &tu, "", MathMode::Safe).map(|c| c.cooperative)
                     })
                 })
                 .collect();
@@ -384,7 +489,7 @@ mod tests {
         let dir = library_dir(&key);
         // What a build cut short would leave: a library file that is not one.
         std::fs::write(dir.join("kernel.so"), b"not a shared library").unwrap();
-        let c = compile(&cxx, "minimal", &tu, MathMode::Safe).unwrap();
+        let c = compile(&cxx, "minimal", &tu, "", MathMode::Safe).unwrap();
         assert!(c.cooperative);
         assert_ne!(std::fs::read(dir.join("kernel.so")).unwrap(), b"not a shared library");
     }

@@ -26,6 +26,7 @@ mod checked;
 mod compile;
 mod exec;
 mod lent;
+mod pch;
 mod stacks;
 mod threadgroup;
 
@@ -33,12 +34,13 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{Backend, BackendStatus, Launch, MetalProgram};
+use super::{Backend, BackendStatus, Launch, MetalProgram, ProgramKind, ResolvedSlot};
 use crate::array::Array;
 use crate::config;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::source::cpu::translation_unit;
+use crate::kernel::MathMode;
+use crate::source::cpu::{prelude, translation_unit};
 use crate::source::lower::{lower, LowerTarget};
 
 pub use compile::flags as compile_flags;
@@ -126,6 +128,34 @@ pub fn status() -> BackendStatus {
     }
 }
 
+/// Compiles `program` past the in-memory caches, with the prelude precompiled or inline: a
+/// disk-cache hit when the library is there. For the compile benchmark.
+pub(crate) fn compile_past_memory(program: &MetalProgram, precompiled_prelude: bool) -> Result<()> {
+    let tu = translate(program)?;
+    let prelude = if precompiled_prelude { prelude(program.kind) } else { "" };
+    compile::compile_past_memory(&config::host_cxx(), &program.kernel, &tu, prelude, program.math_mode)
+}
+
+/// Builds the precompiled prelude of a `kind` of program afresh (under a new key, the cached
+/// one untouched); `false` when the compiler cannot. For the compile benchmark.
+pub(crate) fn build_fresh_prelude(kind: ProgramKind, nonce: u128) -> Result<bool> {
+    let cxx = config::host_cxx();
+    let compiler = compile::host_compiler(&cxx)?;
+    let text = format!("{}// {nonce}\n", prelude(kind));
+    let Some(built) = pch::prepare(&cxx, &compiler, &compile::flags(MathMode::Safe, &compiler), &text) else {
+        return Ok(false);
+    };
+    if let Some(dir) = built.header.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    Ok(true)
+}
+
+/// Compiles a one-function C++ file with the configured compiler and the safe-math flags.
+pub(crate) fn compile_trivial() -> Result<()> {
+    compile::compile_trivial(&config::host_cxx(), MathMode::Safe)
+}
+
 /// The full host C++ translation unit for `program` (what `kiln translate --emit cpu` prints).
 pub fn translate(program: &MetalProgram) -> Result<String> {
     let module = lower(program, LowerTarget::Cpu)?;
@@ -160,6 +190,10 @@ impl Backend for CpuBackend {
         let checked = self.checked || CHECKED_SCOPES.with(|n| n.get() > 0);
         exec::run(&compiled, entry, launch, checked)
     }
+
+    fn prepare(&self, program: &MetalProgram, _resolved: Option<&ResolvedSlot>) -> Result<()> {
+        self.resolve(program).map(|_| ())
+    }
 }
 
 impl CpuBackend {
@@ -186,7 +220,7 @@ impl CpuBackend {
             )
         })?;
         let tu = translation_unit(program, &module)?;
-        let compiled = compile::compile(&self.cxx, &program.kernel, &tu, program.math_mode)?;
+        let compiled = compile::compile(&self.cxx, &program.kernel, &tu, prelude(program.kind), program.math_mode)?;
         if let Ok(mut m) = resolved.lock() {
             m.insert(key, (compiled.clone(), entry));
         }
@@ -194,5 +228,7 @@ impl CpuBackend {
     }
 }
 
+#[cfg(test)]
+mod precompile_tests;
 #[cfg(test)]
 mod tests;

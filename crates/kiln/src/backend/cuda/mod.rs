@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{result as drv, sys, CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
 use cudarc::nvrtc::Ptx;
 
-use super::{unavailable, Backend, BackendStatus, Launch, MetalProgram, ProgramKind};
+use super::{unavailable, Backend, BackendStatus, Launch, MetalProgram, ProgramKind, ResolvedSlot};
 use crate::array::Array;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -466,5 +466,13 @@ impl Backend for CudaBackend {
             slot.set(device, r.clone());
         }
         self.run(launch, &r)
+    }
+
+    fn prepare(&self, program: &MetalProgram, resolved: Option<&ResolvedSlot>) -> Result<()> {
+        let r = self.resolve(program)?;
+        if let Some(slot) = resolved {
+            slot.set(Device::Cuda(self.ordinal), r);
+        }
+        Ok(())
     }
 }
