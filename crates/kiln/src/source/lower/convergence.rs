@@ -193,7 +193,8 @@ pub fn instrument(toks: &[Token], sig: &[usize], out: &mut [String], kernels: &H
         // An argument may be a template-id (`Tag<true, false>{}`) whose commas are not the
         // call's; `<` is read as a comparison first.
         let fits = |args: usize| required <= args && args <= total;
-        let found = [false, true].into_iter().map(|angles| arg_starts(&src, open, close, angles)).find(|s| fits(s.len()));
+        let found =
+            [false, true].into_iter().map(|angles| arg_starts(&src, open, close, angles)).find(|s| fits(s.len()));
         let Some(starts) = found else {
             // Another arity is another function of that name.
             continue;
