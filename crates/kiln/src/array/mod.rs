@@ -30,6 +30,24 @@ pub trait HostMemory: Send + Sync + fmt::Debug {
     fn bytes(&self) -> &[u8];
 }
 
+/// Readable zeros kept before and after each host buffer of kiln's own of at least
+/// [`HOST_APRON_FROM`] bytes, so a kernel that loads just outside an array and discards the value
+/// (load-then-select, as the MLX docs' grid_sample does at image borders) runs on the CPU as on
+/// a GPU instead of faulting at the edge of the buffer's mapping. Untouched, they cost address
+/// space, not memory.
+pub const HOST_APRON_BYTES: usize = 1 << 20;
+/// The size from which host buffers get aprons (smaller ones sit inside the allocator's heap).
+pub const HOST_APRON_FROM: usize = 64 << 10;
+
+/// Words of apron on each side of a buffer of `len` bytes.
+fn apron_words(len: usize) -> usize {
+    if len >= HOST_APRON_FROM {
+        HOST_APRON_BYTES / 16
+    } else {
+        0
+    }
+}
+
 /// Host memory: kiln's own, 16-byte aligned so any element type (and vector loads of it) may
 /// alias it, or memory lent by another framework ([`HostMemory`]).
 #[derive(Clone)]
@@ -39,22 +57,30 @@ pub struct HostBuffer {
 
 #[derive(Clone)]
 enum HostRepr {
-    Owned { words: Vec<u128>, len: usize },
+    /// `len` bytes from word `start` of `words` (the words around them are the aprons).
+    Owned {
+        words: Vec<u128>,
+        start: usize,
+        len: usize,
+    },
     Lent(Arc<dyn HostMemory>),
 }
 
 impl HostBuffer {
     /// A zero-filled buffer of `len` bytes.
     pub fn zeroed(len: usize) -> Self {
-        HostBuffer { repr: HostRepr::Owned { words: vec![0u128; len.div_ceil(16)], len } }
+        let start = apron_words(len);
+        HostBuffer { repr: HostRepr::Owned { words: vec![0u128; len.div_ceil(16) + 2 * start], start, len } }
     }
 
     /// A zero-filled buffer of `len` bytes, or `None` when that memory cannot be allocated.
     pub fn try_zeroed(len: usize) -> Option<Self> {
+        let start = apron_words(len);
+        let total = len.div_ceil(16).checked_add(2 * start)?;
         let mut words = Vec::new();
-        words.try_reserve_exact(len.div_ceil(16)).ok()?;
-        words.resize(len.div_ceil(16), 0u128);
-        Some(HostBuffer { repr: HostRepr::Owned { words, len } })
+        words.try_reserve_exact(total).ok()?;
+        words.resize(total, 0u128);
+        Some(HostBuffer { repr: HostRepr::Owned { words, start, len } })
     }
 
     /// A buffer holding a copy of `bytes`.
@@ -77,7 +103,9 @@ impl HostBuffer {
     /// The bytes.
     pub fn bytes(&self) -> &[u8] {
         match &self.repr {
-            HostRepr::Owned { words, len } => &bytemuck::cast_slice::<u128, u8>(words)[..*len],
+            HostRepr::Owned { words, start, len } => {
+                &bytemuck::cast_slice::<u128, u8>(words)[start * 16..start * 16 + len]
+            }
             HostRepr::Lent(m) => m.bytes(),
         }
     }
@@ -90,7 +118,9 @@ impl HostBuffer {
             *self = copy;
         }
         match &mut self.repr {
-            HostRepr::Owned { words, len } => &mut bytemuck::cast_slice_mut::<u128, u8>(words)[..*len],
+            HostRepr::Owned { words, start, len } => {
+                &mut bytemuck::cast_slice_mut::<u128, u8>(words)[*start * 16..*start * 16 + *len]
+            }
             HostRepr::Lent(_) => &mut [],
         }
     }
