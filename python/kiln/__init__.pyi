@@ -42,6 +42,18 @@ class MetalKernel:
         stream: Any = None,
         device: str | None = None,
     ) -> list[Any]: ...
+    def precompile(
+        self,
+        *,
+        inputs: Sequence[ArrayLike | bool | int | float],
+        output_shapes: Sequence[Sequence[int]],
+        output_dtypes: Sequence[DTypeLike],
+        grid: tuple[int, int, int],
+        threadgroup: tuple[int, int, int],
+        template: Sequence[tuple[str, TemplateArg]] | None = None,
+        device: str | None = None,
+        **ignored: Any,
+    ) -> None: ...
     def generate(
         self,
         *,

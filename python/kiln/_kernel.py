@@ -222,6 +222,18 @@ class MetalKernel:
             out.append(host_output(h, lead))
         return out
 
+    def precompile(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
+                   device=None, **_ignored) -> None:
+        """Compiles and caches the kernel that a call with these arguments would run, without
+        running it (only the inputs' dtypes and ranks matter), so the first real call does not
+        pay the compile. ``device`` as in a call; by default where the inputs live."""
+        ins = _Inputs(inputs, self._ensure_row_contiguous)
+        if ins.ordinal >= 0 and device is None:
+            device = f"cuda:{ins.ordinal}"
+        self._kernel.precompile(ins.descs, [tuple(s) for s in output_shapes],
+                                [dtype_name(d) for d in output_dtypes], tuple(grid), tuple(threadgroup),
+                                _template(template), None if device is None else str(device))
+
     def generate(self, *, inputs, output_shapes, output_dtypes, template=None, **_ignored) -> str:
         """The Metal source MLX would compile for this call (``verbose=True`` prints it)."""
         ins = _Inputs(inputs, self._ensure_row_contiguous)

@@ -203,6 +203,35 @@ impl Kernel {
         arrays::wrap(py, outputs).map(Some)
     }
 
+    /// Compiles (and caches) the kernel a call with these arguments would run, without running
+    /// it; only the inputs' dtypes and ranks matter, not their data.
+    #[pyo3(signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, device))]
+    #[allow(clippy::too_many_arguments)]
+    fn precompile(
+        &self,
+        py: Python<'_>,
+        inputs: &Bound<'_, PyList>,
+        output_shapes: &Bound<'_, PyList>,
+        output_dtypes: &Bound<'_, PyList>,
+        grid: (u32, u32, u32),
+        threadgroup: (u32, u32, u32),
+        template: &Bound<'_, PyList>,
+        device: Option<&str>,
+    ) -> PyResult<()> {
+        let device = parse_device(device)?;
+        let inputs: Vec<KernelInput> = inputs.iter().map(|i| convert::input(&i)).collect::<PyResult<_>>()?;
+        let mut spec = spec_of(
+            output_shapes,
+            output_dtypes,
+            [grid.0, grid.1, grid.2],
+            [threadgroup.0, threadgroup.1, threadgroup.2],
+            template,
+        )?;
+        spec.device = Some(launch_device(&inputs, device));
+        let kernel = &self.kernel;
+        py.detach(|| kernel.precompile(&inputs, &spec)).py_err()
+    }
+
     #[getter]
     fn name(&self) -> &str {
         self.kernel.name()
