@@ -122,9 +122,9 @@ impl Kernel {
         output_dtypes: &Bound<'_, PyList>,
         template: &Bound<'_, PyList>,
     ) -> PyResult<String> {
-        let inputs: Vec<KernelInput> = inputs.iter().map(|i| convert::input(&i)).collect::<PyResult<_>>()?;
+        let inputs = inputs_of(inputs)?;
         let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
-        let spec = spec_of(output_shapes, output_dtypes, [1, 1, 1], [1, 1, 1], template)?;
+        let spec = spec_of(output_shapes, output_dtypes, (1, 1, 1), (1, 1, 1), template)?;
         Ok(self.kernel.generate(&arrays, &spec).py_err()?.source)
     }
 
@@ -140,9 +140,9 @@ impl Kernel {
         template: &Bound<'_, PyList>,
         arch: (u32, u32),
     ) -> PyResult<usize> {
-        let inputs: Vec<KernelInput> = inputs.iter().map(|i| convert::input(&i)).collect::<PyResult<_>>()?;
+        let inputs = inputs_of(inputs)?;
         let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
-        let spec = spec_of(output_shapes, output_dtypes, [1, 1, 1], [1, 1, 1], template)?;
+        let spec = spec_of(output_shapes, output_dtypes, (1, 1, 1), (1, 1, 1), template)?;
         let program = self.kernel.program(&self.kernel.generate(&arrays, &spec).py_err()?);
         let cubin = py.detach(|| kiln::backend::cuda::compile_cubin(&program, arch)).py_err()?;
         Ok(cubin.len())
@@ -168,14 +168,8 @@ impl Kernel {
         outputs_into: Option<&Bound<'_, PyList>>,
     ) -> PyResult<Option<Vec<Py<PyAny>>>> {
         let device = parse_device(device)?;
-        let mut inputs: Vec<KernelInput> = inputs.iter().map(|i| convert::input(&i)).collect::<PyResult<_>>()?;
-        let mut spec = spec_of(
-            output_shapes,
-            output_dtypes,
-            [grid.0, grid.1, grid.2],
-            [threadgroup.0, threadgroup.1, threadgroup.2],
-            template,
-        )?;
+        let mut inputs = inputs_of(inputs)?;
+        let mut spec = spec_of(output_shapes, output_dtypes, grid, threadgroup, template)?;
         spec.init_value = init_value;
         spec.verbose = verbose;
         spec.stream = external_stream(stream);
@@ -219,14 +213,8 @@ impl Kernel {
         device: Option<&str>,
     ) -> PyResult<()> {
         let device = parse_device(device)?;
-        let inputs: Vec<KernelInput> = inputs.iter().map(|i| convert::input(&i)).collect::<PyResult<_>>()?;
-        let mut spec = spec_of(
-            output_shapes,
-            output_dtypes,
-            [grid.0, grid.1, grid.2],
-            [threadgroup.0, threadgroup.1, threadgroup.2],
-            template,
-        )?;
+        let inputs = inputs_of(inputs)?;
+        let mut spec = spec_of(output_shapes, output_dtypes, grid, threadgroup, template)?;
         spec.device = Some(launch_device(&inputs, device));
         let kernel = &self.kernel;
         py.detach(|| kernel.precompile(&inputs, &spec)).py_err()
@@ -265,14 +253,20 @@ fn move_inputs(inputs: &mut [KernelInput], device: Device, py: Python<'_>) -> Py
     Ok(())
 }
 
+/// A call's inputs, from the descriptors the Python side built.
+fn inputs_of(inputs: &Bound<'_, PyList>) -> PyResult<Vec<KernelInput>> {
+    inputs.iter().map(|i| convert::input(&i)).collect()
+}
+
+/// A call's launch description (grid and threadgroup as `(x, y, z)`).
 fn spec_of(
     output_shapes: &Bound<'_, PyList>,
     output_dtypes: &Bound<'_, PyList>,
-    grid: [u32; 3],
-    threadgroup: [u32; 3],
+    (gx, gy, gz): (u32, u32, u32),
+    (tx, ty, tz): (u32, u32, u32),
     template: &Bound<'_, PyList>,
 ) -> PyResult<LaunchSpec> {
-    let mut spec = LaunchSpec::new(grid, threadgroup);
+    let mut spec = LaunchSpec::new([gx, gy, gz], [tx, ty, tz]);
     for shape in output_shapes.iter() {
         spec.output_shapes.push(convert::tuple_of(shape.as_borrowed())?);
     }
