@@ -18,7 +18,7 @@ from conftest import TOLERANCE  # noqa: E402
 
 @pytest.fixture(autouse=True, scope="module")
 def dropin():
-    assert kiln.mlx.install()
+    assert kiln.mlx.install(force=True)
     yield
     kiln.mlx.uninstall()
 

@@ -15,7 +15,7 @@ from conftest import assert_close  # noqa: E402
 
 @pytest.fixture(autouse=True, scope="module")
 def dropin():
-    assert kiln.mlx.install()
+    assert kiln.mlx.install(force=True)
     yield
     kiln.mlx.uninstall()
 
@@ -279,7 +279,8 @@ def test_uninstall_restores_mlx_and_kernels_built_before_keep_running():
     kiln.mlx.uninstall()
     try:
         assert mx.fast.metal_kernel is not kiln.mlx.metal_kernel
-        assert not mx.metal.is_available()
+        if mx.metal.is_available():
+            pytest.skip("MLX has its own Metal back-end here")
         theirs = mx.fast.metal_kernel(name="triple", input_names=["a"], output_names=["out"], source=source)
         with pytest.raises(RuntimeError, match="No Metal back-end"):
             mx.eval(theirs(inputs=[a], grid=(8, 1, 1), threadgroup=(8, 1, 1), output_shapes=[(8,)],
@@ -288,7 +289,7 @@ def test_uninstall_restores_mlx_and_kernels_built_before_keep_running():
                    output_dtypes=[mx.float32])[0]
         assert mx.array_equal(out, a * 3)
     finally:
-        kiln.mlx.install()
+        kiln.mlx.install(force=True)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32", "uint8", "bool"])
