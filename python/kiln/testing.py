@@ -154,5 +154,6 @@ def kiln_device(request):
     except ImportError:
         yield device
         return
-    with kiln_mlx.use_device(device):
+    # "cpu" leaves MLX arrays on their own device; "cuda:N" runs MLX CPU arrays' kernels there.
+    with kiln_mlx.use_device(None if device == "cpu" else device):
         yield device

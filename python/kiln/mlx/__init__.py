@@ -121,16 +121,6 @@ class MetalKernel:
         accepted for MLX's signature; kiln runs on the arrays' device."""
         mx = _mx()
         arrays = [x for x in inputs if isinstance(x, mx.array)]
-        try:
-            mx.eval(*arrays)
-        except ValueError as e:
-            if "function transformations" not in str(e):
-                raise
-            raise InvalidArgumentError(
-                f"[metal_kernel {self.name}] kiln runs MLX kernels eagerly, which mx.compile and mx.vmap "
-                "do not allow; call the kernel outside them (mx.disable_compile() turns mx.compile off)"
-            ) from None
-        descs = [describe_dlpack(x) if isinstance(x, mx.array) else x for x in inputs]
         shapes = [tuple(int(n) for n in s) for s in output_shapes]
         dtypes = [dtype_name(d) for d in output_dtypes]
         tmpl = _template(template)
@@ -139,28 +129,32 @@ class MetalKernel:
         override = _device_override.get()
         lead = next((x for x in arrays if x.ndim > 0), arrays[0] if arrays else None)
         on_cpu = lead is None or device_kind(lead) == CPU
+        if override == "cpu" and not on_cpu:
+            raise InvalidArgumentError(
+                f"[metal_kernel {self.name}] the inputs live on the GPU; kiln.mlx.use_device('cpu') applies to "
+                "MLX CPU arrays only")
+        moved = override not in (None, "cpu") and on_cpu
         counts_match = len(shapes) == len(dtypes) == self._n_outputs
-        if override is not None and (override != "cpu") == on_cpu:
-            if not on_cpu:
-                raise InvalidArgumentError(
-                    f"[metal_kernel {self.name}] the inputs live on the GPU; kiln.mlx.use_device({override!r}) "
-                    "runs MLX CPU arrays elsewhere, not GPU ones")
+        # Outputs are MLX's, for kiln to write in place; evaluated with the inputs in one go.
+        outs = [_fresh(mx, s, d, init) for s, d in zip(shapes, dtypes)] if counts_match and not moved else []
+        _evaluate(mx, arrays + outs, self.name)
+        descs = [describe_dlpack(x) if isinstance(x, mx.array) else x for x in inputs]
+        if moved:
             return self._run_on(override, descs, shapes, dtypes, grid, threadgroup, tmpl, init, verbose)
         if not counts_match:
             # kiln reports the count mismatch in MLX's words.
             self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, init, bool(verbose), None,
                                     None, None)
-        outs = [_fresh(mx, s, d, init) for s, d in zip(shapes, dtypes)]
-        if outs:
-            mx.eval(*outs)
         out_descs = [describe_dlpack(o) for o in outs]
+        if lead is None:
+            on_cpu = device_kind(outs[0]) == CPU
         if on_cpu:
             self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, None, bool(verbose), None, None,
                                     out_descs)
             return outs
         # MLX's CUDA build: MLX's stream is not exposed, so its pending work is finished first
         # and kiln's launch on the legacy default stream is waited for.
-        ordinal = out_descs[0][7] if out_descs else descs[0][7]
+        ordinal = out_descs[0][7]
         mx.synchronize()
         self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, None, bool(verbose), None,
                                 (0, ordinal), out_descs)
@@ -196,6 +190,18 @@ def metal_kernel(name, input_names, output_names, source, header="", ensure_row_
     (the first call does), so kernels built at import time never fail for lack of Metal."""
     return MetalKernel(name, input_names, output_names, source, header, ensure_row_contiguous, atomic_outputs,
                        compile_options)
+
+
+def _evaluate(mx, arrays, name):
+    try:
+        mx.eval(*arrays)
+    except ValueError as e:
+        if "function transformations" not in str(e):
+            raise
+        raise InvalidArgumentError(
+            f"[metal_kernel {name}] kiln runs MLX kernels eagerly, which mx.compile and mx.vmap do not "
+            "allow; call the kernel outside them (mx.disable_compile() turns mx.compile off)"
+        ) from None
 
 
 def _fresh(mx, shape, dtype, init):
