@@ -270,6 +270,24 @@ def test_inside_compile_is_a_clear_error():
 
     with pytest.raises(ValueError, match="eagerly"):
         mx.compile(f)(mx.random.normal(shape=(4,)))
+    with pytest.raises(ValueError, match="eagerly"):
+        mx.vmap(f)(mx.random.normal(shape=(2, 4)))
+
+
+def test_export_custom_metal_kernel_without_evaluation(tmp_path):
+    # Export records MLX's own kernel (for a Mac to run), as it does without Metal.
+    kernel = mx.fast.metal_kernel(name="copy", input_names=["a"], output_names=["out"],
+                                  source="uint i = thread_position_in_grid.x; out[i] = a[i];")
+
+    def f(a):
+        return kernel(inputs=[a], grid=(4, 1, 1), threadgroup=(4, 1, 1), output_shapes=[(4,)],
+                      output_dtypes=[mx.float32])[0]
+
+    a = mx.random.normal(shape=(4,))
+    mx.export_function(str(tmp_path / "copy.mlxfn"), f, a)
+    mx.export_function(str(tmp_path / "copy_shapeless.mlxfn"), f, a, shapeless=True)
+    assert (tmp_path / "copy.mlxfn").stat().st_size > 0 and (tmp_path / "copy_shapeless.mlxfn").stat().st_size > 0
+    assert mx.array_equal(f(a), a)  # and outside the export, kiln runs it
 
 
 def test_uninstall_restores_mlx_and_kernels_built_before_keep_running():

@@ -106,7 +106,7 @@ class MetalKernel:
     """A kernel built by the drop-in ``mx.fast.metal_kernel``: MLX's call keywords, MLX arrays
     in and out, run by kiln."""
 
-    __slots__ = ("_kiln", "name", "_n_outputs")
+    __slots__ = ("_kiln", "name", "_n_outputs", "_factory_args", "_mlx_kernel")
 
     def __init__(self, name, input_names, output_names, source, header="", ensure_row_contiguous=True,
                  atomic_outputs=False, compile_options=None):
@@ -114,6 +114,10 @@ class MetalKernel:
                                  atomic_outputs, compile_options)
         self.name = name
         self._n_outputs = len(output_names)
+        self._factory_args = dict(name=name, input_names=input_names, output_names=output_names, source=source,
+                                  header=header, ensure_row_contiguous=ensure_row_contiguous,
+                                  atomic_outputs=atomic_outputs, compile_options=compile_options)
+        self._mlx_kernel = None
 
     def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
                  init_value=None, verbose=False, stream=None):
@@ -137,7 +141,12 @@ class MetalKernel:
         counts_match = len(shapes) == len(dtypes) == self._n_outputs
         # Outputs are MLX's, for kiln to write in place; evaluated with the inputs in one go.
         outs = [_fresh(mx, s, d, init) for s, d in zip(shapes, dtypes)] if counts_match and not moved else []
-        _evaluate(mx, arrays + outs, self.name)
+        if not _evaluate(mx, arrays + outs):
+            # Under a transformation that forbids evaluation (mx.export_function records MLX's
+            # own kernel for a Mac even without Metal; mx.compile / mx.vmap cannot run it).
+            return self._traced(mx, dict(inputs=inputs, output_shapes=output_shapes, output_dtypes=output_dtypes,
+                                         grid=grid, threadgroup=threadgroup, template=template,
+                                         init_value=init_value, verbose=verbose, stream=stream))
         descs = [describe_dlpack(x) if isinstance(x, mx.array) else x for x in inputs]
         if moved:
             return self._run_on(override, descs, shapes, dtypes, grid, threadgroup, tmpl, init, verbose)
@@ -160,6 +169,18 @@ class MetalKernel:
                                 (0, ordinal), out_descs)
         _cuda_synchronize_default_stream()
         return outs
+
+    def _traced(self, mx, call):
+        factory = _saved.get("metal_kernel", mx.fast.metal_kernel)
+        try:
+            if self._mlx_kernel is None:
+                self._mlx_kernel = factory(**self._factory_args)
+            return self._mlx_kernel(**call)
+        except (RuntimeError, ValueError):
+            raise InvalidArgumentError(
+                f"[metal_kernel {self.name}] kiln runs MLX kernels eagerly, which mx.compile and mx.vmap do not "
+                "allow; call the kernel outside them (mx.disable_compile() turns mx.compile off)"
+            ) from None
 
     def _run_on(self, device, descs, shapes, dtypes, grid, threadgroup, tmpl, init, verbose):
         """MLX CPU arrays run on ``device``: kiln copies the inputs there and the outputs back."""
@@ -192,16 +213,15 @@ def metal_kernel(name, input_names, output_names, source, header="", ensure_row_
                        compile_options)
 
 
-def _evaluate(mx, arrays, name):
+def _evaluate(mx, arrays) -> bool:
+    """Evaluates ``arrays``; False where a transformation being traced forbids evaluation."""
     try:
         mx.eval(*arrays)
     except ValueError as e:
         if "function transformations" not in str(e):
             raise
-        raise InvalidArgumentError(
-            f"[metal_kernel {name}] kiln runs MLX kernels eagerly, which mx.compile and mx.vmap do not "
-            "allow; call the kernel outside them (mx.disable_compile() turns mx.compile off)"
-        ) from None
+        return False
+    return True
 
 
 def _fresh(mx, shape, dtype, init):
