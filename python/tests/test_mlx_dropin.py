@@ -324,3 +324,16 @@ def test_every_dtype_round_trips_in_place(dtype):
     assert out.dtype == mdt
     want = np.where(np.arange(35).reshape(5, 7) % 3 == 0, f64(a), f64(b))
     np.testing.assert_array_equal(f64(out), want)
+
+
+def test_array_likes_are_converted_as_mlx_converts_them():
+    a = np.random.default_rng(3).normal(size=(6,)).astype(np.float16)
+    kernel = mx.fast.metal_kernel(name="mix", input_names=["a", "b", "c"], output_names=["out"], source="""
+        uint i = thread_position_in_grid.x;
+        out[i] = float(a[i]) * b[i % 3] + c;
+    """)
+    (out,) = kernel(inputs=[a, [1, 2, 3], np.float32(0.25)], grid=(6, 1, 1), threadgroup=(6, 1, 1),
+                    output_shapes=[(6,)], output_dtypes=[mx.float32])
+    assert isinstance(out, mx.array)
+    want = a.astype(np.float64) * np.array([1, 2, 3, 1, 2, 3]) + 0.25
+    assert_close(np.asarray(out), want, np.float32)

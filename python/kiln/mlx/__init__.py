@@ -124,6 +124,9 @@ class MetalKernel:
         """Runs the kernel now and returns its outputs as evaluated MLX arrays. ``stream`` is
         accepted for MLX's signature; kiln runs on the arrays' device."""
         mx = _mx()
+        # MLX converts array-likes (NumPy arrays, lists) to MLX arrays; Python scalars stay
+        # scalars, which kiln types by MLX's rules.
+        inputs = [x if isinstance(x, (mx.array, bool, int, float)) else mx.array(x) for x in inputs]
         arrays = [x for x in inputs if isinstance(x, mx.array)]
         shapes = [tuple(int(n) for n in s) for s in output_shapes]
         dtypes = [dtype_name(d) for d in output_dtypes]
