@@ -337,3 +337,23 @@ def test_array_likes_are_converted_as_mlx_converts_them():
     assert isinstance(out, mx.array)
     want = a.astype(np.float64) * np.array([1, 2, 3, 1, 2, 3]) + 0.25
     assert_close(np.asarray(out), want, np.float32)
+
+
+def test_use_device_runs_on_kilns_own_buffers_and_copies_back():
+    # The path kiln.testing's kiln_device takes for "cuda:N" on MLX's CPU build, on the CPU here.
+    a = (mx.random.normal(shape=(4, 9)) * 3).astype(mx.bfloat16)
+    kernel = mx.fast.metal_kernel(name="split", input_names=["a"], output_names=["x2", "trunc", "half"], source="""
+        uint i = thread_position_in_grid.x;
+        if (i % 2 == 0) { x2[i] = a[i] * 2; }
+        trunc[i] = int(a[i]);
+        half[i] = a[i];
+    """)
+    with kiln.mlx.use_device("cpu"):
+        x2, trunc, half = kernel(inputs=[a], grid=(36, 1, 1), threadgroup=(8, 1, 1), init_value=-1.5,
+                                 output_shapes=[a.shape] * 3, output_dtypes=[mx.bfloat16, mx.int32, mx.float16])
+    assert (x2.dtype, trunc.dtype, half.dtype) == (mx.bfloat16, mx.int32, mx.float16)
+    av = f64(a)
+    want = np.where(np.arange(36).reshape(4, 9) % 2 == 0, av * 2, -1.5)
+    np.testing.assert_array_equal(f64(x2), want)
+    np.testing.assert_array_equal(np.asarray(trunc), np.trunc(av).astype(np.int32))
+    np.testing.assert_array_equal(f64(half), av)

@@ -92,9 +92,10 @@ def _metal_is_available() -> bool:
 
 @contextlib.contextmanager
 def use_device(device):
-    """Runs the kernels called inside on ``device`` (``"cpu"`` or ``"cuda:N"``) whatever the
-    arrays' device: MLX CPU arrays are copied to the GPU and the outputs back (the CUDA variant
-    of a test on MLX's CPU build). ``None`` means the arrays' own device."""
+    """Runs the kernels called on MLX CPU arrays inside on kiln's ``device`` (``"cuda:N"``, or
+    ``"cpu"``) with kiln's own buffers: the inputs are copied there and the outputs back into
+    new MLX arrays (the CUDA variant of a test on MLX's CPU build). ``None``: in place, on the
+    arrays' own device."""
     token = _device_override.set(None if device is None else str(device))
     try:
         yield
@@ -140,7 +141,7 @@ class MetalKernel:
             raise InvalidArgumentError(
                 f"[metal_kernel {self.name}] the inputs live on the GPU; kiln.mlx.use_device('cpu') applies to "
                 "MLX CPU arrays only")
-        moved = override not in (None, "cpu") and on_cpu
+        moved = override is not None and on_cpu
         counts_match = len(shapes) == len(dtypes) == self._n_outputs
         # Outputs are MLX's, for kiln to write in place; evaluated with the inputs in one go.
         outs = [_fresh(mx, s, d, init) for s, d in zip(shapes, dtypes)] if counts_match and not moved else []
