@@ -11,22 +11,16 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use super::entry_contract::EntryContract;
-use super::launch::{KernelInput, LaunchSpec, MathMode, OutputDTypes, TemplateArgs};
+use super::launch::{KernelInput, LaunchSpec, OutputDTypes, TemplateArgs};
 use crate::array::Array;
-use crate::backend::{self, Binding, Dispatch, Launch, MetalProgram, OutputSpec, ProgramKind, ResolvedSlot};
+use crate::backend::{self, Binding, Dispatch, Launch, OutputSpec, ResolvedSlot};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::program::{check_threadgroup, MathMode, MetalProgram, ProgramKind, MAX_BUFFERS, MAX_NDIM};
 use crate::source::mangle::{metal_kernel_name, InputKind};
 use crate::source::metal_codegen::{self, MetalSourceParts, SignatureInput};
 use crate::source::scan::{self, ShapeInfo};
-
-/// Metal's limit on threads per threadgroup.
-pub const MAX_THREADS_PER_THREADGROUP: u64 = 1024;
-/// Metal's limit on buffer slots of one kernel.
-pub const MAX_BUFFERS: usize = 31;
-/// The most axes an input may have when its shape or strides are passed.
-pub const MAX_NDIM: usize = 10;
 
 /// A custom Metal kernel defined by its body, exactly as for `mx.fast.metal_kernel`.
 #[derive(Clone, Debug)]
@@ -316,7 +310,7 @@ impl MetalKernel {
             // A closed stdout must not fail the kernel; the print is diagnostic only.
             let _ = stdout.write_all(self.verbose_text(generated).as_bytes());
         }
-        self.check_threadgroup(spec)?;
+        check_threadgroup(self.op(), spec.threadgroup)?;
         let backend = backend::backend_for(device)?;
         let mut bindings = Vec::with_capacity(arrays.len() + spec.output_shapes.len());
         for ((mut array, input), info) in arrays.into_iter().zip(inputs).zip(&self.shape_info) {
@@ -387,25 +381,8 @@ impl MetalKernel {
         let device = self.resolve_device(inputs, spec)?;
         let arrays: SmallVec<[Array; 4]> = inputs.iter().map(KernelInput::to_array).collect();
         let memo = self.generate_memoised(&arrays, spec)?;
-        self.check_threadgroup(spec)?;
+        check_threadgroup(self.op(), spec.threadgroup)?;
         backend::backend_for(device)?.prepare(&memo.program, Some(&memo.resolved))
-    }
-
-    fn check_threadgroup(&self, spec: &LaunchSpec) -> Result<()> {
-        let [x, y, z] = spec.threadgroup;
-        if x == 0 || y == 0 || z == 0 {
-            return Err(Error::invalid(self.op(), format!("threadgroup {:?} has a zero dimension", spec.threadgroup)));
-        }
-        let total = x as u64 * y as u64 * z as u64;
-        if total > MAX_THREADS_PER_THREADGROUP {
-            return Err(Error::invalid(
-                self.op(),
-                format!(
-                    "thread group size ({total}) is greater than the maximum allowed threads per threadgroup ({MAX_THREADS_PER_THREADGROUP})"
-                ),
-            ));
-        }
-        Ok(())
     }
 
     /// The launch device: the spec's, else the one every array input lives on (the CPU when

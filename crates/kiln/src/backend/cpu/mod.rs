@@ -22,6 +22,7 @@
 //! array or a `[[threadgroup(n)]]` parameter is an `Error::KernelFault` naming it; in checked
 //! mode a read past it is too.
 
+mod abi;
 mod checked;
 mod compile;
 mod exec;
@@ -29,22 +30,23 @@ mod lent;
 mod pch;
 mod stacks;
 mod threadgroup;
+mod toolchain;
 
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{Backend, BackendStatus, Launch, MetalProgram, ProgramKind, ResolvedSlot};
+use super::{Backend, BackendStatus, Launch, ResolvedSlot};
 use crate::array::Array;
 use crate::config;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kernel::MathMode;
+use crate::program::{MathMode, MetalProgram, ProgramKind};
 use crate::source::cpu::{prelude, translation_unit};
 use crate::source::lower::{lower, LowerTarget};
 
-pub use compile::flags as compile_flags;
 pub use lent::{lent_host_array, LentHostMemory};
+pub use toolchain::flags as compile_flags;
 
 /// The CPU backend. `CpuBackend::default()` uses the compiler from `config::host_cxx()`.
 #[derive(Clone, Debug)]
@@ -63,7 +65,7 @@ impl CpuBackend {
     /// A backend that compiles with `cxx`; fails when that compiler cannot run.
     pub fn with_compiler(cxx: impl Into<String>) -> Result<CpuBackend> {
         let cxx = cxx.into();
-        compile::host_compiler(&cxx)?;
+        toolchain::host_compiler(&cxx)?;
         Ok(CpuBackend { cxx, checked: false })
     }
 
@@ -117,7 +119,7 @@ pub fn backend() -> Result<Arc<dyn Backend>> {
 
 pub fn status() -> BackendStatus {
     let cxx = config::host_cxx();
-    match compile::host_compiler(&cxx) {
+    match toolchain::host_compiler(&cxx) {
         Ok(c) => {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             let probes = if c.stack_probes { "" } else { ", without stack probes" };
@@ -140,9 +142,9 @@ pub(crate) fn compile_past_memory(program: &MetalProgram, precompiled_prelude: b
 /// one untouched); `false` when the compiler cannot. For the compile benchmark.
 pub(crate) fn build_fresh_prelude(kind: ProgramKind, nonce: u128) -> Result<bool> {
     let cxx = config::host_cxx();
-    let compiler = compile::host_compiler(&cxx)?;
+    let compiler = toolchain::host_compiler(&cxx)?;
     let text = format!("{}// {nonce}\n", prelude(kind));
-    let Some(built) = pch::prepare(&cxx, &compiler, &compile::flags(MathMode::Safe, &compiler), &text) else {
+    let Some(built) = pch::prepare(&cxx, &compiler, &toolchain::flags(MathMode::Safe, &compiler), &text) else {
         return Ok(false);
     };
     if let Some(dir) = built.header.parent() {

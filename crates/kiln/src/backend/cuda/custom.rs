@@ -9,7 +9,7 @@ use crate::backend::Backend;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::MathMode;
+use crate::program::MathMode;
 use crate::source::cuda as cuda_source;
 use crate::source::scan::ShapeInfo;
 

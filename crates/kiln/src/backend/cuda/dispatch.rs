@@ -16,8 +16,8 @@ use crate::array::Array;
 use crate::backend::{Binding, Dispatch, Launch};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kernel::MAX_THREADGROUP_MEMORY;
-use crate::source::cuda::{args_layout as L, MAX_SLOTS, MAX_THREADGROUP_BUFFERS};
+use crate::program::{check_threadgroup, MAX_BUFFERS, MAX_THREADGROUP_MEMORY};
+use crate::source::cuda::{args_layout as L, MAX_THREADGROUP_BUFFERS};
 
 /// One CUDA launch: the first group's position, the group count and the block size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,10 +112,10 @@ impl CudaBackend {
     /// Queues one dispatch of a resolved program on the stream; returns without waiting.
     pub(super) fn run(&self, launch: &Launch<'_>, resolved: &Resolved) -> Result<Vec<Array>> {
         let kernel = launch.program.kernel.as_str();
-        if launch.bindings.len() > MAX_SLOTS {
+        if launch.bindings.len() > MAX_BUFFERS {
             return Err(Error::invalid(
                 kernel,
-                format!("{} buffer slots bound; at most {MAX_SLOTS}", launch.bindings.len()),
+                format!("{} buffer slots bound; at most {MAX_BUFFERS}", launch.bindings.len()),
             ));
         }
         if launch.threadgroup_memory.len() > MAX_THREADGROUP_BUFFERS {
@@ -128,9 +128,7 @@ impl CudaBackend {
             ));
         }
         let tg = launch.effective_threadgroup();
-        if tg.contains(&0) {
-            return Err(Error::invalid(kernel, format!("threadgroup {:?} has a zero dimension", launch.threadgroup)));
-        }
+        check_threadgroup(kernel, tg)?;
         let stream = match launch.stream {
             None => self.stream.cu_stream(),
             Some(s) if s.ordinal() == self.ordinal => s.cu_stream(),

@@ -31,11 +31,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{result as drv, sys, CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
 use cudarc::nvrtc::Ptx;
 
-use super::{unavailable, Backend, BackendStatus, Launch, MetalProgram, ProgramKind, ResolvedSlot};
+use super::{unavailable, Backend, BackendStatus, Launch, ResolvedSlot};
 use crate::array::Array;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kernel::MathMode;
+use crate::program::{MathMode, MetalProgram, ProgramKind};
 use crate::source::cuda as cuda_source;
 use crate::source::lower::{self, LowerTarget};
 
