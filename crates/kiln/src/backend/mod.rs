@@ -121,10 +121,28 @@ impl Launch<'_> {
     }
 }
 
+/// What a backend's device is and can do, for ops that choose a kernel or size a grid by it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The device answered for; its variant is the kind of device.
+    pub device: Device,
+    /// The device's name, as its driver or the system gives it.
+    pub name: String,
+    /// The CUDA compute capability (major, minor); `None` on other devices.
+    pub compute_capability: Option<(u32, u32)>,
+    /// Units that run threadgroups side by side: streaming multiprocessors of a GPU, cores of
+    /// the CPU (at least 1).
+    pub multiprocessors: usize,
+    /// Bytes of memory the device has (the host's physical memory for the CPU); 0 when unknown.
+    pub memory_bytes: u64,
+}
+
 /// A device backend.
 pub trait Backend: Send + Sync {
     /// The device this backend drives.
     fn device(&self) -> Device;
+    /// What the device is and can do (read once when the backend is made).
+    fn capabilities(&self) -> Capabilities;
     /// Copies a host array to this device (row-contiguous); identity for the CPU.
     fn upload(&self, host: &Array) -> Result<Array>;
     /// Copies an array of this device to the host.
@@ -160,6 +178,11 @@ pub fn backend_for(device: Device) -> Result<Arc<dyn Backend>> {
 /// The status of every backend, for `kiln devices`.
 pub fn statuses() -> Vec<BackendStatus> {
     vec![cuda::status(), metal::status(), cpu::status()]
+}
+
+/// The capabilities of `device` (see [`Backend::capabilities`]).
+pub fn capabilities(device: Device) -> Result<Capabilities> {
+    Ok(backend_for(device)?.capabilities())
 }
 
 /// The best device available here: an NVIDIA GPU, else an Apple GPU, else the CPU.
@@ -239,5 +262,54 @@ mod tests {
         slot.set(Device::Cuda(1), Arc::new(9u32));
         assert_eq!(slot.get::<u32>(Device::Cuda(0)), Some(&7), "the first device keeps the slot");
         assert!(slot.get::<u32>(Device::Cuda(1)).is_none());
+    }
+
+    #[test]
+    fn the_cpu_answers_what_it_is() {
+        let caps = capabilities(Device::Cpu).unwrap();
+        assert_eq!(caps.device, Device::Cpu);
+        assert_eq!(caps.compute_capability, None);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(caps.multiprocessors, cores);
+        assert!(!caps.name.is_empty());
+        if cfg!(target_os = "linux") {
+            assert!(caps.memory_bytes >= 1 << 20, "{caps:?}");
+        }
+    }
+
+    #[test]
+    fn a_cuda_program_is_refused_by_the_cpu_with_its_name() {
+        let program = MetalProgram {
+            kernel: "user_cuda".into(),
+            source: "extern \"C\" __global__ void k(float* out) { out[0] = 1.0f; }".into(),
+            kind: ProgramKind::Cuda { arch_specific: None },
+            function: "k".into(),
+            math_mode: crate::program::MathMode::Safe,
+            constants: Vec::new(),
+        };
+        let launch = Launch {
+            program: &program,
+            bindings: vec![Binding::Output(OutputSpec {
+                shape: [1].as_slice().into(),
+                dtype: DType::F32,
+                init_value: None,
+            })],
+            dispatch: Dispatch::Threads([1, 1, 1]),
+            threadgroup: [1, 1, 1],
+            threadgroup_memory: Vec::new(),
+            timeout: None,
+            cancel: None,
+            stream: None,
+            resolved: None,
+        };
+        let cpu = backend_for(Device::Cpu).unwrap();
+        for err in [
+            cpu.launch(&launch).unwrap_err(),
+            cpu.prepare(&program, None).unwrap_err(),
+            translate(&program, Target::Cpu).unwrap_err(),
+        ] {
+            assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+            assert!(err.to_string().contains("user_cuda") && err.to_string().contains("CUDA devices only"), "{err}");
+        }
     }
 }

@@ -12,8 +12,9 @@ use smallvec::SmallVec;
 
 use super::entry_contract::EntryContract;
 use super::launch::{KernelInput, LaunchSpec, OutputDTypes, TemplateArgs};
+use super::marshal::{is_host_scalar, Convention, Marshal};
 use crate::array::Array;
-use crate::backend::{self, Binding, Dispatch, Launch, OutputSpec, ResolvedSlot};
+use crate::backend::{self, Dispatch, Launch, ResolvedSlot};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -312,49 +313,15 @@ impl MetalKernel {
         }
         check_threadgroup(self.op(), spec.threadgroup)?;
         let backend = backend::backend_for(device)?;
-        let mut bindings = Vec::with_capacity(arrays.len() + spec.output_shapes.len());
-        for ((mut array, input), info) in arrays.into_iter().zip(inputs).zip(&self.shape_info) {
-            if !matches!(input, KernelInput::Array(_)) || is_host_scalar(&array) {
-                // A scalar (0-d, `constant` space, no shape bindings) travels with the launch as
-                // constant bytes: no device allocation and no copy queued before the kernel.
-                bindings.push(Binding::Bytes(array.to_contiguous_bytes()?.into()));
-                continue;
-            }
-            if self.ensure_row_contiguous && !array.is_row_contiguous() {
-                array = backend.row_contiguous(&array)?;
-            }
-            let info = if array.ndim() == 0 { ShapeInfo::default() } else { *info };
-            let shape_bytes =
-                info.shape.then(|| array.shape().iter().flat_map(|&n| (n as i32).to_le_bytes()).collect());
-            let stride_bytes =
-                info.strides.then(|| array.strides().iter().flat_map(|&s| (s as i64).to_le_bytes()).collect());
-            let ndim = array.ndim() as i32;
-            bindings.push(Binding::Array(array));
-            bindings.extend(shape_bytes.map(Binding::Bytes));
-            bindings.extend(stride_bytes.map(Binding::Bytes));
-            if info.ndim {
-                bindings.push(Binding::Bytes(ndim.to_le_bytes().as_slice().into()));
-            }
-        }
-        if let Some(outputs) = &spec.outputs_into {
-            for out in outputs {
-                if out.device() != device {
-                    return Err(Error::invalid(
-                        self.op(),
-                        format!("an output lives on {} but the kernel runs on {device}", out.device()),
-                    ));
-                }
-                bindings.push(Binding::OutputInto(out.clone()));
-            }
-        } else {
-            for (shape, &dtype) in spec.output_shapes.iter().zip(&spec.output_dtypes) {
-                bindings.push(Binding::Output(OutputSpec {
-                    shape: shape.as_slice().into(),
-                    dtype,
-                    init_value: spec.init_value,
-                }));
-            }
-        }
+        let marshal = Marshal {
+            op: self.op(),
+            device,
+            backend: backend.as_ref(),
+            shape_info: &self.shape_info,
+            ensure_row_contiguous: self.ensure_row_contiguous,
+            convention: Convention::Metal,
+        };
+        let bindings = marshal.bindings(inputs, arrays, spec)?;
         let launch = Launch {
             program,
             bindings,
@@ -418,9 +385,4 @@ impl MetalKernel {
         }
         Ok(device.unwrap_or_else(backend::best_device))
     }
-}
-
-/// A 0-d array in host memory: bound as constant bytes on every backend, like a scalar.
-fn is_host_scalar(a: &Array) -> bool {
-    a.ndim() == 0 && a.host_buffer().is_some()
 }

@@ -6,6 +6,7 @@ mod cuda_kernel;
 mod entry_contract;
 mod function_constants;
 mod launch;
+mod marshal;
 mod metal_kernel;
 mod metal_library;
 mod msl_outline;

@@ -36,7 +36,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{Backend, BackendStatus, Launch, ResolvedSlot};
+use super::{Backend, BackendStatus, Capabilities, Launch, ResolvedSlot};
 use crate::array::Array;
 use crate::config;
 use crate::device::Device;
@@ -160,6 +160,7 @@ pub(crate) fn compile_trivial() -> Result<()> {
 
 /// The full host C++ translation unit for `program` (what `kiln translate --emit cpu` prints).
 pub fn translate(program: &MetalProgram) -> Result<String> {
+    metal_only(program)?;
     let module = lower(program, LowerTarget::Cpu)?;
     translation_unit(program, &module)
 }
@@ -167,6 +168,11 @@ pub fn translate(program: &MetalProgram) -> Result<String> {
 impl Backend for CpuBackend {
     fn device(&self) -> Device {
         Device::Cpu
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        static HOST: OnceLock<Capabilities> = OnceLock::new();
+        HOST.get_or_init(host_capabilities).clone()
     }
 
     fn upload(&self, host: &Array) -> Result<Array> {
@@ -198,6 +204,34 @@ impl Backend for CpuBackend {
     }
 }
 
+/// The emulator runs Metal; a CUDA program (`CudaKernel`) is refused with an error naming it.
+fn metal_only(program: &MetalProgram) -> Result<()> {
+    if program.kind.is_metal() {
+        return Ok(());
+    }
+    Err(Error::invalid(program.kernel.clone(), "a CUDA program runs on CUDA devices only, not on the CPU"))
+}
+
+/// The host as a device: its cores, its processor's name and its physical memory, where the
+/// system tells them (Linux's `/proc`), else "host CPU" and 0 bytes.
+fn host_capabilities() -> Capabilities {
+    let field = |path: &str, key: &str| -> Option<String> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let line = text.lines().find(|l| l.starts_with(key))?;
+        Some(line.split_once(':')?.1.trim().to_string())
+    };
+    let memory_kib = field("/proc/meminfo", "MemTotal")
+        .and_then(|v| v.trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    Capabilities {
+        device: Device::Cpu,
+        name: field("/proc/cpuinfo", "model name").unwrap_or_else(|| "host CPU".to_string()),
+        compute_capability: None,
+        multiprocessors: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        memory_bytes: memory_kib.saturating_mul(1024),
+    }
+}
+
 impl CpuBackend {
     /// The loaded library and entry index for `program`. Programs seen before are looked up by
     /// their content (compiler, source, entry, math mode, constants), so a repeated launch does
@@ -213,6 +247,7 @@ impl CpuBackend {
         if let Some(hit) = resolved.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(hit);
         }
+        metal_only(program)?;
         let module = lower(program, LowerTarget::Cpu)?;
         let entry = module.entries.iter().position(|e| e.host_name == program.function).ok_or_else(|| {
             let names: Vec<&str> = module.entries.iter().map(|e| e.host_name.as_str()).collect();

@@ -172,7 +172,7 @@ fn build(cxx: &str, flags: &[&str], header: &Path, dir: &Path) -> Option<Vec<u8>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cpu::compile::{flags, host_compiler};
+    use crate::backend::cpu::toolchain::{flags, host_compiler};
     use crate::program::MathMode;
 
     /// A prelude no other test uses, so this test owns its cache entry.

@@ -129,17 +129,7 @@ impl CudaBackend {
         }
         let tg = launch.effective_threadgroup();
         check_threadgroup(kernel, tg)?;
-        let stream = match launch.stream {
-            None => self.stream.cu_stream(),
-            Some(s) if s.ordinal() == self.ordinal => s.cu_stream(),
-            Some(s) => {
-                return Err(Error::invalid(
-                    kernel,
-                    format!("a stream of cuda:{} was given for a launch on cuda:{}", s.ordinal(), self.ordinal),
-                ))
-            }
-        };
-        self.ctx.bind_to_thread().map_err(|e| self.fail(kernel, "binding the context", e))?;
+        let stream = self.launch_stream(launch)?;
         let (grid, regions) = match launch.dispatch {
             Dispatch::Threads(grid) => (grid, thread_regions(grid, tg)),
             Dispatch::Threadgroups(groups) => {
@@ -282,6 +272,24 @@ impl CudaBackend {
         Ok(outputs)
     }
 
+    /// The stream `launch` queues on (the caller's, else the backend's own), with the context
+    /// bound to this thread.
+    pub(super) fn launch_stream(&self, launch: &Launch<'_>) -> Result<sys::CUstream> {
+        let kernel = launch.program.kernel.as_str();
+        let stream = match launch.stream {
+            None => self.stream.cu_stream(),
+            Some(s) if s.ordinal() == self.ordinal => s.cu_stream(),
+            Some(s) => {
+                return Err(Error::invalid(
+                    kernel,
+                    format!("a stream of cuda:{} was given for a launch on cuda:{}", s.ordinal(), self.ordinal),
+                ))
+            }
+        };
+        self.ctx.bind_to_thread().map_err(|e| self.fail(kernel, "binding the context", e))?;
+        Ok(stream)
+    }
+
     /// The error of a rejected or failed launch of region `r`.
     fn launch_error(&self, kernel: &str, r: &Region, e: DriverError) -> Error {
         match e.0 {
@@ -301,7 +309,7 @@ impl CudaBackend {
     }
 
     /// Copies a host view to this device, keeping only its elements (row-contiguous).
-    fn upload_view(&self, kernel: &str, a: &Array) -> Result<Array> {
+    pub(super) fn upload_view(&self, kernel: &str, a: &Array) -> Result<Array> {
         if a.device() != Device::Cpu {
             return Err(Error::invalid(kernel, format!("input lives on {}, not on cuda:{}", a.device(), self.ordinal)));
         }
