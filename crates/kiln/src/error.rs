@@ -71,7 +71,7 @@ impl Error {
     }
 
     /// Shorthand for [`Error::UnsupportedDType`].
-    pub fn dtype(op: impl Into<String>, dtype: crate::DType, msg: impl Into<String>) -> Self {
+    pub fn dtype(op: impl Into<String>, dtype: crate::dtype::DType, msg: impl Into<String>) -> Self {
         Error::UnsupportedDType { op: op.into(), dtype: dtype.name().to_string(), msg: msg.into() }
     }
 

@@ -31,6 +31,7 @@ pub mod error;
 pub mod gallery;
 pub mod kernel;
 pub mod ops;
+pub mod program;
 pub mod source;
 pub mod spec;
 
@@ -38,5 +39,6 @@ pub use array::{Array, SliceArg};
 pub use device::Device;
 pub use dtype::DType;
 pub use error::{Error, Result};
-pub use kernel::{CudaKernel, KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MathMode, MetalKernel, MetalLibrary};
+pub use kernel::{CudaKernel, KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MetalKernel, MetalLibrary};
+pub use program::MathMode;
 pub use source::mangle::{TemplateArg, TemplateName};

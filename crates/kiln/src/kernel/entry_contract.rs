@@ -18,13 +18,10 @@
 use super::const_eval::{split_args, Scope};
 use super::function_constants;
 use super::msl_outline::Outline;
-use crate::backend::MetalProgram;
 use crate::error::{Error, Result};
+use crate::program::{MetalProgram, MAX_THREADGROUP_MEMORY};
 use crate::source::lower::tokens::{tokenize, Kind, Token};
 use crate::source::lower::{lower, AddressSpace, EntryParam, LowerTarget};
-
-/// Metal's limit on threadgroup memory per threadgroup (static plus dynamic), in bytes.
-pub const MAX_THREADGROUP_MEMORY: usize = 32 * 1024;
 
 /// Bytes of a kernel's own `threadgroup` declarations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -277,8 +274,7 @@ fn declaration_bytes(decl: &[Token], scope: &Scope<'_>) -> Option<Option<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{ConstantKey, ConstantValue, ProgramKind};
-    use crate::kernel::MathMode;
+    use crate::program::{ConstantKey, ConstantValue, MathMode, ProgramKind};
 
     fn program(source: &str, function: &str, constants: Vec<(ConstantKey, ConstantValue)>) -> MetalProgram {
         MetalProgram {

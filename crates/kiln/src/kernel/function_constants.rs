@@ -12,9 +12,9 @@
 use std::collections::HashSet;
 
 use super::msl_outline::Outline;
-use crate::backend::{ConstantKey, ConstantValue};
 use crate::dtype::{element_bytes_to_f64, f64_to_element_bytes, DType};
 use crate::error::{Error, Result};
+use crate::program::{ConstantKey, ConstantValue};
 use crate::source::lower::tokens::Kind;
 
 /// One `constant T name [[function_constant(index)]];` declaration.

@@ -1,7 +1,6 @@
 //! What one kernel call needs besides its inputs: output shapes and dtypes, grid and threadgroup,
 //! template arguments, `init_value`, the device and options.
 
-use std::str::FromStr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,43 +14,6 @@ use crate::dtype::DType;
 use crate::error::Error;
 use crate::source::mangle::TemplateArg;
 pub use crate::source::mangle::TemplateName;
-
-/// The compiler's floating-point mode (MLX `compile_options={"math_mode": ...}`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum MathMode {
-    /// IEEE semantics: `exp(-inf) == 0`, NaN and infinity preserved.
-    #[default]
-    Safe,
-    /// Reassociation allowed, special values kept.
-    Relaxed,
-    /// Fast math; `__FAST_MATH__` is defined.
-    Fast,
-}
-
-impl MathMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            MathMode::Safe => "safe",
-            MathMode::Relaxed => "relaxed",
-            MathMode::Fast => "fast",
-        }
-    }
-}
-
-impl FromStr for MathMode {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self, Error> {
-        match s {
-            "safe" => Ok(MathMode::Safe),
-            "relaxed" => Ok(MathMode::Relaxed),
-            "fast" => Ok(MathMode::Fast),
-            other => Err(Error::invalid(
-                "metal_kernel",
-                format!("expected math_mode 'safe', 'relaxed' or 'fast', got {other:?}"),
-            )),
-        }
-    }
-}
 
 /// A kernel input: an array, or a scalar converted with MLX's rules (bool → bool, integer →
 /// int32, or int64 outside the int32 range, float → float32).

@@ -9,15 +9,13 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 
 use super::entry_contract::EntryContract;
-use super::launch::MathMode;
 use crate::array::{byte_size, Array};
 use crate::backend::cuda::ExternalStream;
-use crate::backend::{
-    self, Binding, ConstantKey, ConstantValue, Dispatch, Launch, MetalProgram, OutputSpec, ProgramKind,
-};
+use crate::backend::{self, Binding, Dispatch, Launch, OutputSpec};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::program::{check_threadgroup, ConstantKey, ConstantValue, MathMode, MetalProgram, ProgramKind, MAX_BUFFERS};
 
 /// A full Metal source file.
 #[derive(Clone, Debug)]
@@ -121,24 +119,11 @@ impl MetalLibrary {
     /// slot order.
     pub fn dispatch(&self, device: Device, args: &[LibraryArg], launch: &LibraryLaunch) -> Result<Vec<Array>> {
         let op = format!("metal_library {}:{}", self.name, launch.function);
-        let [x, y, z] = launch.threadgroup;
-        if x == 0 || y == 0 || z == 0 {
-            return Err(Error::invalid(op, format!("threadgroup {:?} has a zero dimension", launch.threadgroup)));
-        }
-        let total = x as u64 * y as u64 * z as u64;
-        if total > super::MAX_THREADS_PER_THREADGROUP {
+        check_threadgroup(&op, launch.threadgroup)?;
+        if args.len() > MAX_BUFFERS {
             return Err(Error::invalid(
                 op,
-                format!(
-                    "thread group size ({total}) is greater than the maximum allowed threads per threadgroup ({})",
-                    super::MAX_THREADS_PER_THREADGROUP
-                ),
-            ));
-        }
-        if args.len() > super::MAX_BUFFERS {
-            return Err(Error::invalid(
-                op,
-                format!("{} buffers bound; Metal allows at most {}", args.len(), super::MAX_BUFFERS),
+                format!("{} buffers bound; Metal allows at most {MAX_BUFFERS}", args.len()),
             ));
         }
         let backend = backend::backend_for(device)?;

@@ -7,8 +7,8 @@ use std::fmt::Write;
 use std::sync::OnceLock;
 
 use super::lower::{EntryParam, LoweredModule};
-use crate::backend::{MetalProgram, ProgramKind};
 use crate::error::{Error, Result};
+use crate::program::{MetalProgram, ProgramKind};
 use crate::source::scan::ATTRIBUTES;
 
 /// The file name compiler messages use for the user's Metal text.

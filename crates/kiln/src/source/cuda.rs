@@ -24,8 +24,6 @@ use std::fmt::Write;
 
 use crate::source::lower::{AddressSpace, Entry, EntryParam, LoweredModule};
 
-/// Buffer slots a kernel may bind.
-pub const MAX_SLOTS: usize = 31;
 /// Dynamic threadgroup buffers a kernel may bind.
 pub const MAX_THREADGROUP_BUFFERS: usize = 8;
 /// Most bytes of small constant data carried inline in the parameter block (full-file kernels

@@ -139,7 +139,7 @@ pub fn route(q: &Array, k: &Array, v: &Array, mask: &Mask) -> Result<Route> {
     let dims = validate(q, k, v)?;
     let aligned = aligned16(q, k, v);
     let capability = match q.device() {
-        Device::Cuda(ordinal) => Some(crate::backend::cuda::cuda_backend(ordinal)?.arch()),
+        Device::Cuda(_) => crate::backend::capabilities(q.device())?.compute_capability,
         _ => None,
     };
     Ok(route_rule(q.device(), capability, q.dtype(), dims, mask, aligned))

@@ -347,7 +347,7 @@ pub(super) fn spec(op: &str, q: &Array, hq: usize, b: usize, causal: bool, scale
     let (tq, d) = (q.shape()[2], q.shape()[3]);
     let threads = threads(d);
     let multiprocessors = match q.device() {
-        crate::device::Device::Cuda(ordinal) => crate::backend::cuda::cuda_backend(ordinal)?.multiprocessors(),
+        crate::device::Device::Cuda(_) => crate::backend::capabilities(q.device())?.multiprocessors,
         _ => 1,
     };
     let blocks = blocks(b * hq * tq.div_ceil(block_queries(d)), multiprocessors);

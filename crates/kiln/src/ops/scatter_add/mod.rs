@@ -127,7 +127,7 @@ pub enum Path {
 /// The kernel [`scatter_add`] uses for these inputs, by the rule in the module header (inputs
 /// that fail validation give [`Path::Portable`], whose checks reject them).
 pub fn path(values: &Array, indices: &Array, bins: usize) -> Path {
-    let Device::Cuda(ordinal) = values.device() else {
+    let Device::Cuda(_) = values.device() else {
         return Path::Portable;
     };
     let n = values.shape().first().copied().unwrap_or(0);
@@ -140,8 +140,8 @@ pub fn path(values: &Array, indices: &Array, bins: usize) -> Path {
         && bins >= 1
         && vec4_aligned(values)
         && vec4_aligned(indices);
-    match crate::backend::cuda::cuda_backend(ordinal) {
-        Ok(b) if served && bins <= cuda::max_bins(b.arch()) => Path::CudaSmem,
+    match crate::backend::capabilities(values.device()).map(|c| c.compute_capability) {
+        Ok(Some(arch)) if served && bins <= cuda::max_bins(arch) => Path::CudaSmem,
         _ => Path::Portable,
     }
 }
@@ -210,10 +210,10 @@ pub fn scatter_add(values: &Array, indices: &Array, bins: usize) -> Result<Array
     let call = scatter_add_call(values, indices, bins)?;
     match path(values, indices, bins) {
         Path::CudaSmem => {
-            let Device::Cuda(ordinal) = values.device() else {
+            if !matches!(values.device(), Device::Cuda(_)) {
                 return Err(Error::invalid(OP, "the CUDA path needs values on a CUDA device"));
-            };
-            let sms = crate::backend::cuda::cuda_backend(ordinal)?.multiprocessors();
+            }
+            let sms = crate::backend::capabilities(values.device())?.multiprocessors;
             cuda::run(values, indices, bins, cuda::Launch::for_multiprocessors(sms))
         }
         Path::Portable => call.run_one(),

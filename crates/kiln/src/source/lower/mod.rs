@@ -19,9 +19,8 @@ mod rewrite;
 mod ternary;
 pub mod tokens;
 
-use crate::backend::MetalProgram;
 use crate::error::{Error, Result};
-use crate::kernel::MathMode;
+use crate::program::{MathMode, MetalProgram};
 
 /// The language a lowering produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -9,7 +9,7 @@ use super::functions::{check_nesting, is_function_qualifier, Brackets};
 use super::members::{is_swizzle, swizzle_members};
 use super::tokens::{is_float_literal, Kind, Token};
 use super::{Entry, EntryParam, LowerTarget};
-use crate::backend::{ConstantKey, ConstantValue, MetalProgram};
+use crate::program::{ConstantKey, ConstantValue, MetalProgram};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Scope {
