@@ -15,13 +15,11 @@
 //! The limits are Metal's, so they hold for `MetalKernel` and `MetalLibrary` on every backend;
 //! `CudaKernel` code is CUDA and keeps CUDA's limits.
 
-use super::const_eval::{split_args, Scope};
 use super::function_constants;
-use super::msl_outline::Outline;
 use crate::backend::MetalProgram;
 use crate::error::{Error, Result};
-use crate::source::lower::tokens::{tokenize, Kind, Token};
-use crate::source::lower::{lower, AddressSpace, EntryParam, LowerTarget};
+use crate::source::parse::{parse, split_args, AddressSpace, EntryParam, Outline, Scope};
+use crate::source::tokens::{tokenize, Kind, Token};
 
 /// Metal's limit on threadgroup memory per threadgroup (static plus dynamic), in bytes.
 pub const MAX_THREADGROUP_MEMORY: usize = 32 * 1024;
@@ -47,11 +45,11 @@ pub(crate) struct EntryContract {
 
 impl EntryContract {
     /// The contract of `program`'s entry, after checking its function constants (errors name
-    /// `op`). `None` when the program does not lower or has no such entry: compiling it fails
+    /// `op`). `None` when the program does not parse or has no such entry: compiling it fails
     /// with the backend's own message.
     pub fn of(op: &str, program: &MetalProgram) -> Result<Option<EntryContract>> {
-        let Ok(module) = lower(program, LowerTarget::Cpu) else { return Ok(None) };
-        let Some(entry) = module.entry(&program.function) else { return Ok(None) };
+        let Ok(parsed) = parse(program) else { return Ok(None) };
+        let Some(entry) = parsed.entry(&program.function) else { return Ok(None) };
         let outline = Outline::new(&program.source);
         let (base, args) = split_callee(&entry.callee);
         let item = outline.function(&base);
@@ -194,33 +192,20 @@ fn static_threadgroup(outline: &Outline, item: usize, scope: &Scope<'_>) -> Stat
     let Some(f) = outline.items[item].function.as_ref() else {
         return StaticThreadgroup { bytes: 0, complete: false };
     };
-    let body = &outline.toks[f.body.clone()];
-    for k in 0..body.len() {
-        let at_statement = k == 0 || [";", "{", "}", ":"].iter().any(|s| body[k - 1].is(s));
-        if !(at_statement && body[k].is("threadgroup")) {
+    let toks = &outline.toks;
+    for k in f.body.clone() {
+        let at_statement = k == f.body.start || [";", "{", "}", ":"].iter().any(|s| toks[k - 1].is(s));
+        if !(at_statement && toks[k].is("threadgroup")) {
             continue;
         }
-        let end = statement_end(body, k);
-        match declaration_bytes(&body[k + 1..end], scope) {
+        let end = outline.semicolon(k).filter(|&end| end < f.body.end).unwrap_or(f.body.end);
+        match declaration_bytes(&toks[k + 1..end], scope) {
             Some(Some(bytes)) => out.bytes = out.bytes.saturating_add(bytes),
             Some(None) => out.complete = false,
             None => {}
         }
     }
     out
-}
-
-fn statement_end(toks: &[Token], from: usize) -> usize {
-    let mut depth = 0i32;
-    for (j, t) in toks.iter().enumerate().skip(from) {
-        match t.text.as_str() {
-            "(" | "[" | "{" if t.kind == Kind::Punct => depth += 1,
-            ")" | "]" | "}" if t.kind == Kind::Punct => depth -= 1,
-            ";" if depth == 0 => return j,
-            _ => {}
-        }
-    }
-    toks.len()
 }
 
 /// The bytes a `threadgroup` declaration allocates (after the keyword, without the `;`):
