@@ -11,6 +11,7 @@ pub mod lower;
 pub mod mangle;
 pub mod metal_codegen;
 pub(crate) mod parse;
+pub mod prelude;
 pub mod preprocess;
 pub mod scan;
 pub mod tokens;

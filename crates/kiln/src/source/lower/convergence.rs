@@ -29,6 +29,7 @@ use std::sync::OnceLock;
 use super::functions::{call_open, find_scopes, Body, Params};
 use super::rewrite::SITED_COLLECTIVES;
 use crate::source::cursor::Cursor;
+use crate::source::prelude;
 use crate::source::limits::MAX_NESTING;
 use crate::source::tokens::{tokenize, Kind, Token};
 
@@ -37,10 +38,10 @@ use crate::source::tokens::{tokenize, Kind, Token};
 fn prelude_names() -> &'static HashSet<String> {
     static NAMES: OnceLock<HashSet<String>> = OnceLock::new();
     NAMES.get_or_init(|| {
-        let mut texts: Vec<&str> = super::super::cpu::COMMON_PRELUDE.iter().map(|(_, t)| *t).collect();
-        texts.push(super::super::cpu::MLX_UTILS);
-        texts.push(include_str!("../../../prelude/cpu/runtime.h"));
-        texts.push(include_str!("../../../prelude/cpu/simd.h"));
+        let mut texts: Vec<&str> = prelude::COMMON.iter().map(|(_, t)| *t).collect();
+        texts.push(prelude::MLX_UTILS.1);
+        let runtime = prelude::CPU_RUNTIME.iter().filter(|(name, _)| ["cpu/runtime.h", "cpu/simd.h"].contains(name));
+        texts.extend(runtime.map(|(_, text)| *text));
         let mut names = HashSet::new();
         for text in texts {
             let toks: Vec<Token> = tokenize(text).into_iter().filter(|t| !t.is_trivia()).collect();
