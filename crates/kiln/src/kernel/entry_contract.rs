@@ -18,7 +18,7 @@
 use super::function_constants;
 use crate::backend::MetalProgram;
 use crate::error::{Error, Result};
-use crate::source::parse::{parse, split_args, AddressSpace, EntryParam, Outline, Scope};
+use crate::source::parse::{first_declarator, parse, split_args, AddressSpace, EntryParam, Outline, Scope};
 use crate::source::tokens::{tokenize, Kind, Token};
 
 /// Metal's limit on threadgroup memory per threadgroup (static plus dynamic), in bytes.
@@ -212,30 +212,14 @@ fn static_threadgroup(outline: &Outline, item: usize, scope: &Scope<'_>) -> Stat
 /// `None` when it allocates nothing (a pointer or reference), `Some(None)` when its size is
 /// unknown.
 fn declaration_bytes(decl: &[Token], scope: &Scope<'_>) -> Option<Option<u64>> {
-    // The type ends at the identifier before the first top-level `[`, `,`, `=` or the end.
-    let mut depth = 0i32;
-    let mut stop = decl.len();
-    for (i, t) in decl.iter().enumerate() {
-        match t.text.as_str() {
-            "<" | "(" => depth += 1,
-            ">" | ")" => depth -= 1,
-            ">>" => depth -= 2,
-            "[" | "," | "=" | "{" if depth == 0 => {
-                stop = i;
-                break;
-            }
-            _ => {}
-        }
-    }
-    if stop == 0 || decl[stop - 1].kind != Kind::Ident {
-        return Some(None);
-    }
-    let ty = &decl[..stop - 1];
+    let refs: Vec<&Token> = decl.iter().collect();
+    let Some(name) = first_declarator(&refs) else { return Some(None) };
+    let ty = &decl[..name];
     if ty.iter().any(|t| t.is("*") || t.is("&") || t.is("&&")) {
         return None;
     }
     let Some(elem) = scope.type_size(ty) else { return Some(None) };
-    let declarators = split_args(&decl[stop - 1..].iter().collect::<Vec<_>>());
+    let declarators = split_args(&refs[name..]);
     let mut total = 0u64;
     for d in declarators {
         if d.first().is_some_and(|t| t.is("*") || t.is("&")) {

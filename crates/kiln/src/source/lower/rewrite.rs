@@ -9,7 +9,7 @@ use super::members::{is_swizzle, swizzle_members};
 use super::LowerTarget;
 use crate::backend::{ConstantKey, ConstantValue, MetalProgram};
 use crate::source::cursor::split_commas;
-use crate::source::parse::{in_template_arguments, join, FunctionConstant, ProgramParse};
+use crate::source::parse::{first_declarator, in_template_arguments, join, FunctionConstant, ProgramParse};
 use crate::source::tokens::{is_float_literal, Kind, Token};
 
 /// Attributes C++17 understands; every other `[[...]]` group is removed.
@@ -367,31 +367,14 @@ impl<'a> Rewriter<'a> {
     fn threadgroup_decl(&mut self, k: usize) -> Option<usize> {
         let end = self.parse.cursor.semicolon(k)?;
         let span = self.parse.cursor.toks_in(k + 1, end);
-        // The type ends at the identifier just before the first top-level `[`, `,` or the end.
-        let mut depth = 0i32;
-        let mut first_stop = span.len();
-        for (i, t) in span.iter().enumerate() {
-            match t.text.as_str() {
-                "<" | "(" => depth += 1,
-                ">" | ")" => depth -= 1,
-                ">>" => depth -= 2,
-                "[" | "," if depth == 0 => {
-                    first_stop = i;
-                    break;
-                }
-                _ => {}
-            }
-        }
-        if first_stop == 0 || span[first_stop - 1].kind != Kind::Ident {
-            return None;
-        }
-        let ty_toks = &span[..first_stop - 1];
+        let name = first_declarator(&span)?;
+        let ty_toks = &span[..name];
         if ty_toks.iter().any(|t| t.kind == Kind::Punct && ["*", "&", "&&", "(", "="].contains(&t.text.as_str())) {
             return None;
         }
         let ty = join(ty_toks);
         let mut decls = Vec::new();
-        for part in split_commas(&span[first_stop - 1..]) {
+        for part in split_commas(&span[name..]) {
             let name = part.first().filter(|t| t.kind == Kind::Ident)?.text.clone();
             let dims = self.array_dims(&part[1..])?;
             let site = self.next_site;

@@ -20,6 +20,27 @@ pub(crate) fn join(tokens: &[&Token]) -> String {
     out
 }
 
+/// In a declaration after its keyword (`T a[N][M], b`, without the `;`), the position of the
+/// first declarator's name: the identifier before the first top-level `[`, `,`, `=` or `{` (or
+/// the end). `None` when no identifier stands there.
+pub(crate) fn first_declarator(decl: &[&Token]) -> Option<usize> {
+    let mut depth = 0i32;
+    let stop = decl
+        .iter()
+        .position(|t| {
+            match t.text.as_str() {
+                "<" | "(" => depth += 1,
+                ">" | ")" => depth -= 1,
+                ">>" => depth -= 2,
+                "[" | "," | "=" | "{" => return depth == 0,
+                _ => {}
+            }
+            false
+        })
+        .unwrap_or(decl.len());
+    (stop > 0 && decl[stop - 1].kind == Kind::Ident).then(|| stop - 1)
+}
+
 /// The integer inside `name(n)`, when the attribute has that form.
 fn attr_index(inner: &str, name: &str) -> Option<u32> {
     let rest = inner.strip_prefix(name)?.trim_start();

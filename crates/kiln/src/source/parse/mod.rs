@@ -14,7 +14,7 @@ mod overloads;
 mod program;
 
 pub(crate) use const_eval::{split_args, Scope};
-pub(crate) use entry::join;
+pub(crate) use entry::{first_declarator, join};
 pub(crate) use outline::Outline;
 pub(crate) use program::{in_template_arguments, is_function_qualifier};
 
