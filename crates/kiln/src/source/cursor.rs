@@ -125,6 +125,7 @@ impl Cursor {
         Cursor { toks, sig, brackets }
     }
 
+    /// The significant token at position `k`.
     pub fn tok(&self, k: usize) -> &Token {
         &self.toks[self.sig[k]]
     }
@@ -139,6 +140,7 @@ impl Cursor {
         k < self.sig.len() && self.tok(k).kind == Kind::Ident
     }
 
+    /// How many significant tokens there are.
     pub fn len(&self) -> usize {
         self.sig.len()
     }

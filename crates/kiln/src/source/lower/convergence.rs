@@ -29,8 +29,8 @@ use std::sync::OnceLock;
 use super::functions::{call_open, find_scopes, Body, Params};
 use super::rewrite::SITED_COLLECTIVES;
 use crate::source::cursor::Cursor;
-use crate::source::prelude;
 use crate::source::limits::MAX_NESTING;
+use crate::source::prelude;
 use crate::source::tokens::{tokenize, Kind, Token};
 
 /// Names of functions the preludes declare: a user function of that name is not given a site
