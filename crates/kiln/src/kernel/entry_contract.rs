@@ -248,6 +248,7 @@ mod tests {
     use super::*;
     use crate::backend::{ConstantKey, ConstantValue, ProgramKind};
     use crate::kernel::MathMode;
+    use crate::source::lower::{lower, LowerTarget};
 
     fn program(source: &str, function: &str, constants: Vec<(ConstantKey, ConstantValue)>) -> MetalProgram {
         MetalProgram {
@@ -308,6 +309,24 @@ kernel void capped(device float* o [[buffer(0)]]) {
         let capped = EntryContract::of("t", &program(FILE, "capped", Vec::new())).unwrap().unwrap();
         assert!(capped.check("t", [64, 1, 1], 1, &[]).is_ok());
         assert!(capped.check("t", [8, 9, 1], 1, &[]).unwrap_err().to_string().contains("max_total_threads"));
+    }
+
+    #[test]
+    fn the_contract_reads_the_parse_not_a_lowering() {
+        // Statements nested past the CPU lowering's limit around a SIMD-group call: the CPU
+        // lowering refuses the program, CUDA's does not, and a launch is checked either way.
+        let src = format!(
+            "kernel void deep(device float* o [[buffer(0)]], uint i [[thread_position_in_grid]]) {{\n\
+             for (int j = 0; j < 2; ++j) {} o[i] = simd_sum(1.0f);\n}}\n",
+            "if (i < 9) ".repeat(300)
+        );
+        let p = program(&src, "deep", Vec::new());
+        assert!(lower(&p, LowerTarget::Cpu).is_err());
+        assert!(lower(&p, LowerTarget::Cuda).is_ok());
+        let c = EntryContract::of("t", &p).unwrap().expect("the entry is parsed");
+        let err = c.check("t", [32, 1, 1], 0, &[]).unwrap_err().to_string();
+        assert!(err.contains("kernel deep") && err.contains("`o` [[buffer(0)]]"), "{err}");
+        assert!(c.check("t", [32, 1, 1], 1, &[]).is_ok());
     }
 
     #[test]

@@ -51,7 +51,7 @@ impl<'a> Scope<'a> {
                 let starts = k == 0 || [";", "{", "}"].iter().any(|s| body[k - 1].is(s));
                 let qualifier = t.is("constexpr") || t.is("const") || t.is("static");
                 if starts && qualifier {
-                    let end = body[k..].iter().position(|t| t.is(";")).map_or(body.len(), |p| k + p + 1);
+                    let end = outline.semicolon(f.body.start + k).map_or(body.len(), |p| p - f.body.start + 1);
                     if let Some((name, init)) = constant_definition(&body[k..end]) {
                         constants.insert(name, init);
                     }

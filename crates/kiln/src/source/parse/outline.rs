@@ -10,7 +10,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
-use crate::source::cursor::{split_text_commas, Brackets};
+use crate::source::cursor::{split_commas, split_text_commas, Brackets};
 use crate::source::tokens::{tokenize, Kind, Token};
 
 /// One template parameter of a function.
@@ -200,25 +200,14 @@ impl Outline {
 
     /// The parameters of `template <...>` between positions `from` and `to`.
     fn template_params(&self, from: usize, to: usize) -> Vec<TemplateParam> {
-        let mut out = Vec::new();
-        let mut part_start = from;
-        let mut j = from;
-        while j <= to {
-            let at_end = j == to;
-            if at_end || self.is(j, ",") {
-                let part = &self.toks[part_start..j];
-                let is_type = part.first().is_some_and(|t| t.is("typename") || t.is("class"));
-                let decl_end = part.iter().position(|t| t.is("=")).unwrap_or(part.len());
-                if let Some(name) = part[..decl_end].iter().rev().find(|t| t.kind == Kind::Ident) {
-                    out.push(TemplateParam { name: name.text.clone(), is_type });
-                }
-                part_start = j + 1;
-            } else if self.is(j, "<") || self.is(j, "(") {
-                j = self.matching(j).unwrap_or(to);
-            }
-            j += 1;
-        }
-        out
+        let toks: Vec<&Token> = self.toks[from..to].iter().collect();
+        let param = |part: &Vec<&Token>| {
+            let is_type = part.first().is_some_and(|t| t.is("typename") || t.is("class"));
+            let decl_end = part.iter().position(|t| t.is("=")).unwrap_or(part.len());
+            let name = part[..decl_end].iter().rev().find(|t| t.kind == Kind::Ident)?;
+            Some(TemplateParam { name: name.text.clone(), is_type })
+        };
+        split_commas(&toks).iter().filter_map(param).collect()
     }
 
     fn item(&self, range: Range<usize>, function: Option<Function>) -> Item {
