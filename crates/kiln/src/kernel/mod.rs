@@ -1,7 +1,6 @@
 //! Kernel objects: `MetalKernel` (the `mx.fast.metal_kernel` contract), `MetalLibrary` (whole
 //! `.metal` files) and the launch spec.
 
-mod const_eval;
 mod cuda_kernel;
 mod entry_contract;
 mod function_constants;
@@ -9,7 +8,6 @@ mod launch;
 mod marshal;
 mod metal_kernel;
 mod metal_library;
-mod msl_outline;
 pub mod predefined;
 
 pub use cuda_kernel::{cuda_type, CudaKernel, CUDA_MAX_NDIM};

@@ -6,11 +6,11 @@
 use std::sync::OnceLock;
 
 use crate::array::Array;
-use crate::backend::MetalProgram;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{KernelInput, LaunchSpec, MetalKernel};
+use crate::program::MetalProgram;
 
 /// The float dtypes every op here accepts.
 pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];

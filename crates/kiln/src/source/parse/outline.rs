@@ -10,7 +10,8 @@
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
-use crate::source::lower::tokens::{tokenize, Kind, Token};
+use crate::source::cursor::{split_commas, split_text_commas, Brackets};
+use crate::source::tokens::{tokenize, Kind, Token};
 
 /// One template parameter of a function.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,8 +56,8 @@ pub(crate) struct Outline {
     pub items: Vec<Item>,
     /// Object-like and function-like `#define NAME body`: name → the body's tokens.
     pub defines: HashMap<String, Vec<Token>>,
-    /// For each bracket token, its partner (see `matching`), found in one pass.
-    partner: Vec<Option<usize>>,
+    /// The bracket structure of `toks`, `<` with `>` included.
+    brackets: Brackets,
 }
 
 impl Outline {
@@ -74,8 +75,8 @@ impl Outline {
                 _ => toks.push(t),
             }
         }
-        let partner = partners(&toks);
-        let mut outline = Outline { toks, items: Vec::new(), defines, partner };
+        let brackets = Brackets::new(&toks, true);
+        let mut outline = Outline { toks, items: Vec::new(), defines, brackets };
         outline.items = outline.split();
         outline
     }
@@ -87,8 +88,12 @@ impl Outline {
     /// The position of the bracket closing the one at `k` (`(`, `[`, `{`, or `<` counted with
     /// `>` and `>>`).
     pub fn matching(&self, k: usize) -> Option<usize> {
-        let opens = ["(", "[", "{", "<"].contains(&self.toks.get(k)?.text.as_str());
-        opens.then(|| self.partner[k]).flatten()
+        self.brackets.closing(k)
+    }
+
+    /// The next `;` at the depth of `k` (stepping over `(`, `[` and `{`, not `<`).
+    pub fn semicolon(&self, k: usize) -> Option<usize> {
+        self.brackets.semicolon(k)
     }
 
     /// Splits the tokens into top-level declarations; namespace braces are transparent.
@@ -184,7 +189,7 @@ impl Outline {
                 is_kernel = true;
             }
             if t.kind == Kind::Attr {
-                for part in split_top_commas(t.attr_inner()) {
+                for part in split_text_commas(t.attr_inner()) {
                     is_kernel |= part == "kernel";
                     attrs.push(part);
                 }
@@ -195,25 +200,14 @@ impl Outline {
 
     /// The parameters of `template <...>` between positions `from` and `to`.
     fn template_params(&self, from: usize, to: usize) -> Vec<TemplateParam> {
-        let mut out = Vec::new();
-        let mut part_start = from;
-        let mut j = from;
-        while j <= to {
-            let at_end = j == to;
-            if at_end || self.is(j, ",") {
-                let part = &self.toks[part_start..j];
-                let is_type = part.first().is_some_and(|t| t.is("typename") || t.is("class"));
-                let decl_end = part.iter().position(|t| t.is("=")).unwrap_or(part.len());
-                if let Some(name) = part[..decl_end].iter().rev().find(|t| t.kind == Kind::Ident) {
-                    out.push(TemplateParam { name: name.text.clone(), is_type });
-                }
-                part_start = j + 1;
-            } else if self.is(j, "<") || self.is(j, "(") {
-                j = self.matching(j).unwrap_or(to);
-            }
-            j += 1;
-        }
-        out
+        let toks: Vec<&Token> = self.toks[from..to].iter().collect();
+        let param = |part: &Vec<&Token>| {
+            let is_type = part.first().is_some_and(|t| t.is("typename") || t.is("class"));
+            let decl_end = part.iter().position(|t| t.is("=")).unwrap_or(part.len());
+            let name = part[..decl_end].iter().rev().find(|t| t.kind == Kind::Ident)?;
+            Some(TemplateParam { name: name.text.clone(), is_type })
+        };
+        split_commas(&toks).iter().filter_map(param).collect()
     }
 
     fn item(&self, range: Range<usize>, function: Option<Function>) -> Item {
@@ -311,37 +305,6 @@ impl Outline {
     }
 }
 
-/// For each `(`, `[`, `{`, `<` and closer among `toks`, the partner a scan counting only its
-/// kind would find (`>>` closes two `<`), in one pass with a stack per kind.
-fn partners(toks: &[Token]) -> Vec<Option<usize>> {
-    const KINDS: [(&str, &str); 4] = [("(", ")"), ("[", "]"), ("{", "}"), ("<", ">")];
-    let mut partner = vec![None; toks.len()];
-    let mut open: [Vec<usize>; 4] = Default::default();
-    for (j, t) in toks.iter().enumerate() {
-        if t.kind != Kind::Punct {
-            continue;
-        }
-        for (kind, (o, c)) in KINDS.iter().enumerate() {
-            let closes = if t.text == *c {
-                1
-            } else if kind == 3 && t.text == ">>" {
-                2
-            } else {
-                0
-            };
-            if t.text == *o {
-                open[kind].push(j);
-            }
-            for _ in 0..closes {
-                if let Some(k) = open[kind].pop() {
-                    partner[k] = Some(j);
-                }
-            }
-        }
-    }
-    partner
-}
-
 /// `#define NAME body` → (NAME, body tokens without trivia); `None` for other directives.
 fn define(line: &str) -> Option<(String, Vec<Token>)> {
     let text = line.trim_start().strip_prefix('#')?.trim_start();
@@ -369,29 +332,6 @@ fn identifiers(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
         .filter(|w| w.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_'))
         .map(str::to_string)
-}
-
-/// `a, b(c, d), e` → `["a", "b(c, d)", "e"]` (trimmed).
-pub(crate) fn split_top_commas(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let (mut depth, mut cur) = (0i32, String::new());
-    for c in text.chars() {
-        match c {
-            '(' | '<' | '[' => depth += 1,
-            ')' | '>' | ']' => depth -= 1,
-            ',' if depth == 0 => {
-                out.push(cur.trim().to_string());
-                cur.clear();
-                continue;
-            }
-            _ => {}
-        }
-        cur.push(c);
-    }
-    if !cur.trim().is_empty() {
-        out.push(cur.trim().to_string());
-    }
-    out
 }
 
 #[cfg(test)]
@@ -460,11 +400,5 @@ kernel void b(device float* o [[buffer(0)]], constant P& p [[buffer(1)]]) {
         assert!(start.elapsed() < std::time::Duration::from_secs(10), "took {:?}", start.elapsed());
         let names: Vec<&[String]> = o.items.iter().map(|i| i.names.as_slice()).collect();
         assert_eq!(names, [&["x".to_string()][..], &["y".to_string()][..], &[][..]]);
-    }
-
-    #[test]
-    fn attribute_lists_split_at_top_level_commas() {
-        assert_eq!(split_top_commas("kernel, max_total_threads_per_threadgroup(64)").len(), 2);
-        assert_eq!(split_top_commas("buffer(2), function_constant(x)")[1], "function_constant(x)");
     }
 }

@@ -1,11 +1,12 @@
 //! Kernel signatures: turns the parameter list of a `kernel` function into [`EntryParam`]s
 //! (what to bind at each `[[buffer(n)]]`, `[[threadgroup(n)]]` and which builtins to pass).
 
-use super::tokens::{Kind, Token};
 use super::{AddressSpace, EntryParam};
+use crate::source::cursor::split_commas;
+use crate::source::tokens::{Kind, Token};
 
 /// Joins tokens into readable C++ text: a space only where two words would otherwise merge.
-pub fn join(tokens: &[&Token]) -> String {
+pub(crate) fn join(tokens: &[&Token]) -> String {
     let mut out = String::new();
     let mut prev_word = false;
     for t in tokens {
@@ -19,27 +20,25 @@ pub fn join(tokens: &[&Token]) -> String {
     out
 }
 
-/// Splits `tokens` (the inside of a parenthesised list) at top-level commas.
-pub fn split_commas<'a>(tokens: &[&'a Token]) -> Vec<Vec<&'a Token>> {
-    let mut parts = vec![Vec::new()];
+/// In a declaration after its keyword (`T a[N][M], b`, without the `;`), the position of the
+/// first declarator's name: the identifier before the first top-level `[`, `,`, `=` or `{` (or
+/// the end). `None` when no identifier stands there.
+pub(crate) fn first_declarator(decl: &[&Token]) -> Option<usize> {
     let mut depth = 0i32;
-    for &t in tokens {
-        match t.text.as_str() {
-            "(" | "[" | "{" | "<" if t.kind == Kind::Punct => depth += 1,
-            ")" | "]" | "}" | ">" if t.kind == Kind::Punct => depth -= 1,
-            ">>" if t.kind == Kind::Punct => depth -= 2,
-            "," if depth == 0 && t.kind == Kind::Punct => {
-                parts.push(Vec::new());
-                continue;
+    let stop = decl
+        .iter()
+        .position(|t| {
+            match t.text.as_str() {
+                "<" | "(" => depth += 1,
+                ">" | ")" => depth -= 1,
+                ">>" => depth -= 2,
+                "[" | "," | "=" | "{" => return depth == 0,
+                _ => {}
             }
-            _ => {}
-        }
-        if let Some(last) = parts.last_mut() {
-            last.push(t);
-        }
-    }
-    parts.retain(|p| !p.is_empty());
-    parts
+            false
+        })
+        .unwrap_or(decl.len());
+    (stop > 0 && decl[stop - 1].kind == Kind::Ident).then(|| stop - 1)
 }
 
 /// The integer inside `name(n)`, when the attribute has that form.
@@ -51,7 +50,7 @@ fn attr_index(inner: &str, name: &str) -> Option<u32> {
 
 /// Parses the parameters of kernel `kernel` (the tokens between its parentheses, trivia
 /// removed). Parameters without an attribute take the next free buffer slot, as Metal does.
-pub fn parse_params(kernel: &str, tokens: &[&Token]) -> Result<Vec<EntryParam>, String> {
+pub(super) fn parse_params(kernel: &str, tokens: &[&Token]) -> Result<Vec<EntryParam>, String> {
     let mut params = Vec::new();
     let mut pending_auto: Vec<(usize, Vec<&Token>)> = Vec::new();
     for part in split_commas(tokens) {

@@ -9,9 +9,10 @@
 
 use std::collections::HashMap;
 
-use super::msl_outline::Outline;
+use super::outline::Outline;
+use crate::source::cursor::split_commas;
 use crate::source::limits::MAX_NESTING;
-use crate::source::lower::tokens::{is_float_literal, Kind, Token};
+use crate::source::tokens::{is_float_literal, Kind, Token};
 
 /// What a template parameter of the kernel is bound to by its instantiation.
 #[derive(Clone, Debug)]
@@ -50,7 +51,7 @@ impl<'a> Scope<'a> {
                 let starts = k == 0 || [";", "{", "}"].iter().any(|s| body[k - 1].is(s));
                 let qualifier = t.is("constexpr") || t.is("const") || t.is("static");
                 if starts && qualifier {
-                    let end = body[k..].iter().position(|t| t.is(";")).map_or(body.len(), |p| k + p + 1);
+                    let end = outline.semicolon(f.body.start + k).map_or(body.len(), |p| p - f.body.start + 1);
                     if let Some((name, init)) = constant_definition(&body[k..end]) {
                         constants.insert(name, init);
                     }
@@ -168,27 +169,9 @@ fn constant_definition(toks: &[Token]) -> Option<(String, Vec<Token>)> {
     Some((name.text.clone(), toks.get(eq + 1..end)?.to_vec()))
 }
 
-/// Splits template arguments at top-level commas.
+/// Splits template arguments at top-level commas, as owned tokens.
 pub(crate) fn split_args(toks: &[&Token]) -> Vec<Vec<Token>> {
-    let mut out = vec![Vec::new()];
-    let mut depth = 0i32;
-    for t in toks {
-        match t.text.as_str() {
-            "<" | "(" | "[" if t.kind == Kind::Punct => depth += 1,
-            ">" | ")" | "]" if t.kind == Kind::Punct => depth -= 1,
-            ">>" if t.kind == Kind::Punct => depth -= 2,
-            "," if depth == 0 => {
-                out.push(Vec::new());
-                continue;
-            }
-            _ => {}
-        }
-        if let Some(last) = out.last_mut() {
-            last.push((*t).clone());
-        }
-    }
-    out.retain(|a| !a.is_empty());
-    out
+    split_commas(toks).into_iter().map(|arg| arg.into_iter().cloned().collect()).collect()
 }
 
 /// Sizes of Metal's scalar, vector, packed-vector, matrix and atomic type names.
@@ -444,7 +427,7 @@ fn int_literal(text: &str) -> Option<i128> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::lower::tokens::tokenize;
+    use crate::source::tokens::tokenize;
 
     fn toks(s: &str) -> Vec<Token> {
         tokenize(s).into_iter().filter(|t| !t.is_trivia()).collect()

@@ -9,9 +9,10 @@
 
 use std::collections::HashMap;
 
-use super::entry::{join, split_commas};
-use super::functions::is_function_qualifier;
-use super::tokens::{Kind, Token};
+use super::entry::join;
+use super::program::is_function_qualifier;
+use crate::source::cursor::{split_commas, Cursor};
+use crate::source::tokens::{Kind, Token};
 
 const ADDRESS_SPACES: [&str; 4] = ["device", "constant", "thread", "threadgroup"];
 
@@ -28,11 +29,12 @@ struct Param {
 }
 
 /// Checks every function declared at namespace or class scope and every template
-/// specialisation (`sig` indexes the significant tokens of `toks`). Returns the ranges of
-/// significant tokens (inclusive) that repeat a specialisation and must be dropped.
-pub fn check(toks: &[Token], sig: &[usize]) -> Result<Vec<(usize, usize)>, String> {
-    let tok = |k: usize| &toks[sig[k]];
-    let is = |k: usize, s: &str| k < sig.len() && tok(k).is(s);
+/// specialisation. Returns the ranges of significant tokens (inclusive) that repeat a
+/// specialisation and must be dropped.
+pub(crate) fn check(src: &Cursor) -> Result<Vec<(usize, usize)>, String> {
+    let tok = |k: usize| src.tok(k);
+    let is = |k: usize, s: &str| src.is(k, s);
+    let sig = &src.sig;
     let mut seen: HashMap<Signature, Declared> = HashMap::new();
     let mut specialisations: HashMap<Signature, Specialisation> = HashMap::new();
     let mut repeats = Vec::new();
@@ -45,7 +47,7 @@ pub fn check(toks: &[Token], sig: &[usize]) -> Result<Vec<(usize, usize)>, Strin
             let opens_body = k > 0
                 && (["=", ")", "mutable"].iter().any(|s| is(k - 1, s)) || is_function_qualifier(&tok(k - 1).text));
             if opens_body || k == 0 {
-                k = matching(toks, sig, k).map_or(sig.len(), |c| c + 1);
+                k = src.matching(k).map_or(sig.len(), |c| c + 1);
                 continue;
             }
             scopes.push(next_scope);
@@ -56,7 +58,7 @@ pub fn check(toks: &[Token], sig: &[usize]) -> Result<Vec<(usize, usize)>, Strin
             }
         } else if (t.is("struct") || t.is("class")) && is(k + 2, "<") && tok(k + 1).kind == Kind::Ident {
             let scope = scopes.last().copied().unwrap_or(0);
-            if let Some(found) = specialisation(toks, sig, k, scope)? {
+            if let Some(found) = specialisation(src, k, scope)? {
                 match specialisations.get(&found.key) {
                     None => {
                         specialisations.insert(found.key.clone(), found);
@@ -76,7 +78,7 @@ pub fn check(toks: &[Token], sig: &[usize]) -> Result<Vec<(usize, usize)>, Strin
         } else if t.kind == Kind::Ident && is(k + 1, "(") && k > 0 {
             let before = tok(k - 1);
             let after_type = before.kind == Kind::Ident || ["*", "&", "&&", ">", ">>"].iter().any(|s| before.is(s));
-            let Some(close) = matching(toks, sig, k + 1) else { break };
+            let Some(close) = src.matching(k + 1) else { break };
             if after_type {
                 let params: Vec<Param> = {
                     let inner: Vec<&Token> = (k + 2..close).map(tok).filter(|t| t.kind != Kind::Attr).collect();
@@ -129,9 +131,10 @@ struct Specialisation {
 
 /// The specialisation declared by `struct NAME<...>` at `k`, if it is one with address spaces
 /// in its arguments and a body.
-fn specialisation(toks: &[Token], sig: &[usize], k: usize, scope: usize) -> Result<Option<Specialisation>, String> {
-    let tok = |j: usize| &toks[sig[j]];
-    let is = |j: usize, s: &str| j < sig.len() && tok(j).is(s);
+fn specialisation(src: &Cursor, k: usize, scope: usize) -> Result<Option<Specialisation>, String> {
+    let tok = |j: usize| src.tok(j);
+    let is = |j: usize, s: &str| src.is(j, s);
+    let sig = &src.sig;
     // The template header before `struct`: `template <...>`.
     if k < 2 || !is(k - 1, ">") {
         return Ok(None);
@@ -176,7 +179,7 @@ fn specialisation(toks: &[Token], sig: &[usize], k: usize, scope: usize) -> Resu
     let Some(body) = (close + 1..sig.len()).take_while(|&j| !is(j, ";")).find(|&j| is(j, "{")) else {
         return Ok(None);
     };
-    let end = matching(toks, sig, body).ok_or_else(|| format!("line {}: unbalanced braces", tok(body).line))?;
+    let end = src.matching(body).ok_or_else(|| format!("line {}: unbalanced braces", tok(body).line))?;
     let end = if is(end + 1, ";") { end + 1 } else { end };
     let params: Vec<Param> = split_commas(&args).iter().map(|p| argument(p)).collect();
     let key = (scope, tok(k + 1).text.clone(), params.iter().map(|p| p.lowered.clone()).collect());
@@ -242,36 +245,12 @@ fn spelled(tokens: &[&Token]) -> String {
     out
 }
 
-fn matching(toks: &[Token], sig: &[usize], open: usize) -> Option<usize> {
-    let (o, c) = match toks[sig[open]].text.as_str() {
-        "(" => ("(", ")"),
-        "{" => ("{", "}"),
-        _ => return None,
-    };
-    let mut depth = 0i32;
-    for (j, &i) in sig.iter().enumerate().skip(open) {
-        let t = &toks[i];
-        if t.is(o) {
-            depth += 1;
-        } else if t.is(c) {
-            depth -= 1;
-            if depth == 0 {
-                return Some(j);
-            }
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::lower::tokens::tokenize;
 
     fn run(src: &str) -> Result<(), String> {
-        let toks = tokenize(src);
-        let sig: Vec<usize> = (0..toks.len()).filter(|&i| !toks[i].is_trivia()).collect();
-        check(&toks, &sig).map(|_| ())
+        check(&Cursor::new(src)).map(|_| ())
     }
 
     #[test]
@@ -291,13 +270,12 @@ mod tests {
                     template <typename T> struct pe<device T*> { using type = T; };\n\
                     template <typename T> struct pe<constant T*> { using type = T; };\n\
                     template <typename T> struct pe<threadgroup T*> { using type = T; };\n";
-        let toks = tokenize(same);
-        let sig: Vec<usize> = (0..toks.len()).filter(|&i| !toks[i].is_trivia()).collect();
-        let repeats = check(&toks, &sig).unwrap();
-        let dropped: Vec<u32> = repeats.iter().map(|&(from, _)| toks[sig[from]].line).collect();
+        let src = Cursor::new(same);
+        let repeats = check(&src).unwrap();
+        let dropped: Vec<u32> = repeats.iter().map(|&(from, _)| src.tok(from).line).collect();
         assert_eq!(dropped, [3, 5], "the device and threadgroup forms repeat the thread one");
         for &(from, to) in &repeats {
-            assert!(toks[sig[from]].is("template") && toks[sig[to]].is(";"));
+            assert!(src.tok(from).is("template") && src.tok(to).is(";"));
         }
         let differ = "template <typename T> struct pe {};\n\
                       template <typename T> struct pe<device T*> { static constexpr int v = 1; };\n\
