@@ -152,7 +152,7 @@ fn input_views_keep_their_strides() {
     );
     let path = dir.join("spec.toml");
     std::fs::write(&path, spec).unwrap();
-    let kiln::spec::KernelSpec::Body(body) = kiln::spec::KernelSpec::load(&path).unwrap() else { panic!() };
+    let kiln_tools::spec::KernelSpec::Body(body) = kiln_tools::spec::KernelSpec::load(&path).unwrap() else { panic!() };
     let x = body.inputs[0].to_array();
     assert_eq!(x.shape(), &[3, 4, 2]);
     assert_eq!(x.strides(), &[0, 1, -12]);

@@ -42,7 +42,8 @@
 //! Reference: the formulas in f64 (erf by its Taylor series below 2, the continued fraction of
 //! erfc above) on the dtype-rounded inputs. Tolerance: the dtype table of `kiln::check`.
 
-use super::util::{cached, check_float, check_nonempty, grid_dim, load16_source, KernelCell, OpCall};
+use super::kernel_cache::KernelCache;
+use super::util::{check_float, check_nonempty, grid_dim, load16_source, OpCall};
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -207,15 +208,15 @@ const STRIDED_SOURCE: &str = r#"
     out[elem] = static_cast<T>(kiln_unary_any<T, OP>(static_cast<float>(inp[loc])));
 "#;
 
-static CONTIGUOUS: KernelCell = KernelCell::new();
-static CONTIGUOUS16: KernelCell = KernelCell::new();
-static STRIDED: KernelCell = KernelCell::new();
+static CONTIGUOUS: KernelCache<MetalKernel> = KernelCache::new();
+static CONTIGUOUS16: KernelCache<MetalKernel> = KernelCache::new();
+static STRIDED: KernelCache<MetalKernel> = KernelCache::new();
 
 /// Threads per threadgroup of the strided variant.
 const GROUP: u32 = 256;
 
 fn contiguous_kernel(op: &str) -> Result<&'static MetalKernel> {
-    cached(&CONTIGUOUS, op, || {
+    CONTIGUOUS.one(op, || {
         Ok(MetalKernel::new(
             "kiln_unary_contiguous",
             &["inp", "n"],
@@ -227,7 +228,7 @@ fn contiguous_kernel(op: &str) -> Result<&'static MetalKernel> {
 }
 
 fn contiguous16_kernel(op: &str) -> Result<&'static MetalKernel> {
-    cached(&CONTIGUOUS16, op, || {
+    CONTIGUOUS16.one(op, || {
         Ok(MetalKernel::new(
             "kiln_unary_contiguous16",
             &["inp", "n"],
@@ -239,7 +240,7 @@ fn contiguous16_kernel(op: &str) -> Result<&'static MetalKernel> {
 }
 
 fn strided_kernel(op: &str) -> Result<&'static MetalKernel> {
-    cached(&STRIDED, op, || {
+    STRIDED.one(op, || {
         Ok(MetalKernel::new("kiln_unary_strided", &["inp"], &["out"], STRIDED_SOURCE)?
             .header(HEADER)
             .ensure_row_contiguous(false))

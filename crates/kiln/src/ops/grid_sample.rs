@@ -25,12 +25,11 @@
 //! reference.
 //! Tolerance: the dtype table (of the output's dtype).
 
-use std::sync::OnceLock;
-
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};
+use crate::ops::kernel_cache::KernelCache;
 use crate::ops::util::{vec4_aligned, VEC4_HEADER};
 
 const OP: &str = "grid_sample";
@@ -41,7 +40,7 @@ const THREADS: u32 = 256;
 /// fraction comes from one fused multiply-add on a number below 1, so it carries the float
 /// rounding of itself (~6e-8), not that of the coordinate (~6e-5 at size 1024), and no
 /// compiler contraction can change it (every product is already an explicit fma).
-pub(crate) const HEADER: &str = r#"
+pub const HEADER: &str = r#"
 inline int source_index(float u, int size, thread float& frac) {
     float hs = 0.5f * size;
     float f0 = metal::floor(metal::fma(u, hs, hs - 0.5f));
@@ -173,23 +172,17 @@ const CAST: &str = r#"
     out[i] = static_cast<T>(inp[i]);
 "#;
 
-type Cell = OnceLock<std::result::Result<MetalKernel, String>>;
-
-fn cached(cell: &'static Cell, op: &str, build: impl FnOnce() -> Result<MetalKernel>) -> Result<&'static MetalKernel> {
-    cell.get_or_init(|| build().map_err(|e| e.to_string())).as_ref().map_err(|msg| Error::invalid(op, msg.clone()))
-}
-
 fn forward_kernel() -> Result<&'static MetalKernel> {
-    static CELL: Cell = OnceLock::new();
-    cached(&CELL, OP, || {
+    static CELL: KernelCache<MetalKernel> = KernelCache::new();
+    CELL.one(OP, || {
         Ok(MetalKernel::new("kiln_grid_sample", &["x", "grid"], &["out"], FORWARD)?
             .header(format!("{VEC4_HEADER}{HEADER}")))
     })
 }
 
 fn backward_kernel() -> Result<&'static MetalKernel> {
-    static CELL: Cell = OnceLock::new();
-    cached(&CELL, OP_VJP, || {
+    static CELL: KernelCache<MetalKernel> = KernelCache::new();
+    CELL.one(OP_VJP, || {
         Ok(MetalKernel::new("kiln_grid_sample_vjp", &["x", "grid", "cotangent"], &["x_grad", "grid_grad"], BACKWARD)?
             .header(HEADER)
             .atomic_outputs(true))
@@ -197,8 +190,8 @@ fn backward_kernel() -> Result<&'static MetalKernel> {
 }
 
 fn cast_kernel() -> Result<&'static MetalKernel> {
-    static CELL: Cell = OnceLock::new();
-    cached(&CELL, OP_VJP, || MetalKernel::new("kiln_grid_sample_cast", &["inp"], &["out"], CAST))
+    static CELL: KernelCache<MetalKernel> = KernelCache::new();
+    CELL.one(OP_VJP, || MetalKernel::new("kiln_grid_sample_cast", &["inp"], &["out"], CAST))
 }
 
 fn is_float(d: DType) -> bool {

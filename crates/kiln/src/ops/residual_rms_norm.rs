@@ -21,8 +21,9 @@
 //! Reference: `rms_norm::reference` of the f64 sum `x + residual` of the dtype-rounded inputs,
 //! and that sum for `h`. Tolerance: the dtype table.
 
-use super::rms_norm::{check_norm_args, norm_source, RowLaunch, RowUnits, SIMDGROUP_MAX_D, UNITS_PER_THREAD};
-use super::util::{check_same_dtype, common_device, vec4_aligned, vec8_aligned, OpCall, RowKernels, VEC4_HEADER};
+use super::rms_norm::{check_norm_args, norm_source};
+use super::rows::{RowKernels, RowLaunch, RowUnits, SIMDGROUP_MAX_D, UNITS_PER_THREAD};
+use super::util::{check_same_dtype, common_device, vec4_aligned, vec8_aligned, OpCall, VEC4_HEADER};
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -34,7 +35,7 @@ const OP: &str = "residual_rms_norm";
 /// simdgroup per row); 16-bit rows of D > 1024 loop (see the call), so their default stays.
 const UNITS: RowUnits = RowUnits { short_f32: 2, long_16bit: UNITS_PER_THREAD, long_f32: UNITS_PER_THREAD };
 
-// Register form (CPT > 0, the plan of `rms_norm::RowLaunch`): `x` and `residual` are loaded
+// Register form (CPT > 0, the plan of `rows::RowLaunch`): `x` and `residual` are loaded
 // whole before any store (and, for 16-byte units, `w` still packed), `h` kept in registers for
 // the scaled store. Loop form (CPT = 0): the
 // second pass reads back the `h` this thread just wrote (from cache).

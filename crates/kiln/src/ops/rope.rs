@@ -31,7 +31,8 @@
 //!
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::util::{cached, check_float, check_nonempty, grid_dim, index_i32, vec4_aligned, KernelCell, OpCall};
+use super::kernel_cache::KernelCache;
+use super::util::{check_float, check_nonempty, grid_dim, index_i32, vec4_aligned, OpCall};
 use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};
@@ -204,11 +205,10 @@ enum Form {
     Wide16 = 4,
 }
 
-static KERNELS: [KernelCell; 5] =
-    [KernelCell::new(), KernelCell::new(), KernelCell::new(), KernelCell::new(), KernelCell::new()];
+static KERNELS: KernelCache<MetalKernel, 5> = KernelCache::new();
 
 fn kernel(form: Form) -> Result<&'static MetalKernel> {
-    cached(&KERNELS[form as usize], OP, || {
+    KERNELS.get(OP, form as usize, || {
         let (name, source) = match form {
             Form::Pairs1 => ("kiln_rope", SOURCE),
             Form::Traditional1 => ("kiln_rope_traditional", SOURCE),

@@ -38,10 +38,8 @@
 //!
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::rms_norm::{RowLaunch, RowUnits, UNITS_PER_THREAD};
-use super::util::{
-    check_float, check_nonempty, row_index_source, vec4_aligned, vec8_aligned, OpCall, RowKernels, VEC4_HEADER,
-};
+use super::rows::{row_index_source, RowKernels, RowLaunch, RowUnits, UNITS_PER_THREAD};
+use super::util::{check_float, check_nonempty, vec4_aligned, vec8_aligned, OpCall, VEC4_HEADER};
 use crate::array::Array;
 use crate::error::Result;
 use crate::kernel::MetalKernel;
@@ -77,7 +75,7 @@ inline void kiln_online_add(thread float& m, thread float& s, float v) {
 }
 "#;
 
-// Register form (CPT > 0, the plan of `rms_norm::RowLaunch`): the thread loads its chunks, takes
+// Register form (CPT > 0, the plan of `rows::RowLaunch`): the thread loads its chunks, takes
 // their max m and keeps e = exp(v − m) in registers with s = Σ e; after the (m, s) reduction each
 // e is scaled by exp(m − m_row) / s_row — one exp per element, the row read once. A thread whose
 // values are all −∞ keeps e = 0 and scale 0 (NaN when the whole row is −∞, through 1/s = ∞).

@@ -38,13 +38,12 @@
 //! Reference: [`reference`](fn@reference), two-pass softmax in f64 on the dtype-rounded inputs.
 //! Tolerance: the dtype table.
 
-use std::sync::OnceLock;
-
 use crate::array::Array;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{CudaKernel, KernelInput, LaunchSpec, MetalKernel};
+use crate::ops::kernel_cache::KernelCache;
 
 mod decode;
 mod prefill;
@@ -179,29 +178,23 @@ pub fn route_rule(
     }
 }
 
-type Cell = OnceLock<std::result::Result<MetalKernel, String>>;
-
-fn cached(cell: &'static Cell, build: impl FnOnce() -> Result<MetalKernel>) -> Result<&'static MetalKernel> {
-    cell.get_or_init(|| build().map_err(|e| e.to_string())).as_ref().map_err(|msg| Error::invalid(OP, msg.clone()))
-}
-
 const INPUTS: [&str; 6] = ["q", "k", "v", "mask", "mstr", "scale"];
 
 fn prefill_kernel() -> Result<&'static MetalKernel> {
-    static CELL: Cell = OnceLock::new();
-    cached(&CELL, || MetalKernel::new("kiln_sdpa_prefill", &INPUTS, &["out"], PREFILL))
+    static CELL: KernelCache<MetalKernel> = KernelCache::new();
+    CELL.one(OP, || MetalKernel::new("kiln_sdpa_prefill", &INPUTS, &["out"], PREFILL))
 }
 
 fn prefill_tiled_kernel() -> Result<&'static MetalKernel> {
-    static CELL: Cell = OnceLock::new();
-    cached(&CELL, || {
+    static CELL: KernelCache<MetalKernel> = KernelCache::new();
+    CELL.one(OP, || {
         Ok(MetalKernel::new("kiln_sdpa_prefill_tiled", &INPUTS, &["out"], PREFILL_TILED)?.header(TILED_HEADER))
     })
 }
 
 fn decode_kernel() -> Result<&'static MetalKernel> {
-    static CELL: Cell = OnceLock::new();
-    cached(&CELL, || {
+    static CELL: KernelCache<MetalKernel> = KernelCache::new();
+    CELL.one(OP, || {
         // Generic pointers on CUDA: the key/value loads schedule better (H100, B32 H32 Tk 8192
         // D128 bf16: 1.415 ms vs 1.491 ms with restrict/global pointers).
         Ok(MetalKernel::new("kiln_sdpa_decode", &INPUTS, &["part_acc", "part_ml"], DECODE)?
@@ -211,8 +204,8 @@ fn decode_kernel() -> Result<&'static MetalKernel> {
 }
 
 fn combine_kernel() -> Result<&'static MetalKernel> {
-    static CELL: Cell = OnceLock::new();
-    cached(&CELL, || MetalKernel::new("kiln_sdpa_combine", &["part_acc", "part_ml"], &["out"], COMBINE))
+    static CELL: KernelCache<MetalKernel> = KernelCache::new();
+    CELL.one(OP, || MetalKernel::new("kiln_sdpa_combine", &["part_acc", "part_ml"], &["out"], COMBINE))
 }
 
 fn is_float(d: DType) -> bool {

@@ -115,6 +115,7 @@ use crate::backend::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{CudaKernel, KernelInput, LaunchSpec};
+use crate::ops::kernel_cache::KernelCache;
 
 /// Head dimensions the kernel takes.
 pub const HEAD_DIMS: [usize; 2] = [64, 128];
@@ -320,22 +321,17 @@ const INPUTS: [&str; 5] = ["q", "k", "v", "scale", "maps"];
 
 /// The kernel for head dimension `d` (one of [`HEAD_DIMS`]; its shared memory is sized for it).
 pub(super) fn kernel(op: &str, d: usize) -> Result<&'static CudaKernel> {
-    type Cell = OnceLock<std::result::Result<CudaKernel, String>>;
-    static CELLS: [Cell; 2] = [OnceLock::new(), OnceLock::new()];
+    static CELLS: KernelCache<CudaKernel, 2> = KernelCache::new();
     let Some(slot) = HEAD_DIMS.iter().position(|&h| h == d) else {
         return Err(Error::shape(op, format!("the warpgroup prefill takes D in {HEAD_DIMS:?}, got {d}")));
     };
-    CELLS[slot]
-        .get_or_init(|| {
-            Ok(CudaKernel::new("kiln_sdpa_prefill_wgmma", &INPUTS, &["out"], SOURCE)
-                .map_err(|e| e.to_string())?
-                .header(header())
-                .shared_memory(shared_bytes(d))
-                .arch_specific(CAPABILITY)
-                .launch_bounds(threads(d) as u32, 1))
-        })
-        .as_ref()
-        .map_err(|m| Error::invalid(op, m.clone()))
+    CELLS.get(op, slot, || {
+        Ok(CudaKernel::new("kiln_sdpa_prefill_wgmma", &INPUTS, &["out"], SOURCE)?
+            .header(header())
+            .shared_memory(shared_bytes(d))
+            .arch_specific(CAPABILITY)
+            .launch_bounds(threads(d) as u32, 1))
+    })
 }
 
 /// The launch for `q` (B, Hq, Tq, D) and the softmax scale: a negative scale compiles the

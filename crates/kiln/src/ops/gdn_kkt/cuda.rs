@@ -14,7 +14,7 @@
 //! strip's diagonal block included.
 //! The op is memory-bound: it reads k, beta and g once and writes A (f32, zeros included).
 
-use std::sync::OnceLock;
+use crate::ops::kernel_cache::KernelCache;
 
 use super::{CHUNK, OP};
 use crate::array::Array;
@@ -237,15 +237,8 @@ const SOURCE: &str = r#"
 "#;
 
 fn kernel() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    KERNEL
-        .get_or_init(|| {
-            CudaKernel::new("kiln_gdn_kkt_mma", &["k", "beta", "g"], &["A"], SOURCE)
-                .map(|k| k.header(HEADER))
-                .map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|msg| Error::invalid(OP, msg.clone()))
+    static KERNEL: KernelCache<CudaKernel> = KernelCache::new();
+    KERNEL.one(OP, || Ok(CudaKernel::new("kiln_gdn_kkt_mma", &["k", "beta", "g"], &["A"], SOURCE)?.header(HEADER)))
 }
 
 /// Whether the CUDA path serves these shapes and this key dtype (the device and alignment

@@ -29,7 +29,7 @@
 //! Tolerance: 1e-5 relative L2 for every input dtype (the output is f32 and the rounding of `kb`
 //! is reproduced).
 
-use std::sync::OnceLock;
+use super::kernel_cache::KernelCache;
 
 use crate::array::Array;
 use crate::device::Device;
@@ -131,13 +131,8 @@ const SOURCE: &str = r#"
 "#;
 
 fn kernel() -> Result<&'static MetalKernel> {
-    static KERNEL: OnceLock<std::result::Result<MetalKernel, String>> = OnceLock::new();
-    KERNEL
-        .get_or_init(|| {
-            MetalKernel::new("kiln_gdn_kkt", &["k", "beta", "g"], &["A"], SOURCE).map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|msg| Error::invalid(OP, msg.clone()))
+    static KERNEL: KernelCache<MetalKernel> = KernelCache::new();
+    KERNEL.one(OP, || MetalKernel::new("kiln_gdn_kkt", &["k", "beta", "g"], &["A"], SOURCE))
 }
 
 /// The validated call: kernel, launch and the arrays it binds.
