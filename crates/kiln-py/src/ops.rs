@@ -213,8 +213,16 @@ pub fn gdn_chunk_scaled_dot_kkt(
 }
 
 /// Adds every op to the module.
+/// `(name in kiln::ops, name in kiln.ops)` of every op of the library's registry, in its order;
+/// the Python tests check `kiln.ops` offers each.
+#[pyfunction]
+pub fn op_registry() -> Vec<(&'static str, &'static str)> {
+    ops::registry().iter().map(|op| (op.name, op.python)).collect()
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<OpPlan>()?;
+    m.add_function(wrap_pyfunction!(op_registry, m)?)?;
     m.add_function(wrap_pyfunction!(plan_unary, m)?)?;
     m.add_function(wrap_pyfunction!(plan_rms_norm, m)?)?;
     m.add_function(wrap_pyfunction!(plan_residual_rms_norm, m)?)?;

@@ -26,15 +26,21 @@ pub fn all() -> Vec<Case> {
 /// The case of the registry's op `name` at `shape`; `None` where no builder here takes that op
 /// and shape (the tests check every registry shape has one).
 pub fn case(name: &str, shape: &BenchShape) -> Option<Case> {
+    case_at(name, shape, shape.dims)
+}
+
+/// The case of the registry's op `name` at `shape` with other sizes `dims` (of the same meaning),
+/// e.g. smaller ones for the CPU emulator.
+pub fn case_at(name: &str, shape: &BenchShape, dims: &[usize]) -> Option<Case> {
     let dtype = shape.dtype;
-    Some(match (name, shape.dims) {
+    Some(match (name, dims) {
         ("exp", &[n]) => unary(shape.case, dtype, n, 1.0, Unary::Exp),
         ("silu", &[n]) => unary(shape.case, dtype, n, 4.0, Unary::Silu),
         ("gelu", &[n]) => unary(shape.case, dtype, n, 9.0, Unary::Gelu),
         ("rms_norm", &[rows, d]) => rms_norm(dtype, rows, d),
         ("residual_rms_norm", &[rows, d]) => residual_rms_norm(dtype, rows, d),
         ("softmax", &[rows, d]) => softmax(dtype, rows, d),
-        _ => return super::compute_cases::case(name, shape),
+        _ => return super::compute_cases::case(name, shape.case, dims),
     })
 }
 

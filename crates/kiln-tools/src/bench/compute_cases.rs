@@ -8,15 +8,15 @@ use kiln::array::{Array, SliceArg};
 use kiln::check::{rel_l2, tolerance, Rng};
 use kiln::dtype::DType;
 use kiln::error::Result;
-use kiln::ops::{self, BenchShape, Mask};
+use kiln::ops::{self, Mask};
 
-/// The case of the registry's op `name` at `shape`, for the gather/scatter and compute ops.
-pub fn case(name: &str, shape: &BenchShape) -> Option<Case> {
-    Some(match (name, shape.dims) {
+/// The case `case` of the registry's op `name` at `dims`, for the gather/scatter and compute ops.
+pub fn case(name: &str, case: &'static str, dims: &[usize]) -> Option<Case> {
+    Some(match (name, dims) {
         ("rope", &[b, h, l, d]) => rope([b, h, l, d]),
         ("scatter_add", &[n, 1, bins]) => scatter_add(n, bins),
         ("scaled_dot_product_attention", &[b, hq, hkv, tq, tk, d]) if hq == hkv => {
-            attention(shape.case, [b, hq, tq, tk, d], shape.case.ends_with("_causal"))
+            attention(case, [b, hq, tq, tk, d], case.ends_with("_causal"))
         }
         ("grid_sample", &[b, h, w, c, gh, gw]) => grid_sample(false, GridSampleImpl::Op, [b, h, w, c, gh, gw]),
         ("grid_sample_vjp", &[b, h, w, c, gh, gw]) => grid_sample(true, GridSampleImpl::Op, [b, h, w, c, gh, gw]),
