@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use super::{host_input, normal_input, values, Entry, Outcome, Part, Rng};
+use super::{host_input, normal_input, values, DemoFn, Entry, Outcome, Part, Rng};
 use kiln::array::Array;
 use kiln::device::Device;
 use kiln::dtype::DType;
@@ -24,7 +24,7 @@ pub fn entries() -> Vec<Entry> {
 }
 
 /// The demo run of the registry's op `name`.
-fn runner(name: &str) -> Option<fn(Device, DType, u64) -> Result<Outcome>> {
+fn runner(name: &str) -> Option<DemoFn> {
     Some(match name {
         "gelu_erf" => gelu_erf,
         "rms_norm" => rms_norm,

@@ -38,6 +38,9 @@ use kiln::error::{Error, Result};
 /// The three float dtypes every templated gallery kernel supports.
 pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
+/// One verified demo run of a kernel on a device, in a dtype, from a seed.
+pub type DemoFn = fn(Device, DType, u64) -> Result<Outcome>;
+
 /// One gallery kernel: its name, the dtypes it accepts, the dtypes the demo runs it in, and
 /// the demo run itself.
 #[derive(Clone, Copy, Debug)]
@@ -45,7 +48,7 @@ pub struct Entry {
     pub name: &'static str,
     pub dtypes: &'static [DType],
     pub demo_dtypes: &'static [DType],
-    pub demo: fn(Device, DType, u64) -> Result<Outcome>,
+    pub demo: DemoFn,
 }
 
 /// Every gallery kernel, in demo order.

@@ -21,10 +21,7 @@
 //! compiled for their row length (template `DS` = D: constant offsets, no bound checks left);
 //! the others take D at run time (`DS` = 0). Longer rows loop: read the row for the sum of
 //! squares, then again (from cache) for the scaled store.
-//! Measured on the H100 (16384 rows, D = 1024, one run, ms): bf16 2 rows per threadgroup with
-//! the static length 0.0284 against 0.0296 for 4 rows with `w` staged in threadgroup memory;
-//! f32 64 threads per row (4 units each) 0.0493 against 0.0501 for one simdgroup and 0.0503
-//! before; torch.compile 0.0282 / 0.0491 in the same session.
+//! These plans measured fastest on the H100 (`bench/results/notes/ops.md`).
 //!
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
@@ -41,21 +38,12 @@ const OP: &str = "rms_norm";
 /// Units per thread of this op's register rows: 4 for short f32 rows (64 threads at D = 1024);
 /// 2 for 16-bit rows of one threadgroup (D > 1024), twice the threads of the default and about
 /// half the registers (39 against 68 on sm_90, 70 % of the warps active against 41 %).
-/// Measured on the H100 (16384 bf16 rows, three rounds in one call, ms): D = 4096
-/// 0.0946–0.0948 against 0.0949, `ncu` 86.1 against 86.5 µs; D = 8192 level (0.1820–0.1823).
+/// (faster on the H100 at D = 4096, level at 8192).
 const UNITS: RowUnits = RowUnits { short_f32: 4, long_16bit: 2, long_f32: UNITS_PER_THREAD };
 
 // Row loads go through `kiln_load16` (evict-last on CUDA), except the 16-byte units of register
-// rows of one threadgroup (16-bit, D > 1024), which measured slower with it on the H100 (16384
-// bf16 rows: 0.1073 / 0.2285 ms against 0.0951 / 0.1822 ms at D = 4096 / 8192, while D = 1024
-// went 0.0280 → 0.0274 ms).
-// Other forms of those rows, against this one (16384 bf16 rows, D = 8192 / 4096, four rounds in
-// one call, ms: 0.1814–0.1816 / 0.0939–0.0940): the loop form with 512 threads and 16-byte
-// units, first pass evict-last and second evict-first 0.1853–0.1855 / 0.1028–0.1030 (both
-// evict-last 0.1857–0.1859; with streaming stores 0.1841–0.1842); the same with 8-byte units,
-// torch.compile's structure, 0.2079–0.2081 / 0.1227–0.1229; register rows with streaming
-// (`st.global.cs`) stores 0.1816–0.1817 / 0.0941, with evict-first loads 0.1987–0.1992, with
-// evict-last loads 0.1930–0.1931.
+// rows of one threadgroup (16-bit, D > 1024), which measured slower with it on the H100; the
+// other forms of those rows measured slower too (`bench/results/notes/ops.md`).
 // Register form (CPT > 0): thread `tid` owns units `i * nt + tid` of P adjacent 4-element
 // chunks, loads them all before the reduction and scales them from registers, so the row is read
 // from memory once; 16-byte units (P = 2) also fetch their `w` units, still packed, before the

@@ -22,9 +22,8 @@
 //! - `kiln_rope_wide16`: f16/bf16, half-split, dims % 16 == 0, D % 8 == 0 and `x` 8-element
 //!   aligned. Each thread takes 8 adjacent pairs (one 16-byte load and store from each half)
 //!   for a run of 2 rows, all loads before the first store; the tail goes 8 elements at a time.
-//!   (Measured on the H100 at 32·32·1024 rows × 128, bf16: 92.7 % of the copy roofline with 2
-//!   rows per thread, 91.9 % with 4, 91.4 % with 8, 76 % with 1, where the angles cost more than
-//!   the memory; 88 % for the two-pair form below.)
+//!   (2 rows per thread: the fastest measured on the H100, where 1 row lets the angles cost
+//!   more than the memory; `bench/results/notes/ops.md`.)
 //! - `kiln_rope_pairs`, `kiln_rope_traditional_pairs`: dims % 4 == 0, D % 4 == 0 and `x`
 //!   4-element aligned: each thread takes two adjacent pairs with vector loads for 4 rows.
 //! - `kiln_rope`, `kiln_rope_traditional`: one pair with scalar loads for 4 rows.
