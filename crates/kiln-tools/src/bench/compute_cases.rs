@@ -2,7 +2,7 @@
 //! benchmark shapes, so each is checked on a prefix that is a whole problem of its own (the
 //! first batch, or the first chunks of the first batch).
 
-use super::cases::{device_input, host_values, input};
+use super::inputs::{device_input, host_values, input};
 use super::{Case, Prepared};
 use kiln::array::{Array, SliceArg};
 use kiln::check::{rel_l2, tolerance, Rng};

@@ -12,6 +12,7 @@ pub mod cases;
 pub mod compile_time;
 mod compute_cases;
 pub mod host;
+pub mod inputs;
 pub mod plot;
 pub mod report;
 
