@@ -174,7 +174,7 @@ mod tests {
         let k = kiln::Array::from_f64(kiln::DType::F16, &[3, 40], &[0.5; 120]).unwrap();
         let p = super::prepare(&q, &k, &k, 0.5, 3).unwrap();
         let inputs = [q, k.clone(), k, kiln::Array::scalar(0.5f32)];
-        let src = p.kernel().generate(&inputs, p.spec()).unwrap().source;
+        let src = p.metal_kernel().unwrap().generate(&inputs, p.spec()).unwrap().source;
         assert!(src.contains("template <typename T, int D, int SG>"), "{src}");
         assert!(src.contains("<float16_t, 40, 3>;"), "{src}");
         assert!(src.contains("const constant float& scale [[buffer("), "{src}");

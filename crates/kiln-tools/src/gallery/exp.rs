@@ -110,7 +110,7 @@ mod tests {
         let x = Array::from_f64(DType::F16, &[4, 6], &[0.5; 24]).unwrap();
         let view = x.t();
         let p = prepare(&view, true).unwrap();
-        let g = p.kernel().generate(std::slice::from_ref(&view), p.spec()).unwrap();
+        let g = p.metal_kernel().unwrap().generate(std::slice::from_ref(&view), p.spec()).unwrap();
         assert!(g.source.contains("const constant int* inp_shape [[buffer(1)]]"), "{}", g.source);
         assert!(g.source.contains("const constant int64_t* inp_strides [[buffer(2)]]"), "{}", g.source);
         assert!(g.source.contains("elem_to_loc(static_cast<int64_t>(elem)"), "{}", g.source);

@@ -142,7 +142,7 @@ mod tests {
         let g = kiln::Array::from_f64(kiln::DType::BF16, &[1, 1, 1, 2], &[0.1, 0.2]).unwrap();
         let cot = kiln::Array::from_f64(kiln::DType::BF16, &[1, 1, 1, 3], &[1.0; 3]).unwrap();
         let p = super::prepare(&x, &g, &cot).unwrap();
-        let src = p.kernel().generate(&[x, g, cot], p.spec()).unwrap().source;
+        let src = p.metal_kernel().unwrap().generate(&[x, g, cot], p.spec()).unwrap().source;
         assert!(src.contains("device atomic<float>* x_grad [[buffer("), "{src}");
         assert!(src.contains("device atomic<float>* grid_grad [[buffer("), "{src}");
         assert!(src.contains("uint threads_per_simdgroup [[threads_per_simdgroup]]"), "{src}");

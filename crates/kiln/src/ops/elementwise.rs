@@ -39,7 +39,8 @@
 //! erfc above) on the dtype-rounded inputs. Tolerance: the dtype table of `kiln::check`.
 
 use super::kernel_cache::KernelCache;
-use super::util::{check_float, check_nonempty, grid_dim, load16_source, OpCall};
+use super::plan::OpCall;
+use super::util::{check_float, check_nonempty, grid_dim, load16_source};
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};

@@ -30,6 +30,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};
 use crate::ops::kernel_cache::KernelCache;
+use crate::ops::plan::{OpCall, OpPlan};
 use crate::ops::util::{vec4_aligned, VEC4_HEADER};
 
 const OP: &str = "grid_sample";
@@ -237,17 +238,20 @@ pub fn grid_sample(x: &Array, grid: &Array) -> Result<Array> {
 
 /// As [`grid_sample`], the output first filled with `init` (tests poison it with NaN).
 pub fn grid_sample_with(x: &Array, grid: &Array, init: Option<f64>) -> Result<Array> {
+    OpPlan::from(grid_sample_call(x, grid)?).with_init(init).run_one()
+}
+
+/// The validated call of the forward kernel.
+pub fn grid_sample_call(x: &Array, grid: &Array) -> Result<OpCall> {
     let [b, _, _, c, gh, gw] = check(OP, x, grid)?;
     let vec4 = uses_vec4(x);
     let per_thread = if vec4 { 4 } else { 1 };
-    let mut spec = LaunchSpec::new([grid_dim(OP, b * gh * gw * c / per_thread)?, 1, 1], [THREADS, 1, 1])
+    let spec = LaunchSpec::new([grid_dim(OP, b * gh * gw * c / per_thread)?, 1, 1], [THREADS, 1, 1])
         .output(&[b, gh, gw, c], x.dtype())
         .template("T", x.dtype())
         .template("V", vec4)
         .device(x.device());
-    spec.init_value = init;
-    let mut outs = forward_kernel()?.call(&[x.into(), grid.into()], &spec)?;
-    outs.pop().ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))
+    Ok(OpCall::new(forward_kernel()?, vec![x.into(), grid.into()], spec))
 }
 
 /// Whether the forward reads and writes 4 channels per thread (a vector): when C is a multiple

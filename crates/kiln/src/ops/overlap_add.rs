@@ -16,7 +16,8 @@
 //! inputs. Tolerance: the dtype table.
 
 use super::kernel_cache::KernelCache;
-use super::util::{check_float, check_nonempty, grid_dim, index_i32, OpCall};
+use super::plan::OpCall;
+use super::util::{check_float, check_nonempty, grid_dim, index_i32};
 use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};

@@ -21,9 +21,10 @@
 //! Reference: `rms_norm::reference` of the f64 sum `x + residual` of the dtype-rounded inputs,
 //! and that sum for `h`. Tolerance: the dtype table.
 
+use super::plan::OpCall;
 use super::rms_norm::{check_norm_args, norm_source};
 use super::rows::{RowKernels, RowLaunch, RowUnits, SIMDGROUP_MAX_D, UNITS_PER_THREAD};
-use super::util::{check_same_dtype, common_device, vec4_aligned, vec8_aligned, OpCall, VEC4_HEADER};
+use super::util::{check_same_dtype, common_device, vec4_aligned, vec8_aligned, VEC4_HEADER};
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};

@@ -25,9 +25,10 @@
 //!
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
+use super::plan::OpCall;
 use super::rows::{row_index_source, row_sum_source, RowKernels, RowLaunch, RowUnits, UNITS_PER_THREAD};
 use super::util::{
-    check_float, check_nonempty, check_same_dtype, common_device, vec4_aligned, vec8_aligned, OpCall, VEC4_HEADER,
+    check_float, check_nonempty, check_same_dtype, common_device, vec4_aligned, vec8_aligned, VEC4_HEADER,
 };
 use crate::array::Array;
 use crate::error::{Error, Result};

@@ -31,7 +31,8 @@
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
 use super::kernel_cache::KernelCache;
-use super::util::{check_float, check_nonempty, grid_dim, index_i32, vec4_aligned, OpCall};
+use super::plan::OpCall;
+use super::util::{check_float, check_nonempty, grid_dim, index_i32, vec4_aligned};
 use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};

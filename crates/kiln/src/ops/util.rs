@@ -1,13 +1,10 @@
-//! What the ops share: argument checks that name the op first, launch-size conversions, and `OpCall` — a validated kernel call that can be
-//! inspected (which variant the rule picked), poisoned (outputs filled with NaN first, for
-//! tests) or run.
+//! What the ops share: argument checks that name the op first, launch-size conversions, and the
+//! 16-byte load helpers of the memory-bound kernels.
 
 use crate::array::Array;
-use crate::backend::MetalProgram;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::{KernelInput, LaunchSpec, MetalKernel};
 
 /// The float dtypes every op here accepts.
 pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -192,81 +189,4 @@ inline void kiln_store_unit(device T* p, uint u, thread const float4* v) {
 /// True when 16-byte units of 8 elements of `a` are aligned (see [`vec4_aligned`]).
 pub(crate) fn vec8_aligned(a: &Array) -> bool {
     !a.is_row_contiguous() || a.offset() % 8 == 0
-}
-
-/// A validated kernel call: the kernel the variant rule picked, its inputs and its launch.
-#[derive(Clone, Debug)]
-pub struct OpCall {
-    pub(crate) kernel: &'static MetalKernel,
-    pub(crate) inputs: Vec<KernelInput>,
-    pub(crate) spec: LaunchSpec,
-}
-
-impl OpCall {
-    /// A call of `kernel` on `inputs` with the launch `spec` (the caller has validated them).
-    pub fn new(kernel: &'static MetalKernel, inputs: Vec<KernelInput>, spec: LaunchSpec) -> Self {
-        OpCall { kernel, inputs, spec }
-    }
-
-    /// The name of the kernel variant the rule picked.
-    pub fn variant(&self) -> &str {
-        self.kernel.name()
-    }
-
-    /// The kernel the rule picked.
-    pub fn kernel(&self) -> &'static MetalKernel {
-        self.kernel
-    }
-
-    /// The launch (grid, threadgroup, outputs).
-    pub fn spec(&self) -> &LaunchSpec {
-        &self.spec
-    }
-
-    /// The launch, to adjust before running: a caller's stream, caller-allocated outputs, a
-    /// cancel flag (`LaunchSpec::stream`, `outputs_into`, `cancel`).
-    pub fn spec_mut(&mut self) -> &mut LaunchSpec {
-        &mut self.spec
-    }
-
-    /// Fills the outputs with NaN before the kernel runs, so an element it fails to write can
-    /// never pass a check. Outputs that accumulate from a defined start value keep it.
-    pub fn poisoned(mut self) -> Self {
-        if self.spec.init_value.is_none() {
-            self.spec = self.spec.init_value(f64::NAN);
-        }
-        self
-    }
-
-    /// The program a backend compiles for this call (Metal source generated for these inputs),
-    /// e.g. to compile it ahead of time.
-    pub fn program(&self) -> Result<MetalProgram> {
-        let arrays: Vec<Array> = self.inputs.iter().map(KernelInput::to_array).collect();
-        let generated = self.kernel.generate(&arrays, &self.spec)?;
-        Ok(self.kernel.program(&generated))
-    }
-
-    /// Runs the call; the outputs live on the inputs' device.
-    pub fn run(&self) -> Result<Vec<Array>> {
-        self.kernel.call(&self.inputs, &self.spec)
-    }
-
-    /// Runs a call with a single output.
-    pub fn run_one(&self) -> Result<Array> {
-        let mut outs = self.run()?;
-        match outs.len() {
-            1 => Ok(outs.remove(0)),
-            n => Err(Error::invalid(self.kernel.name(), format!("expected one output, got {n}"))),
-        }
-    }
-
-    /// Calls once to compile and warm up, then times a second call including the copy of its
-    /// outputs back to the host; returns the host outputs of the timed call.
-    pub fn timed(&self) -> Result<(Vec<Array>, std::time::Duration)> {
-        self.run()?;
-        let start = std::time::Instant::now();
-        let outs = self.run()?;
-        let host = outs.iter().map(Array::to_host).collect::<Result<Vec<_>>>()?;
-        Ok((host, start.elapsed()))
-    }
 }

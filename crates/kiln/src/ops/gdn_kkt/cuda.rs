@@ -236,7 +236,8 @@ const SOURCE: &str = r#"
     }
 "#;
 
-fn kernel() -> Result<&'static CudaKernel> {
+/// The kernel of the CUDA path, built once.
+pub(super) fn kernel() -> Result<&'static CudaKernel> {
     static KERNEL: KernelCache<CudaKernel> = KernelCache::new();
     KERNEL.one(OP, || Ok(CudaKernel::new("kiln_gdn_kkt_mma", &["k", "beta", "g"], &["A"], SOURCE)?.header(HEADER)))
 }
@@ -269,14 +270,6 @@ pub(super) fn spec(k: &Array, beta: &Array) -> Result<LaunchSpec> {
         .template("BF16", k.dtype() == DType::BF16)
         .template("KD", int(kd)?)
         .template("R", int(h / hg)?))
-}
-
-/// Runs the CUDA path (inputs validated, [`serves`] true, on a CUDA device).
-pub(super) fn run(k: &Array, beta: &Array, g: &Array, init: Option<f64>) -> Result<Array> {
-    let mut spec = spec(k, beta)?.device(k.device());
-    spec.init_value = init;
-    let mut outs = kernel()?.call(&[k.into(), beta.into(), g.into()], &spec)?;
-    outs.pop().ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))
 }
 
 /// The `CudaKernel` of the CUDA path and its launch for these inputs (any device), for

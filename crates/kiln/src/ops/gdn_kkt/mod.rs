@@ -30,6 +30,7 @@
 //! is reproduced).
 
 use super::kernel_cache::KernelCache;
+use super::plan::{OpCall, OpPlan};
 
 use crate::array::Array;
 use crate::device::Device;
@@ -195,14 +196,17 @@ pub fn gdn_chunk_scaled_dot_kkt_with(
     chunk: usize,
     init: Option<f64>,
 ) -> Result<Array> {
+    OpPlan::from(gdn_chunk_scaled_dot_kkt_call(k, beta, g, chunk)?).with_init(init).run_one()
+}
+
+/// The validated call of the kernel the rule in the module header picks ([`path`]).
+pub fn gdn_chunk_scaled_dot_kkt_call(k: &Array, beta: &Array, g: &Array, chunk: usize) -> Result<OpCall> {
     let spec = prepare(k, beta, g, chunk)?;
+    let inputs = vec![k.into(), beta.into(), g.into()];
     if path(k, beta) == Path::CudaMma {
-        return cuda::run(k, beta, g, init);
+        return Ok(OpCall::cuda(cuda::kernel()?, inputs, cuda::spec(k, beta)?.device(k.device())));
     }
-    let mut spec = spec.device(k.device());
-    spec.init_value = init;
-    let mut outs = kernel()?.call(&[k.into(), beta.into(), g.into()], &spec)?;
-    outs.pop().ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))
+    Ok(OpCall::new(kernel()?, inputs, spec.device(k.device())))
 }
 
 /// The kernel that computes a call.

@@ -32,7 +32,8 @@
 //! (integers). Tolerance: the f32 table for float values, exact for integers.
 
 use super::kernel_cache::KernelCache;
-use super::util::{check_nonempty, common_device, grid_dim, vec4_aligned, OpCall};
+use super::plan::OpCall;
+use super::util::{check_nonempty, common_device, grid_dim, vec4_aligned};
 use crate::array::Array;
 use crate::device::Device;
 use crate::dtype::DType;
