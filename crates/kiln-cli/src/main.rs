@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kiln::backend::{self, Target};
-use kiln::spec::KernelSpec;
 use kiln::Device;
+use kiln_tools::spec::KernelSpec;
 use out::{errln, out, outln};
 
 #[derive(Parser)]
@@ -174,7 +174,7 @@ fn translate(spec: &Path, emit: Emit) -> kiln::Result<()> {
 fn demo(device: &str) -> kiln::Result<()> {
     let device = parse_device(device)?;
     outln!("kiln demo on {device}");
-    let report = kiln::gallery::run_demo(device)?;
+    let report = kiln_tools::gallery::run_demo(device)?;
     out!("{report}");
     if report.all_passed() {
         Ok(())

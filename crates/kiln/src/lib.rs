@@ -22,18 +22,15 @@
 
 pub mod array;
 pub mod backend;
-pub mod bench;
 pub mod check;
 pub mod config;
 pub mod device;
 pub mod dtype;
 pub mod error;
-pub mod gallery;
 pub mod kernel;
 pub mod ops;
 pub mod program;
 pub mod source;
-pub mod spec;
 
 pub use array::{Array, SliceArg};
 pub use device::Device;

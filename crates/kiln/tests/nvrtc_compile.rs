@@ -386,7 +386,7 @@ fn every_golden_spec_compiles_to_sm90_cubin() {
         if !spec_path.exists() {
             continue;
         }
-        let spec = kiln::spec::KernelSpec::load(&spec_path).unwrap();
+        let spec = kiln_tools::spec::KernelSpec::load(&spec_path).unwrap();
         assert_compiles(&spec.program().unwrap());
         count += 1;
     }
@@ -400,7 +400,7 @@ fn every_demo_kernel_compiles_to_sm90_cubin() {
     if !common::nvrtc_or_skip() {
         return;
     }
-    let (report, programs) = kiln::backend::cpu::record_programs(|| kiln::gallery::run_demo(kiln::Device::Cpu));
+    let (report, programs) = kiln::backend::cpu::record_programs(|| kiln_tools::gallery::run_demo(kiln::Device::Cpu));
     let report = report.unwrap();
     assert!(report.all_passed(), "{report}");
     let mut seen = std::collections::HashSet::new();

@@ -1,7 +1,8 @@
 //! `Array`: a shared buffer plus offset, shape, element strides and dtype. Views (slices with
 //! negative steps, transposes, broadcasts) share the buffer and copy nothing.
 
-pub(crate) mod npy;
+#[doc(hidden)]
+pub mod npy;
 mod view;
 
 use std::fmt;

@@ -143,6 +143,11 @@ impl CudaKernel {
         self
     }
 
+    /// The kernel's name (without template arguments).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The compute capability whose architecture-specific target the kernel needs, if any.
     pub fn required_arch(&self) -> Option<(u32, u32)> {
         self.arch_specific

@@ -132,7 +132,7 @@ pub fn status() -> BackendStatus {
 
 /// Compiles `program` past the in-memory caches, with the prelude precompiled or inline: a
 /// disk-cache hit when the library is there. For the compile benchmark.
-pub(crate) fn compile_past_memory(program: &MetalProgram, precompiled_prelude: bool) -> Result<()> {
+pub fn compile_past_memory(program: &MetalProgram, precompiled_prelude: bool) -> Result<()> {
     let tu = translate(program)?;
     let prelude = if precompiled_prelude { prelude(program.kind) } else { "" };
     compile::compile_past_memory(&config::host_cxx(), &program.kernel, &tu, prelude, program.math_mode)
@@ -140,7 +140,7 @@ pub(crate) fn compile_past_memory(program: &MetalProgram, precompiled_prelude: b
 
 /// Builds the precompiled prelude of a `kind` of program afresh (under a new key, the cached
 /// one untouched); `false` when the compiler cannot. For the compile benchmark.
-pub(crate) fn build_fresh_prelude(kind: ProgramKind, nonce: u128) -> Result<bool> {
+pub fn build_fresh_prelude(kind: ProgramKind, nonce: u128) -> Result<bool> {
     let cxx = config::host_cxx();
     let compiler = toolchain::host_compiler(&cxx)?;
     let text = format!("{}// {nonce}\n", prelude(kind));
@@ -154,7 +154,7 @@ pub(crate) fn build_fresh_prelude(kind: ProgramKind, nonce: u128) -> Result<bool
 }
 
 /// Compiles a one-function C++ file with the configured compiler and the safe-math flags.
-pub(crate) fn compile_trivial() -> Result<()> {
+pub fn compile_trivial() -> Result<()> {
     compile::compile_trivial(&config::host_cxx(), MathMode::Safe)
 }
 

@@ -31,7 +31,9 @@
 //! Reference: the sums in f64 (float values, rounded to the dtype first) or wrapping i32/u32
 //! (integers). Tolerance: the f32 table for float values, exact for integers.
 
-use super::util::{cached, check_nonempty, common_device, grid_dim, vec4_aligned, KernelCell, OpCall};
+use super::kernel_cache::KernelCache;
+use super::plan::OpCall;
+use super::util::{check_nonempty, common_device, grid_dim, vec4_aligned};
 use crate::array::Array;
 use crate::device::Device;
 use crate::dtype::DType;
@@ -102,8 +104,8 @@ const MAX_CHUNKS: usize = 512;
 /// Threads per histogram threadgroup.
 const HIST_GROUP: usize = 256;
 
-static KERNEL: KernelCell = KernelCell::new();
-static HIST_KERNEL: KernelCell = KernelCell::new();
+static KERNEL: KernelCache<MetalKernel> = KernelCache::new();
+static HIST_KERNEL: KernelCache<MetalKernel> = KernelCache::new();
 
 /// The dtype the sums of `values` accumulate in.
 pub fn accumulation_dtype(values: DType) -> Option<DType> {
@@ -174,7 +176,7 @@ pub fn scatter_add_call(values: &Array, indices: &Array, bins: usize) -> Result<
     if m == 1 && n >= MIN_CHUNK && ranges <= MAX_RANGES && n <= i32::MAX as usize {
         let chunks = (n / MIN_CHUNK).clamp(1, MAX_CHUNKS);
         let chunk_len = n.div_ceil(chunks);
-        let kernel = cached(&HIST_KERNEL, OP, || {
+        let kernel = HIST_KERNEL.one(OP, || {
             let inputs = ["values", "indices", "n", "chunk_len", "ranges", "bins"];
             Ok(MetalKernel::new("kiln_scatter_add_hist", &inputs, &["out"], HIST_SOURCE)?.atomic_outputs(true))
         })?;
@@ -193,7 +195,7 @@ pub fn scatter_add_call(values: &Array, indices: &Array, bins: usize) -> Result<
         ];
         return Ok(OpCall::new(kernel, inputs, spec));
     }
-    let kernel = cached(&KERNEL, OP, || {
+    let kernel = KERNEL.one(OP, || {
         Ok(MetalKernel::new("kiln_scatter_add", &["values", "indices", "m", "bins"], &["out"], SOURCE)?
             .atomic_outputs(true))
     })?;
