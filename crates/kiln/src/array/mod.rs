@@ -198,6 +198,16 @@ pub(crate) fn byte_size(op: &str, what: impl std::fmt::Display, shape: &[usize],
     })
 }
 
+/// An error unless `given` values fill `shape` exactly, counted in elements.
+fn check_element_count(shape: &[usize], dtype: DType, given: usize) -> Result<()> {
+    let want = byte_size("array", "an array", shape, dtype)? / dtype.size();
+    if given == want {
+        Ok(())
+    } else {
+        Err(Error::shape("array", format!("{given} elements given for shape {shape:?} ({want} expected)")))
+    }
+}
+
 /// Row-major (C order) strides for `shape`.
 pub fn row_major_strides(shape: &[usize]) -> Strides {
     let mut strides: Strides = smallvec::smallvec![0isize; shape.len()];
@@ -244,13 +254,38 @@ impl Array {
         }
     }
 
-    /// A row-contiguous host array from typed values.
-    pub fn from_vec<T: Element>(shape: &[usize], values: Vec<T>) -> Result<Array> {
+    /// A row-contiguous host array of `shape` from typed values, row-major; the dtype follows
+    /// the element type (`f32` → float32, `half::f16` → float16, `half::bf16` → bfloat16,
+    /// `i32` → int32, `u8` → uint8, `bool` → bool, ...). kiln has no float64 dtype (Metal has
+    /// no `double`): convert `f64` data with [`Array::from_f64`], which rounds once to the
+    /// dtype you name.
+    ///
+    /// ```
+    /// use kiln::{bf16, Array, DType};
+    /// let a = Array::from_slice(&[2, 3], &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0])?;
+    /// assert_eq!((a.dtype(), a.shape()), (DType::F32, &[2, 3][..]));
+    /// let b = Array::from_slice(&[2], &[bf16::from_f32(0.5), bf16::ONE])?;
+    /// assert_eq!(b.dtype(), DType::BF16);
+    /// // From f64 data: a conversion to a dtype kiln has.
+    /// let c = Array::from_f64(DType::F32, &[3], &[0.1, 0.2, 0.3])?;
+    /// assert_eq!(c.to_vec::<f32>()?, [0.1f32, 0.2, 0.3]);
+    /// // The wrong number of elements is an error in elements.
+    /// let e = Array::from_slice(&[3], &[1i32, 2, 3, 4]).unwrap_err();
+    /// assert!(e.to_string().contains("4 elements given for shape [3] (3 expected)"));
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn from_slice<T: Element>(shape: &[usize], values: &[T]) -> Result<Array> {
+        check_element_count(shape, T::DTYPE, values.len())?;
         let mut bytes = Vec::with_capacity(values.len() * T::DTYPE.size());
-        for v in values {
+        for &v in values {
             v.write_le(&mut bytes);
         }
         Array::from_bytes(T::DTYPE, shape, &bytes)
+    }
+
+    /// A row-contiguous host array from typed values ([`Array::from_slice`], taking the vector).
+    pub fn from_vec<T: Element>(shape: &[usize], values: Vec<T>) -> Result<Array> {
+        Array::from_slice(shape, &values)
     }
 
     /// A 0-d host array.
@@ -262,6 +297,7 @@ impl Array {
 
     /// A host array of `dtype` whose elements are `values` converted with a numeric cast.
     pub fn from_f64(dtype: DType, shape: &[usize], values: &[f64]) -> Result<Array> {
+        check_element_count(shape, dtype, values.len())?;
         let mut bytes = Vec::with_capacity(values.len() * dtype.size());
         for &v in values {
             bytes.extend(f64_to_element_bytes(v, dtype));

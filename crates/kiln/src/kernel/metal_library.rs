@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
+use super::dim3::Dim3;
 use super::entry_contract::EntryContract;
 use super::launch::MathMode;
 use crate::array::{byte_size, Array};
@@ -47,11 +48,22 @@ pub enum LibraryArg {
     InOut(Array),
 }
 
-/// How one function of a library is dispatched.
+/// How one function of a library is dispatched: by thread count ([`LibraryLaunch::threads`],
+/// Metal's `dispatchThreads`) or by threadgroup count ([`LibraryLaunch::threadgroups`]).
+///
+/// ```
+/// use kiln::LibraryLaunch;
+/// let rows: usize = 4096;
+/// let launch = LibraryLaunch::threadgroups("row_sum", rows, 256usize).threadgroup_memory(&[1024]);
+/// assert_eq!(launch.threadgroup, [256, 1, 1]);
+/// ```
 #[derive(Clone, Debug)]
 pub struct LibraryLaunch {
+    /// The kernel function's name in the source.
     pub function: String,
+    /// Threads or threadgroups to dispatch.
     pub dispatch: Dispatch,
+    /// Threads per threadgroup.
     pub threadgroup: [u32; 3],
     /// Bytes for `[[threadgroup(0)]]`, `[[threadgroup(1)]]`, ...
     pub threadgroup_memory: Vec<usize>,
@@ -61,21 +73,67 @@ pub struct LibraryLaunch {
     pub cancel: Option<Arc<AtomicBool>>,
     /// Queues a CUDA launch on the caller's stream (see `LaunchSpec::stream`).
     pub stream: Option<ExternalStream>,
+    /// A size given out of range while building, reported by the dispatch.
+    out_of_range: Option<String>,
 }
 
 impl LibraryLaunch {
-    /// Dispatches `function` over `dispatch` with groups of `threadgroup` threads.
-    pub fn new(function: impl Into<String>, dispatch: Dispatch, threadgroup: [u32; 3]) -> Self {
+    /// Dispatches `function` over `dispatch` with groups of `threadgroup` threads (a [`Dim3`]:
+    /// an array, a tuple or one number).
+    pub fn new(function: impl Into<String>, dispatch: Dispatch, threadgroup: impl Into<Dim3>) -> Self {
+        let threadgroup = threadgroup.into().to_u32("threadgroup");
         LibraryLaunch {
             function: function.into(),
             dispatch,
-            threadgroup,
+            threadgroup: threadgroup.clone().unwrap_or_default(),
             threadgroup_memory: Vec::new(),
             constants: Vec::new(),
             timeout: None,
             cancel: None,
             stream: None,
+            out_of_range: threadgroup.err(),
         }
+    }
+
+    /// Dispatches `grid` threads (Metal's `dispatchThreads`; edge groups may be partial).
+    pub fn threads(function: impl Into<String>, grid: impl Into<Dim3>, threadgroup: impl Into<Dim3>) -> Self {
+        Self::sized(function, grid.into().to_u32("grid"), Dispatch::Threads, threadgroup)
+    }
+
+    /// Dispatches `groups` full threadgroups (Metal's `dispatchThreadgroups`).
+    pub fn threadgroups(function: impl Into<String>, groups: impl Into<Dim3>, threadgroup: impl Into<Dim3>) -> Self {
+        Self::sized(function, groups.into().to_u32("threadgroup count"), Dispatch::Threadgroups, threadgroup)
+    }
+
+    fn sized(
+        function: impl Into<String>,
+        size: std::result::Result<[u32; 3], String>,
+        dispatch: fn([u32; 3]) -> Dispatch,
+        threadgroup: impl Into<Dim3>,
+    ) -> Self {
+        let mut launch = LibraryLaunch::new(function, dispatch(size.clone().unwrap_or_default()), threadgroup);
+        if let Err(msg) = size {
+            launch.out_of_range = Some(msg);
+        }
+        launch
+    }
+
+    /// Bytes for `[[threadgroup(0)]]`, `[[threadgroup(1)]]`, ... in order.
+    pub fn threadgroup_memory(mut self, bytes: &[usize]) -> Self {
+        self.threadgroup_memory = bytes.to_vec();
+        self
+    }
+
+    /// Sets a `[[function_constant(i)]]` value, by index or name.
+    pub fn constant(mut self, key: ConstantKey, value: ConstantValue) -> Self {
+        self.constants.push((key, value));
+        self
+    }
+
+    /// Stops the kernel after `timeout` (on backends that can interrupt a kernel: the CPU).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 }
 
@@ -101,6 +159,7 @@ impl MetalLibrary {
         &self.name
     }
 
+    /// The Metal source.
     pub fn source(&self) -> &str {
         &self.source
     }
@@ -121,6 +180,9 @@ impl MetalLibrary {
     /// slot order.
     pub fn dispatch(&self, device: Device, args: &[LibraryArg], launch: &LibraryLaunch) -> Result<Vec<Array>> {
         let op = format!("metal_library {}:{}", self.name, launch.function);
+        if let Some(msg) = &launch.out_of_range {
+            return Err(Error::invalid(op, msg.clone()));
+        }
         let [x, y, z] = launch.threadgroup;
         if x == 0 || y == 0 || z == 0 {
             return Err(Error::invalid(op, format!("threadgroup {:?} has a zero dimension", launch.threadgroup)));
