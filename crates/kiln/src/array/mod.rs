@@ -148,11 +148,30 @@ impl fmt::Debug for HostBuffer {
 /// Where an array's bytes live.
 #[derive(Debug)]
 pub enum Storage {
+    /// Host memory (the CPU backend runs on it in place).
     Host(HostBuffer),
+    /// Memory a GPU backend owns.
     Device(Box<dyn DeviceBuffer>),
 }
 
-/// An n-dimensional array view over shared storage.
+/// An n-dimensional array: a view (offset, shape, element strides, dtype) of storage on one
+/// [`Device`], shared by its views. Cloning and slicing copy no data; moving between devices is
+/// explicit (`to_device`, `to_host`).
+///
+/// ```
+/// use kiln::{Array, DType, SliceArg};
+/// let a = Array::from_slice(&[2, 3], &[1i32, 2, 3, 4, 5, 6])?;
+/// let t = a.t();                                                  // a transposed view
+/// assert_eq!((t.shape(), t.strides()), (&[3, 2][..], &[1, 3][..]));
+/// assert_eq!(t.to_vec::<i32>()?, [1, 4, 2, 5, 3, 6]);
+/// let r = a.slice(&SliceArg::parse_list(":, ::-2")?)?;            // columns 2 and 0
+/// assert_eq!(r.to_vec::<i32>()?, [3, 1, 6, 4]);
+/// let b = a.broadcast_to(&[4, 2, 3])?;                            // stride 0, no copy
+/// assert_eq!((b.size(), b.strides()[0]), (24, 0));
+/// let on_gpu = a.to_device(kiln::best_device())?;                 // a copy, unless already there
+/// assert_eq!(on_gpu.to_host()?.astype(DType::F32)?.to_f64_vec()?, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+/// # Ok::<(), kiln::Error>(())
+/// ```
 pub struct Array {
     storage: Arc<Storage>,
     offset: usize,
@@ -319,9 +338,11 @@ impl Array {
         Ok(Array::from_host(buf, dtype, shape))
     }
 
+    /// The element type.
     pub fn dtype(&self) -> DType {
         self.dtype
     }
+    /// Extents per axis, outermost first.
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
@@ -333,6 +354,7 @@ impl Array {
     pub fn offset(&self) -> usize {
         self.offset
     }
+    /// Number of axes (0 for a scalar).
     pub fn ndim(&self) -> usize {
         self.shape.len()
     }

@@ -20,7 +20,32 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
-/// A full Metal source file.
+/// A full Metal source file (mlx-native style): kernel functions take `[[buffer(n)]]`,
+/// `[[threadgroup(n)]]` and builtin parameters directly, and [`MetalLibrary::dispatch`] binds
+/// [`LibraryArg`]s to the buffer slots in order.
+///
+/// ```
+/// use kiln::{Array, DType, LibraryArg, LibraryLaunch, MetalLibrary};
+///
+/// let library = MetalLibrary::new("scale.metal", r#"
+///     #include <metal_stdlib>
+///     using namespace metal;
+///     kernel void scale(const device float* x [[buffer(0)]], constant float& k [[buffer(1)]],
+///                       device float* out [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+///         out[i] = k * x[i];
+///     }
+/// "#);
+/// let device = kiln::best_device();
+/// let x = Array::from_slice(&[4], &[1.0f32, -2.0, 3.0, 0.25])?.to_device(device)?;
+/// let args = [
+///     LibraryArg::Array(x),
+///     LibraryArg::Bytes(3.0f32.to_le_bytes().to_vec()),
+///     LibraryArg::Output { shape: vec![4], dtype: DType::F32, init_value: None },
+/// ];
+/// let out = library.dispatch(device, &args, &LibraryLaunch::threads("scale", 4usize, 32usize))?;
+/// assert_eq!(out[0].to_host()?.to_vec::<f32>()?, [3.0, -6.0, 9.0, 0.75]);
+/// # Ok::<(), kiln::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct MetalLibrary {
     name: String,
@@ -41,7 +66,14 @@ pub enum LibraryArg {
     /// Small constant data: a parameter struct, a table of values.
     Bytes(Vec<u8>),
     /// A fresh row-contiguous output, optionally filled first.
-    Output { shape: Vec<usize>, dtype: DType, init_value: Option<f64> },
+    Output {
+        /// The output's shape.
+        shape: Vec<usize>,
+        /// The output's dtype.
+        dtype: DType,
+        /// A value to fill it with first (else its contents are unspecified).
+        init_value: Option<f64>,
+    },
     /// An array the function reads and updates in place. The function works on a row-contiguous
     /// copy (of the view's elements, in row-major order), which comes back among the outputs in
     /// slot order with the array's shape and dtype; the array passed here is never changed.
@@ -67,7 +99,9 @@ pub struct LibraryLaunch {
     pub threadgroup: [u32; 3],
     /// Bytes for `[[threadgroup(0)]]`, `[[threadgroup(1)]]`, ...
     pub threadgroup_memory: Vec<usize>,
+    /// `[[function_constant(i)]]` values, by index or name.
     pub constants: Vec<(ConstantKey, ConstantValue)>,
+    /// Stops the kernel after this long (on backends that can interrupt a kernel: the CPU).
     pub timeout: Option<Duration>,
     /// Stops the kernel when set (see `LaunchSpec::cancel`).
     pub cancel: Option<Arc<AtomicBool>>,
