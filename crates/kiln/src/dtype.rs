@@ -129,7 +129,18 @@ impl fmt::Display for DType {
 /// Rust element types that map onto a [`DType`]: `bool`, `u8`..`u64`, `i8`..`i64`, `f32`,
 /// `half::f16` and `half::bf16` (re-exported as `kiln::f16`, `kiln::bf16`). `f64` is not one:
 /// kiln has no float64 dtype (Metal has no `double`), so `f64` data is converted explicitly with
-/// `Array::from_f64(dtype, ..)` and read back with `Array::to_f64_vec`.
+/// `Array::from_f64(dtype, ..)` and read back with `Array::to_f64_vec`:
+///
+/// ```compile_fail
+/// // error: `f64` is not a kiln element type (with a note naming Array::from_f64)
+/// let a = kiln::Array::from_slice(&[2], &[1.0f64, 2.0]);
+/// ```
+///
+/// ```
+/// let a = kiln::Array::from_f64(kiln::DType::F32, &[2], &[1.0f64, 2.0])?;
+/// assert_eq!(a.to_f64_vec()?, [1.0, 2.0]);
+/// # Ok::<(), kiln::Error>(())
+/// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a kiln element type",
     label = "kiln has no dtype for `{Self}`",
