@@ -52,14 +52,13 @@ pub use backend::best_device;
 pub use device::Device;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
+pub use kernel::{CudaKernel, KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MathMode, MetalKernel, MetalLibrary};
+pub use source::mangle::{TemplateArg, TemplateName};
+
 /// The `half` crate, whose `f16` and `bf16` are kiln's float16 and bfloat16 elements.
 pub use half;
 pub use half::{bf16, f16};
-pub use kernel::{
-    CudaKernel, Dim3, IntoTemplateArg, KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MathMode, MetalKernel,
-    MetalLibrary,
-};
-pub use source::mangle::{TemplateArg, TemplateName};
+pub use kernel::{Dim3, IntoTemplateArg};
 
 /// The README's Rust examples, compiled and run as doc tests so they cannot drift from the API.
 #[cfg(doctest)]

@@ -31,7 +31,6 @@ pub enum MathMode {
 }
 
 impl MathMode {
-    /// The name MLX's `compile_options` uses (`safe`, `relaxed`, `fast`).
     pub fn name(self) -> &'static str {
         match self {
             MathMode::Safe => "safe",
@@ -57,8 +56,10 @@ impl FromStr for MathMode {
 }
 
 /// A kernel input: an array, or a scalar converted with MLX's rules (bool → bool, integer →
-/// int32, or int64 outside the int32 range, float → float32), whatever the Rust type of the
-/// number; for a scalar of another dtype pass a 0-d array (`Array::scalar(7u32)`).
+/// int32, or int64 outside the int32 range, float → float32).
+///
+/// The rules hold whatever the Rust type of the number; for a scalar of another dtype pass a
+/// 0-d array (`Array::scalar(7u32)`).
 ///
 /// ```
 /// use kiln::{Array, KernelInput};

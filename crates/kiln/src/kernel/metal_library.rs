@@ -214,9 +214,6 @@ impl MetalLibrary {
     /// slot order.
     pub fn dispatch(&self, device: Device, args: &[LibraryArg], launch: &LibraryLaunch) -> Result<Vec<Array>> {
         let op = format!("metal_library {}:{}", self.name, launch.function);
-        if let Some(msg) = &launch.out_of_range {
-            return Err(Error::invalid(op, msg.clone()));
-        }
         let [x, y, z] = launch.threadgroup;
         if x == 0 || y == 0 || z == 0 {
             return Err(Error::invalid(op, format!("threadgroup {:?} has a zero dimension", launch.threadgroup)));
@@ -236,6 +233,9 @@ impl MetalLibrary {
                 op,
                 format!("{} buffers bound; Metal allows at most {}", args.len(), super::MAX_BUFFERS),
             ));
+        }
+        if let Some(msg) = &launch.out_of_range {
+            return Err(Error::invalid(op, msg.clone()));
         }
         let backend = backend::backend_for(device)?;
         let mut bindings = Vec::with_capacity(args.len());
