@@ -77,10 +77,22 @@ pub fn entries() -> Vec<Entry> {
 /// and collects the table. A kernel that fails to run becomes a failed row carrying its error,
 /// so one broken kernel does not hide the others.
 pub fn run_demo(device: Device) -> Result<DemoReport> {
+    run_demo_with_progress(device, &mut |_, _, _, _| {})
+}
+
+/// [`run_demo`], calling `progress(kernel, dtype, index, total)` before each run (the first
+/// call of a kernel compiles it, so a run can take seconds).
+pub fn run_demo_with_progress(
+    device: Device,
+    progress: &mut dyn FnMut(&str, DType, usize, usize),
+) -> Result<DemoReport> {
     kiln::backend::backend_for(device)?;
+    let all: Vec<Entry> = entries().into_iter().chain(library::entries()).collect();
+    let total = all.iter().map(|e| e.demo_dtypes.len()).sum();
     let mut rows = Vec::new();
-    for entry in entries().into_iter().chain(library::entries()) {
+    for entry in all {
         for &dtype in entry.demo_dtypes {
+            progress(entry.name, dtype, rows.len(), total);
             let seed = 0x6b69_6c6e ^ (rows.len() as u64);
             rows.push(DemoRow::from_run(entry.name, dtype, device, (entry.demo)(device, dtype, seed)));
         }

@@ -23,7 +23,30 @@ use crate::source::mangle::{metal_kernel_name, InputKind};
 use crate::source::metal_codegen::{self, MetalSourceParts, SignatureInput};
 use crate::source::scan::{self, ShapeInfo};
 
-/// A custom Metal kernel defined by its body, exactly as for `mx.fast.metal_kernel`.
+/// A custom Metal kernel defined by its body, exactly as for `mx.fast.metal_kernel`: the
+/// signature is generated from the input and output names and the call's dtypes, and inputs
+/// named in the body as `<name>_shape`, `<name>_strides` or `<name>_ndim` get those too. Build
+/// once, call many times (each call signature is generated and compiled once).
+///
+/// ```
+/// use kiln::{Array, DType, LaunchSpec, MetalKernel};
+///
+/// // out = a * x + y, with `a` a scalar input.
+/// let axpy = MetalKernel::new("axpy", &["a", "x", "y"], &["out"], r#"
+///     uint i = thread_position_in_grid.x;
+///     out[i] = a * x[i] + y[i];
+/// "#)?;
+/// let device = kiln::best_device();
+/// let x = Array::from_slice(&[5], &[1.0f32, 2.0, 3.0, 4.0, 5.0])?.to_device(device)?;
+/// let y = Array::from_slice(&[5], &[0.5f32; 5])?.to_device(device)?;
+/// let spec = LaunchSpec::new(5usize, 32usize).output(&[5], DType::F32);
+/// let out = axpy.call(&[2.0f32.into(), (&x).into(), (&y).into()], &spec)?;
+/// assert_eq!(out[0].to_host()?.to_vec::<f32>()?, [2.5, 4.5, 6.5, 8.5, 10.5]);
+/// // The Metal source MLX would generate for this call:
+/// let generated = axpy.generate(&[Array::scalar(2.0f32), x.clone(), y.clone()], &spec)?;
+/// assert!(generated.source.contains("[[kernel]] void custom_kernel_axpy"));
+/// # Ok::<(), kiln::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct MetalKernel {
     name: String,
@@ -108,7 +131,9 @@ impl std::fmt::Debug for Generated {
 /// The Metal source generated for one call, with its mangled entry name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GeneratedSource {
+    /// The mangled entry name (MLX's `custom_kernel_<name>_<types>`).
     pub kernel_name: String,
+    /// The whole Metal source, as MLX generates it.
     pub source: String,
 }
 
@@ -181,6 +206,7 @@ impl MetalKernel {
         self
     }
 
+    /// The name the kernel was defined with.
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -2,6 +2,7 @@
 //! `.metal` files) and the launch spec.
 
 mod cuda_kernel;
+mod dim3;
 mod entry_contract;
 mod function_constants;
 mod launch;
@@ -9,6 +10,9 @@ mod marshal;
 mod metal_kernel;
 mod metal_library;
 pub mod predefined;
+
+pub use dim3::Dim3;
+pub use launch::IntoTemplateArg;
 
 pub use cuda_kernel::{cuda_type, CudaKernel, CUDA_MAX_NDIM};
 pub use launch::{KernelInput, LaunchSpec, OutputDTypes, OutputShapes, TemplateArgs, TemplateName};
