@@ -11,7 +11,7 @@ dest="$root/.deps/nvrtc"
 python="${PYTHON:-python3}"
 
 find_lib() {
-    find "$dest" -name 'libnvrtc.so*' -not -name '*builtins*' -print 2>/dev/null | sort | head -n 1
+    find "$dest/" -name 'libnvrtc.so*' -not -name '*builtins*' -print 2>/dev/null | sort | head -n 1
 }
 
 if [ -z "$(find_lib)" ]; then
