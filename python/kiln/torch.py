@@ -13,6 +13,7 @@ stream of that device. Importing this module imports PyTorch; ``import kiln`` do
 
 from __future__ import annotations
 
+import ast
 import inspect
 import itertools
 import re
@@ -234,7 +235,6 @@ class _FunctionOp:
 
     def __init__(self, cf):
         self.cf = cf
-        self.calls = {}
         self.structures = {}
         ident = re.sub(r"\W", "_", getattr(cf.fun, "__qualname__", "function"))
         name = f"kiln_custom_function::{ident}_{next(_COUNTER)}"
@@ -247,15 +247,20 @@ class _FunctionOp:
         return _restructure(outputs, self.structures[key])
 
     def _key(self, args, kwargs):
+        # The key spells the call's constant arguments out (read back with literal_eval), so
+        # that tracing it under torch.compile needs no state kept between calls.
         template = (tuple(self._SLOT if isinstance(a, torch.Tensor) else a for a in args),
                     tuple(sorted((k, self._SLOT if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items())))
-        key = repr(template)
-        if key not in self.calls:
-            self.calls[key] = template
-        return key
+        return repr(template)
 
     def _arguments(self, tensors, key):
-        args_t, kwargs_t = self.calls[key]
+        try:
+            args_t, kwargs_t = ast.literal_eval(key)
+        except (ValueError, SyntaxError):
+            raise InvalidArgumentError(
+                f"[custom_function {self.cf.__name__}] on tensors, the arguments besides tensors must be "
+                f"Python literals (numbers, strings, None, tuples); got {key}"
+            ) from None
         it = iter(tensors)
         args = [next(it) if a == self._SLOT else a for a in args_t]
         kwargs = {k: next(it) if v == self._SLOT else v for k, v in kwargs_t}
