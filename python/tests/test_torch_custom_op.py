@@ -8,6 +8,7 @@ ones, on grids whose points stay 0.2 pixels inside their cells (the step moves t
 tolerance 1e-3 absolute and relative. Skipped without PyTorch; the CUDA tests fail instead of
 skipping when KILN_REQUIRE_BACKEND=cuda."""
 
+import functools
 import os
 
 import numpy as np
@@ -154,7 +155,7 @@ def test_non_tensor_arguments_and_a_vjp_of_torch_ops():
 def test_custom_function_on_tensors_is_a_torch_op():
     x, grid, cot = inputs(5)
     check_against_torch(grid_sample_fn, x, grid, cot, "float32")
-    compiled = torch.compile(lambda x, grid: grid_sample_fn(x, grid) * 2, fullgraph=True)
+    compiled = torch.compile(lambda x, grid: grid_sample_fn(x, grid) * 2, fullgraph=True, backend="aot_eager")
     x.requires_grad_()
     gx, gg = torch.autograd.grad(compiled(x, grid.requires_grad_()), (x, grid), cot)
     _, want_gx, want_gg = reference_grads(x, grid, cot)
@@ -215,3 +216,14 @@ def test_cuda_compiled_on_a_side_stream():
 def test_cuda_opcheck_passes():
     x, grid, _ = inputs(13, device="cuda")
     torch.library.opcheck(GRID_SAMPLE, (x.requires_grad_(), grid.requires_grad_()))
+
+
+def test_the_worked_example_in_the_docs_runs(monkeypatch):
+    # Inductor's code generation is covered above; here aot_eager keeps the run short (it still
+    # traces the whole graph, fake and backward included, with fullgraph=True).
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    docs = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "pytorch.md")
+    with open(docs) as f:
+        text = f.read()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "docs/pytorch.md", "exec"), {"__name__": "docs_pytorch"})
