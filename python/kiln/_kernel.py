@@ -155,7 +155,7 @@ class _DeviceGuard:
 class MetalKernel:
     """A kernel built by :func:`metal_kernel`. Call it with MLX's keyword arguments."""
 
-    __slots__ = ("_kernel", "_ensure_row_contiguous", "name")
+    __slots__ = ("_kernel", "_ensure_row_contiguous", "name", "input_names", "output_names")
 
     def __init__(self, name, input_names, output_names, source, header, ensure_row_contiguous, atomic_outputs,
                  compile_options):
@@ -167,6 +167,8 @@ class MetalKernel:
         )
         self._ensure_row_contiguous = bool(ensure_row_contiguous)
         self.name = name
+        self.input_names = tuple(input_names)
+        self.output_names = tuple(output_names)
 
     def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
                  init_value=None, verbose=False, stream=None, device=None):

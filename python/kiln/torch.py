@@ -22,6 +22,7 @@ import torch
 
 from ._abstract import describing
 from ._custom_function import custom_function
+from ._kernel import MetalKernel
 from .errors import InvalidArgumentError
 
 __all__ = ["custom_op"]
@@ -30,7 +31,7 @@ _TENSOR = "Tensor"
 _TENSOR_LIST = "List[Tensor]"
 
 
-def custom_op(name, fn=None, *, vjp=None, fake=None, schema=None):
+def custom_op(name, fn=None, *, vjp=None, fake=None, schema=None, launch=None, vjp_launch=None):
     """Registers ``fn`` (a function of kiln kernels on tensors) as the PyTorch custom op
     ``name`` (``"namespace::op"``) and returns it (a ``torch.library.custom_op`` object: call it
     like ``fn``; ``torch.ops.namespace.op`` is the same op).
@@ -45,10 +46,24 @@ def custom_op(name, fn=None, *, vjp=None, fake=None, schema=None):
     - ``schema`` overrides the schema inferred from ``fn``'s annotations; unannotated
       parameters are tensors and an unannotated result is one tensor.
 
+    - ``fn`` may also be a kernel (:func:`kiln.metal_kernel`) with ``launch``: a function of the
+      op's arguments returning the call's keywords (``output_shapes``, ``output_dtypes``,
+      ``grid``, ``threadgroup``, ``template``, ``init_value``; ``inputs`` defaults to the
+      arguments). The op's parameters are ``launch``'s and it returns the kernel's outputs.
+      Likewise ``vjp`` may be a kernel with ``vjp_launch(primals, cotangents, outputs)``
+      returning its keywords, ``inputs`` included; its outputs are the primals' cotangents.
+
     Usable as a decorator: ``@kiln.torch.custom_op("mylib::op", vjp=op_vjp)``.
     """
     if fn is None:
-        return lambda f: custom_op(name, f, vjp=vjp, fake=fake, schema=schema)
+        return lambda f: custom_op(name, f, vjp=vjp, fake=fake, schema=schema, launch=launch,
+                                   vjp_launch=vjp_launch)
+    if isinstance(fn, MetalKernel):
+        fn = _kernel_function(name, fn, launch)
+    elif launch is not None:
+        raise InvalidArgumentError(f"[{name}] launch= goes with a kernel, not a function")
+    if isinstance(vjp, MetalKernel):
+        vjp = _kernel_vjp(name, vjp, vjp_launch)
     if isinstance(fn, custom_function):
         vjp = vjp if vjp is not None else fn.vjp_fun
         fn = fn.fun
@@ -71,6 +86,40 @@ def custom_op(name, fn=None, *, vjp=None, fake=None, schema=None):
         return list(result)
 
     return _define(name, schema, run, run_vjp if vjp is not None else None, fake)
+
+
+def _kernel_function(name, kernel, launch):
+    """A kernel and its launch description as a function of the op's arguments."""
+    if launch is None:
+        raise InvalidArgumentError(f"[{name}] a kernel needs launch=, a function of the op's arguments "
+                                   "returning the call's keywords")
+    n_out = len(kernel.output_names)
+
+    def run(*args):
+        keywords = dict(launch(*args))
+        keywords.setdefault("inputs", list(args))
+        outputs = kernel(**keywords)
+        return outputs[0] if n_out == 1 else tuple(outputs)
+
+    params = inspect.signature(launch, eval_str=True).parameters.values()
+    ret = torch.Tensor if n_out == 1 else tuple[(torch.Tensor,) * n_out]
+    run.__signature__ = inspect.Signature(list(params), return_annotation=ret)
+    return run
+
+
+def _kernel_vjp(name, kernel, vjp_launch):
+    if vjp_launch is None:
+        raise InvalidArgumentError(f"[{name}] a VJP kernel needs vjp_launch=, a function of (primals, cotangents, "
+                                   "outputs) returning the call's keywords")
+
+    def run(primals, cotangents, outputs):
+        keywords = dict(vjp_launch(primals, cotangents, outputs))
+        if "inputs" not in keywords:
+            raise InvalidArgumentError(f"[{name}] vjp_launch must give the VJP kernel's inputs")
+        grads = kernel(**keywords)
+        return grads[0] if len(grads) == 1 else tuple(grads)
+
+    return run
 
 
 def _infer_schema(fn) -> str:

@@ -227,3 +227,26 @@ def test_the_worked_example_in_the_docs_runs(monkeypatch):
         text = f.read()
     code = text.split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(code, "docs/pytorch.md", "exec"), {"__name__": "docs_pytorch"})
+
+
+def test_a_kernel_with_its_launch_description_and_a_vjp_kernel():
+    from test_cookbook import GRID_SAMPLE as FORWARD_KERNEL, GRID_SAMPLE_VJP as VJP_KERNEL
+
+    def launch(x, grid):
+        shape = (x.shape[0], grid.shape[1], grid.shape[2], x.shape[3])
+        return dict(output_shapes=[shape], output_dtypes=[x.dtype], template=[("T", x.dtype)],
+                    grid=(shape[0] * shape[1] * shape[2] * shape[3], 1, 1), threadgroup=(256, 1, 1))
+
+    def vjp_launch(primals, cotangent, output):
+        x, grid = primals
+        return dict(inputs=[x, grid, cotangent], output_shapes=[x.shape, grid.shape],
+                    output_dtypes=[torch.float32] * 2, template=[("T", x.dtype)], grid=(cotangent.numel(), 1, 1),
+                    threadgroup=(256, 1, 1), init_value=0)
+
+    op = kiln.torch.custom_op("kiln_tests::grid_sample_kernel", FORWARD_KERNEL, launch=launch, vjp=VJP_KERNEL,
+                              vjp_launch=vjp_launch)
+    x, grid, cot = inputs(9)
+    check_against_torch(op, x, grid, cot, "float32")
+    torch.library.opcheck(op, (x.requires_grad_(), grid.requires_grad_()))
+    with pytest.raises(kiln.InvalidArgumentError, match="launch="):
+        kiln.torch.custom_op("kiln_tests::no_launch", FORWARD_KERNEL)
