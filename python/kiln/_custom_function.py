@@ -34,7 +34,9 @@ class custom_function:  # noqa: N801 - MLX's name
     tuple), and the VJP returns one cotangent per primal (``None`` for one without a gradient).
     ``jvp(primals, tangents)`` returns tangents of the outputs' structure. Called on PyTorch
     tensors that need gradients (or under ``torch.compile``), the function runs as a PyTorch
-    custom op whose backward is the VJP.
+    custom op whose backward is the VJP (a backward through one without a VJP is an error); the
+    op is registered when the function is defined if PyTorch is imported by then, else at its
+    first call on tensors, which must then not be under ``torch.compile``.
     """
 
     def __init__(self, f):
@@ -45,6 +47,10 @@ class custom_function:  # noqa: N801 - MLX's name
         self.vjp_fun = None
         self.jvp_fun = None
         self._torch = None
+        if torch_module() is not None:
+            # Defined now, so that a first call under torch.compile finds the op (the tracer
+            # cannot register one).
+            self._torch_op()
 
     def vjp(self, f):
         """Sets the VJP rule ``f(primals, cotangents, outputs)``; returns this function (as MLX)."""
@@ -58,13 +64,16 @@ class custom_function:  # noqa: N801 - MLX's name
 
     def __call__(self, *args, **kwargs):
         torch = torch_module()
-        if torch is not None and self.vjp_fun is not None and _wants_torch_autograd(torch, args, kwargs):
-            if self._torch is None:
-                from .torch import _FunctionOp
-
-                self._torch = _FunctionOp(self)
-            return self._torch(args, kwargs)
+        if torch is not None and _wants_torch_autograd(torch, args, kwargs):
+            return self._torch_op()(args, kwargs)
         return self.fun(*args, **kwargs)
+
+    def _torch_op(self):
+        if self._torch is None:
+            from .torch import _FunctionOp
+
+            self._torch = _FunctionOp(self)
+        return self._torch
 
     def __repr__(self):
         return f"<kiln.custom_function {getattr(self.fun, '__qualname__', self.fun)!r}>"

@@ -326,6 +326,8 @@ class _FunctionOp:
 
     def _run_vjp(self, op_args, cotangents, outputs, _structure):
         tensors, key = op_args
+        if self.cf.vjp_fun is None:
+            raise InvalidArgumentError(f"[custom_function {self.cf.__name__}] has no .vjp to differentiate it with")
         args, kwargs = self._arguments(tensors, key)
         structure = self.structures[key]
         primals = args[0] if len(args) == 1 else tuple(args)

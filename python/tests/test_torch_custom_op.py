@@ -250,3 +250,15 @@ def test_a_kernel_with_its_launch_description_and_a_vjp_kernel():
     torch.library.opcheck(op, (x.requires_grad_(), grid.requires_grad_()))
     with pytest.raises(kiln.InvalidArgumentError, match="launch="):
         kiln.torch.custom_op("kiln_tests::no_launch", FORWARD_KERNEL)
+
+
+def test_custom_function_without_a_vjp_compiles_and_refuses_a_backward():
+    @kiln.custom_function
+    def plain(x):
+        return scale_exp(x, 2.0)
+
+    x = torch.randn(12)
+    compiled = torch.compile(lambda x: plain(x) + 1, fullgraph=True, backend="aot_eager")
+    assert_close(np64(compiled(x)), 2 * np.exp(np64(x)) + 1, "float32")
+    with pytest.raises(kiln.InvalidArgumentError, match="no .vjp"):
+        plain(x.requires_grad_()).sum().backward()
