@@ -17,6 +17,7 @@ from . import _nvrtc
 _nvrtc.preload()
 
 from . import errors, ops  # noqa: E402
+from ._custom_function import custom_function, grad, jvp, value_and_grad, vjp
 from ._kernel import MetalKernel, MetalLibrary, Output, metal_kernel, metal_library
 from ._kiln import cuda_status as _cuda_status
 from ._kiln import devices as _devices
@@ -48,6 +49,15 @@ def cuda_status() -> str:
     return _cuda_status()[1]
 
 
+def __getattr__(name):
+    # kiln.torch imports PyTorch, so it loads on first use rather than with kiln.
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'kiln' has no attribute {name!r}")
+
+
 def devices() -> list[tuple[str, str]]:
     """Every device kiln can run on, with a one-line description (``kiln devices``)."""
     return _devices()
@@ -61,6 +71,11 @@ __all__ = [
     "Output",
     "ops",
     "errors",
+    "custom_function",
+    "vjp",
+    "jvp",
+    "grad",
+    "value_and_grad",
     "cuda_available",
     "cuda_status",
     "devices",

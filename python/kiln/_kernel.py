@@ -21,6 +21,7 @@ from ._arrays import (
     torch_module,
     torch_outputs,
 )
+from ._abstract import empty_outputs, is_describing
 from ._dtypes import dtype_name
 from .errors import InvalidArgumentError
 
@@ -154,7 +155,7 @@ class _DeviceGuard:
 class MetalKernel:
     """A kernel built by :func:`metal_kernel`. Call it with MLX's keyword arguments."""
 
-    __slots__ = ("_kernel", "_ensure_row_contiguous", "name")
+    __slots__ = ("_kernel", "_ensure_row_contiguous", "name", "input_names", "output_names")
 
     def __init__(self, name, input_names, output_names, source, header, ensure_row_contiguous, atomic_outputs,
                  compile_options):
@@ -166,6 +167,8 @@ class MetalKernel:
         )
         self._ensure_row_contiguous = bool(ensure_row_contiguous)
         self.name = name
+        self.input_names = tuple(input_names)
+        self.output_names = tuple(output_names)
 
     def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
                  init_value=None, verbose=False, stream=None, device=None):
@@ -178,6 +181,8 @@ class MetalKernel:
         ``CUstream``) queues a CUDA launch there instead of on PyTorch's current stream;
         ``device="cuda:N"`` copies NumPy inputs to that GPU and returns NumPy outputs.
         """
+        if is_describing():
+            return empty_outputs(f"metal_kernel {self.name}", inputs, output_shapes, output_dtypes)
         if stream is not None and not isinstance(stream, (str, bytes)):
             # PyTorch allocates the outputs (and any input copy) on that stream too, so its
             # caching allocator orders their reuse after the kernel.
@@ -326,6 +331,11 @@ class MetalLibrary:
         ``threadgroup_memory[i]`` bytes are bound to ``[[threadgroup(i)]]``; ``constants`` maps
         function-constant indices or names to bool, int or float values. Returns the fresh
         outputs in slot order, as the lead array's kind."""
+        if is_describing():
+            fresh = [b for b in buffers if isinstance(b, Output)]
+            arrays = [b for b in buffers if not isinstance(b, (Output, bytes, bytearray))]
+            return empty_outputs(f"metal_library {self.name}", arrays, [b.shape for b in fresh],
+                                 [b.dtype for b in fresh])
         if stream is not None:
             torch = _require_torch_for(stream)
             with torch.cuda.stream(stream if isinstance(stream, torch.cuda.Stream) else torch.cuda.ExternalStream(stream)):

@@ -16,8 +16,10 @@ on CUDA tensors they raise :class:`kiln.InvalidArgumentError`.
 from __future__ import annotations
 
 from . import _kiln
+from ._abstract import empty_outputs, is_describing
 from ._arrays import NUMPY, TORCH, as_numpy, host_output, numpy_desc, torch_desc, torch_module, torch_outputs
 from ._kernel import _DeviceGuard, _stream_handle
+from .errors import InvalidArgumentError
 
 __all__ = [
     "exp", "silu", "gelu", "gelu_approx", "rms_norm", "residual_rms_norm", "softmax", "rope",
@@ -34,8 +36,15 @@ def _desc(x):
     return numpy_desc(a), (NUMPY, None)
 
 
-def _plan(make, arrays, *args):
-    """Runs a one-launch op: on a CUDA tensor's stream into PyTorch outputs, else into kiln's."""
+def _plan(make, arrays, *args, like_x=1):
+    """Runs a one-launch op: on a CUDA tensor's stream into PyTorch outputs, else into kiln's.
+    While describing (``kiln.torch.custom_op``'s fake), the op's ``like_x`` outputs have the shape
+    and dtype of ``x``."""
+    if is_describing():
+        if like_x is None:
+            raise InvalidArgumentError("[kiln.ops] this op cannot describe its outputs; give the custom op a fake=")
+        x = arrays[0]
+        return empty_outputs("kiln.ops", arrays, [x.shape] * like_x, [x.dtype] * like_x)
     descs, kinds = zip(*(_desc(a) for a in arrays))
     lead, tensor = kinds[0]
     plan = make(*descs, *args)
@@ -49,6 +58,8 @@ def _plan(make, arrays, *args):
 
 
 def _run(fn, arrays, *args):
+    if is_describing():
+        raise InvalidArgumentError("[kiln.ops] ops of several launches run on host arrays only; give the custom op a fake=")
     descs, kinds = zip(*(_desc(a) for a in arrays))
     lead = kinds[0][0]
     outs = fn(*descs, *args)
@@ -83,7 +94,7 @@ def rms_norm(x, weight, eps):
 def residual_rms_norm(x, residual, weight, eps):
     """kiln's fused residual add + RMS norm: returns ``(rms_norm(x + residual, weight, eps),
     x + residual)``."""
-    return tuple(_plan(_kiln.plan_residual_rms_norm, [x, residual, weight], float(eps)))
+    return tuple(_plan(_kiln.plan_residual_rms_norm, [x, residual, weight], float(eps), like_x=2))
 
 
 def softmax(x, axis=-1):
@@ -127,13 +138,13 @@ def grid_sample_vjp(x, grid, cotangent):
 
 def scatter_add(values, indices, bins):
     """Sums ``values`` (M, ...) into ``bins`` rows by ``indices`` (M,), duplicates included."""
-    return _plan(_kiln.plan_scatter_add, [values, indices], int(bins))[0]
+    return _plan(_kiln.plan_scatter_add, [values, indices], int(bins), like_x=None)[0]
 
 
 def overlap_add(frames, hop):
     """Overlap-adds ``frames`` (..., n_frames, frame_len) with hop ``hop`` (an inverse STFT's
     last step)."""
-    return _plan(_kiln.plan_overlap_add, [frames], int(hop))[0]
+    return _plan(_kiln.plan_overlap_add, [frames], int(hop), like_x=None)[0]
 
 
 def cholesky(a):
