@@ -30,6 +30,7 @@ pub mod dtype;
 pub mod error;
 pub mod gallery;
 pub mod kernel;
+pub mod kernel_log;
 pub mod ops;
 pub mod source;
 pub mod spec;

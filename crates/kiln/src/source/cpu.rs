@@ -19,7 +19,7 @@ pub fn user_file_name(program: &MetalProgram) -> String {
 }
 
 /// The common headers, in inclusion order (usable from host C++ and CUDA C++).
-pub const COMMON_PRELUDE: [(&str, &str); 13] = [
+pub const COMMON_PRELUDE: [(&str, &str); 14] = [
     ("common/types.h", include_str!("../../prelude/common/types.h")),
     ("common/vec.h", include_str!("../../prelude/common/vec.h")),
     ("common/vec_ops.h", include_str!("../../prelude/common/vec_ops.h")),
@@ -33,6 +33,7 @@ pub const COMMON_PRELUDE: [(&str, &str); 13] = [
     ("common/type_traits.h", include_str!("../../prelude/common/type_traits.h")),
     ("common/qualified_names.h", include_str!("../../prelude/common/qualified_names.h")),
     ("common/lowering.h", include_str!("../../prelude/common/lowering.h")),
+    ("common/oslog.h", include_str!("../../prelude/common/oslog.h")),
 ];
 /// MLX's utils preamble, for body-only programs.
 pub const MLX_UTILS: &str = include_str!("../../prelude/common/mlx_utils.h");
@@ -41,6 +42,7 @@ const CPU_RUNTIME: &str = include_str!("../../prelude/cpu/runtime.h");
 const CPU_THREADGROUP: &str = include_str!("../../prelude/cpu/threadgroup.h");
 const CPU_CONVERGENCE: &str = include_str!("../../prelude/cpu/convergence.h");
 const CPU_SIMD: &str = include_str!("../../prelude/cpu/simd.h");
+const CPU_OSLOG: &str = include_str!("../../prelude/cpu/oslog.h");
 const CPU_SCHEDULER: &str = include_str!("../../prelude/cpu/scheduler.h");
 
 fn push_header(out: &mut String, name: &str, text: &str) {
@@ -76,6 +78,7 @@ pub fn prelude(kind: ProgramKind) -> &'static str {
         push_header(&mut out, "cpu/threadgroup.h", CPU_THREADGROUP);
         push_header(&mut out, "cpu/convergence.h", CPU_CONVERGENCE);
         push_header(&mut out, "cpu/simd.h", CPU_SIMD);
+        push_header(&mut out, "cpu/oslog.h", CPU_OSLOG);
         out.push_str("using namespace metal;\n");
         if mlx_body {
             push_header(&mut out, "common/mlx_utils.h", MLX_UTILS);
@@ -139,6 +142,7 @@ pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Resul
     out.push_str("#line 1 \"kiln/exports\"\n");
     let coop = if module.needs_cooperative_threads { "true" } else { "false" };
     let _ = writeln!(out, "extern \"C\" int kiln_abi_version() {{ return {ABI_VERSION}; }}");
+    out.push_str("extern \"C\" void kiln_log_drain(void (*sink)(void*, const char*, size_t), void* ctx) { kiln::oslog::drain(sink, ctx); }\n");
     let _ = writeln!(
         out,
         "extern \"C\" int kiln_cooperative() {{ return {}; }}",

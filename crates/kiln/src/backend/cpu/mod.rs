@@ -25,6 +25,7 @@
 mod checked;
 mod compile;
 mod exec;
+mod kernel_log;
 mod lent;
 mod pch;
 mod stacks;

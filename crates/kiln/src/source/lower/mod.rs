@@ -13,6 +13,7 @@ mod convergence;
 mod entry;
 mod functions;
 mod members;
+mod oslog;
 mod overloads;
 pub mod preprocess;
 mod rewrite;

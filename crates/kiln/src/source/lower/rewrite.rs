@@ -143,6 +143,10 @@ pub fn rewrite(program: &MetalProgram, source: &str, target: LowerTarget) -> Res
         let kernels = rw.kernels.keys().cloned().collect();
         super::convergence::instrument(&rw.toks, &rw.sig, &mut rw.out, &kernels)?;
     }
+    if source.contains("os_log") {
+        let src = super::functions::Source::new(&rw.toks, &rw.sig);
+        super::oslog::lower_calls(&src, &mut rw.out, &rw.sig, &program.kernel)?;
+    }
     for (from, to) in repeated {
         rw.blank(from, to + 1);
     }
