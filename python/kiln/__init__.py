@@ -17,6 +17,7 @@ from . import _nvrtc
 _nvrtc.preload()
 
 from . import errors, ops  # noqa: E402
+from ._debug import DebugBuffer, DebugValues, debug_buffer
 from ._kernel import MetalKernel, MetalLibrary, Output, metal_kernel, metal_library
 from ._kiln import cuda_status as _cuda_status
 from ._kiln import devices as _devices
@@ -59,6 +60,9 @@ __all__ = [
     "MetalKernel",
     "MetalLibrary",
     "Output",
+    "debug_buffer",
+    "DebugBuffer",
+    "DebugValues",
     "ops",
     "errors",
     "cuda_available",
