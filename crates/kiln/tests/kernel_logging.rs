@@ -45,7 +45,12 @@ fn body_lines(x: &[f64], h: &[f64]) -> Vec<String> {
     for g in 0..x.len() / 4 {
         for t in 0..4 {
             let i = g * 4 + t;
-            lines.push(format!("[log_body tg({g},0,0) t({t},0,0)] i={i} x={:.5} h={:.4} neg={}", x[i], h[i], -(i as i64)));
+            lines.push(format!(
+                "[log_body tg({g},0,0) t({t},0,0)] i={i} x={:.5} h={:.4} neg={}",
+                x[i],
+                h[i],
+                -(i as i64)
+            ));
         }
         lines.push(format!("[log_body tg({g},0,0) t(0,0,0)] debug: group {g} done"));
     }
@@ -116,7 +121,9 @@ fn cpu_custom_logs_levels_vectors_and_lengths() {
     let tag1 = "[log_file:log_kinds tg(0,0,0) t(1,0,0)]";
     let tag2 = "[log_file:log_kinds tg(1,0,0) t(0,0,0)]";
     let want = vec![
-        format!("{tag1} error: com.kiln.test/reduce: big={big} neg=fffffffe small=44 c=k s=const pct=100% w=[   42|7   ]"),
+        format!(
+            "{tag1} error: com.kiln.test/reduce: big={big} neg=fffffffe small=44 c=k s=const pct=100% w=[   42|7   ]"
+        ),
         format!("{tag1} fault: s=-3,1 e={} g=0.5", c_exp(v[4])),
         format!("{tag1} plain"),
         format!(
@@ -150,7 +157,7 @@ fn unsupported_conversions_are_compile_errors_with_the_line() {
         let k = MetalKernel::new("bad_log", &["x"], &["out"], &body).unwrap();
         let x = Array::from_f64(DType::F32, &[4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
         let spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32).device(Device::Cpu);
-        let generated = k.generate(&[x.clone()], &spec).unwrap();
+        let generated = k.generate(std::slice::from_ref(&x), &spec).unwrap();
         let line = generated.source.lines().position(|l| l.contains("os_log_default")).unwrap() + 1;
         match k.call(&[(&x).into()], &spec) {
             Err(Error::Compile { kernel, log, .. }) => {
@@ -198,7 +205,10 @@ fn child_cpu_prints() {
 #[test]
 fn cpu_lines_reach_stderr() {
     let (stdout, stderr) = run_child("child_cpu_prints");
-    let want = stdout.lines().find_map(|l| l.split_once("expected-lines:").map(|(_, w)| w)).unwrap_or_else(|| panic!("{stdout}"));
+    let want = stdout
+        .lines()
+        .find_map(|l| l.split_once("expected-lines:").map(|(_, w)| w))
+        .unwrap_or_else(|| panic!("{stdout}"));
     let got: Vec<&str> = stderr.lines().filter(|l| l.starts_with("[log_body ")).collect();
     assert_eq!(got.join("|"), want);
 }
@@ -258,4 +268,27 @@ fn cuda_lines_reach_stdout() {
     want.sort_unstable();
     got.sort_unstable();
     assert_eq!(got, want);
+}
+
+/// A stand-in log type (as MLX's logging shim for Metal before 3.2 declares) logs through the default
+/// log.
+#[test]
+fn cpu_stand_in_log_types_log_as_the_default() {
+    let header = r#"
+namespace mlx {
+struct os_log {
+  constexpr os_log(constant char*, constant char*) {}
+  template <typename... Args>
+  void log_debug(constant char*, Args...) const constant {}
+};
+}
+constant mlx::os_log logger("mlx", "shim");
+"#;
+    let body = "uint i = thread_position_in_grid.x;\nlogger.log_debug(\"v=%d\", int(i) - 7);\nout[i] = x[i];\n";
+    let k = MetalKernel::new("shim", &["x"], &["out"], body).unwrap().header(header);
+    let x = Array::from_f64(DType::F32, &[2], &[0.5, -1.5]).unwrap();
+    let spec = LaunchSpec::new([2, 1, 1], [2, 1, 1]).output(&[2], DType::F32).device(Device::Cpu);
+    let (out, text) = kiln::kernel_log::capture(|| k.call(&[(&x).into()], &spec));
+    assert_eq!(out.unwrap()[0].to_f64_vec().unwrap(), vec![0.5, -1.5]);
+    assert_eq!(text, "[shim tg(0,0,0) t(0,0,0)] debug: v=-7\n[shim tg(0,0,0) t(1,0,0)] debug: v=-6\n");
 }

@@ -60,6 +60,11 @@ template <class T> KILN_HD int char_arg(const T& v) { return (int)(unsigned char
 KILN_HD inline const char* string_arg(const char* s) { return s ? s : "(null)"; }
 template <class T> KILN_HD unsigned long long pointer_arg(T* p) { return (unsigned long long)p; }
 
+// The log a call names: a Metal `os_log`, or (a stand-in type with the same methods, as MLX's
+// logging shim for older Metal declares) the default log.
+KILN_HD inline const metal::os_log& as_log(const metal::os_log& l) { return l; }
+template <class L> KILN_HD const metal::os_log& as_log(const L&) { return metal::os_log_default; }
+
 // The subsystem/category part of a line: "sub/cat: " for a custom log, nothing for the default.
 KILN_HD inline const char* log_part(const char* s) { return s ? s : ""; }
 KILN_HD inline const char* log_slash(const metal::os_log& l) { return l.subsystem || l.category ? "/" : ""; }

@@ -92,7 +92,8 @@ fn lower_call(
         }
         literal.push_str(&text[1..text.len() - 1]);
     }
-    let (format, conversions) = translate(&literal).map_err(|e| format!("line {line}: {method}(\"{literal}\"): {e}"))?;
+    let (format, conversions) =
+        translate(&literal).map_err(|e| format!("line {line}: {method}(\"{literal}\"): {e}"))?;
     let values = &starts[fmt_at + 1..];
     if values.len() != conversions.len() {
         return Err(format!(
@@ -156,7 +157,7 @@ fn lower_call(
     set(
         out,
         close,
-        format!(" kiln::oslog::print({object}, {level}, {tag}{format}\\n\"{passed}); }}()"),
+        format!(" kiln::oslog::print(kiln::oslog::as_log({object}), {level}, {tag}{format}\\n\"{passed}); }}()"),
     );
     Ok(close + 1)
 }
@@ -262,10 +263,7 @@ fn translate(format: &str) -> Result<(String, Vec<Conversion>), String> {
                 return Err(format!("`{written}`: a vector conversion takes 2, 3, 4, 8 or 16 lanes"));
             }
         }
-        let length = ["hh", "hl", "ll", "h", "l"]
-            .into_iter()
-            .find(|l| format[i..].starts_with(l))
-            .unwrap_or("");
+        let length = ["hh", "hl", "ll", "h", "l"].into_iter().find(|l| format[i..].starts_with(l)).unwrap_or("");
         i += length.len();
         let Some(&conv) = b.get(i) else {
             return Err(format!("`{}` is an incomplete conversion", &format[start..]));
