@@ -89,7 +89,9 @@ kernel void log_kinds(device const float4* v [[buffer(0)]],
     if (i == 1) {
         logger.log_error("big=%ld neg=%x small=%hhu c=%c s=%s pct=100%% w=[%5d|%-4u]", big[0], -2, 300, 'k', "const", 42, 7u);
         short2 s = short2(short(-3), short(i));
-        os_log_default.log_with_type(os_log_type_fault, "s=%v2hd e=%.2e g=%g", s, v[i].x, 0.5f);
+        os_log_default.log_with_type(os_log_type_fault,
+                                     "s=%v2hd e=%.2e g=%g", s,
+                                     v[i].x, 0.5f);
         metal::os_log_default.log("%s", "plain");
     }
     if (i == 2) {

@@ -64,6 +64,12 @@ inline void drain(void (*sink)(void*, const char*, size_t), void* ctx) {
   }
   s.len = 0;
   s.dropped = 0;
+  // A worker keeps a small buffer for the next launch, not the largest it ever needed.
+  if (s.cap > (size_t(1) << 20)) {
+    free(s.data);
+    s.data = nullptr;
+    s.cap = 0;
+  }
 }
 
 }}  // namespace kiln::oslog
