@@ -13,6 +13,11 @@ KILN_MLX_HEADERS="$(scripts/install-mlx-headers.sh)"; export KILN_MLX_HEADERS
 export KILN_REQUIRE_BACKEND="${KILN_REQUIRE_BACKEND:-nvrtc}"
 
 cargo test --workspace --locked "$@"
+# The Rust API's example programs (crates/kiln/examples): each checks its result and exits
+# non-zero on a mismatch. `cargo test` built them above.
+for example in crates/kiln/examples/*.rs; do
+    cargo run --quiet --locked -p kiln --example "$(basename "$example" .rs)"
+done
 # The benchmark scripts' merge of rounds (Python, no packages needed).
 python3 bench/results/test_merge.py
 

@@ -7,8 +7,9 @@ use std::fmt::Write;
 use std::sync::OnceLock;
 
 use super::lower::{EntryParam, LoweredModule};
-use crate::backend::{MetalProgram, ProgramKind};
+use super::prelude::{headers, CPU_CONFIG, CPU_RUNTIME, CPU_SCHEDULER, MLX_UTILS};
 use crate::error::{Error, Result};
+use crate::program::{MetalProgram, ProgramKind};
 use crate::source::scan::ATTRIBUTES;
 
 /// The file name compiler messages use for the user's Metal text.
@@ -18,34 +19,7 @@ pub fn user_file_name(program: &MetalProgram) -> String {
     format!("{safe}.metal")
 }
 
-/// The common headers, in inclusion order (usable from host C++ and CUDA C++).
-pub const COMMON_PRELUDE: [(&str, &str); 14] = [
-    ("common/types.h", include_str!("../../prelude/common/types.h")),
-    ("common/vec.h", include_str!("../../prelude/common/vec.h")),
-    ("common/vec_ops.h", include_str!("../../prelude/common/vec_ops.h")),
-    ("common/packed.h", include_str!("../../prelude/common/packed.h")),
-    ("common/math.h", include_str!("../../prelude/common/math.h")),
-    ("common/math_float.h", include_str!("../../prelude/common/math_float.h")),
-    ("common/math_int.h", include_str!("../../prelude/common/math_int.h")),
-    ("common/matrix.h", include_str!("../../prelude/common/matrix.h")),
-    ("common/geometric.h", include_str!("../../prelude/common/geometric.h")),
-    ("common/array.h", include_str!("../../prelude/common/array.h")),
-    ("common/type_traits.h", include_str!("../../prelude/common/type_traits.h")),
-    ("common/qualified_names.h", include_str!("../../prelude/common/qualified_names.h")),
-    ("common/lowering.h", include_str!("../../prelude/common/lowering.h")),
-    ("common/oslog.h", include_str!("../../prelude/common/oslog.h")),
-];
-/// MLX's utils preamble, for body-only programs.
-pub const MLX_UTILS: &str = include_str!("../../prelude/common/mlx_utils.h");
-const CPU_CONFIG: &str = include_str!("../../prelude/cpu/config.h");
-const CPU_RUNTIME: &str = include_str!("../../prelude/cpu/runtime.h");
-const CPU_THREADGROUP: &str = include_str!("../../prelude/cpu/threadgroup.h");
-const CPU_CONVERGENCE: &str = include_str!("../../prelude/cpu/convergence.h");
-const CPU_SIMD: &str = include_str!("../../prelude/cpu/simd.h");
-const CPU_OSLOG: &str = include_str!("../../prelude/cpu/oslog.h");
-const CPU_SCHEDULER: &str = include_str!("../../prelude/cpu/scheduler.h");
-
-fn push_header(out: &mut String, name: &str, text: &str) {
+fn push_header(out: &mut String, (name, text): (&str, &str)) {
     let _ = writeln!(out, "#line 1 \"kiln/{name}\"");
     for line in text.lines() {
         // Headers are pasted into one file, where `#pragma once` only draws a warning.
@@ -70,18 +44,12 @@ pub fn prelude(kind: ProgramKind) -> &'static str {
     cell.get_or_init(|| {
         let mut out = String::with_capacity(400_000);
         out.push_str("// kiln CPU translation unit (generated).\n");
-        push_header(&mut out, "cpu/config.h", CPU_CONFIG);
-        for (name, text) in COMMON_PRELUDE {
-            push_header(&mut out, name, text);
+        for header in headers(CPU_CONFIG, &CPU_RUNTIME) {
+            push_header(&mut out, header);
         }
-        push_header(&mut out, "cpu/runtime.h", CPU_RUNTIME);
-        push_header(&mut out, "cpu/threadgroup.h", CPU_THREADGROUP);
-        push_header(&mut out, "cpu/convergence.h", CPU_CONVERGENCE);
-        push_header(&mut out, "cpu/simd.h", CPU_SIMD);
-        push_header(&mut out, "cpu/oslog.h", CPU_OSLOG);
         out.push_str("using namespace metal;\n");
         if mlx_body {
-            push_header(&mut out, "common/mlx_utils.h", MLX_UTILS);
+            push_header(&mut out, MLX_UTILS);
         }
         out
     })
@@ -126,7 +94,7 @@ pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Resul
             args.join(", ")
         );
     }
-    push_header(&mut out, "cpu/scheduler.h", CPU_SCHEDULER);
+    push_header(&mut out, CPU_SCHEDULER);
     // Each entry's `[[threadgroup(n)]]` parameter names, for fault messages.
     for (i, entry) in module.entries.iter().enumerate() {
         let mut names = vec!["nullptr".to_string(); 16];

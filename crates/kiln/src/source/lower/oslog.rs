@@ -15,8 +15,8 @@
 use std::collections::HashSet;
 use std::fmt::Write;
 
-use super::functions::{arg_starts, Source};
-use super::tokens::Kind;
+use crate::source::cursor::Cursor;
+use crate::source::tokens::Kind;
 
 const METHODS: [(&str, &str); 6] = [
     ("log", "metal::os_log_type_default"),
@@ -29,7 +29,7 @@ const METHODS: [(&str, &str); 6] = [
 
 /// Lowers every logging call of the program in `out` (the text of each significant token).
 /// `kernel` names the program in the tag each line starts with.
-pub(super) fn lower_calls(src: &Source, out: &mut [String], sig: &[usize], kernel: &str) -> Result<(), String> {
+pub(super) fn lower_calls(src: &Cursor, out: &mut [String], kernel: &str) -> Result<(), String> {
     let mut logs: HashSet<&str> = HashSet::from(["os_log_default"]);
     // Objects and references declared `os_log NAME`, `const constant os_log& NAME`, ...
     for k in 0..src.len() {
@@ -53,7 +53,7 @@ pub(super) fn lower_calls(src: &Source, out: &mut [String], sig: &[usize], kerne
         let method = METHODS.iter().find(|(m, _)| src.is(k + 2, m));
         match (call, method) {
             (true, Some(&(name, level))) => {
-                k = lower_call(src, out, sig, kernel, k, name, level)?;
+                k = lower_call(src, out, kernel, k, name, level)?;
             }
             _ => k += 1,
         }
@@ -63,9 +63,8 @@ pub(super) fn lower_calls(src: &Source, out: &mut [String], sig: &[usize], kerne
 
 /// Lowers the call whose log object is at `k`; returns the position after it.
 fn lower_call(
-    src: &Source,
+    src: &Cursor,
     out: &mut [String],
-    sig: &[usize],
     kernel: &str,
     k: usize,
     method: &str,
@@ -74,7 +73,8 @@ fn lower_call(
     let line = src.tok(k).line;
     let open = k + 3;
     let close = src.matching(open).ok_or_else(|| format!("line {line}: unbalanced call of {method}"))?;
-    let starts = arg_starts(src, open, close, false);
+    let starts = src.arg_starts(open, close, false);
+    let sig = &src.sig;
     let with_type = method == "log_with_type";
     let fmt_at = usize::from(with_type);
     let Some(&fmt_start) = starts.get(fmt_at) else {
