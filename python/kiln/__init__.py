@@ -18,6 +18,7 @@ _nvrtc.preload()
 
 from . import errors, ops  # noqa: E402
 from ._custom_function import custom_function, grad, jvp, value_and_grad, vjp
+from ._debug import DebugBuffer, DebugValues, debug_buffer
 from ._kernel import MetalKernel, MetalLibrary, Output, metal_kernel, metal_library
 from ._kiln import cuda_status as _cuda_status
 from ._kiln import devices as _devices
@@ -69,6 +70,9 @@ __all__ = [
     "MetalKernel",
     "MetalLibrary",
     "Output",
+    "debug_buffer",
+    "DebugBuffer",
+    "DebugValues",
     "ops",
     "errors",
     "custom_function",

@@ -41,6 +41,7 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod kernel;
+pub mod kernel_log;
 pub mod ops;
 pub mod program;
 pub mod source;

@@ -110,6 +110,7 @@ pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Resul
     out.push_str("#line 1 \"kiln/exports\"\n");
     let coop = if module.needs_cooperative_threads { "true" } else { "false" };
     let _ = writeln!(out, "extern \"C\" int kiln_abi_version() {{ return {ABI_VERSION}; }}");
+    out.push_str("extern \"C\" void kiln_log_drain(void (*sink)(void*, const char*, size_t), void* ctx) { kiln::oslog::drain(sink, ctx); }\n");
     let _ = writeln!(
         out,
         "extern \"C\" int kiln_cooperative() {{ return {}; }}",

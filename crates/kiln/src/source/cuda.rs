@@ -275,8 +275,11 @@ pub fn emit(module: &LoweredModule, kernel: &str, mlx_body: bool, restrict_point
     }
     let _ = writeln!(out, "#line {} \"kiln-entries\"", 1);
     line_map.push(0);
+    // Kernels that log keep their Metal group position where `kiln::oslog::print` reads it.
+    let logs = module.code.contains("kiln::oslog::print");
     for entry in &module.entries {
-        out.push_str(&if mlx_body && restrict_pointers { restrict_wrapper(entry) } else { wrapper(entry) });
+        let text = if mlx_body && restrict_pointers { restrict_wrapper(entry) } else { wrapper(entry) };
+        out.push_str(&if logs { text.replace(BUILTIN_LOCALS, &log_group_locals()) } else { text });
     }
     out.push_str("}  // namespace kiln_user\n}  // namespace kiln_metal\n");
     line_map.resize(out.lines().count(), 0);
@@ -395,6 +398,10 @@ const BUILTIN_LOCALS: &str = r#"  const unsigned gx = a.origin[0] + blockIdx.x, 
   (void)gx; (void)gy; (void)gz; (void)tx; (void)ty; (void)tz; (void)ux; (void)uy; (void)uz;
   (void)lin; (void)ntg;
 "#;
+
+fn log_group_locals() -> String {
+    format!("{BUILTIN_LOCALS}  kiln::oslog::set_group(gx, gy, gz);\n")
+}
 
 /// The expression for a Metal builtin of declared type `ty`.
 fn builtin_value(attribute: &str, ty: &str) -> String {

@@ -13,7 +13,7 @@ macro_rules! header {
 }
 
 /// The common headers, in inclusion order (usable from host C++ and CUDA C++).
-pub const COMMON: [Header; 13] = [
+pub const COMMON: [Header; 14] = [
     header!("common/types.h"),
     header!("common/vec.h"),
     header!("common/vec_ops.h"),
@@ -27,6 +27,7 @@ pub const COMMON: [Header; 13] = [
     header!("common/type_traits.h"),
     header!("common/qualified_names.h"),
     header!("common/lowering.h"),
+    header!("common/oslog.h"),
 ];
 
 /// MLX's utils preamble, for body-only programs.
@@ -36,9 +37,14 @@ pub const MLX_UTILS: Header = header!("common/mlx_utils.h");
 pub const CPU_CONFIG: Header = header!("cpu/config.h");
 
 /// The CPU emulator's runtime, after the common headers: threads, threadgroup memory, SIMD-group
-/// convergence and collectives.
-pub const CPU_RUNTIME: [Header; 4] =
-    [header!("cpu/runtime.h"), header!("cpu/threadgroup.h"), header!("cpu/convergence.h"), header!("cpu/simd.h")];
+/// convergence and collectives, and where `os_log` lines go.
+pub const CPU_RUNTIME: [Header; 5] = [
+    header!("cpu/runtime.h"),
+    header!("cpu/threadgroup.h"),
+    header!("cpu/convergence.h"),
+    header!("cpu/simd.h"),
+    header!("cpu/oslog.h"),
+];
 
 /// The CPU group scheduler, after the user's code and entry wrappers.
 pub const CPU_SCHEDULER: Header = header!("cpu/scheduler.h");
@@ -46,8 +52,10 @@ pub const CPU_SCHEDULER: Header = header!("cpu/scheduler.h");
 /// The CUDA target's configuration, before the common headers.
 pub const CUDA_CONFIG: Header = header!("cuda/config.h");
 
-/// The CUDA-specific SIMD, synchronisation and matrix parts, after the common headers.
-pub const CUDA_RUNTIME: [Header; 3] = [header!("cuda/simd.h"), header!("cuda/sync.h"), header!("cuda/matrix.h")];
+/// The CUDA-specific `os_log` printing, SIMD, synchronisation and matrix parts, after the
+/// common headers.
+pub const CUDA_RUNTIME: [Header; 4] =
+    [header!("cuda/oslog.h"), header!("cuda/simd.h"), header!("cuda/sync.h"), header!("cuda/matrix.h")];
 
 /// Every header of `config`'s target in inclusion order: its configuration, the common
 /// headers, then `runtime`.

@@ -37,6 +37,8 @@ pub struct Compiled {
     pub release_stacks: ReleaseFn,
     pub checked_begin: Option<CheckedFn>,
     pub checked_end: Option<CheckedFn>,
+    /// `kiln_log_drain`, absent from libraries built before kernels could log.
+    pub log_drain: Option<super::kernel_log::LogDrainFn>,
 }
 
 fn loaded() -> &'static Mutex<HashMap<String, Arc<Compiled>>> {
@@ -298,7 +300,9 @@ fn load(kernel: &str, so: &Path) -> Result<Compiled> {
     let checked_begin = unsafe { lib.get::<CheckedFn>(b"kiln_checked_begin\0") }.ok().map(|s| *s);
     // SAFETY: as above.
     let checked_end = unsafe { lib.get::<CheckedFn>(b"kiln_checked_end\0") }.ok().map(|s| *s);
-    Ok(Compiled { _lib: lib, run, cooperative, release_stacks, checked_begin, checked_end })
+    // SAFETY: where present, `kiln_log_drain` has exactly the LogDrainFn signature.
+    let log_drain = unsafe { lib.get::<super::kernel_log::LogDrainFn>(b"kiln_log_drain\0") }.ok().map(|s| *s);
+    Ok(Compiled { _lib: lib, run, cooperative, release_stacks, checked_begin, checked_end, log_drain })
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ use rayon::prelude::*;
 use super::abi::{CheckedLaunch, Guard, LaunchDesc};
 use super::checked::{self, GuardedBuf};
 use super::compile::Compiled;
+use super::kernel_log::LaunchLog;
 use super::stacks;
 use super::threadgroup;
 use crate::array::{Array, HostBuffer};
@@ -369,6 +370,7 @@ fn execute(
     let fault: Mutex<Option<String>> = Mutex::new(None);
     let timed_out = AtomicI32::new(0);
     let shared = Shared(desc);
+    let log = LaunchLog::default();
     let work = || {
         let per_chunk = (total / (rayon::current_num_threads() as u64 * 8)).max(1);
         let chunks = total.div_ceil(per_chunk);
@@ -399,6 +401,7 @@ fn execute(
             };
             drop(lease);
             drop(arena);
+            log.take(compiled.log_drain, begin);
             if rc == 2 {
                 let text: String = msg.iter().take_while(|&&b| b != 0).map(|&b| b as u8 as char).collect();
                 if let Ok(mut f) = fault.lock() {
@@ -441,6 +444,7 @@ fn execute(
             let _ = done_tx.send(());
         });
     }
+    log.finish();
     let fault = fault.lock().ok().and_then(|mut f| f.take());
     let stop = match timed_out.load(Ordering::SeqCst) {
         0 => Stop::Finished,

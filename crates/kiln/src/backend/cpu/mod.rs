@@ -26,6 +26,7 @@ mod abi;
 mod checked;
 mod compile;
 mod exec;
+mod kernel_log;
 mod lent;
 mod pch;
 mod stacks;

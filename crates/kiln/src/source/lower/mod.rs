@@ -12,6 +12,7 @@
 mod convergence;
 mod functions;
 mod members;
+mod oslog;
 mod rewrite;
 mod ternary;
 

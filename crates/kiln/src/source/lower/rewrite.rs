@@ -111,6 +111,9 @@ pub fn rewrite(program: &MetalProgram, parse: &ProgramParse, target: LowerTarget
         let kernels = parse.kernels.keys().cloned().collect();
         super::convergence::instrument(src, &mut rw.out, &kernels)?;
     }
+    if src.toks.iter().any(|t| t.kind == Kind::Ident && t.text.starts_with("os_log")) {
+        super::oslog::lower_calls(src, &mut rw.out, &program.kernel)?;
+    }
     for &(from, to) in &parse.repeated {
         rw.blank(from, to + 1);
     }
