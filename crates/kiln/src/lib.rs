@@ -31,6 +31,7 @@ pub mod error;
 pub mod gallery;
 pub mod kernel;
 pub mod ops;
+pub mod sanitize;
 pub mod source;
 pub mod spec;
 

@@ -42,6 +42,7 @@ const CPU_THREADGROUP: &str = include_str!("../../prelude/cpu/threadgroup.h");
 const CPU_CONVERGENCE: &str = include_str!("../../prelude/cpu/convergence.h");
 const CPU_SIMD: &str = include_str!("../../prelude/cpu/simd.h");
 const CPU_SCHEDULER: &str = include_str!("../../prelude/cpu/scheduler.h");
+const CPU_CHECK: &str = include_str!("../../prelude/cpu/check.h");
 
 fn push_header(out: &mut String, name: &str, text: &str) {
     let _ = writeln!(out, "#line 1 \"kiln/{name}\"");
@@ -65,15 +66,35 @@ pub fn prelude(kind: ProgramKind) -> &'static str {
     static MLX_BODY: OnceLock<String> = OnceLock::new();
     let mlx_body = matches!(kind, ProgramKind::MlxBody | ProgramKind::MlxBodyGenericPointers);
     let cell = if mlx_body { &MLX_BODY } else { &PLAIN };
-    cell.get_or_init(|| {
+    cell.get_or_init(|| build_prelude(mlx_body, false))
+}
+
+/// The prelude of the sanitizer's libraries (`kiln check`): the same headers with the
+/// sanitizer's hooks compiled in and `cpu/check.h` after the threadgroup memory.
+pub fn checked_prelude(kind: ProgramKind) -> &'static str {
+    static PLAIN: OnceLock<String> = OnceLock::new();
+    static MLX_BODY: OnceLock<String> = OnceLock::new();
+    let mlx_body = matches!(kind, ProgramKind::MlxBody | ProgramKind::MlxBodyGenericPointers);
+    let cell = if mlx_body { &MLX_BODY } else { &PLAIN };
+    cell.get_or_init(|| build_prelude(mlx_body, true))
+}
+
+fn build_prelude(mlx_body: bool, checked: bool) -> String {
+    {
         let mut out = String::with_capacity(400_000);
         out.push_str("// kiln CPU translation unit (generated).\n");
+        if checked {
+            out.push_str("#define KILN_CHECKED 1\n");
+        }
         push_header(&mut out, "cpu/config.h", CPU_CONFIG);
         for (name, text) in COMMON_PRELUDE {
             push_header(&mut out, name, text);
         }
         push_header(&mut out, "cpu/runtime.h", CPU_RUNTIME);
         push_header(&mut out, "cpu/threadgroup.h", CPU_THREADGROUP);
+        if checked {
+            push_header(&mut out, "cpu/check.h", CPU_CHECK);
+        }
         push_header(&mut out, "cpu/convergence.h", CPU_CONVERGENCE);
         push_header(&mut out, "cpu/simd.h", CPU_SIMD);
         out.push_str("using namespace metal;\n");
@@ -81,13 +102,18 @@ pub fn prelude(kind: ProgramKind) -> &'static str {
             push_header(&mut out, "common/mlx_utils.h", MLX_UTILS);
         }
         out
-    })
+    }
 }
 
 /// The whole translation unit for `module`, lowered from `program`.
 pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Result<String> {
+    translation_unit_after(prelude(program.kind), program, module)
+}
+
+/// The whole translation unit for `module` after `prelude` (`prelude` or `checked_prelude`).
+pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &LoweredModule) -> Result<String> {
     let mut out = String::with_capacity(module.code.len() + 200_000);
-    out.push_str(prelude(program.kind));
+    out.push_str(prelude);
     let _ = writeln!(out, "#line 1 \"{}\"", user_file_name(program));
     out.push_str(&module.code);
     if !module.code.ends_with('\n') {
