@@ -96,6 +96,10 @@ struct State {
   uint32_t barrier_pc[1024];
   uint32_t last_write[32];
   uint64_t serial;  // counts accesses, so one access counts once per finding
+  // The latest accesses: a fault outside every buffer is one of them (what runs after the fault
+  // records more).
+  struct Last { uint64_t addr, size; uint32_t pc, tid, wrote, pad; } last[64];
+  uint32_t n_last;
   Pending pend_dev[MAX_PENDING], pend_tg[MAX_PENDING];
   int n_pend_dev, n_pend_tg;
 };
@@ -167,7 +171,10 @@ KILN_NOSAN inline void touch(Cell& c, uint32_t gen, const Acc& me, bool write, b
   if (write) {
     if (space == 0) g_state.last_write[slot] = me.pc;
     if (c.flags & WRITTEN) {
-      if (uint32_t k = conflict(c.w, me)) report(k, c.w.pc, me.pc, space, slot, c.w.tid, me.tid, (int64_t)offset, 3);
+      uint32_t k = conflict(c.w, me);
+      // Lanes storing to one address in the same instruction: one store wins, lockstep or not.
+      if (k == LOCKSTEP && c.w.pc == me.pc) k = RACE;
+      if (k) report(k, c.w.pc, me.pc, space, slot, c.w.tid, me.tid, (int64_t)offset, 3);
       if (c.w.tid != me.tid && !(c.w.atomic && me.atomic)) c.flags |= MULTI;
     }
     if (uint32_t k = conflict(c.r0, me)) report(k, c.r0.pc, me.pc, space, slot, c.r0.tid, me.tid, (int64_t)offset, 2);
@@ -198,6 +205,7 @@ KILN_NOSAN inline void access(const void* p, uint64_t size, bool write, bool ato
   ++s.serial;
   const uint32_t local = t->thread_index_in_threadgroup;
   Acc me{s.group_base + local, s.epoch[local], s.sep[local], pc_of(ret), atomic ? 1u : 0u};
+  s.last[s.n_last++ % 64] = State::Last{a, size, me.pc, me.tid, write, 0};
   Launch* l = s.l;
   for (uint32_t i = 0; i < l->n_buffers; ++i) {
     const Buffer& b = l->buffers[i];
@@ -269,7 +277,9 @@ KILN_NOSAN inline void settle(Pending* list, int* n) {
     } else if (s.tg[p.slot].cells) {
       c = &s.tg[p.slot].cells[p.offset];
     }
-    const bool written = c && (p.space == 0 || c->gen == s.tg_gen) && (c->flags & WRITTEN);
+    // Written later by another thread: a race, reported as such; by the reader itself or
+    // nobody: the read saw memory nobody had written.
+    const bool written = c && (p.space == 0 || c->gen == s.tg_gen) && (c->flags & WRITTEN) && c->w.tid != p.tid;
     if (!written) report(UNINIT, 0, p.pc, p.space, p.slot, p.tid, p.tid, (int64_t)p.offset);
   }
   *n = 0;
@@ -318,8 +328,9 @@ KILN_NOSAN inline void barrier_release(const kiln::rt::Group& g) {
   const uint32_t base = s.group_base;
   if (done) report(BARRIER_EXIT, 0, first, 0, -1, base, base, 0, (uint32_t)done);
   if (n_other) {
+    // The barrier fewer threads reached is the one the others skipped.
     const bool first_fewer = n_first <= n_other;
-    report(BARRIER_SITES, first_fewer ? other : first, first_fewer ? first : other, 0, -1, base, base, 0,
+    report(BARRIER_SITES, first_fewer ? first : other, first_fewer ? other : first, 0, -1, base, base, 0,
            first_fewer ? n_first : n_other);
   }
 }
@@ -443,4 +454,20 @@ extern "C" KILN_NOSAN uint32_t kiln_check_written(uint32_t slot, unsigned char* 
   for (uint64_t k = 0; k < n; ++k)
     out[k] = !cells || !(cells[k].flags & WRITTEN) ? 0 : (cells[k].flags & MULTI) ? 2 : 1;
   return g_state.last_write[slot];
+}
+
+// The latest access that covers `addr` (after a fault: the access that faulted), its instruction,
+// thread and whether it wrote; 0 when none does.
+extern "C" KILN_NOSAN int kiln_check_last(uint64_t addr, uint32_t* pc, uint32_t* tid, uint32_t* write) {
+  const kiln::chk::State& s = kiln::chk::g_state;
+  for (uint32_t k = 0; k < 64 && k < s.n_last; ++k) {
+    const auto& l = s.last[(s.n_last - 1 - k) % 64];
+    if (addr >= l.addr && addr < l.addr + (l.size ? l.size : 1)) {
+      *pc = l.pc;
+      *tid = l.tid;
+      *write = l.wrote;
+      return 1;
+    }
+  }
+  return 0;
 }

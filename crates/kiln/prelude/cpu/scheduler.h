@@ -479,6 +479,7 @@ static bool claim_fault(uintptr_t a) {
 }
 
 static void on_fault(int sig, siginfo_t* info, void* uc) {
+  KILN_CHECK(kiln::chk::g_armed = 0);
   const uintptr_t a = (uintptr_t)info->si_addr;
   if ((sig == SIGSEGV || sig == SIGBUS) && claim_fault(a)) return;
   const pthread_t self = pthread_self();

@@ -16,7 +16,9 @@ pub fn findings_of(program: &MetalProgram, run: &CheckedRun) -> Vec<Finding> {
     for raw in &run.findings {
         out.push(finding(program, &lines, run, raw, &position));
     }
-    for (slot, map, last) in &run.written {
+    // After a fault the outputs are what the kernel wrote before it stopped.
+    let written = if run.fault.is_some() { &[][..] } else { &run.written[..] };
+    for (slot, map, last) in written {
         let Some(info) = run.slots.get(*slot) else { continue };
         let line = last.as_ref().and_then(|s| lines.site(s));
         if info.uninitialised {
@@ -211,12 +213,15 @@ fn finding(
             f.line = a.clone();
             f.threads.truncate(1);
             let n = (raw.size as i64) / elem;
+            // An unsigned 32-bit index that went below zero.
+            let index = if (1i64 << 32) - (1 << 20) <= index && index < 1i64 << 32 { index - (1i64 << 32) } else { index };
+            f.index = Some(index);
             let distance = if index < 0 { -index } else { index - n + 1 };
             f.distance = Some(distance);
             let side = if index < 0 { format!("{distance} before the start") } else { format!("{distance} past the end") };
             let write = raw.kind == RawKind::OobWrite;
             f.message = format!(
-                "thread {} {} {what}[{index}], outside its {n} elements ({side}; {} accesses like it)",
+                "thread {} {} {what}[{index}], outside its {n} elements ({side}; {} times)",
                 fmt_thread(ta, position(ta)),
                 if write { "wrote" } else { "read" },
                 raw.count

@@ -78,6 +78,7 @@ struct CheckLaunch {
 type ArmFn = unsafe extern "C" fn(*mut CheckLaunch) -> i32;
 type FinishFn = unsafe extern "C" fn(*mut CheckLaunch) -> u32;
 type WrittenFn = unsafe extern "C" fn(u32, *mut u8, u64) -> u32;
+type LastFn = unsafe extern "C" fn(u64, *mut u32, *mut u32, *mut u32) -> i32;
 
 const MAX_FINDINGS: usize = 512;
 
@@ -167,6 +168,7 @@ struct Instrumented {
     arm: ArmFn,
     finish: FinishFn,
     written: WrittenFn,
+    last: LastFn,
     entry: usize,
     params: Vec<EntryParam>,
 }
@@ -190,7 +192,8 @@ fn instrumented(cxx: &str, program: &MetalProgram) -> Result<Arc<Instrumented>> 
     let compiler = compile::host_compiler(cxx)?;
     let mut flags: Vec<&str> =
         compile::flags(program.math_mode, &compiler).into_iter().filter(|f| *f != "-shared").collect();
-    flags.extend(["-fsanitize=thread", "-g", "-c"]);
+    // Identical calls in two branches stay two calls, so each keeps its own line.
+    flags.extend(["-fsanitize=thread", "-g", "-c", "-fno-tree-tail-merge", "-fno-crossjumping"]);
     let mut h = Sha256::new();
     h.update(tu.as_bytes());
     h.update(flags.join(" ").as_bytes());
@@ -226,8 +229,10 @@ fn instrumented(cxx: &str, program: &MetalProgram) -> Result<Arc<Instrumented>> 
     // SAFETY: as above.
     let written =
         unsafe { compiled.symbol::<WrittenFn>(b"kiln_check_written\0") }.ok_or_else(|| fault("kiln_check_written"))?;
+    // SAFETY: as above.
+    let last = unsafe { compiled.symbol::<LastFn>(b"kiln_check_last\0") }.ok_or_else(|| fault("kiln_check_last"))?;
     let params = module.entries[entry].params.clone();
-    let inst = Arc::new(Instrumented { compiled, image, arm, finish, written, entry, params });
+    let inst = Arc::new(Instrumented { compiled, image, arm, finish, written, last, entry, params });
     if let Ok(mut m) = cache.lock() {
         m.insert(id, inst.clone());
     }
@@ -529,6 +534,32 @@ fn run_once(inst: &Instrumented, launch: &Launch<'_>, pad_fill: u8) -> Result<On
         }
         _ => Some(msg.iter().take_while(|&&b| b != 0).map(|&b| b as u8 as char).collect()),
     };
+    let mut raw = found[..n.min(MAX_FINDINGS)].to_vec();
+    if let Some(addr) = fault.as_deref().and_then(fault_address) {
+        let (mut pc, mut tid, mut write) = (0u32, 0u32, 0u32);
+        // SAFETY: three valid places to write to.
+        let known = unsafe { (inst.last)(addr, &mut pc, &mut tid, &mut write) } != 0;
+        let outside = buffers.iter().all(|b| addr < b.data - b.pad || addr >= b.data + b.len + b.pad);
+        if let (true, Some(slot)) = (known && outside && pc != 0, owner_of(&buffers, addr)) {
+            let b = &buffers[slot];
+            raw.push(CFinding {
+                kind: if write != 0 { 8 } else { 7 },
+                pc_a: pc,
+                pc_b: 0,
+                count: 1,
+                space: 0,
+                slot: slot as i32,
+                tid_a: tid,
+                tid_b: tid,
+                offset: addr.wrapping_sub(b.data) as i64,
+                size: b.len,
+                name: std::ptr::null(),
+                elem: b.granule,
+                threads: 0,
+                serial: 0,
+            });
+        }
+    }
     let mut written = Vec::new();
     for (slot, info) in slots.iter().enumerate() {
         if info.is_output {
@@ -546,7 +577,33 @@ fn run_once(inst: &Instrumented, launch: &Launch<'_>, pad_fill: u8) -> Result<On
             (spec, bytes[PAD_BYTES..bytes.len() - PAD_BYTES].to_vec())
         })
         .collect();
-    Ok(Once { outputs, raw: found[..n.min(MAX_FINDINGS)].to_vec(), slots, written, fault, grid, threadgroup: tg })
+    Ok(Once { outputs, raw, slots, written, fault, grid, threadgroup: tg })
+}
+
+/// The address in a fault message ("accessed address 0x...").
+fn fault_address(msg: &str) -> Option<u64> {
+    let at = msg.find("address 0x")? + "address 0x".len();
+    let hex: String = msg[at..].chars().take_while(char::is_ascii_hexdigit).collect();
+    u64::from_str_radix(&hex, 16).ok()
+}
+
+/// The buffer a faulting address was meant for: one it lies a wrapped 32-bit index away from
+/// (`i - 1` at `i == 0` with an unsigned index), else the nearest.
+fn owner_of(buffers: &[CheckBuffer], addr: u64) -> Option<usize> {
+    let wrapped = buffers.iter().position(|b| {
+        let idx = addr.wrapping_sub(b.data) / b.granule.max(1) as u64;
+        addr >= b.data && (1u64 << 32) - (1 << 20) <= idx && idx < 1u64 << 32
+    });
+    wrapped.or_else(|| {
+        (0..buffers.len()).min_by_key(|&i| {
+            let b = &buffers[i];
+            if addr < b.data {
+                b.data - addr
+            } else {
+                addr.saturating_sub(b.data + b.len)
+            }
+        })
+    })
 }
 
 /// Resolves the instruction offsets of `raw` to their inline chains with `addr2line`; offsets it
