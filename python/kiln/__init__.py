@@ -17,7 +17,7 @@ from . import _nvrtc
 _nvrtc.preload()
 
 from . import errors, ops  # noqa: E402
-from ._kernel import MetalKernel, MetalLibrary, Output, metal_kernel, metal_library
+from ._kernel import MetalKernel, MetalLibrary, Output, check, metal_kernel, metal_library
 from ._kiln import cuda_status as _cuda_status
 from ._kiln import devices as _devices
 from ._kiln import nvrtc_version
@@ -54,6 +54,7 @@ def devices() -> list[tuple[str, str]]:
 
 
 __all__ = [
+    "check",
     "metal_kernel",
     "metal_library",
     "MetalKernel",

@@ -103,3 +103,89 @@ fn word_at(text: &str, name: &str) -> Option<usize> {
     }
     None
 }
+
+/// `error` with its compiler log rewritten for the user (`Error::Compile` of a program's
+/// library or cubin): every message about the user's text names the body, header or file line
+/// with an excerpt and a caret at the column, in place of the generated unit's file and line;
+/// the host compiler's hints ("did you mean ...?"), which name the prelude's identifiers, are
+/// dropped. The generated source stays one command away (`kiln translate --emit cpu|cuda`).
+pub fn user_compile_error(program: &MetalProgram, error: crate::Error) -> crate::Error {
+    match error {
+        crate::Error::Compile { backend, kernel, log } => {
+            let log = user_compile_log(program, &log);
+            crate::Error::Compile { backend, kernel, log }
+        }
+        other => other,
+    }
+}
+
+/// The compiler log `log` (GCC/clang `file:line:col: error: ...`, NVRTC `file(line): error: ...`)
+/// with the user's lines (see `user_compile_error`).
+pub fn user_compile_log(program: &MetalProgram, log: &str) -> String {
+    let lines = UserLines::of(program);
+    let cuda_file = program.kernel.replace(['"', '\\'], "_");
+    let mut out = Vec::new();
+    let mut mapped = false;
+    for raw in log.lines() {
+        let Some((line, column, rest)) =
+            parse_location(raw, lines.file_name()).or_else(|| parse_location(raw, &cuda_file))
+        else {
+            out.push(raw.to_string());
+            continue;
+        };
+        let Some(user) = lines.map(line) else {
+            out.push(format!("{raw} (a line kiln generates around the kernel)"));
+            continue;
+        };
+        mapped = true;
+        let rest = drop_hint(rest.trim());
+        let at = match column {
+            Some(c) => format!("{} line {}, column {c}", user.part, user.line),
+            None => format!("{} line {}", user.part, user.line),
+        };
+        out.push(format!("{at}: {rest}"));
+        out.push(caret_excerpt(&user, column));
+    }
+    if mapped {
+        out.push("(the generated source: `kiln translate SPEC --emit cpu` or `--emit cuda`)".to_string());
+    }
+    out.join("\n")
+}
+
+/// (line, column, what follows) of a compiler message about `file`.
+fn parse_location<'a>(raw: &'a str, file: &str) -> Option<(u32, Option<u32>, &'a str)> {
+    let at = raw.find(file)?;
+    let tail = &raw[at + file.len()..];
+    if let Some(rest) = tail.strip_prefix('(') {
+        // NVRTC: file(line): error: ...
+        let (line, rest) = rest.split_once(')')?;
+        return Some((line.trim().parse().ok()?, None, rest.trim_start_matches(':').trim()));
+    }
+    let rest = tail.strip_prefix(':')?;
+    let (line, rest) = rest.split_once(':')?;
+    let line = line.parse().ok()?;
+    match rest.split_once(':') {
+        Some((col, more)) if col.chars().all(|c| c.is_ascii_digit()) && !col.is_empty() => {
+            Some((line, col.parse().ok(), more.trim()))
+        }
+        _ => Some((line, None, rest.trim())),
+    }
+}
+
+/// `message` without the compiler's "; did you mean ...?" suggestion.
+fn drop_hint(message: &str) -> String {
+    match message.find("; did you mean") {
+        Some(i) => message[..i].to_string(),
+        None => message.to_string(),
+    }
+}
+
+/// The line with a caret under `column` (1-based bytes; else its first character).
+fn caret_excerpt(line: &UserLine, column: Option<u32>) -> String {
+    let gutter = format!("{} line {}", line.part, line.line);
+    let text = line.text.trim_end();
+    let indent = text.len() - text.trim_start().len();
+    let col = column.map_or(indent, |c| (c as usize).saturating_sub(1).min(text.len()));
+    let pad: String = text[..col].chars().map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+    format!("  {gutter} | {text}\n  {} | {pad}^", " ".repeat(gutter.len()))
+}

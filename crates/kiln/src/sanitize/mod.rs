@@ -23,7 +23,7 @@ mod report;
 
 use std::cell::RefCell;
 
-pub use lines::{excerpt, UserLine, UserLines};
+pub use lines::{excerpt, user_compile_error, user_compile_log, UserLine, UserLines};
 pub use report::{findings_of, to_json};
 
 /// How bad a finding is.

@@ -253,7 +253,8 @@ impl CpuBackend {
             )
         })?;
         let tu = translation_unit(program, &module)?;
-        let compiled = compile::compile(&self.cxx, &program.kernel, &tu, prelude(program.kind), program.math_mode)?;
+        let compiled = compile::compile(&self.cxx, &program.kernel, &tu, prelude(program.kind), program.math_mode)
+            .map_err(|e| crate::sanitize::user_compile_error(program, e))?;
         if let Ok(mut m) = resolved.lock() {
             m.insert(key, (compiled.clone(), entry));
         }

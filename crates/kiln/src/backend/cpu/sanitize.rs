@@ -206,7 +206,8 @@ fn instrumented(cxx: &str, program: &MetalProgram) -> Result<Arc<Instrumented>> 
     let image = match disk_cache::load_verified(&so, &key) {
         Some(image) => image,
         None => {
-            let image = build(cxx, &program.kernel, &flags, &tu)?;
+            let image = build(cxx, &program.kernel, &flags, &tu)
+                .map_err(|e| crate::sanitize::user_compile_error(program, e))?;
             let _ = disk_cache::store(&so, &key, &image);
             image
         }
