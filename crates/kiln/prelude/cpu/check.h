@@ -91,6 +91,9 @@ struct State {
   Launch* l;
   Cell* cells[32];
   Tg tg[TG_SLOTS];
+  // The slots of `tg` the running group opened, so an access scans only those.
+  int tg_active[TG_SLOTS];
+  int n_tg_active;
   uint32_t group_base, tg_gen;
   uint16_t epoch[1024], sep[1024];
   uint32_t barrier_pc[1024];
@@ -196,20 +199,29 @@ KILN_NOSAN inline void touch(Cell& c, uint32_t gen, const Acc& me, bool write, b
   else c.r0 = me;
 }
 
+// The thread making the access; looked up only for accesses to tracked memory (a thread-local
+// lookup in a loaded library is a call, and most accesses are to the stack).
+KILN_NOSAN inline bool who(const void* ret, bool atomic, Acc* me) {
+  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
+  if (!t) return false;
+  const uint32_t local = t->thread_index_in_threadgroup;
+  State& s = g_state;
+  *me = Acc{s.group_base + local, s.epoch[local], s.sep[local], pc_of(ret), atomic ? 1u : 0u};
+  return true;
+}
+
 KILN_NOSAN inline void access(const void* p, uint64_t size, bool write, bool atomic, const void* ret) {
   if (!g_armed) return;
-  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
-  if (!t) return;
   const uint64_t a = (uint64_t)(uintptr_t)p;
   State& s = g_state;
   ++s.serial;
-  const uint32_t local = t->thread_index_in_threadgroup;
-  Acc me{s.group_base + local, s.epoch[local], s.sep[local], pc_of(ret), atomic ? 1u : 0u};
-  s.last[s.n_last++ % 64] = State::Last{a, size, me.pc, me.tid, write, 0};
+  s.last[s.n_last++ % 64] = State::Last{a, size, pc_of(ret), 0, write, 0};
   Launch* l = s.l;
+  Acc me;
   for (uint32_t i = 0; i < l->n_buffers; ++i) {
     const Buffer& b = l->buffers[i];
     if (a + size <= b.data - b.pad || a >= b.data + b.len + b.pad) continue;
+    if (!who(ret, atomic, &me)) return;
     if (a < b.data || a + size > b.data + b.len) {
       report(write ? OOB_WRITE : OOB_READ, me.pc, 0, 0, (int32_t)i, me.tid, 0, (int64_t)(a - b.data));
       return;
@@ -225,11 +237,12 @@ KILN_NOSAN inline void access(const void* p, uint64_t size, bool write, bool ato
       touch(s.cells[i][k], 1, me, write, b.flags & INITIALISED, 0, (int32_t)i, k * b.granule);
     return;
   }
-  for (int i = 0; i < TG_SLOTS; ++i) {
+  for (int j = 0; j < s.n_tg_active; ++j) {
+    const int i = s.tg_active[j];
     Tg& g = s.tg[i];
-    if (!g.data) continue;
     const uint64_t lo = (uint64_t)(uintptr_t)g.data;
     if (a + size <= lo - 65536 || a >= lo + g.size + 65536) continue;
+    if (!who(ret, atomic, &me)) return;
     if (a < lo || a + size > lo + g.size) {
       report(write ? OOB_WRITE : OOB_READ, me.pc, 0, 1, i, me.tid, 0, (int64_t)(a - lo));
       return;
@@ -248,6 +261,7 @@ KILN_NOSAN inline void tg_opened(int slot, const char* data, uint64_t size, cons
     g.cap = g.cells ? size : 0;
   }
   if (!g.cells) return;
+  if (!g.data) g_state.tg_active[g_state.n_tg_active++] = slot;
   g.data = data;
   g.size = size;
   g.name = name;
@@ -259,7 +273,8 @@ KILN_NOSAN inline void group_begin(uint64_t lin) {
   State& s = g_state;
   s.group_base = (uint32_t)(lin * s.l->group_threads);
   ++s.tg_gen;
-  for (int i = 0; i < TG_SLOTS; ++i) s.tg[i].data = nullptr;
+  for (int j = 0; j < s.n_tg_active; ++j) s.tg[s.tg_active[j]].data = nullptr;
+  s.n_tg_active = 0;
   __builtin_memset(s.epoch, 0, sizeof s.epoch);
   __builtin_memset(s.sep, 0, sizeof s.sep);
   s.n_pend_tg = 0;
@@ -423,6 +438,8 @@ extern "C" KILN_NOSAN int kiln_check_arm(kiln::chk::Launch* l) {
   s.l = l;
   s.n_pend_dev = 0;
   s.n_pend_tg = 0;
+  for (int i = 0; i < TG_SLOTS; ++i) s.tg[i].data = nullptr;
+  s.n_tg_active = 0;
   for (uint32_t i = 0; i < 32; ++i) {
     s.last_write[i] = 0;
     free(s.cells[i]);
@@ -440,7 +457,7 @@ extern "C" KILN_NOSAN int kiln_check_arm(kiln::chk::Launch* l) {
 // findings the launch has.
 extern "C" KILN_NOSAN uint32_t kiln_check_finish(kiln::chk::Launch* l) {
   using namespace kiln::chk;
-  g_armed = 0;
+  g_armed = 1;
   settle(g_state.pend_dev, &g_state.n_pend_dev);
   return l->n_findings;
 }
@@ -456,8 +473,8 @@ extern "C" KILN_NOSAN uint32_t kiln_check_written(uint32_t slot, unsigned char* 
   return g_state.last_write[slot];
 }
 
-// The latest access that covers `addr` (after a fault: the access that faulted), its instruction,
-// thread and whether it wrote; 0 when none does.
+// The latest access that covers `addr` (after a fault: the access that faulted), its instruction
+// and whether it wrote (the thread is the fault message's); 0 when none does.
 extern "C" KILN_NOSAN int kiln_check_last(uint64_t addr, uint32_t* pc, uint32_t* tid, uint32_t* write) {
   const kiln::chk::State& s = kiln::chk::g_state;
   for (uint32_t k = 0; k < 64 && k < s.n_last; ++k) {

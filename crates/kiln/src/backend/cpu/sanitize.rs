@@ -540,6 +540,7 @@ fn run_once(inst: &Instrumented, launch: &Launch<'_>, pad_fill: u8) -> Result<On
         let (mut pc, mut tid, mut write) = (0u32, 0u32, 0u32);
         // SAFETY: three valid places to write to.
         let known = unsafe { (inst.last)(addr, &mut pc, &mut tid, &mut write) } != 0;
+        tid = fault.as_deref().and_then(|m| faulting_thread(m, grid, tg)).unwrap_or(0);
         let outside = buffers.iter().all(|b| addr < b.data - b.pad || addr >= b.data + b.len + b.pad);
         if let (true, Some(slot)) = (known && outside && pc != 0, owner_of(&buffers, addr)) {
             let b = &buffers[slot];
@@ -579,6 +580,24 @@ fn run_once(inst: &Instrumented, launch: &Launch<'_>, pad_fill: u8) -> Result<On
         })
         .collect();
     Ok(Once { outputs, raw, slots, written, fault, grid, threadgroup: tg })
+}
+
+/// The global linear index of the thread a fault message names ("thread (x, y, z)"), numbered
+/// as the sanitizer numbers threads (group-major, the local index over the group's own size).
+fn faulting_thread(msg: &str, grid: [u32; 3], tg: [u32; 3]) -> Option<u32> {
+    let at = msg.find("thread (")? + "thread (".len();
+    let inner = msg[at..].split(')').next()?;
+    let pos: Vec<u64> = inner.split(',').map(|p| p.trim().parse().ok()).collect::<Option<_>>()?;
+    let &[x, y, z] = pos.as_slice() else { return None };
+    let pos = [x, y, z];
+    let tg = tg.map(|t| t.max(1) as u64);
+    let groups = [0, 1, 2].map(|d| (grid[d] as u64).div_ceil(tg[d]).max(1));
+    let gid = [0, 1, 2].map(|d| pos[d] / tg[d]);
+    let size = [0, 1, 2].map(|d| (grid[d] as u64).saturating_sub(gid[d] * tg[d]).clamp(1, tg[d]));
+    let local = [0, 1, 2].map(|d| pos[d] % tg[d]);
+    let lin = gid[0] + gid[1] * groups[0] + gid[2] * groups[0] * groups[1];
+    let local = local[0] + local[1] * size[0] + local[2] * size[0] * size[1];
+    u32::try_from(lin * tg.iter().product::<u64>() + local).ok()
 }
 
 /// The address in a fault message ("accessed address 0x...").
