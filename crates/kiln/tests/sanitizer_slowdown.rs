@@ -18,6 +18,9 @@ fn best_of(n: usize, mut f: impl FnMut()) -> Duration {
         .unwrap()
 }
 
+/// A kernel to time: name, body, grid, threadgroup, output shape.
+type Case = (&'static str, &'static str, [u32; 3], [u32; 3], Vec<usize>);
+
 #[test]
 #[ignore = "a measurement: run with --ignored --nocapture"]
 fn checked_runs_against_plain_runs() {
@@ -26,7 +29,7 @@ fn checked_runs_against_plain_runs() {
     let n = rows * cols;
     let x: Vec<f64> = (0..n).map(|i| ((i * 7919) % 1000) as f64 / 500.0 - 1.0).collect();
     let a = Array::from_f64(DType::F32, &[rows, cols], &x).unwrap();
-    let cases: [(&str, &str, [u32; 3], [u32; 3], Vec<usize>); 3] = [
+    let cases: [Case; 3] = [
         (
             "exp (elementwise)",
             "uint i = thread_position_in_grid.x;\nout[i] = metal::exp(inp[i]);",

@@ -45,7 +45,7 @@ impl UserLines {
         }
         let body = source[sig..].find(") {\n").map(|open| {
             let start = line_of(sig + open + 4);
-            let close = source.rfind("\n}\n").map_or(lines.len() as u32, |c| line_of(c));
+            let close = source.rfind("\n}\n").map_or(lines.len() as u32, line_of);
             (start, close.max(start))
         });
         UserLines { file, lines, header_end, body }
@@ -82,9 +82,7 @@ impl UserLines {
 pub fn excerpt(line: &UserLine, name: Option<&str>) -> String {
     let gutter = format!("{} line {}", line.part, line.line);
     let text = line.text.trim_end();
-    let column = name
-        .and_then(|n| word_at(text, n))
-        .unwrap_or_else(|| text.len() - text.trim_start().len());
+    let column = name.and_then(|n| word_at(text, n)).unwrap_or_else(|| text.len() - text.trim_start().len());
     let pad: String = text[..column].chars().map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
     format!("  {gutter} | {text}\n  {} | {pad}^", " ".repeat(gutter.len()))
 }

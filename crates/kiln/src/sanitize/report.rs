@@ -110,7 +110,9 @@ fn finding(
     };
     let elem = raw.elem.max(1) as i64;
     let index = raw.offset.div_euclid(elem);
-    let at = |l: &Option<UserLine>| l.as_ref().map_or("a line of kiln's".to_string(), |l| format!("{} line {}", l.part, l.line));
+    let at = |l: &Option<UserLine>| {
+        l.as_ref().map_or("a line of kiln's".to_string(), |l| format!("{} line {}", l.part, l.line))
+    };
     let (ta, tb) = (raw.threads.0, raw.threads.1);
     let threads = vec![(ta, position(ta)), (tb, position(tb))];
     let mut f = Finding {
@@ -135,7 +137,13 @@ fn finding(
                 _ => "nothing orders them (a barrier orders only threads of one threadgroup)",
             };
             // The read is the line that goes wrong: it is `line`, the write the other.
-            let (line, other) = if wa && !wb { (b.clone(), a.clone()) } else if !wa && wb { (a.clone(), b.clone()) } else { (b.clone(), a.clone()) };
+            let (line, other) = if wa && !wb {
+                (b.clone(), a.clone())
+            } else if !wa && wb {
+                (a.clone(), b.clone())
+            } else {
+                (b.clone(), a.clone())
+            };
             f.line = line;
             f.other_line = other;
             f.message = format!(
@@ -214,11 +222,13 @@ fn finding(
             f.threads.truncate(1);
             let n = (raw.size as i64) / elem;
             // An unsigned 32-bit index that went below zero.
-            let index = if (1i64 << 32) - (1 << 20) <= index && index < 1i64 << 32 { index - (1i64 << 32) } else { index };
+            let index =
+                if ((1i64 << 32) - (1 << 20)..1i64 << 32).contains(&index) { index - (1i64 << 32) } else { index };
             f.index = Some(index);
             let distance = if index < 0 { -index } else { index - n + 1 };
             f.distance = Some(distance);
-            let side = if index < 0 { format!("{distance} before the start") } else { format!("{distance} past the end") };
+            let side =
+                if index < 0 { format!("{distance} before the start") } else { format!("{distance} past the end") };
             let write = raw.kind == RawKind::OobWrite;
             f.message = format!(
                 "thread {} {} {what}[{index}], outside its {n} elements ({side}; {} times)",

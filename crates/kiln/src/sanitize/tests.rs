@@ -68,8 +68,9 @@ fn compiler_messages_name_the_users_line_on_both_backends() {
 
 #[test]
 fn a_compile_error_from_the_cpu_backend_points_at_the_body() {
-    let kernel = MetalKernel::new("bad", &["inp"], &["out"], "uint i = thread_position_in_grid.x;\n\nout[i] = nope[i];")
-        .unwrap();
+    let kernel =
+        MetalKernel::new("bad", &["inp"], &["out"], "uint i = thread_position_in_grid.x;\n\nout[i] = nope[i];")
+            .unwrap();
     let a = Array::from_f64(DType::F32, &[4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
     let spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32);
     let err = kernel.call(&[(&a).into()], &spec).unwrap_err().to_string();

@@ -177,10 +177,8 @@ struct Instrumented {
 fn instrumented(cxx: &str, program: &MetalProgram) -> Result<Arc<Instrumented>> {
     static CACHE: OnceLock<Mutex<HashMap<String, Arc<Instrumented>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    let id = format!(
-        "{cxx}\0{}\0{:?}\0{:?}\0{}",
-        program.function, program.math_mode, program.constants, program.source
-    );
+    let id =
+        format!("{cxx}\0{}\0{:?}\0{:?}\0{}", program.function, program.math_mode, program.constants, program.source);
     if let Some(hit) = cache.lock().ok().and_then(|m| m.get(&id).cloned()) {
         return Ok(hit);
     }
@@ -249,10 +247,9 @@ fn build(cxx: &str, kernel: &str, flags: &[&str], tu: &str) -> Result<Vec<u8>> {
     let so = cpp.with_extension("so");
     std::fs::write(&cpp, tu).map_err(|e| Error::io(&cpp, e))?;
     let run = |cmd: &mut Command| -> Result<()> {
-        let out = cmd.output().map_err(|e| Error::BackendUnavailable {
-            backend: "cpu",
-            reason: format!("cannot run `{cxx}`: {e}"),
-        })?;
+        let out = cmd
+            .output()
+            .map_err(|e| Error::BackendUnavailable { backend: "cpu", reason: format!("cannot run `{cxx}`: {e}") })?;
         if out.status.success() {
             return Ok(());
         }
@@ -349,9 +346,12 @@ pub fn run(cxx: &str, launch: &Launch<'_>) -> Result<CheckedRun> {
     })
 }
 
+/// An output's shape, dtype and bytes.
+type OutputBytes = ((Vec<usize>, crate::DType), Vec<u8>);
+
 /// One run's results before symbolisation.
 struct Once {
-    outputs: Vec<((Vec<usize>, crate::DType), Vec<u8>)>,
+    outputs: Vec<OutputBytes>,
     raw: Vec<CFinding>,
     slots: Vec<SlotInfo>,
     written: Vec<(usize, Vec<u8>, u32)>,
@@ -411,15 +411,15 @@ fn run_once(inst: &Instrumented, launch: &Launch<'_>, pad_fill: u8) -> Result<On
                     None => vec![0xFF; n * elem],
                 };
                 specs.push((slot, (spec.shape.to_vec(), spec.dtype)));
-                let info = SlotInfo { name, is_output: true, uninitialised: spec.init_value.is_none(), elem, elements: n };
+                let info =
+                    SlotInfo { name, is_output: true, uninitialised: spec.init_value.is_none(), elem, elements: n };
                 (bytes, 0, info)
             }
             Binding::InOut(a) | Binding::OutputInto(a) => {
                 let bytes = a.to_contiguous_bytes()?;
                 specs.push((slot, (a.shape().to_vec(), a.dtype())));
                 let elem = a.dtype().size();
-                let info =
-                    SlotInfo { name, is_output: true, uninitialised: false, elem, elements: bytes.len() / elem };
+                let info = SlotInfo { name, is_output: true, uninitialised: false, elem, elements: bytes.len() / elem };
                 (bytes, 0, info)
             }
         };
@@ -502,8 +502,10 @@ fn run_once(inst: &Instrumented, launch: &Launch<'_>, pad_fill: u8) -> Result<On
                 }
             })
         });
-        let mut lease =
-            inst.compiled.cooperative.then(|| stacks::pool().take(group_threads as usize, inst.compiled.release_stacks));
+        let mut lease = inst
+            .compiled
+            .cooperative
+            .then(|| stacks::pool().take(group_threads as usize, inst.compiled.release_stacks));
         let stacks = lease.as_mut().map_or(std::ptr::null_mut(), |l| l.as_ptr());
         let mut arena = threadgroup::take();
         // SAFETY: as in `exec::execute`: the descriptor, stacks and arena are valid for the call,
@@ -530,9 +532,7 @@ fn run_once(inst: &Instrumented, launch: &Launch<'_>, pad_fill: u8) -> Result<On
     let n = unsafe { (inst.finish)(&mut cl) } as usize;
     let fault = match rc {
         0 => None,
-        1 => {
-            return Err(Error::Timeout { kernel: kernel.clone(), seconds: timeout.map_or(0.0, |t| t.as_secs_f64()) })
-        }
+        1 => return Err(Error::Timeout { kernel: kernel.clone(), seconds: timeout.map_or(0.0, |t| t.as_secs_f64()) }),
         _ => Some(msg.iter().take_while(|&&b| b != 0).map(|&b| b as u8 as char).collect()),
     };
     let mut raw = found[..n.min(MAX_FINDINGS)].to_vec();
@@ -612,7 +612,7 @@ fn fault_address(msg: &str) -> Option<u64> {
 fn owner_of(buffers: &[CheckBuffer], addr: u64) -> Option<usize> {
     let wrapped = buffers.iter().position(|b| {
         let idx = addr.wrapping_sub(b.data) / b.granule.max(1) as u64;
-        addr >= b.data && (1u64 << 32) - (1 << 20) <= idx && idx < 1u64 << 32
+        addr >= b.data && ((1u64 << 32) - (1 << 20)..1u64 << 32).contains(&idx)
     });
     wrapped.or_else(|| {
         (0..buffers.len()).min_by_key(|&i| {
