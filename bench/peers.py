@@ -5,8 +5,8 @@ format of `kiln bench --json`; `kiln bench --compare peers.json` prints kiln/pee
 
 Timing: CUDA events around each call, the L2 flushed before each (its persisting lines reset to
 normal, as kiln's timer does, then a write to a buffer four times its size), median of many
-runs. Inputs are random (never all zeros). Case ids (op/shape/dtype) match
-crates/kiln/src/bench/cases.rs.
+runs. Inputs are random (never all zeros). The cases (ids op/shape/dtype, sizes, bytes and FLOPs)
+are the ones `kiln bench --list-json` prints from kiln's op registry (`kiln::ops::registry()`).
 """
 import argparse
 import ctypes
@@ -18,8 +18,6 @@ import torch
 import torch.nn.functional as F
 
 DT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-N_ELEM = 64 << 20
-ROWS = 16384
 
 
 def _driver_reset():
@@ -111,105 +109,160 @@ def rope(x, base=1e4):
     return torch.cat([a * cos - b * sin, a * sin + b * cos], -1).to(x.dtype)
 
 
-def cases():
-    out = []
-    for dt in ["float32", "float16", "bfloat16"]:
-        for op, (f, fl) in UNARY.items():
-            def make(f=f, dt=dt):
-                x = rand(N_ELEM, dt, -4, 4)
-                ref = f(x[::64].double())
-                return x, (lambda g: (lambda: g(x))), f, (lambda o: rel_l2(o[::64], ref))
-            out.append((f"{op}/{N_ELEM}/{dt}", 2 * N_ELEM * DT[dt].itemsize, fl * N_ELEM, make, dt, True))
-    for dt in ["bfloat16", "float32"]:
-        for d in [1024, 4096, 8192]:
-            def make(d=d, dt=dt):
-                x, w = rand((ROWS, d), dt, -2, 2), rand(d, dt, 0.5, 1.5)
-                ref = rms_norm(x[::64].double(), w.double())
-                return None, (lambda g: (lambda: g(x, w))), rms_norm, (lambda o: rel_l2(o[::64], ref))
-            out.append((f"rms_norm/{ROWS}x{d}/{dt}", (2 * ROWS * d + d) * DT[dt].itemsize, 4 * ROWS * d, make, dt, True))
-        for d in [1024, 4096, 8192]:
-            def make(d=d, dt=dt):
-                x, r, w = rand((ROWS, d), dt, -2, 2), rand((ROWS, d), dt, -2, 2), rand(d, dt, 0.5, 1.5)
-                ref = rms_norm(x[::64].double() + r[::64].double(), w.double())
-                return None, (lambda g: (lambda: g(x, r, w))), residual_rms_norm, (lambda o: rel_l2(o[0][::64], ref))
-            out.append((f"residual_rms_norm/{ROWS}x{d}/{dt}", (4 * ROWS * d + d) * DT[dt].itemsize, 5 * ROWS * d, make, dt, True))
-    for dt in ["float32", "bfloat16"]:
-        for d in [1024, 4096, 32768]:
-            def make(d=d, dt=dt):
-                x = rand((ROWS, d), dt, -4, 4)
-                ref = torch.softmax(x[::64].double(), -1)
-                f = lambda x: torch.softmax(x, -1)
-                return None, (lambda g: (lambda: g(x))), f, (lambda o: rel_l2(o[::64], ref))
-            out.append((f"softmax/{ROWS}x{d}/{dt}", 2 * ROWS * d * DT[dt].itemsize, 4 * ROWS * d, make, dt, True))
+def unary_case(case, dims, dt):
+    (n,) = dims
+    f = UNARY[case][0]
 
-    def make_rope():
-        x = rand((32, 32, 1024, 128), "bfloat16", -2, 2)
+    def make():
+        x = rand(n, dt, -4, 4)
+        ref = f(x[::64].double())
+        return x, (lambda g: (lambda: g(x))), f, (lambda o: rel_l2(o[::64], ref))
+    return make
+
+
+def rms_norm_case(case, dims, dt):
+    rows, d = dims
+
+    def make():
+        x, w = rand((rows, d), dt, -2, 2), rand(d, dt, 0.5, 1.5)
+        ref = rms_norm(x[::64].double(), w.double())
+        return None, (lambda g: (lambda: g(x, w))), rms_norm, (lambda o: rel_l2(o[::64], ref))
+    return make
+
+
+def residual_rms_norm_case(case, dims, dt):
+    rows, d = dims
+
+    def make():
+        x, r, w = rand((rows, d), dt, -2, 2), rand((rows, d), dt, -2, 2), rand(d, dt, 0.5, 1.5)
+        ref = rms_norm(x[::64].double() + r[::64].double(), w.double())
+        return None, (lambda g: (lambda: g(x, r, w))), residual_rms_norm, (lambda o: rel_l2(o[0][::64], ref))
+    return make
+
+
+def softmax_case(case, dims, dt):
+    rows, d = dims
+
+    def make():
+        x = rand((rows, d), dt, -4, 4)
+        ref = torch.softmax(x[::64].double(), -1)
+        f = lambda x: torch.softmax(x, -1)
+        return None, (lambda g: (lambda: g(x))), f, (lambda o: rel_l2(o[::64], ref))
+    return make
+
+
+def rope_case(case, dims, dt):
+    def make():
+        x = rand(tuple(dims), dt, -2, 2)
         ref = rope(x[:1].double())
         return None, (lambda g: (lambda: g(x))), rope, (lambda o: rel_l2(o[:1], ref))
-    out.append(("rope/32x32x1024x128/bfloat16", 2 * (32 * 32 * 1024 * 128) * 2, 6 * 32 * 32 * 1024 * 64, make_rope, "bfloat16", True))
+    return make
 
-    for name, (b, h, tq, tk, d, causal) in [
-        ("attention_causal", (4, 32, 4096, 4096, 128, True)),
-        ("attention", (4, 32, 4096, 4096, 128, False)),
-        ("attention_causal", (4, 32, 4096, 4096, 64, True)),
-        ("attention", (4, 32, 4096, 4096, 64, False)),
-        ("attention_decode", (32, 32, 1, 8192, 128, False)),
-    ]:
-        def make(b=b, h=h, tq=tq, tk=tk, d=d, causal=causal):
-            q, k, v = rand((b, h, tq, d), "bfloat16"), rand((b, h, tk, d), "bfloat16"), rand((b, h, tk, d), "bfloat16")
-            f = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            ref = F.scaled_dot_product_attention(q[:1, :1].float(), k[:1, :1].float(), v[:1, :1].float(), is_causal=causal)
-            return None, (lambda g: (lambda: g(q, k, v))), f, (lambda o: rel_l2(o[:1, :1], ref))
-        flops = 4 * b * h * tq * tk * d * (0.5 if causal else 1.0)
-        nbytes = 2 * (2 * b * h * tq * d + 2 * b * h * tk * d)
-        out.append((f"{name}/{b}x{h}x{tq}x{tk}x{d}/bfloat16", nbytes, flops, make, "bfloat16", False))
 
-    def make_gs(vjp=False):
-        x = rand((8, 64, 1024, 1024), "float32")  # NCHW for torch
-        grid = rand((8, 256, 256, 2), "float32")
-        if not vjp:
-            f = lambda x, g: F.grid_sample(x, g, mode="bilinear", padding_mode="zeros", align_corners=False)
-            ref = f(x[:1].double(), grid[:1].double())
-            return None, (lambda g: (lambda: g(x, grid))), f, (lambda o: rel_l2(o[:1], ref))
-        xg, gg = x.clone().requires_grad_(), grid.clone().requires_grad_()
-        y = F.grid_sample(xg, gg, align_corners=False)
-        cot = torch.randn_like(y)
-        f = lambda: torch.autograd.grad(y, (xg, gg), cot, retain_graph=True)
-        return None, (lambda g: f), None, (lambda o: 0.0)
-    gs = "8x1024x1024x64+8x256x256x2"
-    out.append((f"grid_sample/{gs}/float32", 4 * (8 * 1024 * 1024 * 64 + 8 * 256 * 256 * 2 + 8 * 256 * 256 * 64), 8 * 8 * 256 * 256 * 64, make_gs, "float32", False))
-    out.append((f"grid_sample_vjp/{gs}/float32", 4 * (2 * 8 * 1024 * 1024 * 64 + 2 * 8 * 256 * 256 * 2 + 8 * 256 * 256 * 64), 16 * 8 * 256 * 256 * 64, lambda: make_gs(True), "float32", False))
+def attention_case(case, dims, dt):
+    b, h, hkv, tq, tk, d = dims
+    causal = case.endswith("_causal")
 
-    def make_scatter():
-        vals = rand(N_ELEM, "float32")
-        idx = torch.randint(0, 32768, (N_ELEM,), device="cuda")
-        f = lambda v, i: torch.zeros(32768, device="cuda").index_add_(0, i, v)
+    def make():
+        q, k, v = rand((b, h, tq, d), dt), rand((b, hkv, tk, d), dt), rand((b, hkv, tk, d), dt)
+        f = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        ref = F.scaled_dot_product_attention(q[:1, :1].float(), k[:1, :1].float(), v[:1, :1].float(), is_causal=causal)
+        return None, (lambda g: (lambda: g(q, k, v))), f, (lambda o: rel_l2(o[:1, :1], ref))
+    return make
+
+
+def grid_sample_case(vjp):
+    def case(case, dims, dt):
+        b, h, w, c, gh, gw = dims
+
+        def make():
+            x = rand((b, c, h, w), dt)  # NCHW for torch
+            grid = rand((b, gh, gw, 2), dt)
+            if not vjp:
+                f = lambda x, g: F.grid_sample(x, g, mode="bilinear", padding_mode="zeros", align_corners=False)
+                ref = f(x[:1].double(), grid[:1].double())
+                return None, (lambda g: (lambda: g(x, grid))), f, (lambda o: rel_l2(o[:1], ref))
+            xg, gg = x.clone().requires_grad_(), grid.clone().requires_grad_()
+            y = F.grid_sample(xg, gg, align_corners=False)
+            cot = torch.randn_like(y)
+            f = lambda: torch.autograd.grad(y, (xg, gg), cot, retain_graph=True)
+            return None, (lambda g: f), None, (lambda o: 0.0)
+        return make
+    return case
+
+
+def scatter_add_case(case, dims, dt):
+    n, m, bins = dims
+
+    def make():
+        vals = rand((n, m) if m > 1 else n, dt)
+        idx = torch.randint(0, bins, (n,), device="cuda")
+        f = lambda v, i: torch.zeros((bins, m) if m > 1 else bins, device="cuda").index_add_(0, i, v)
         return None, (lambda g: (lambda: g(vals, idx))), f, (lambda o: 0.0)
-    out.append((f"scatter_add/{N_ELEM}x32768/float32", N_ELEM * 8 + 32768 * 4, N_ELEM, make_scatter, "float32", False))
+    return make
 
-    for b, n in [(65536, 16), (8192, 64), (64, 1024)]:
-        def make(b=b, n=n):
-            a = torch.randn(b, n, n, device="cuda")
-            spd = a @ a.transpose(-1, -2) / n + torch.eye(n, device="cuda")
-            f = lambda m: torch.linalg.cholesky_ex(m)
-            return None, (lambda g: (lambda: g(spd))), f, (lambda o: 0.0)
-        out.append((f"cholesky/{b}x{n}x{n}/float32", 2 * b * n * n * 4, b * n ** 3 / 3, make, "float32", False))
-    for b, n in [(8192, 64), (16, 1024)]:
-        def make(b=b, n=n):
-            a = torch.randn(b, n, n, device="cuda")
-            f = lambda m: torch.linalg.qr(m)
-            return None, (lambda g: (lambda: g(a))), f, (lambda o: 0.0)
-        out.append((f"qr/{b}x{n}x{n}/float32", 3 * b * n * n * 4, b * 4 * n ** 3 / 3, make, "float32", False))
+
+def cholesky_case(case, dims, dt):
+    b, n = dims
+
+    def make():
+        a = torch.randn(b, n, n, device="cuda")
+        spd = a @ a.transpose(-1, -2) / n + torch.eye(n, device="cuda")
+        f = lambda m: torch.linalg.cholesky_ex(m)
+        return None, (lambda g: (lambda: g(spd))), f, (lambda o: 0.0)
+    return make
+
+
+def qr_case(case, dims, dt):
+    b, m, n = dims
+
+    def make():
+        a = torch.randn(b, m, n, device="cuda")
+        f = lambda m: torch.linalg.qr(m)
+        return None, (lambda g: (lambda: g(a))), f, (lambda o: 0.0)
+    return make
+
+
+# The torch version of each op of kiln's registry (`kiln bench --list-json` names the op, the
+# case, its sizes and dtype), and whether torch.compile is timed too. The GDN op has its own
+# path (FLA where installed): `gdn_case`.
+MAKERS = {
+    "exp": (unary_case, True),
+    "silu": (unary_case, True),
+    "gelu": (unary_case, True),
+    "rms_norm": (rms_norm_case, True),
+    "residual_rms_norm": (residual_rms_norm_case, True),
+    "softmax": (softmax_case, True),
+    "rope": (rope_case, True),
+    "scaled_dot_product_attention": (attention_case, False),
+    "grid_sample": (grid_sample_case(False), False),
+    "grid_sample_vjp": (grid_sample_case(True), False),
+    "scatter_add": (scatter_add_case, False),
+    "cholesky": (cholesky_case, False),
+    "qr": (qr_case, False),
+}
+GDN_OP = "gdn_chunk_scaled_dot_kkt"
+GDN_CHUNK = 64
+
+
+def cases(listed):
+    """Each listed case as (id, bytes, flops, make, dtype, compile_too); bytes and FLOPs are kiln's."""
+    out = []
+    for c in listed:
+        if c["op"] == GDN_OP:
+            continue
+        if c["op"] not in MAKERS:
+            print(f"no peer for {c['id']}", flush=True)
+            continue
+        maker, compile_too = MAKERS[c["op"]]
+        out.append((c["id"], c["bytes"], c["flops"], maker(c["case"], c["dims"], c["dtype"]), c["dtype"], compile_too))
     return out
 
 
-GDN_SHAPE = (8, 4096, 16, 128, 32, 64)  # B, T, Hg, K, H, chunk
-GDN_ID = "gdn_kkt/{}x{}x{}x{}/bfloat16".format(*GDN_SHAPE[:4])
-
-
-def gdn_case():
+def gdn_case(case):
     """GDN chunk_scaled_dot_kkt through FLA when installed, else a torch eager reference."""
-    B, T, Hg, K, H, C = GDN_SHAPE
+    B, T, Hg, H, K = case["dims"]
+    C = GDN_CHUNK
     k = rand((B, T, Hg, K), "bfloat16")
     beta = torch.rand((B, T, H), device="cuda")
     g = -torch.rand((B, T, H), device="cuda").reshape(B, T // C, C, H).cumsum(2).reshape(B, T, H)
@@ -229,9 +282,7 @@ def gdn_case():
         a = a.tril(-1)
         return a.permute(0, 1, 3, 2, 4).reshape(B, T, H, C)
     impls["torch-eager"] = eager
-    flops = 2 * B * H * T * C / 2 * K
-    nbytes = B * T * Hg * K * 2 + 2 * B * T * H * 4 + B * T * H * C * 4
-    return GDN_ID, nbytes, flops, impls
+    return impls
 
 
 def report(impl, dev, results):
@@ -240,6 +291,7 @@ def report(impl, dev, results):
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", required=True, help="the case list `kiln bench --list-json` prints (JSON)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--filter", default="", help="run the cases whose id contains this text (several: comma-separated)")
     ap.add_argument("--time-per-case", type=float, default=0.25)
@@ -279,9 +331,9 @@ def main():
         res.setdefault(impl, []).append(entry)
         torch.cuda.empty_cache()
 
-    for cid, nbytes, flops, make, dt, compile_too in cases():
-        if not selected(cid):
-            continue
+    with open(args.cases) as fh:
+        listed = [c for c in json.load(fh) if selected(c["id"])]
+    for cid, nbytes, flops, make, dt, compile_too in cases(listed):
         _, bind, f, check = make()
         tol = TOL.get(dt, 1e-5)
         if f is None:
@@ -290,10 +342,10 @@ def main():
         record("torch-eager", cid, nbytes, flops, dt, bind(f), check, tol)
         if compile_too and not args.no_compile:
             record("torch-compile", cid, nbytes, flops, dt, bind(torch.compile(f, dynamic=False)), check, tol)
-    if selected(GDN_ID):
-        cid, nbytes, flops, impls = gdn_case()
-        for impl, fn in impls.items():
-            record(impl, cid, nbytes, flops, "bfloat16", fn, lambda o: 0.0, 1e-5)
+    for c in listed:
+        if c["op"] == GDN_OP:
+            for impl, fn in gdn_case(c).items():
+                record(impl, c["id"], c["bytes"], c["flops"], c["dtype"], fn, lambda o: 0.0, 1e-5)
     reports = [report(impl, dev, {"copy_gbs": copy_gbs, "cases": cs}) for impl, cs in res.items() if cs]
     with open(args.out, "w") as fh:
         json.dump(reports, fh, indent=1)

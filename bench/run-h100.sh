@@ -43,12 +43,13 @@ memory_bound="exp/,silu/,gelu_tanh/,rms_norm/,softmax/,rope/,scatter_add/,gdn_kk
 step kiln round 1
 "$bin/kiln" bench --device cuda --json "$out/kiln.round1.json" --commit "$commit" --time-per-case 0.1 >>"$log" 2>&1 || status=1
 step peers round 1
-python3 "$here/peers.py" --out "$out/peers.round1.json" --time-per-case 0.1 >>"$log" 2>&1 || status=1
+"$bin/kiln" bench --list-json >"$out/cases.json"
+python3 "$here/peers.py" --cases "$out/cases.json" --out "$out/peers.round1.json" --time-per-case 0.1 >>"$log" 2>&1 || status=1
 step kiln round 2
 "$bin/kiln" bench --device cuda --filter "$memory_bound" --json "$out/kiln.round2.json" --commit "$commit" \
   --time-per-case 0.1 >>"$log" 2>&1 || status=1
 step peers round 2
-python3 "$here/peers.py" --filter "$memory_bound" --out "$out/peers.round2.json" --time-per-case 0.1 >>"$log" 2>&1 || status=1
+python3 "$here/peers.py" --cases "$out/cases.json" --filter "$memory_bound" --out "$out/peers.round2.json" --time-per-case 0.1 >>"$log" 2>&1 || status=1
 step merge and render
 python3 "$here/results/merge.py" "$out/kiln.json" "$out/kiln.round1.json" "$out/kiln.round2.json" || status=1
 python3 "$here/results/merge.py" "$out/peers.json" "$out/peers.round1.json" "$out/peers.round2.json" || status=1
@@ -62,9 +63,10 @@ bench/run-h100.sh BIN OUT $commit
 # kiln bench --device cuda --host-calls 100000 --no-cases --json host1.json   # run 1: cold disk cache
 # kiln bench --device cuda --host-calls 100000 --no-cases --json host2.json   # run 2: disk-cache hits
 # kiln bench --device cuda --json kiln.round1.json --commit $commit --time-per-case 0.1
-# python3 bench/peers.py --out peers.round1.json --time-per-case 0.1
+# kiln bench --list-json > cases.json
+# python3 bench/peers.py --cases cases.json --out peers.round1.json --time-per-case 0.1
 # kiln bench --device cuda --filter $memory_bound --json kiln.round2.json --commit $commit --time-per-case 0.1
-# python3 bench/peers.py --filter $memory_bound --out peers.round2.json --time-per-case 0.1
+# python3 bench/peers.py --cases cases.json --filter $memory_bound --out peers.round2.json --time-per-case 0.1
 # python3 bench/results/merge.py kiln.json kiln.round1.json kiln.round2.json    # each case: the faster round
 # python3 bench/results/merge.py peers.json peers.round1.json peers.round2.json
 # kiln bench --report kiln.json --compare peers.json

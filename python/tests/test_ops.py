@@ -68,3 +68,13 @@ def test_cholesky_and_an_error_naming_the_op(rng):
     assert_close(kiln.ops.cholesky(spd), np.linalg.cholesky(f64(spd)), np.float32)
     with pytest.raises(kiln.InvalidArgumentError, match="rms_norm"):
         kiln.ops.rms_norm(random_array(rng, (4, 8), np.float32), random_array(rng, (5,), np.float32), 1e-5)
+
+
+def test_kiln_ops_offers_every_op_of_the_registry():
+    # The library's registry (kiln::ops::registry) is the one list of ops; kiln.ops names each.
+    listed = kiln._kiln.op_registry()
+    assert len(listed) >= 16
+    python_names = [py for _, py in listed]
+    assert sorted(python_names) == sorted(kiln.ops.__all__)
+    for name in python_names:
+        assert callable(getattr(kiln.ops, name)), name

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use kiln::bench::{self, cases, host, plot, report, Report};
+use kiln_tools::bench::{self, cases, host, plot, report, Report};
 
 use crate::out::{errln, out, outln};
 
@@ -46,6 +46,10 @@ pub struct BenchArgs {
     /// CPU emulator and with NVRTC, against compiling a trivial C++ file (markdown table).
     #[arg(long)]
     compile: bool,
+    /// Print the benchmark cases (id, registry op, sizes, dtype, bytes, FLOPs) as JSON and exit:
+    /// what `bench/peers.py --cases` reads.
+    #[arg(long)]
+    list_json: bool,
     /// A compute ceiling for the plot, in TFLOP/s.
     #[arg(long)]
     peak_tflops: Option<f64>,
@@ -79,8 +83,14 @@ impl BenchArgs {
 }
 
 pub fn bench(args: BenchArgs, device: kiln::Device) -> kiln::Result<()> {
+    if args.list_json {
+        let text = serde_json::to_string_pretty(&cases::listed())
+            .map_err(|e| kiln::Error::invalid("bench", format!("listing the cases: {e}")))?;
+        outln!("{text}");
+        return Ok(());
+    }
     if args.compile {
-        out!("{}", kiln::bench::compile_time::measure()?.table());
+        out!("{}", kiln_tools::bench::compile_time::measure()?.table());
         return Ok(());
     }
     if let Some(calls) = args.host_calls {

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use clap::Args;
 use kiln::sanitize::{self, Severity};
-use kiln::spec::KernelSpec;
 use kiln::Device;
+use kiln_tools::spec::KernelSpec;
 
 use crate::out::{errln, outln};
 

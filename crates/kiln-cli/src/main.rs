@@ -6,14 +6,16 @@ mod check;
 mod out;
 mod write_outputs;
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
 use kiln::backend::{self, Target};
-use kiln::spec::KernelSpec;
 use kiln::Device;
+use kiln_tools::spec::KernelSpec;
 use out::{errln, out, outln};
 
 #[derive(Parser)]
@@ -179,7 +181,24 @@ fn translate(spec: &Path, emit: Emit) -> kiln::Result<()> {
 fn demo(device: &str) -> kiln::Result<()> {
     let device = parse_device(device)?;
     outln!("kiln demo on {device}");
-    let report = kiln::gallery::run_demo(device)?;
+    // Each kernel's first run compiles it (tens of seconds in all): a progress bar on a
+    // terminal, nothing when stderr is redirected.
+    let bar = if std::io::stderr().is_terminal() { ProgressBar::new(0) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let report = kiln_tools::gallery::run_demo_with_progress(device, &mut |kernel, dtype, i, total| {
+        bar.set_length(total as u64);
+        bar.set_position(i as u64);
+        bar.set_message(format!("{kernel} ({dtype})"));
+        if i == 0 && !bar.is_hidden() {
+            // The elapsed time keeps moving while one kernel compiles.
+            bar.enable_steady_tick(Duration::from_millis(250));
+        }
+    });
+    bar.finish_and_clear();
+    let report = report?;
     out!("{report}");
     if report.all_passed() {
         Ok(())

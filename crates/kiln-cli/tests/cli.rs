@@ -152,7 +152,7 @@ fn input_views_keep_their_strides() {
     );
     let path = dir.join("spec.toml");
     std::fs::write(&path, spec).unwrap();
-    let kiln::spec::KernelSpec::Body(body) = kiln::spec::KernelSpec::load(&path).unwrap() else { panic!() };
+    let kiln_tools::spec::KernelSpec::Body(body) = kiln_tools::spec::KernelSpec::load(&path).unwrap() else { panic!() };
     let x = body.inputs[0].to_array();
     assert_eq!(x.shape(), &[3, 4, 2]);
     assert_eq!(x.strides(), &[0, 1, -12]);
@@ -341,4 +341,33 @@ fn run_refuses_output_names_that_leave_the_out_directory() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("buffer[0].output") && stderr(&out).contains("plain file name"), "{}", stderr(&out));
     assert!(!dir.join("escaped.npy").exists() && !out_dir.exists());
+}
+
+#[test]
+fn bench_lists_the_registry_cases_for_peers() {
+    let out = kiln(&["bench", "--list-json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("a JSON list");
+    let shapes: usize = kiln::ops::registry().iter().map(|op| op.bench.len()).sum();
+    assert_eq!(listed.len(), shapes);
+    let peers = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/peers.py")).unwrap();
+    let mut ids = std::collections::HashSet::new();
+    for case in &listed {
+        let id = case["id"].as_str().unwrap();
+        assert!(ids.insert(id.to_string()), "{id} listed twice");
+        let op = case["op"].as_str().unwrap();
+        let entry =
+            kiln::ops::registry().iter().find(|e| e.name == op).unwrap_or_else(|| panic!("{op} not in the registry"));
+        let dims: Vec<usize> = case["dims"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
+        assert!(
+            entry.bench.iter().any(|s| s.dims == dims.as_slice() && id.starts_with(&format!("{}/", s.case))),
+            "{id}"
+        );
+        assert!(case["bytes"].as_f64().unwrap() > 0.0 && case["flops"].as_f64().unwrap() > 0.0, "{id}");
+        // bench/peers.py builds its torch version of every listed op.
+        assert!(
+            peers.contains(&format!("\"{op}\": (")) || peers.contains(&format!("GDN_OP = \"{op}\"")),
+            "peers.py lacks {op}"
+        );
+    }
 }

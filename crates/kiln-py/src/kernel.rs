@@ -291,7 +291,8 @@ fn spec_of(
     (tx, ty, tz): (u32, u32, u32),
     template: &Bound<'_, PyList>,
 ) -> PyResult<LaunchSpec> {
-    let mut spec = LaunchSpec::new([gx, gy, gz], [tx, ty, tz]);
+    // Python callers pass MLX's keywords, so errors name them as MLX does.
+    let mut spec = LaunchSpec::new([gx, gy, gz], [tx, ty, tz]).mlx_keywords(true);
     for shape in output_shapes.iter() {
         spec.output_shapes.push(convert::tuple_of(shape.as_borrowed())?);
     }

@@ -12,9 +12,11 @@ compile time), component access (`v.x` and `v.r` name the same storage), indexin
 `v.xy_ref() = ...`; the lowering rewrites `v.xy` into these calls).
 
 Run from the crate directory:  python3 prelude/gen_vec.py
+(`--check` compares instead of writing, and fails on a difference.)
 """
 import itertools
 import os
+import sys
 
 COMP = "xyzw"
 RGBA = "rgba"
@@ -199,10 +201,24 @@ def packed_header():
 
 
 def main():
+    """Writes the headers; with --check, writes nothing and fails when a header differs from
+    what this script generates (CI runs it so an edit to either is not lost)."""
+    check = sys.argv[1:] == ["--check"]
+    if sys.argv[1:] and not check:
+        sys.exit("usage: gen_vec.py [--check]")
     here = os.path.dirname(os.path.abspath(__file__))
+    stale = []
     for name, text in (("vec.h", vec_header()), ("packed.h", packed_header())):
-        with open(os.path.join(here, "common", name), "w") as f:
-            f.write(text)
+        path = os.path.join(here, "common", name)
+        if check:
+            with open(path) as f:
+                if f.read() != text:
+                    stale.append(path)
+        else:
+            with open(path, "w") as f:
+                f.write(text)
+    if stale:
+        sys.exit("not what prelude/gen_vec.py generates (edit the script and rerun it): " + ", ".join(stale))
 
 
 if __name__ == "__main__":

@@ -34,10 +34,12 @@ pub fn rel_l2(out: &[f64], reference: &[f64]) -> f64 {
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator whose sequence is fixed by `seed`.
     pub fn new(seed: u64) -> Self {
         Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;

@@ -8,10 +8,23 @@ use std::str::FromStr;
 use crate::error::Error;
 
 /// A device: the CPU (where the emulator runs), an NVIDIA GPU by ordinal, or an Apple GPU.
+/// `kiln::best_device()` picks the best one here; `"cuda:1".parse()` names one.
+///
+/// ```
+/// use kiln::Device;
+/// assert_eq!("cuda:1".parse::<Device>()?, Device::Cuda(1));
+/// assert_eq!(Device::Cuda(1).to_string(), "cuda:1");
+/// let here = kiln::best_device(); // Device::Cuda(0) with an NVIDIA GPU, else Device::Cpu
+/// println!("running on {here} ({})", here.backend_name());
+/// # Ok::<(), kiln::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Device {
+    /// The host CPU: kernels run on the emulator, arrays in host memory.
     Cpu,
+    /// An NVIDIA GPU, by CUDA ordinal.
     Cuda(usize),
+    /// An Apple GPU, by ordinal.
     Metal(usize),
 }
 

@@ -10,17 +10,29 @@ use kiln_convert::Format;
 /// An element type. The names are MLX's (`float16`, `bfloat16`, ...).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
+    /// `bool`, one byte.
     Bool,
+    /// `uint8`.
     U8,
+    /// `uint16`.
     U16,
+    /// `uint32`.
     U32,
+    /// `uint64`.
     U64,
+    /// `int8`.
     I8,
+    /// `int16`.
     I16,
+    /// `int32`.
     I32,
+    /// `int64`.
     I64,
+    /// `float16` (IEEE half; Metal's `half`, Rust's `half::f16`).
     F16,
+    /// `bfloat16` (Metal's `bfloat`, Rust's `half::bf16`).
     BF16,
+    /// `float32`.
     F32,
 }
 
@@ -114,8 +126,28 @@ impl fmt::Display for DType {
     }
 }
 
-/// Rust element types that map onto a [`DType`].
+/// Rust element types that map onto a [`DType`]: `bool`, `u8`..`u64`, `i8`..`i64`, `f32`,
+/// `half::f16` and `half::bf16` (re-exported as `kiln::f16`, `kiln::bf16`). `f64` is not one:
+/// kiln has no float64 dtype (Metal has no `double`), so `f64` data is converted explicitly with
+/// `Array::from_f64(dtype, ..)` and read back with `Array::to_f64_vec`:
+///
+/// ```compile_fail
+/// // error: `f64` is not a kiln element type (with a note naming Array::from_f64)
+/// let a = kiln::Array::from_slice(&[2], &[1.0f64, 2.0]);
+/// ```
+///
+/// ```
+/// let a = kiln::Array::from_f64(kiln::DType::F32, &[2], &[1.0f64, 2.0])?;
+/// assert_eq!(a.to_f64_vec()?, [1.0, 2.0]);
+/// # Ok::<(), kiln::Error>(())
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kiln element type",
+    label = "kiln has no dtype for `{Self}`",
+    note = "for f64 data use Array::from_f64(DType::F32, shape, values) (one rounding to the dtype named) and Array::to_f64_vec()"
+)]
 pub trait Element: Copy + Send + Sync + 'static {
+    /// The dtype of arrays of this element type.
     const DTYPE: DType;
     /// Little-endian bytes of the value.
     fn write_le(self, out: &mut Vec<u8>);

@@ -207,6 +207,44 @@ fn cuda_kernel_with_launch_bounds_runs_whole_threadgroups() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
+fn cuda_kernel_reads_strided_views_and_scalars_and_writes_given_outputs() {
+    let Some(dev) = gpu() else { return };
+    let mut rng = Rng::new(8);
+    let a = random_array(&mut rng, DType::F32, &[7, 5]);
+    // A (5, 7) view of strides (1, 5): passed as it is, with its shape, strides and rank.
+    let view = a.to_device(dev).unwrap().transpose(&[1, 0]).unwrap();
+    let body = "unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+                if (i < 35) {\n\
+                  int64_t loc = elem_to_loc<int64_t>(i, a_shape.data(), a_strides.data(), a_ndim);\n\
+                  out[i] = a[loc] * s[0] + float(a_ndim);\n\
+                }\n";
+    let k = CudaKernel::new("strided_scale", &["a", "s"], &["out"], body).unwrap().ensure_row_contiguous(false);
+    let given = Array::from_vec(&[35], vec![f32::NAN; 35]).unwrap().to_device(dev).unwrap();
+    let spec =
+        LaunchSpec::new([35, 1, 1], [16, 1, 1]).output(&[35], DType::F32).device(dev).outputs_into(vec![given.clone()]);
+    let s = rng.uniform(0.5, 2.0) as f32;
+    let out = k.call(&[view.into(), s.into()], &spec).unwrap();
+    let values = a.to_f64_vec().unwrap();
+    let reference: Vec<f64> = (0..35).map(|i| values[(i % 7) * 5 + i / 7] * s as f64 + 2.0).collect();
+    assert_close("cuda_kernel strided view", &out[0], &reference, DType::F32);
+    assert_close("cuda_kernel given output", &given, &reference, DType::F32);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn capabilities_answer_what_the_cuda_backend_reads() {
+    let Some(dev) = gpu() else { return };
+    let Device::Cuda(ordinal) = dev else { unreachable!() };
+    let caps = kiln::backend::capabilities(dev).unwrap();
+    let backend = kiln::backend::cuda::cuda_backend(ordinal).unwrap();
+    assert_eq!(caps.device, dev);
+    assert_eq!(caps.compute_capability, Some(backend.arch()));
+    assert_eq!(caps.multiprocessors, backend.multiprocessors());
+    assert!(caps.memory_bytes >= 1 << 30 && !caps.name.is_empty(), "{caps:?}");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
 fn bad_input_gives_typed_errors_and_the_device_stays_usable() {
     let Some(dev) = gpu() else { return };
     let backend = kiln::backend::backend_for(dev).unwrap();

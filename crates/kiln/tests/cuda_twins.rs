@@ -5,8 +5,8 @@ mod common;
 
 use common::{assert_close, device_or_skip, Rng};
 use kiln::backend::cuda;
-use kiln::gallery::{grid_sample, grid_sample_cuda, grid_sample_vjp};
 use kiln::{Array, DType, MathMode};
+use kiln_tools::gallery::{grid_sample, grid_sample_cuda, grid_sample_vjp};
 
 const DIMS: [usize; 6] = [2, 9, 13, 40, 7, 5]; // B, H, W, C, gH, gW: odd sizes, C not a multiple of 32
 

@@ -5,8 +5,8 @@
 
 mod common;
 
-use kiln::gallery::{self, Outcome};
 use kiln::{DType, Device};
+use kiln_tools::gallery::{self, Outcome};
 
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 

@@ -10,7 +10,7 @@ mod common;
 use std::path::PathBuf;
 
 use kiln::backend::Target;
-use kiln::spec::KernelSpec;
+use kiln_tools::spec::KernelSpec;
 
 fn cases() -> Vec<PathBuf> {
     let root = common::test_data("golden/metal");

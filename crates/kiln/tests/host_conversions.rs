@@ -13,9 +13,9 @@ mod reference;
 
 use std::path::PathBuf;
 
-use kiln::spec::KernelSpec;
 use kiln::{Array, DType, Device, LaunchSpec, MetalKernel};
 use kiln_convert::Format;
+use kiln_tools::spec::KernelSpec;
 
 use common::Rng;
 

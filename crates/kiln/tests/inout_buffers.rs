@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use common::{assert_close, Rng};
 use kiln::backend::Dispatch;
-use kiln::spec::KernelSpec;
 use kiln::{Array, DType, Device, LibraryArg, LibraryLaunch, MetalLibrary};
+use kiln_tools::spec::KernelSpec;
 
 /// One threadgroup per row: the row is loaded into threadgroup memory, transformed by butterfly
 /// stages, scaled and written back over itself; `visits[row] += row + 1` updates the counter.

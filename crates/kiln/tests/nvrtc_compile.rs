@@ -251,6 +251,33 @@ fn cuda_kernel_bodies_compile() {
 }
 
 #[test]
+fn cuda_kernel_programs_compile_as_the_backend_compiles_them() {
+    if !common::nvrtc_or_skip() {
+        return;
+    }
+    let body = "unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+                if (i < 35) {\n\
+                  int64_t loc = elem_to_loc<int64_t>(i, a_shape.data(), a_strides.data(), a_ndim);\n\
+                  out[i] = a[loc] * s[0] + float(a_ndim);\n\
+                }\n";
+    let a = Array::from_f64(DType::F32, &[5, 7], &[0.5; 35]).unwrap();
+    let s = Array::scalar(2.0f32);
+    let spec = LaunchSpec::new([35, 1, 1], [16, 1, 1]).output(&[35], DType::F32);
+    for arch_specific in [false, true] {
+        let mut k = CudaKernel::new("strided_scale", &["a", "s"], &["out"], body).unwrap();
+        if arch_specific {
+            k = k.arch_specific(ARCH);
+        }
+        let program = k.program(&[a.clone(), s.clone()], &spec).unwrap();
+        assert_eq!(program.kind, ProgramKind::Cuda { arch_specific: arch_specific.then_some(ARCH) });
+        assert_eq!(program.function, "custom_kernel_strided_scale");
+        let text = cuda::translate(&program).unwrap();
+        assert!(text.starts_with(&kiln::source::cuda::prelude()) && text.ends_with(&program.source));
+        assert_compiles(&program);
+    }
+}
+
+#[test]
 fn scatter_add_shared_histogram_compiles_for_every_index_dtype() {
     if !common::nvrtc_or_skip() {
         return;
@@ -359,7 +386,7 @@ fn every_golden_spec_compiles_to_sm90_cubin() {
         if !spec_path.exists() {
             continue;
         }
-        let spec = kiln::spec::KernelSpec::load(&spec_path).unwrap();
+        let spec = kiln_tools::spec::KernelSpec::load(&spec_path).unwrap();
         assert_compiles(&spec.program().unwrap());
         count += 1;
     }
@@ -373,7 +400,7 @@ fn every_demo_kernel_compiles_to_sm90_cubin() {
     if !common::nvrtc_or_skip() {
         return;
     }
-    let (report, programs) = kiln::backend::cpu::record_programs(|| kiln::gallery::run_demo(kiln::Device::Cpu));
+    let (report, programs) = kiln::backend::cpu::record_programs(|| kiln_tools::gallery::run_demo(kiln::Device::Cpu));
     let report = report.unwrap();
     assert!(report.all_passed(), "{report}");
     let mut seen = std::collections::HashSet::new();

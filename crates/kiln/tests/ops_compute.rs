@@ -674,3 +674,39 @@ fn every_compute_kernel_compiles_with_nvrtc() {
         assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", program.kernel);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// the one op shape: plans and calls
+
+/// An op's plan names the variant its rule picked (its kernels, in order) and, poisoned and
+/// run, gives the op's result.
+fn op_plans_name_their_variant_and_match_the_reference(device: Device) {
+    let dtype = DType::F32;
+    for (dims, want) in [
+        ([1, 4, 2, 3, 300, 32], "kiln_sdpa_decode+kiln_sdpa_combine"),
+        ([1, 2, 1, 37, 41, 32], "kiln_sdpa_prefill_tiled"),
+    ] {
+        let [b, hq, hkv, tq, tk, d] = dims;
+        let mut rng = Rng::new(tq as u64);
+        let (q, qv) = input(&mut rng, device, dtype, &[b, hq, tq, d], 1.0);
+        let (k, kv) = input(&mut rng, device, dtype, &[b, hkv, tk, d], 1.0);
+        let (v, vv) = input(&mut rng, device, dtype, &[b, hkv, tk, d], 1.0);
+        let scale = (1.0 / (d as f64).sqrt()) as f32;
+        let plan = kiln::ops::scaled_dot_product_attention_plan(&q, &k, &v, scale, Mask::Causal).unwrap();
+        assert_eq!(plan.variant(), want, "{dims:?}");
+        assert_eq!(plan.calls().len(), want.split('+').count());
+        let out = plan.poisoned().run_one().unwrap();
+        let reference = attention::reference(&qv, &kv, &vv, dims, scale as f64, true, None);
+        assert_within(&format!("attention plan {dims:?}"), &host_values(&out), &reference, tolerance(dtype));
+    }
+    let dims = [2, 5, 7, 8, 3, 4];
+    let mut rng = Rng::new(11);
+    let [(x, xv), (grid, gv)] = grid_inputs(&mut rng, device, dtype, dims);
+    let call = kiln::ops::grid_sample_call(&x, &grid).unwrap();
+    assert_eq!(call.variant(), "kiln_grid_sample");
+    let out = kiln::ops::OpPlan::from(call).poisoned().run_one().unwrap();
+    let reference = kiln::ops::grid_sample::reference(&xv, &gv, dims);
+    assert_within("grid_sample call", &host_values(&out), &reference, tolerance(dtype));
+}
+
+backend_tests!(op_plans_name_their_variant_and_match_the_reference);

@@ -8,8 +8,8 @@ mod common;
 
 use common::{assert_close, random_array, Rng};
 use kiln::ops::elementwise::{self, Unary};
-use kiln::ops::util::{OpCall, FLOAT_DTYPES};
 use kiln::ops::{overlap_add, residual_rms_norm, rms_norm, rope, scatter_add, softmax};
+use kiln::ops::{OpCall, FLOAT_DTYPES};
 use kiln::{Array, DType, Device, Error, SliceArg};
 
 /// Runs a prepared call with poisoned outputs and returns them on the host.

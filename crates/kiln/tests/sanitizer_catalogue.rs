@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use kiln::sanitize::{self, Finding};
-use kiln::spec::KernelSpec;
 use kiln::Device;
+use kiln_tools::spec::KernelSpec;
 
 struct Expected {
     kind: String,

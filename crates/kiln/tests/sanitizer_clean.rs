@@ -2,9 +2,9 @@
 //! ops' kernels among them) runs checked at its demo shape, still matches its reference, and
 //! the sanitizer reports nothing.
 
-use kiln::gallery::{self, library};
 use kiln::sanitize;
 use kiln::{DType, Device};
+use kiln_tools::gallery::{self, library};
 
 #[test]
 fn gallery_and_library_kernels_have_no_findings() {

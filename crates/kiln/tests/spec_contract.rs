@@ -14,8 +14,8 @@ use common::{assert_close, on, Rng};
 use kiln::backend::{ConstantKey, ConstantValue, Dispatch};
 use kiln::kernel::predefined::METAL_VERSION;
 use kiln::ops::{attention, cholesky, scatter_add};
-use kiln::spec::KernelSpec;
 use kiln::{Array, DType, Device, LaunchSpec, LibraryArg, LibraryLaunch, MetalKernel, MetalLibrary};
+use kiln_tools::spec::KernelSpec;
 
 /// The error text of a call that must fail.
 #[track_caller]
@@ -520,7 +520,7 @@ fn integer_index_drops_the_axis(device: Device) {
         let parsed = KernelSpec::parse(&path, &spec).unwrap_or_else(|e| panic!("{slice}: {e}"));
         if shape.is_empty() {
             // A 0-d view has no shape parameters: only the element is checked here.
-            let kiln::spec::KernelSpec::Body(b) = &parsed else { panic!("a body spec") };
+            let kiln_tools::spec::KernelSpec::Body(b) = &parsed else { panic!("a body spec") };
             let kiln::KernelInput::Array(a) = &b.inputs[0] else { panic!("an array input") };
             assert_eq!((a.shape(), a.to_f64_vec().unwrap()), (&[][..], want.clone()), "{slice}");
             continue;

@@ -10,8 +10,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::Rng;
-use kiln::spec::KernelSpec;
 use kiln::{Array, DType, Device, Error};
+use kiln_tools::spec::KernelSpec;
 
 /// A scratch directory unique to one test.
 fn scratch(name: &str) -> PathBuf {

@@ -35,21 +35,74 @@ fn empty_output_names_rejected_at_definition() {
 
 #[test]
 fn wrong_input_count_is_reported_like_mlx() {
-    let spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32);
+    let spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32).mlx_keywords(true);
     let msg = invalid_message(copy_kernel().call(&[input(&[4]), input(&[4])], &spec).unwrap_err());
     assert_eq!(msg, "Expected `inputs` to have size 1 but got size 2.");
 }
 
 #[test]
 fn wrong_output_shape_and_dtype_counts_are_reported() {
-    let mut spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32);
+    let mut spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32).mlx_keywords(true);
     spec.output_shapes.push([4].as_slice().into());
     let msg = invalid_message(copy_kernel().call(&[input(&[4])], &spec).unwrap_err());
     assert_eq!(msg, "Expected `output_shapes` to have size 1 but got size 2.");
-    let mut spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32);
+    let mut spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32).mlx_keywords(true);
     spec.output_dtypes.clear();
     let msg = invalid_message(copy_kernel().call(&[input(&[4])], &spec).unwrap_err());
     assert_eq!(msg, "Expected `output_dtypes` to have size 1 but got size 0.");
+}
+
+#[test]
+fn count_errors_from_rust_name_the_rust_api() {
+    // Forgetting `.output(..)`: the message names the method, not MLX's `output_shapes` keyword.
+    let spec = LaunchSpec::new(4usize, 4usize);
+    let msg = invalid_message(copy_kernel().call(&[input(&[4])], &spec).unwrap_err());
+    assert_eq!(
+        msg,
+        "the LaunchSpec describes 0 outputs for 1 output name: add one with LaunchSpec::output(shape, dtype) per output name"
+    );
+    let spec = LaunchSpec::new(4usize, 4usize).output(&[4], DType::F32);
+    let msg = invalid_message(copy_kernel().generate(&[], &spec).unwrap_err());
+    assert_eq!(msg, "0 inputs given for 1 input name (one input per name)");
+    let mut spec = LaunchSpec::new(4usize, 4usize).output(&[4], DType::F32);
+    spec.output_dtypes.clear();
+    let msg = invalid_message(copy_kernel().call(&[input(&[4])], &spec).unwrap_err());
+    assert!(msg.starts_with("LaunchSpec::output_dtypes holds 0 dtypes for 1 output name"), "{msg}");
+}
+
+#[test]
+fn sizes_and_template_integers_out_of_range_fail_the_call_naming_them() {
+    // usize sizes are accepted as given; one past u32 is an error, not a wrapped grid.
+    let n: usize = 4;
+    let ok = LaunchSpec::new((n, 1usize, 1usize), [n, 1, 1]).output(&[n], DType::F32).template("N", n);
+    assert_eq!((ok.grid, ok.threadgroup), ([4, 1, 1], [4, 1, 1]));
+    let kernel = copy_kernel();
+    let spec = LaunchSpec::new(1usize << 32, n).output(&[n], DType::F32);
+    let msg = invalid_message(kernel.call(&[input(&[4])], &spec).unwrap_err());
+    assert!(msg.starts_with("grid [4294967296, 1, 1] has an extent outside 0..=4294967295"), "{msg}");
+    let spec = LaunchSpec::new([4, 1, 1], [4, -1, 1]).output(&[n], DType::F32);
+    let msg = invalid_message(kernel.call(&[input(&[4])], &spec).unwrap_err());
+    assert!(msg.starts_with("threadgroup [4, -1, 1]"), "{msg}");
+    let spec = LaunchSpec::new(n, n).output(&[n], DType::F32).template("N", 1usize << 31);
+    let msg = invalid_message(kernel.generate(&[input(&[4]).to_array()], &spec).unwrap_err());
+    assert_eq!(msg, "template argument \"N\" = 2147483648 does not fit the 32-bit int of a Metal template argument");
+    assert!(TemplateArg::try_from(1u64 << 40).is_err());
+    assert_eq!(TemplateArg::try_from(7usize).unwrap(), TemplateArg::Int(7));
+    // A library launch sized past u32 fails the same way.
+    let library = MetalLibrary::new("copy", "kernel void f(device float* a [[buffer(0)]]) {}");
+    let launch = LibraryLaunch::threads("f", [1u64 << 40, 1, 1], 32usize);
+    let msg = invalid_message(library.dispatch(Device::Cpu, &[], &launch).unwrap_err());
+    assert!(msg.starts_with("grid [1099511627776, 1, 1]"), "{msg}");
+}
+
+#[test]
+fn scalar_inputs_take_any_integer_type_by_mlx_rule() {
+    assert!(matches!(KernelInput::from(7u32), KernelInput::Int(7)));
+    assert!(matches!(KernelInput::from(7usize), KernelInput::Int(7)));
+    let big = KernelInput::from(usize::MAX).to_array();
+    assert_eq!((big.dtype(), big.to_vec::<u64>().unwrap()), (DType::U64, vec![u64::MAX]));
+    assert_eq!(KernelInput::from(1usize << 40).to_array().dtype(), DType::I64);
+    assert_eq!(KernelInput::from(5u32).to_array().dtype(), DType::I32);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! `Array`: a shared buffer plus offset, shape, element strides and dtype. Views (slices with
 //! negative steps, transposes, broadcasts) share the buffer and copy nothing.
 
-pub(crate) mod npy;
+#[doc(hidden)]
+pub mod npy;
 mod view;
 
 use std::fmt;
@@ -148,11 +149,30 @@ impl fmt::Debug for HostBuffer {
 /// Where an array's bytes live.
 #[derive(Debug)]
 pub enum Storage {
+    /// Host memory (the CPU backend runs on it in place).
     Host(HostBuffer),
+    /// Memory a GPU backend owns.
     Device(Box<dyn DeviceBuffer>),
 }
 
-/// An n-dimensional array view over shared storage.
+/// An n-dimensional array: a view (offset, shape, element strides, dtype) of storage on one
+/// [`Device`], shared by its views. Cloning and slicing copy no data; moving between devices is
+/// explicit (`to_device`, `to_host`).
+///
+/// ```
+/// use kiln::{Array, DType, SliceArg};
+/// let a = Array::from_slice(&[2, 3], &[1i32, 2, 3, 4, 5, 6])?;
+/// let t = a.t();                                                  // a transposed view
+/// assert_eq!((t.shape(), t.strides()), (&[3, 2][..], &[1, 3][..]));
+/// assert_eq!(t.to_vec::<i32>()?, [1, 4, 2, 5, 3, 6]);
+/// let r = a.slice(&SliceArg::parse_list(":, ::-2")?)?;            // columns 2 and 0
+/// assert_eq!(r.to_vec::<i32>()?, [3, 1, 6, 4]);
+/// let b = a.broadcast_to(&[4, 2, 3])?;                            // stride 0, no copy
+/// assert_eq!((b.size(), b.strides()[0]), (24, 0));
+/// let on_gpu = a.to_device(kiln::best_device())?;                 // a copy, unless already there
+/// assert_eq!(on_gpu.to_host()?.astype(DType::F32)?.to_f64_vec()?, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+/// # Ok::<(), kiln::Error>(())
+/// ```
 pub struct Array {
     storage: Arc<Storage>,
     offset: usize,
@@ -196,6 +216,16 @@ pub(crate) fn byte_size(op: &str, what: impl std::fmt::Display, shape: &[usize],
             format!("{what} of shape {shape:?} and dtype {dtype} has more bytes than an address space holds"),
         )
     })
+}
+
+/// An error unless `given` values fill `shape` exactly, counted in elements.
+fn check_element_count(shape: &[usize], dtype: DType, given: usize) -> Result<()> {
+    let want = byte_size("array", "an array", shape, dtype)? / dtype.size();
+    if given == want {
+        Ok(())
+    } else {
+        Err(Error::shape("array", format!("{given} elements given for shape {shape:?} ({want} expected)")))
+    }
 }
 
 /// Row-major (C order) strides for `shape`.
@@ -244,13 +274,38 @@ impl Array {
         }
     }
 
-    /// A row-contiguous host array from typed values.
-    pub fn from_vec<T: Element>(shape: &[usize], values: Vec<T>) -> Result<Array> {
+    /// A row-contiguous host array of `shape` from typed values, row-major; the dtype follows
+    /// the element type (`f32` → float32, `half::f16` → float16, `half::bf16` → bfloat16,
+    /// `i32` → int32, `u8` → uint8, `bool` → bool, ...). kiln has no float64 dtype (Metal has
+    /// no `double`): convert `f64` data with [`Array::from_f64`], which rounds once to the
+    /// dtype you name.
+    ///
+    /// ```
+    /// use kiln::{bf16, Array, DType};
+    /// let a = Array::from_slice(&[2, 3], &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0])?;
+    /// assert_eq!((a.dtype(), a.shape()), (DType::F32, &[2, 3][..]));
+    /// let b = Array::from_slice(&[2], &[bf16::from_f32(0.5), bf16::ONE])?;
+    /// assert_eq!(b.dtype(), DType::BF16);
+    /// // From f64 data: a conversion to a dtype kiln has.
+    /// let c = Array::from_f64(DType::F32, &[3], &[0.1, 0.2, 0.3])?;
+    /// assert_eq!(c.to_vec::<f32>()?, [0.1f32, 0.2, 0.3]);
+    /// // The wrong number of elements is an error in elements.
+    /// let e = Array::from_slice(&[3], &[1i32, 2, 3, 4]).unwrap_err();
+    /// assert!(e.to_string().contains("4 elements given for shape [3] (3 expected)"));
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn from_slice<T: Element>(shape: &[usize], values: &[T]) -> Result<Array> {
+        check_element_count(shape, T::DTYPE, values.len())?;
         let mut bytes = Vec::with_capacity(values.len() * T::DTYPE.size());
-        for v in values {
+        for &v in values {
             v.write_le(&mut bytes);
         }
         Array::from_bytes(T::DTYPE, shape, &bytes)
+    }
+
+    /// A row-contiguous host array from typed values ([`Array::from_slice`], taking the vector).
+    pub fn from_vec<T: Element>(shape: &[usize], values: Vec<T>) -> Result<Array> {
+        Array::from_slice(shape, &values)
     }
 
     /// A 0-d host array.
@@ -262,6 +317,7 @@ impl Array {
 
     /// A host array of `dtype` whose elements are `values` converted with a numeric cast.
     pub fn from_f64(dtype: DType, shape: &[usize], values: &[f64]) -> Result<Array> {
+        check_element_count(shape, dtype, values.len())?;
         let mut bytes = Vec::with_capacity(values.len() * dtype.size());
         for &v in values {
             bytes.extend(f64_to_element_bytes(v, dtype));
@@ -283,9 +339,11 @@ impl Array {
         Ok(Array::from_host(buf, dtype, shape))
     }
 
+    /// The element type.
     pub fn dtype(&self) -> DType {
         self.dtype
     }
+    /// Extents per axis, outermost first.
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
@@ -297,6 +355,7 @@ impl Array {
     pub fn offset(&self) -> usize {
         self.offset
     }
+    /// Number of axes (0 for a scalar).
     pub fn ndim(&self) -> usize {
         self.shape.len()
     }

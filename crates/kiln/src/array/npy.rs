@@ -76,14 +76,21 @@ fn parse_descr(d: &str) -> std::result::Result<NpyElement, String> {
 }
 
 /// What a `.npy` file holds: a kiln array, or float64 values (converted only on request).
-pub(crate) enum NpyData {
+pub enum NpyData {
+    /// Data in one of kiln's dtypes.
     Array(Array),
-    Float64 { shape: Vec<usize>, values: Vec<f64> },
+    /// float64 data, kept as values until a dtype is chosen.
+    Float64 {
+        /// The array's shape.
+        shape: Vec<usize>,
+        /// The values in row-major order.
+        values: Vec<f64>,
+    },
 }
 
 /// Fails unless `path` is a regular file (following links). A FIFO, device or socket would block
 /// or never end when read; the check looks at the file without opening it.
-pub(crate) fn check_regular_file(path: &Path) -> std::result::Result<(), String> {
+pub fn check_regular_file(path: &Path) -> std::result::Result<(), String> {
     let kind = std::fs::metadata(path).map_err(|e| e.to_string())?.file_type();
     if kind.is_file() {
         return Ok(());
@@ -112,7 +119,7 @@ fn special_kind(_: &std::fs::FileType) -> &'static str {
 }
 
 /// Reads a `.npy` file from a regular file.
-pub(crate) fn read_npy(path: &Path) -> Result<NpyData> {
+pub fn read_npy(path: &Path) -> Result<NpyData> {
     let npy_err = |msg: String| Error::Npy { path: path.into(), msg };
     check_regular_file(path).map_err(npy_err)?;
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;

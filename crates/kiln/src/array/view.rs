@@ -7,8 +7,11 @@ use crate::error::{Error, Result};
 /// One axis of a NumPy basic slice, `start:stop:step`; `None` means "omitted".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SliceArg {
+    /// First index (negative: from the end); `None` is the start of the step's direction.
     pub start: Option<isize>,
+    /// One past the last index (negative: from the end); `None` runs to the end.
     pub stop: Option<isize>,
+    /// The step, never zero; negative walks backwards.
     pub step: isize,
 }
 

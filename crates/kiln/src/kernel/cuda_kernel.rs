@@ -7,15 +7,18 @@
 use std::fmt::Write;
 
 use super::launch::{KernelInput, LaunchSpec};
+use super::marshal::{Convention, Marshal};
 use crate::array::Array;
+use crate::backend::{self, Dispatch, Launch};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::program::{MathMode, MetalProgram, ProgramKind, MAX_NDIM};
 use crate::source::mangle::{TemplateArg, TemplateName};
 use crate::source::scan::{self, ShapeInfo};
 
 /// The most axes `X_shape`/`X_strides` carry (`MAX_NDIM` in the kernel).
-pub const CUDA_MAX_NDIM: usize = 10;
+pub const CUDA_MAX_NDIM: usize = MAX_NDIM;
 
 /// A custom CUDA kernel defined by its body, exactly as for `mx.fast.cuda_kernel`.
 #[derive(Clone, Debug)]
@@ -140,6 +143,11 @@ impl CudaKernel {
         self
     }
 
+    /// The kernel's name (without template arguments).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The compute capability whose architecture-specific target the kernel needs, if any.
     pub fn required_arch(&self) -> Option<(u32, u32)> {
         self.arch_specific
@@ -249,22 +257,42 @@ impl CudaKernel {
             return Err(Error::invalid(self.op(), format!("only supports the GPU; the call resolved to {device}")));
         };
         let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
-        let source = self.generate(&arrays, spec)?;
-        let call = crate::backend::cuda::CudaKernelCall {
-            kernel: &self.name,
-            entry: self.kernel_name(&spec.template),
-            source,
-            inputs: arrays,
-            shape_info: self.shape_info.clone(),
+        let program = self.program(&arrays, spec)?;
+        let backend = backend::backend_for(Device::Cuda(ordinal))?;
+        let marshal = Marshal {
+            op: &self.op(),
+            device,
+            backend: backend.as_ref(),
+            shape_info: &self.shape_info,
             ensure_row_contiguous: self.ensure_row_contiguous,
-            outputs: spec.output_shapes.iter().map(|s| s.to_vec()).zip(spec.output_dtypes.iter().copied()).collect(),
-            init_value: spec.init_value,
-            grid: spec.grid,
-            threadgroup: spec.threadgroup,
-            shared_memory: self.shared_memory,
-            arch_specific: self.arch_specific,
+            convention: Convention::Cuda,
         };
-        crate::backend::cuda::cuda_backend(ordinal)?.run_cuda_kernel(&call)
+        let bindings = marshal.bindings(inputs, arrays, spec)?;
+        let launch = Launch {
+            program: &program,
+            bindings,
+            dispatch: Dispatch::Threads(spec.grid),
+            threadgroup: spec.threadgroup,
+            threadgroup_memory: if self.shared_memory > 0 { vec![self.shared_memory] } else { Vec::new() },
+            timeout: spec.timeout,
+            cancel: spec.cancel.clone(),
+            stream: spec.stream,
+            resolved: None,
+        };
+        backend.launch(&launch)
+    }
+
+    /// The program a call with inputs `arrays` and `spec` runs: the generated CUDA source and
+    /// its entry, compiled for the architecture-specific target where the kernel asks for one.
+    pub fn program(&self, arrays: &[Array], spec: &LaunchSpec) -> Result<MetalProgram> {
+        Ok(MetalProgram {
+            kernel: self.name.clone(),
+            source: self.generate(arrays, spec)?,
+            kind: ProgramKind::Cuda { arch_specific: self.arch_specific },
+            function: self.kernel_name(&spec.template),
+            math_mode: MathMode::Safe,
+            constants: Vec::new(),
+        })
     }
 
     fn resolve_device(&self, inputs: &[KernelInput], spec: &LaunchSpec) -> Result<Device> {

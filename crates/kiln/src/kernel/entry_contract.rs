@@ -15,16 +15,11 @@
 //! The limits are Metal's, so they hold for `MetalKernel` and `MetalLibrary` on every backend;
 //! `CudaKernel` code is CUDA and keeps CUDA's limits.
 
-use super::const_eval::{split_args, Scope};
 use super::function_constants;
-use super::msl_outline::Outline;
-use crate::backend::MetalProgram;
 use crate::error::{Error, Result};
-use crate::source::lower::tokens::{tokenize, Kind, Token};
-use crate::source::lower::{lower, AddressSpace, EntryParam, LowerTarget};
-
-/// Metal's limit on threadgroup memory per threadgroup (static plus dynamic), in bytes.
-pub const MAX_THREADGROUP_MEMORY: usize = 32 * 1024;
+use crate::program::{MetalProgram, MAX_THREADGROUP_MEMORY};
+use crate::source::parse::{first_declarator, parse, split_args, AddressSpace, EntryParam, Outline, Scope};
+use crate::source::tokens::{tokenize, Kind, Token};
 
 /// Bytes of a kernel's own `threadgroup` declarations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,11 +42,11 @@ pub(crate) struct EntryContract {
 
 impl EntryContract {
     /// The contract of `program`'s entry, after checking its function constants (errors name
-    /// `op`). `None` when the program does not lower or has no such entry: compiling it fails
+    /// `op`). `None` when the program does not parse or has no such entry: compiling it fails
     /// with the backend's own message.
     pub fn of(op: &str, program: &MetalProgram) -> Result<Option<EntryContract>> {
-        let Ok(module) = lower(program, LowerTarget::Cpu) else { return Ok(None) };
-        let Some(entry) = module.entry(&program.function) else { return Ok(None) };
+        let Ok(parsed) = parse(program) else { return Ok(None) };
+        let Some(entry) = parsed.entry(&program.function) else { return Ok(None) };
         let outline = Outline::new(&program.source);
         let (base, args) = split_callee(&entry.callee);
         let item = outline.function(&base);
@@ -194,14 +189,14 @@ fn static_threadgroup(outline: &Outline, item: usize, scope: &Scope<'_>) -> Stat
     let Some(f) = outline.items[item].function.as_ref() else {
         return StaticThreadgroup { bytes: 0, complete: false };
     };
-    let body = &outline.toks[f.body.clone()];
-    for k in 0..body.len() {
-        let at_statement = k == 0 || [";", "{", "}", ":"].iter().any(|s| body[k - 1].is(s));
-        if !(at_statement && body[k].is("threadgroup")) {
+    let toks = &outline.toks;
+    for k in f.body.clone() {
+        let at_statement = k == f.body.start || [";", "{", "}", ":"].iter().any(|s| toks[k - 1].is(s));
+        if !(at_statement && toks[k].is("threadgroup")) {
             continue;
         }
-        let end = statement_end(body, k);
-        match declaration_bytes(&body[k + 1..end], scope) {
+        let end = outline.semicolon(k).filter(|&end| end < f.body.end).unwrap_or(f.body.end);
+        match declaration_bytes(&toks[k + 1..end], scope) {
             Some(Some(bytes)) => out.bytes = out.bytes.saturating_add(bytes),
             Some(None) => out.complete = false,
             None => {}
@@ -210,47 +205,18 @@ fn static_threadgroup(outline: &Outline, item: usize, scope: &Scope<'_>) -> Stat
     out
 }
 
-fn statement_end(toks: &[Token], from: usize) -> usize {
-    let mut depth = 0i32;
-    for (j, t) in toks.iter().enumerate().skip(from) {
-        match t.text.as_str() {
-            "(" | "[" | "{" if t.kind == Kind::Punct => depth += 1,
-            ")" | "]" | "}" if t.kind == Kind::Punct => depth -= 1,
-            ";" if depth == 0 => return j,
-            _ => {}
-        }
-    }
-    toks.len()
-}
-
 /// The bytes a `threadgroup` declaration allocates (after the keyword, without the `;`):
 /// `None` when it allocates nothing (a pointer or reference), `Some(None)` when its size is
 /// unknown.
 fn declaration_bytes(decl: &[Token], scope: &Scope<'_>) -> Option<Option<u64>> {
-    // The type ends at the identifier before the first top-level `[`, `,`, `=` or the end.
-    let mut depth = 0i32;
-    let mut stop = decl.len();
-    for (i, t) in decl.iter().enumerate() {
-        match t.text.as_str() {
-            "<" | "(" => depth += 1,
-            ">" | ")" => depth -= 1,
-            ">>" => depth -= 2,
-            "[" | "," | "=" | "{" if depth == 0 => {
-                stop = i;
-                break;
-            }
-            _ => {}
-        }
-    }
-    if stop == 0 || decl[stop - 1].kind != Kind::Ident {
-        return Some(None);
-    }
-    let ty = &decl[..stop - 1];
+    let refs: Vec<&Token> = decl.iter().collect();
+    let Some(name) = first_declarator(&refs) else { return Some(None) };
+    let ty = &decl[..name];
     if ty.iter().any(|t| t.is("*") || t.is("&") || t.is("&&")) {
         return None;
     }
     let Some(elem) = scope.type_size(ty) else { return Some(None) };
-    let declarators = split_args(&decl[stop - 1..].iter().collect::<Vec<_>>());
+    let declarators = split_args(&refs[name..]);
     let mut total = 0u64;
     for d in declarators {
         if d.first().is_some_and(|t| t.is("*") || t.is("&")) {
@@ -277,8 +243,8 @@ fn declaration_bytes(decl: &[Token], scope: &Scope<'_>) -> Option<Option<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{ConstantKey, ConstantValue, ProgramKind};
-    use crate::kernel::MathMode;
+    use crate::program::{ConstantKey, ConstantValue, MathMode, ProgramKind};
+    use crate::source::lower::{lower, LowerTarget};
 
     fn program(source: &str, function: &str, constants: Vec<(ConstantKey, ConstantValue)>) -> MetalProgram {
         MetalProgram {
@@ -339,6 +305,24 @@ kernel void capped(device float* o [[buffer(0)]]) {
         let capped = EntryContract::of("t", &program(FILE, "capped", Vec::new())).unwrap().unwrap();
         assert!(capped.check("t", [64, 1, 1], 1, &[]).is_ok());
         assert!(capped.check("t", [8, 9, 1], 1, &[]).unwrap_err().to_string().contains("max_total_threads"));
+    }
+
+    #[test]
+    fn the_contract_reads_the_parse_not_a_lowering() {
+        // Statements nested past the CPU lowering's limit around a SIMD-group call: the CPU
+        // lowering refuses the program, CUDA's does not, and a launch is checked either way.
+        let src = format!(
+            "kernel void deep(device float* o [[buffer(0)]], uint i [[thread_position_in_grid]]) {{\n\
+             for (int j = 0; j < 2; ++j) {} o[i] = simd_sum(1.0f);\n}}\n",
+            "if (i < 9) ".repeat(300)
+        );
+        let p = program(&src, "deep", Vec::new());
+        assert!(lower(&p, LowerTarget::Cpu).is_err());
+        assert!(lower(&p, LowerTarget::Cuda).is_ok());
+        let c = EntryContract::of("t", &p).unwrap().expect("the entry is parsed");
+        let err = c.check("t", [32, 1, 1], 0, &[]).unwrap_err().to_string();
+        assert!(err.contains("kernel deep") && err.contains("`o` [[buffer(0)]]"), "{err}");
+        assert!(c.check("t", [32, 1, 1], 1, &[]).is_ok());
     }
 
     #[test]

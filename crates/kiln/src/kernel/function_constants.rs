@@ -11,11 +11,12 @@
 
 use std::collections::HashSet;
 
-use super::msl_outline::Outline;
-use crate::backend::{ConstantKey, ConstantValue};
 use crate::dtype::{element_bytes_to_f64, f64_to_element_bytes, DType};
 use crate::error::{Error, Result};
-use crate::source::lower::tokens::Kind;
+use crate::program::{ConstantKey, ConstantValue};
+use crate::source::cursor::split_text_commas;
+use crate::source::parse::Outline;
+use crate::source::tokens::Kind;
 
 /// One `constant T name [[function_constant(index)]];` declaration.
 #[derive(Clone, Debug)]
@@ -69,7 +70,7 @@ pub(crate) fn absent_params(outline: &Outline, item: usize, values: &[(ConstantK
         if t.kind != Kind::Attr || k == 0 || params[k - 1].kind != Kind::Ident {
             continue;
         }
-        for part in super::msl_outline::split_top_commas(t.attr_inner()) {
+        for part in split_text_commas(t.attr_inner()) {
             let Some(cond) = part.strip_prefix("function_constant") else { continue };
             let cond = cond.trim().trim_start_matches('(').trim_end_matches(')').trim();
             let value = declared.iter().find(|c| c.name == cond).and_then(|c| value_of(c, values));

@@ -1,7 +1,6 @@
 //! What one kernel call needs besides its inputs: output shapes and dtypes, grid and threadgroup,
 //! template arguments, `init_value`, the device and options.
 
-use std::str::FromStr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,50 +15,28 @@ use crate::error::Error;
 use crate::source::mangle::TemplateArg;
 pub use crate::source::mangle::TemplateName;
 
-/// The compiler's floating-point mode (MLX `compile_options={"math_mode": ...}`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum MathMode {
-    /// IEEE semantics: `exp(-inf) == 0`, NaN and infinity preserved.
-    #[default]
-    Safe,
-    /// Reassociation allowed, special values kept.
-    Relaxed,
-    /// Fast math; `__FAST_MATH__` is defined.
-    Fast,
-}
-
-impl MathMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            MathMode::Safe => "safe",
-            MathMode::Relaxed => "relaxed",
-            MathMode::Fast => "fast",
-        }
-    }
-}
-
-impl FromStr for MathMode {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self, Error> {
-        match s {
-            "safe" => Ok(MathMode::Safe),
-            "relaxed" => Ok(MathMode::Relaxed),
-            "fast" => Ok(MathMode::Fast),
-            other => Err(Error::invalid(
-                "metal_kernel",
-                format!("expected math_mode 'safe', 'relaxed' or 'fast', got {other:?}"),
-            )),
-        }
-    }
-}
+use super::dim3::Dim3;
 
 /// A kernel input: an array, or a scalar converted with MLX's rules (bool → bool, integer →
 /// int32, or int64 outside the int32 range, float → float32).
+///
+/// The rules hold whatever the Rust type of the number; for a scalar of another dtype pass a
+/// 0-d array (`Array::scalar(7u32)`).
+///
+/// ```
+/// use kiln::{Array, KernelInput};
+/// let inputs: Vec<KernelInput> = vec![Array::scalar(1.5f32).into(), 3usize.into(), true.into(), 0.25.into()];
+/// assert!(matches!(inputs[1], KernelInput::Int(3)));
+/// ```
 #[derive(Clone, Debug)]
 pub enum KernelInput {
+    /// An array, bound with its own dtype, shape and strides.
     Array(Array),
+    /// A `bool` 0-d input.
     Bool(bool),
+    /// An integer: an int32 0-d input, or int64 outside the int32 range.
     Int(i64),
+    /// A float32 0-d input.
     Float(f64),
 }
 
@@ -103,6 +80,20 @@ impl From<i64> for KernelInput {
         KernelInput::Int(v)
     }
 }
+impl From<u32> for KernelInput {
+    fn from(v: u32) -> Self {
+        KernelInput::Int(i64::from(v))
+    }
+}
+impl From<usize> for KernelInput {
+    /// An integer by MLX's rule; beyond `i64::MAX` a uint64 0-d array (exact, never wrapped).
+    fn from(v: usize) -> Self {
+        match i64::try_from(v) {
+            Ok(v) => KernelInput::Int(v),
+            Err(_) => KernelInput::Array(Array::scalar(v as u64)),
+        }
+    }
+}
 impl From<f32> for KernelInput {
     fn from(v: f32) -> Self {
         KernelInput::Float(v as f64)
@@ -122,10 +113,24 @@ pub type OutputShapes = SmallVec<[Shape; 2]>;
 /// Output dtypes of a call.
 pub type OutputDTypes = SmallVec<[DType; 2]>;
 
-/// The launch description of one `MetalKernel` call (MLX's call keywords).
+/// The launch description of one `MetalKernel` call (MLX's call keywords): outputs, grid and
+/// threadgroup, template arguments and options, built with chained methods.
+///
+/// ```
+/// use kiln::{DType, LaunchSpec};
+/// let n: usize = 1000;
+/// let spec = LaunchSpec::new(n, 256usize)      // n threads (not groups), 256 per group
+///     .output(&[n], DType::F32)
+///     .template("T", DType::F32)
+///     .template("N", n)                        // checked to fit Metal's `int`
+///     .init_value(0.0);
+/// assert_eq!((spec.grid, spec.threadgroup), ([1000, 1, 1], [256, 1, 1]));
+/// ```
 #[derive(Clone, Debug)]
 pub struct LaunchSpec {
+    /// Output shapes, one per output name (`LaunchSpec::output` adds a shape and a dtype).
     pub output_shapes: OutputShapes,
+    /// Output dtypes, one per output name.
     pub output_dtypes: OutputDTypes,
     /// Total threads per dimension (not threadgroups).
     pub grid: [u32; 3],
@@ -150,16 +155,26 @@ pub struct LaunchSpec {
     /// the output shapes and dtypes: the kernel writes them in place and the call returns them.
     /// `init_value` does not apply to them (their owner fills them).
     pub outputs_into: Option<Vec<Array>>,
+    /// Errors name MLX's call keywords (`output_shapes`, `inputs`) instead of this type's
+    /// methods: for callers that take MLX's keywords (the Python package).
+    pub mlx_keywords: bool,
+    /// The first argument given out of range while building (a size or template value that
+    /// does not fit), reported by the call.
+    out_of_range: Option<String>,
 }
 
 impl LaunchSpec {
-    /// A launch of `grid` threads in groups of `threadgroup`, with no outputs yet.
-    pub fn new(grid: [u32; 3], threadgroup: [u32; 3]) -> Self {
+    /// A launch of `grid` threads in groups of `threadgroup`, with no outputs yet. Each is a
+    /// [`Dim3`]: `[x, y, z]` or `(x, y, z)` of `u32`, `usize` or integer literals, or one
+    /// number for `(n, 1, 1)`; an extent outside `u32` fails the call with an error naming it.
+    pub fn new(grid: impl Into<Dim3>, threadgroup: impl Into<Dim3>) -> Self {
+        let (grid, threadgroup) = (grid.into(), threadgroup.into());
+        let out_of_range = grid.to_u32("grid").and_then(|_| threadgroup.to_u32("threadgroup")).err();
         LaunchSpec {
             output_shapes: OutputShapes::new(),
             output_dtypes: OutputDTypes::new(),
-            grid,
-            threadgroup,
+            grid: grid.to_u32("grid").unwrap_or_default(),
+            threadgroup: threadgroup.to_u32("threadgroup").unwrap_or_default(),
             template: TemplateArgs::new(),
             init_value: None,
             verbose: false,
@@ -168,6 +183,8 @@ impl LaunchSpec {
             cancel: None,
             stream: None,
             outputs_into: None,
+            mlx_keywords: false,
+            out_of_range,
         }
     }
 
@@ -178,27 +195,46 @@ impl LaunchSpec {
         self
     }
 
-    /// Appends a template argument (`name` a `&'static str` or a `String`).
-    pub fn template(mut self, name: impl Into<TemplateName>, arg: impl Into<TemplateArg>) -> Self {
-        self.template.push((name.into(), arg.into()));
+    /// Appends a template argument (`name` a `&'static str` or a `String`): a [`DType`] for a
+    /// `typename`, a `bool`, or an integer of any Rust type for an `int` (one outside the
+    /// `i32` range fails the call with an error naming it).
+    pub fn template(mut self, name: impl Into<TemplateName>, arg: impl IntoTemplateArg) -> Self {
+        let name = name.into();
+        match arg.into_template_arg() {
+            Ok(arg) => self.template.push((name, arg)),
+            Err(msg) => {
+                let msg = format!("template argument {name:?} {msg}");
+                self.out_of_range.get_or_insert(msg);
+            }
+        }
         self
     }
 
+    /// Fills every output with `value` (cast to its dtype) before the kernel runs.
     pub fn init_value(mut self, value: f64) -> Self {
         self.init_value = Some(value);
         self
     }
 
+    /// Prints the generated Metal source as MLX's `verbose=True` does.
     pub fn verbose(mut self, verbose: bool) -> Self {
         self.verbose = verbose;
         self
     }
 
+    /// Runs on `device` (array inputs must live there: move them with `Array::to_device`).
     pub fn device(mut self, device: Device) -> Self {
         self.device = Some(device);
         self
     }
 
+    /// Errors name MLX's call keywords (see the `mlx_keywords` field).
+    pub fn mlx_keywords(mut self, on: bool) -> Self {
+        self.mlx_keywords = on;
+        self
+    }
+
+    /// Stops the kernel after `timeout` (on backends that can interrupt a kernel: the CPU).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -239,6 +275,55 @@ impl From<bool> for TemplateArg {
     }
 }
 
+/// Values [`LaunchSpec::template`] takes: a [`DType`], a `bool`, an integer of any Rust type
+/// (checked to fit the `int` of Metal's template), or a [`TemplateArg`].
+pub trait IntoTemplateArg {
+    /// The argument, or why the value does not fit one.
+    fn into_template_arg(self) -> Result<TemplateArg, String>;
+}
+
+impl IntoTemplateArg for TemplateArg {
+    fn into_template_arg(self) -> Result<TemplateArg, String> {
+        Ok(self)
+    }
+}
+impl IntoTemplateArg for DType {
+    fn into_template_arg(self) -> Result<TemplateArg, String> {
+        Ok(TemplateArg::DType(self))
+    }
+}
+impl IntoTemplateArg for bool {
+    fn into_template_arg(self) -> Result<TemplateArg, String> {
+        Ok(TemplateArg::Bool(self))
+    }
+}
+
+macro_rules! int_template_arg {
+    ($($t:ty),*) => {$(
+        impl IntoTemplateArg for $t {
+            fn into_template_arg(self) -> Result<TemplateArg, String> {
+                i32::try_from(self)
+                    .map(TemplateArg::Int)
+                    .map_err(|_| format!("= {self} does not fit the 32-bit int of a Metal template argument"))
+            }
+        }
+        impl TryFrom<$t> for TemplateArg {
+            type Error = Error;
+            /// An `int` argument; a value outside `i32` is an error.
+            fn try_from(v: $t) -> Result<Self, Error> {
+                v.into_template_arg().map_err(|msg| Error::invalid("template", format!("argument {msg}")))
+            }
+        }
+    )*};
+}
+int_template_arg!(u32, u64, usize, i64);
+
+impl IntoTemplateArg for i32 {
+    fn into_template_arg(self) -> Result<TemplateArg, String> {
+        Ok(TemplateArg::Int(self))
+    }
+}
+
 impl LaunchSpec {
     /// MLX's call-time size checks: one input per input name, one output shape and dtype per
     /// output name; and every output's bytes fit an address space.
@@ -249,11 +334,16 @@ impl LaunchSpec {
         n_inputs: usize,
         n_outputs: usize,
     ) -> Result<(), Error> {
+        if let Some(msg) = &self.out_of_range {
+            return Err(Error::invalid(op, msg.clone()));
+        }
         let check = |what: &str, want: usize, got: usize| {
             if want == got {
                 Ok(())
-            } else {
+            } else if self.mlx_keywords {
                 Err(Error::invalid(op, format!("Expected `{what}` to have size {want} but got size {got}.")))
+            } else {
+                Err(Error::invalid(op, rust_count_message(what, want, got)))
             }
         };
         check("inputs", n_input_names, n_inputs)?;
@@ -278,5 +368,22 @@ impl LaunchSpec {
             }
         }
         Ok(())
+    }
+}
+
+/// A count mismatch in the Rust API's own terms (its methods, not MLX's keywords).
+fn rust_count_message(what: &str, want: usize, got: usize) -> String {
+    let names = |n: usize, kind: &str| format!("{n} {kind} name{}", if n == 1 { "" } else { "s" });
+    match what {
+        "inputs" => format!("{got} inputs given for {} (one input per name)", names(want, "input")),
+        "output_shapes" => format!(
+            "the LaunchSpec describes {got} outputs for {}: add one with LaunchSpec::output(shape, dtype) per output name",
+            names(want, "output")
+        ),
+        "output_dtypes" => format!(
+            "LaunchSpec::output_dtypes holds {got} dtypes for {} (LaunchSpec::output adds a shape and a dtype together)",
+            names(want, "output")
+        ),
+        _ => format!("LaunchSpec::{what} holds {got} arrays for {}", names(want, "output")),
     }
 }

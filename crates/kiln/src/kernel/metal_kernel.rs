@@ -11,24 +11,42 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use super::entry_contract::EntryContract;
-use super::launch::{KernelInput, LaunchSpec, MathMode, OutputDTypes, TemplateArgs};
+use super::launch::{KernelInput, LaunchSpec, OutputDTypes, TemplateArgs};
+use super::marshal::{is_host_scalar, Convention, Marshal};
 use crate::array::Array;
-use crate::backend::{self, Binding, Dispatch, Launch, MetalProgram, OutputSpec, ProgramKind, ResolvedSlot};
+use crate::backend::{self, Dispatch, Launch, ResolvedSlot};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::program::{check_threadgroup, MathMode, MetalProgram, ProgramKind, MAX_BUFFERS, MAX_NDIM};
 use crate::source::mangle::{metal_kernel_name, InputKind};
 use crate::source::metal_codegen::{self, MetalSourceParts, SignatureInput};
 use crate::source::scan::{self, ShapeInfo};
 
-/// Metal's limit on threads per threadgroup.
-pub const MAX_THREADS_PER_THREADGROUP: u64 = 1024;
-/// Metal's limit on buffer slots of one kernel.
-pub const MAX_BUFFERS: usize = 31;
-/// The most axes an input may have when its shape or strides are passed.
-pub const MAX_NDIM: usize = 10;
-
-/// A custom Metal kernel defined by its body, exactly as for `mx.fast.metal_kernel`.
+/// A custom Metal kernel defined by its body, exactly as for `mx.fast.metal_kernel`: the
+/// signature is generated from the input and output names and the call's dtypes, and inputs
+/// named in the body as `<name>_shape`, `<name>_strides` or `<name>_ndim` get those too. Build
+/// once, call many times (each call signature is generated and compiled once).
+///
+/// ```
+/// use kiln::{Array, DType, LaunchSpec, MetalKernel};
+///
+/// // out = a * x + y, with `a` a scalar input.
+/// let axpy = MetalKernel::new("axpy", &["a", "x", "y"], &["out"], r#"
+///     uint i = thread_position_in_grid.x;
+///     out[i] = a * x[i] + y[i];
+/// "#)?;
+/// let device = kiln::best_device();
+/// let x = Array::from_slice(&[5], &[1.0f32, 2.0, 3.0, 4.0, 5.0])?.to_device(device)?;
+/// let y = Array::from_slice(&[5], &[0.5f32; 5])?.to_device(device)?;
+/// let spec = LaunchSpec::new(5usize, 32usize).output(&[5], DType::F32);
+/// let out = axpy.call(&[2.0f32.into(), (&x).into(), (&y).into()], &spec)?;
+/// assert_eq!(out[0].to_host()?.to_vec::<f32>()?, [2.5, 4.5, 6.5, 8.5, 10.5]);
+/// // The Metal source MLX would generate for this call:
+/// let generated = axpy.generate(&[Array::scalar(2.0f32), x.clone(), y.clone()], &spec)?;
+/// assert!(generated.source.contains("[[kernel]] void custom_kernel_axpy"));
+/// # Ok::<(), kiln::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct MetalKernel {
     name: String,
@@ -113,7 +131,9 @@ impl std::fmt::Debug for Generated {
 /// The Metal source generated for one call, with its mangled entry name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GeneratedSource {
+    /// The mangled entry name (MLX's `custom_kernel_<name>_<types>`).
     pub kernel_name: String,
+    /// The whole Metal source, as MLX generates it.
     pub source: String,
 }
 
@@ -186,6 +206,7 @@ impl MetalKernel {
         self
     }
 
+    /// The name the kernel was defined with.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -316,51 +337,17 @@ impl MetalKernel {
             // A closed stdout must not fail the kernel; the print is diagnostic only.
             let _ = stdout.write_all(self.verbose_text(generated).as_bytes());
         }
-        self.check_threadgroup(spec)?;
+        check_threadgroup(self.op(), spec.threadgroup)?;
         let backend = backend::backend_for(device)?;
-        let mut bindings = Vec::with_capacity(arrays.len() + spec.output_shapes.len());
-        for ((mut array, input), info) in arrays.into_iter().zip(inputs).zip(&self.shape_info) {
-            if !matches!(input, KernelInput::Array(_)) || is_host_scalar(&array) {
-                // A scalar (0-d, `constant` space, no shape bindings) travels with the launch as
-                // constant bytes: no device allocation and no copy queued before the kernel.
-                bindings.push(Binding::Bytes(array.to_contiguous_bytes()?.into()));
-                continue;
-            }
-            if self.ensure_row_contiguous && !array.is_row_contiguous() {
-                array = backend.row_contiguous(&array)?;
-            }
-            let info = if array.ndim() == 0 { ShapeInfo::default() } else { *info };
-            let shape_bytes =
-                info.shape.then(|| array.shape().iter().flat_map(|&n| (n as i32).to_le_bytes()).collect());
-            let stride_bytes =
-                info.strides.then(|| array.strides().iter().flat_map(|&s| (s as i64).to_le_bytes()).collect());
-            let ndim = array.ndim() as i32;
-            bindings.push(Binding::Array(array));
-            bindings.extend(shape_bytes.map(Binding::Bytes));
-            bindings.extend(stride_bytes.map(Binding::Bytes));
-            if info.ndim {
-                bindings.push(Binding::Bytes(ndim.to_le_bytes().as_slice().into()));
-            }
-        }
-        if let Some(outputs) = &spec.outputs_into {
-            for out in outputs {
-                if out.device() != device {
-                    return Err(Error::invalid(
-                        self.op(),
-                        format!("an output lives on {} but the kernel runs on {device}", out.device()),
-                    ));
-                }
-                bindings.push(Binding::OutputInto(out.clone()));
-            }
-        } else {
-            for (shape, &dtype) in spec.output_shapes.iter().zip(&spec.output_dtypes) {
-                bindings.push(Binding::Output(OutputSpec {
-                    shape: shape.as_slice().into(),
-                    dtype,
-                    init_value: spec.init_value,
-                }));
-            }
-        }
+        let marshal = Marshal {
+            op: self.op(),
+            device,
+            backend: backend.as_ref(),
+            shape_info: &self.shape_info,
+            ensure_row_contiguous: self.ensure_row_contiguous,
+            convention: Convention::Metal,
+        };
+        let bindings = marshal.bindings(inputs, arrays, spec)?;
         let launch = Launch {
             program,
             bindings,
@@ -387,25 +374,8 @@ impl MetalKernel {
         let device = self.resolve_device(inputs, spec)?;
         let arrays: SmallVec<[Array; 4]> = inputs.iter().map(KernelInput::to_array).collect();
         let memo = self.generate_memoised(&arrays, spec)?;
-        self.check_threadgroup(spec)?;
+        check_threadgroup(self.op(), spec.threadgroup)?;
         backend::backend_for(device)?.prepare(&memo.program, Some(&memo.resolved))
-    }
-
-    fn check_threadgroup(&self, spec: &LaunchSpec) -> Result<()> {
-        let [x, y, z] = spec.threadgroup;
-        if x == 0 || y == 0 || z == 0 {
-            return Err(Error::invalid(self.op(), format!("threadgroup {:?} has a zero dimension", spec.threadgroup)));
-        }
-        let total = x as u64 * y as u64 * z as u64;
-        if total > MAX_THREADS_PER_THREADGROUP {
-            return Err(Error::invalid(
-                self.op(),
-                format!(
-                    "thread group size ({total}) is greater than the maximum allowed threads per threadgroup ({MAX_THREADS_PER_THREADGROUP})"
-                ),
-            ));
-        }
-        Ok(())
     }
 
     /// The launch device: the spec's, else the one every array input lives on (the CPU when
@@ -441,9 +411,4 @@ impl MetalKernel {
         }
         Ok(device.unwrap_or_else(backend::best_device))
     }
-}
-
-/// A 0-d array in host memory: bound as constant bytes on every backend, like a scalar.
-fn is_host_scalar(a: &Array) -> bool {
-    a.ndim() == 0 && a.host_buffer().is_some()
 }

@@ -8,18 +8,42 @@ use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
+use super::dim3::Dim3;
 use super::entry_contract::EntryContract;
-use super::launch::MathMode;
 use crate::array::{byte_size, Array};
 use crate::backend::cuda::ExternalStream;
-use crate::backend::{
-    self, Binding, ConstantKey, ConstantValue, Dispatch, Launch, MetalProgram, OutputSpec, ProgramKind,
-};
+use crate::backend::{self, Binding, Dispatch, Launch, OutputSpec};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::program::{check_threadgroup, ConstantKey, ConstantValue, MathMode, MetalProgram, ProgramKind, MAX_BUFFERS};
 
-/// A full Metal source file.
+/// A full Metal source file (mlx-native style): kernel functions take `[[buffer(n)]]`,
+/// `[[threadgroup(n)]]` and builtin parameters directly, and [`MetalLibrary::dispatch`] binds
+/// [`LibraryArg`]s to the buffer slots in order.
+///
+/// ```
+/// use kiln::{Array, DType, LibraryArg, LibraryLaunch, MetalLibrary};
+///
+/// let library = MetalLibrary::new("scale.metal", r#"
+///     #include <metal_stdlib>
+///     using namespace metal;
+///     kernel void scale(const device float* x [[buffer(0)]], constant float& k [[buffer(1)]],
+///                       device float* out [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+///         out[i] = k * x[i];
+///     }
+/// "#);
+/// let device = kiln::best_device();
+/// let x = Array::from_slice(&[4], &[1.0f32, -2.0, 3.0, 0.25])?.to_device(device)?;
+/// let args = [
+///     LibraryArg::Array(x),
+///     LibraryArg::Bytes(3.0f32.to_le_bytes().to_vec()),
+///     LibraryArg::Output { shape: vec![4], dtype: DType::F32, init_value: None },
+/// ];
+/// let out = library.dispatch(device, &args, &LibraryLaunch::threads("scale", 4usize, 32usize))?;
+/// assert_eq!(out[0].to_host()?.to_vec::<f32>()?, [3.0, -6.0, 9.0, 0.75]);
+/// # Ok::<(), kiln::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct MetalLibrary {
     name: String,
@@ -40,42 +64,108 @@ pub enum LibraryArg {
     /// Small constant data: a parameter struct, a table of values.
     Bytes(Vec<u8>),
     /// A fresh row-contiguous output, optionally filled first.
-    Output { shape: Vec<usize>, dtype: DType, init_value: Option<f64> },
+    Output {
+        /// The output's shape.
+        shape: Vec<usize>,
+        /// The output's dtype.
+        dtype: DType,
+        /// A value to fill it with first (else its contents are unspecified).
+        init_value: Option<f64>,
+    },
     /// An array the function reads and updates in place. The function works on a row-contiguous
     /// copy (of the view's elements, in row-major order), which comes back among the outputs in
     /// slot order with the array's shape and dtype; the array passed here is never changed.
     InOut(Array),
 }
 
-/// How one function of a library is dispatched.
+/// How one function of a library is dispatched: by thread count ([`LibraryLaunch::threads`],
+/// Metal's `dispatchThreads`) or by threadgroup count ([`LibraryLaunch::threadgroups`]).
+///
+/// ```
+/// use kiln::LibraryLaunch;
+/// let rows: usize = 4096;
+/// let launch = LibraryLaunch::threadgroups("row_sum", rows, 256usize).threadgroup_memory(&[1024]);
+/// assert_eq!(launch.threadgroup, [256, 1, 1]);
+/// ```
 #[derive(Clone, Debug)]
 pub struct LibraryLaunch {
+    /// The kernel function's name in the source.
     pub function: String,
+    /// Threads or threadgroups to dispatch.
     pub dispatch: Dispatch,
+    /// Threads per threadgroup.
     pub threadgroup: [u32; 3],
     /// Bytes for `[[threadgroup(0)]]`, `[[threadgroup(1)]]`, ...
     pub threadgroup_memory: Vec<usize>,
+    /// `[[function_constant(i)]]` values, by index or name.
     pub constants: Vec<(ConstantKey, ConstantValue)>,
+    /// Stops the kernel after this long (on backends that can interrupt a kernel: the CPU).
     pub timeout: Option<Duration>,
     /// Stops the kernel when set (see `LaunchSpec::cancel`).
     pub cancel: Option<Arc<AtomicBool>>,
     /// Queues a CUDA launch on the caller's stream (see `LaunchSpec::stream`).
     pub stream: Option<ExternalStream>,
+    /// A size given out of range while building, reported by the dispatch.
+    out_of_range: Option<String>,
 }
 
 impl LibraryLaunch {
-    /// Dispatches `function` over `dispatch` with groups of `threadgroup` threads.
-    pub fn new(function: impl Into<String>, dispatch: Dispatch, threadgroup: [u32; 3]) -> Self {
+    /// Dispatches `function` over `dispatch` with groups of `threadgroup` threads (a [`Dim3`]:
+    /// an array, a tuple or one number).
+    pub fn new(function: impl Into<String>, dispatch: Dispatch, threadgroup: impl Into<Dim3>) -> Self {
+        let threadgroup = threadgroup.into().to_u32("threadgroup");
         LibraryLaunch {
             function: function.into(),
             dispatch,
-            threadgroup,
+            threadgroup: threadgroup.clone().unwrap_or_default(),
             threadgroup_memory: Vec::new(),
             constants: Vec::new(),
             timeout: None,
             cancel: None,
             stream: None,
+            out_of_range: threadgroup.err(),
         }
+    }
+
+    /// Dispatches `grid` threads (Metal's `dispatchThreads`; edge groups may be partial).
+    pub fn threads(function: impl Into<String>, grid: impl Into<Dim3>, threadgroup: impl Into<Dim3>) -> Self {
+        Self::sized(function, grid.into().to_u32("grid"), Dispatch::Threads, threadgroup)
+    }
+
+    /// Dispatches `groups` full threadgroups (Metal's `dispatchThreadgroups`).
+    pub fn threadgroups(function: impl Into<String>, groups: impl Into<Dim3>, threadgroup: impl Into<Dim3>) -> Self {
+        Self::sized(function, groups.into().to_u32("threadgroup count"), Dispatch::Threadgroups, threadgroup)
+    }
+
+    fn sized(
+        function: impl Into<String>,
+        size: std::result::Result<[u32; 3], String>,
+        dispatch: fn([u32; 3]) -> Dispatch,
+        threadgroup: impl Into<Dim3>,
+    ) -> Self {
+        let mut launch = LibraryLaunch::new(function, dispatch(size.clone().unwrap_or_default()), threadgroup);
+        if let Err(msg) = size {
+            launch.out_of_range = Some(msg);
+        }
+        launch
+    }
+
+    /// Bytes for `[[threadgroup(0)]]`, `[[threadgroup(1)]]`, ... in order.
+    pub fn threadgroup_memory(mut self, bytes: &[usize]) -> Self {
+        self.threadgroup_memory = bytes.to_vec();
+        self
+    }
+
+    /// Sets a `[[function_constant(i)]]` value, by index or name.
+    pub fn constant(mut self, key: ConstantKey, value: ConstantValue) -> Self {
+        self.constants.push((key, value));
+        self
+    }
+
+    /// Stops the kernel after `timeout` (on backends that can interrupt a kernel: the CPU).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 }
 
@@ -101,6 +191,7 @@ impl MetalLibrary {
         &self.name
     }
 
+    /// The Metal source.
     pub fn source(&self) -> &str {
         &self.source
     }
@@ -121,25 +212,15 @@ impl MetalLibrary {
     /// slot order.
     pub fn dispatch(&self, device: Device, args: &[LibraryArg], launch: &LibraryLaunch) -> Result<Vec<Array>> {
         let op = format!("metal_library {}:{}", self.name, launch.function);
-        let [x, y, z] = launch.threadgroup;
-        if x == 0 || y == 0 || z == 0 {
-            return Err(Error::invalid(op, format!("threadgroup {:?} has a zero dimension", launch.threadgroup)));
-        }
-        let total = x as u64 * y as u64 * z as u64;
-        if total > super::MAX_THREADS_PER_THREADGROUP {
+        check_threadgroup(&op, launch.threadgroup)?;
+        if args.len() > MAX_BUFFERS {
             return Err(Error::invalid(
                 op,
-                format!(
-                    "thread group size ({total}) is greater than the maximum allowed threads per threadgroup ({})",
-                    super::MAX_THREADS_PER_THREADGROUP
-                ),
+                format!("{} buffers bound; Metal allows at most {MAX_BUFFERS}", args.len()),
             ));
         }
-        if args.len() > super::MAX_BUFFERS {
-            return Err(Error::invalid(
-                op,
-                format!("{} buffers bound; Metal allows at most {}", args.len(), super::MAX_BUFFERS),
-            ));
+        if let Some(msg) = &launch.out_of_range {
+            return Err(Error::invalid(op, msg.clone()));
         }
         let backend = backend::backend_for(device)?;
         let mut bindings = Vec::with_capacity(args.len());

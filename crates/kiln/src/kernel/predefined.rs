@@ -13,7 +13,7 @@ pub const METAL_VERSION: u32 = 310;
 
 /// Every predefined object-like macro and its replacement text, in definition order: the
 /// table the lowering's preprocessor evaluates `#if` with.
-pub const PREDEFINED_MACROS: &[(&str, &str)] = &crate::source::lower::preprocess::METAL_PREDEFINED;
+pub const PREDEFINED_MACROS: &[(&str, &str)] = &crate::source::preprocess::METAL_PREDEFINED;
 
 /// The `#define` lines of [`PREDEFINED_MACROS`], one per macro.
 pub fn define_lines() -> String {

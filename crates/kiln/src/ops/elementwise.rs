@@ -29,20 +29,18 @@
 //!   In both, threadgroup g owns the K · G adjacent chunks from g · K · G (coalesced), whole
 //!   threadgroups are launched, and every threadgroup but the last skips the bounds checks and
 //!   the read of `n`, so its loads depend on the builtins alone; the last checks each chunk and
-//!   maps the tail elements past the last whole chunk. Measured on the H100 at 64 M elements,
-//!   16-bit: one unit per thread in groups of 256 runs 0.8 % faster than 2 units and 2 % faster
-//!   than 4, groups of 128 and 512 within 0.1 % and 0.8 %, 1024 4 % slower; grid-stride loops
-//!   7 % and 2 adjacent units per thread 20 % slower; the unchecked groups gain about 0.2 %.
-//!   f32: groups of 512 run 0.5 % faster than 256 or 1024, 2 or 4 chunks per thread 0.5 %
-//!   slower. 16-byte chunks are read through `kiln_load16` (evict-last for the L2 on CUDA):
-//!   f32 0.1829 → 0.1815 ms, f16/bf16 0.0945 → 0.0938 ms (H100, 64 M elements, same call).
+//!   maps the tail elements past the last whole chunk. The unit and threadgroup sizes are the
+//!   fastest measured on the H100; 16-byte chunks are read through `kiln_load16` (evict-last
+//!   for the L2 on CUDA), also measured faster there (`bench/results/notes/ops.md`).
 //! - `strided`: anything else, read in place through `elem_to_loc` (no copy) after merging
 //!   axes that are contiguous with each other, one thread per element.
 //!
 //! Reference: the formulas in f64 (erf by its Taylor series below 2, the continued fraction of
 //! erfc above) on the dtype-rounded inputs. Tolerance: the dtype table of `kiln::check`.
 
-use super::util::{cached, check_float, check_nonempty, grid_dim, load16_source, KernelCell, OpCall};
+use super::kernel_cache::KernelCache;
+use super::plan::OpCall;
+use super::util::{check_float, check_nonempty, grid_dim, load16_source};
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -207,15 +205,15 @@ const STRIDED_SOURCE: &str = r#"
     out[elem] = static_cast<T>(kiln_unary_any<T, OP>(static_cast<float>(inp[loc])));
 "#;
 
-static CONTIGUOUS: KernelCell = KernelCell::new();
-static CONTIGUOUS16: KernelCell = KernelCell::new();
-static STRIDED: KernelCell = KernelCell::new();
+static CONTIGUOUS: KernelCache<MetalKernel> = KernelCache::new();
+static CONTIGUOUS16: KernelCache<MetalKernel> = KernelCache::new();
+static STRIDED: KernelCache<MetalKernel> = KernelCache::new();
 
 /// Threads per threadgroup of the strided variant.
 const GROUP: u32 = 256;
 
 fn contiguous_kernel(op: &str) -> Result<&'static MetalKernel> {
-    cached(&CONTIGUOUS, op, || {
+    CONTIGUOUS.one(op, || {
         Ok(MetalKernel::new(
             "kiln_unary_contiguous",
             &["inp", "n"],
@@ -227,7 +225,7 @@ fn contiguous_kernel(op: &str) -> Result<&'static MetalKernel> {
 }
 
 fn contiguous16_kernel(op: &str) -> Result<&'static MetalKernel> {
-    cached(&CONTIGUOUS16, op, || {
+    CONTIGUOUS16.one(op, || {
         Ok(MetalKernel::new(
             "kiln_unary_contiguous16",
             &["inp", "n"],
@@ -239,7 +237,7 @@ fn contiguous16_kernel(op: &str) -> Result<&'static MetalKernel> {
 }
 
 fn strided_kernel(op: &str) -> Result<&'static MetalKernel> {
-    cached(&STRIDED, op, || {
+    STRIDED.one(op, || {
         Ok(MetalKernel::new("kiln_unary_strided", &["inp"], &["out"], STRIDED_SOURCE)?
             .header(HEADER)
             .ensure_row_contiguous(false))

@@ -25,12 +25,12 @@
 //! reference.
 //! Tolerance: the dtype table (of the output's dtype).
 
-use std::sync::OnceLock;
-
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};
+use crate::ops::kernel_cache::KernelCache;
+use crate::ops::plan::{OpCall, OpPlan};
 use crate::ops::util::{vec4_aligned, VEC4_HEADER};
 
 const OP: &str = "grid_sample";
@@ -41,7 +41,7 @@ const THREADS: u32 = 256;
 /// fraction comes from one fused multiply-add on a number below 1, so it carries the float
 /// rounding of itself (~6e-8), not that of the coordinate (~6e-5 at size 1024), and no
 /// compiler contraction can change it (every product is already an explicit fma).
-pub(crate) const HEADER: &str = r#"
+pub const HEADER: &str = r#"
 inline int source_index(float u, int size, thread float& frac) {
     float hs = 0.5f * size;
     float f0 = metal::floor(metal::fma(u, hs, hs - 0.5f));
@@ -173,23 +173,17 @@ const CAST: &str = r#"
     out[i] = static_cast<T>(inp[i]);
 "#;
 
-type Cell = OnceLock<std::result::Result<MetalKernel, String>>;
-
-fn cached(cell: &'static Cell, op: &str, build: impl FnOnce() -> Result<MetalKernel>) -> Result<&'static MetalKernel> {
-    cell.get_or_init(|| build().map_err(|e| e.to_string())).as_ref().map_err(|msg| Error::invalid(op, msg.clone()))
-}
-
 fn forward_kernel() -> Result<&'static MetalKernel> {
-    static CELL: Cell = OnceLock::new();
-    cached(&CELL, OP, || {
+    static CELL: KernelCache<MetalKernel> = KernelCache::new();
+    CELL.one(OP, || {
         Ok(MetalKernel::new("kiln_grid_sample", &["x", "grid"], &["out"], FORWARD)?
             .header(format!("{VEC4_HEADER}{HEADER}")))
     })
 }
 
 fn backward_kernel() -> Result<&'static MetalKernel> {
-    static CELL: Cell = OnceLock::new();
-    cached(&CELL, OP_VJP, || {
+    static CELL: KernelCache<MetalKernel> = KernelCache::new();
+    CELL.one(OP_VJP, || {
         Ok(MetalKernel::new("kiln_grid_sample_vjp", &["x", "grid", "cotangent"], &["x_grad", "grid_grad"], BACKWARD)?
             .header(HEADER)
             .atomic_outputs(true))
@@ -197,8 +191,8 @@ fn backward_kernel() -> Result<&'static MetalKernel> {
 }
 
 fn cast_kernel() -> Result<&'static MetalKernel> {
-    static CELL: Cell = OnceLock::new();
-    cached(&CELL, OP_VJP, || MetalKernel::new("kiln_grid_sample_cast", &["inp"], &["out"], CAST))
+    static CELL: KernelCache<MetalKernel> = KernelCache::new();
+    CELL.one(OP_VJP, || MetalKernel::new("kiln_grid_sample_cast", &["inp"], &["out"], CAST))
 }
 
 fn is_float(d: DType) -> bool {
@@ -244,17 +238,20 @@ pub fn grid_sample(x: &Array, grid: &Array) -> Result<Array> {
 
 /// As [`grid_sample`], the output first filled with `init` (tests poison it with NaN).
 pub fn grid_sample_with(x: &Array, grid: &Array, init: Option<f64>) -> Result<Array> {
+    OpPlan::from(grid_sample_call(x, grid)?).with_init(init).run_one()
+}
+
+/// The validated call of the forward kernel.
+pub fn grid_sample_call(x: &Array, grid: &Array) -> Result<OpCall> {
     let [b, _, _, c, gh, gw] = check(OP, x, grid)?;
     let vec4 = uses_vec4(x);
     let per_thread = if vec4 { 4 } else { 1 };
-    let mut spec = LaunchSpec::new([grid_dim(OP, b * gh * gw * c / per_thread)?, 1, 1], [THREADS, 1, 1])
+    let spec = LaunchSpec::new([grid_dim(OP, b * gh * gw * c / per_thread)?, 1, 1], [THREADS, 1, 1])
         .output(&[b, gh, gw, c], x.dtype())
         .template("T", x.dtype())
         .template("V", vec4)
         .device(x.device());
-    spec.init_value = init;
-    let mut outs = forward_kernel()?.call(&[x.into(), grid.into()], &spec)?;
-    outs.pop().ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))
+    Ok(OpCall::new(forward_kernel()?, vec![x.into(), grid.into()], spec))
 }
 
 /// Whether the forward reads and writes 4 channels per thread (a vector): when C is a multiple

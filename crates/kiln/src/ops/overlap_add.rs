@@ -15,7 +15,9 @@
 //! Reference: the scatter form in f64 (each frame added at its offset) on the dtype-rounded
 //! inputs. Tolerance: the dtype table.
 
-use super::util::{cached, check_float, check_nonempty, grid_dim, index_i32, KernelCell, OpCall};
+use super::kernel_cache::KernelCache;
+use super::plan::OpCall;
+use super::util::{check_float, check_nonempty, grid_dim, index_i32};
 use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};
@@ -40,7 +42,7 @@ const SOURCE: &str = r#"
     out[gid] = static_cast<T>(acc);
 "#;
 
-static KERNEL: KernelCell = KernelCell::new();
+static KERNEL: KernelCache<MetalKernel> = KernelCache::new();
 
 /// The output length for `n_frames` frames of `frame_len` samples `hop` apart.
 pub fn output_len(n_frames: usize, frame_len: usize, hop: usize) -> usize {
@@ -63,7 +65,7 @@ pub fn overlap_add_call(frames: &Array, hop: usize) -> Result<OpCall> {
     let batch = frames.size() / (n_frames * frame_len);
     let mut out_shape = frames.shape()[..nd - 2].to_vec();
     out_shape.push(out_len);
-    let kernel = cached(&KERNEL, OP, || {
+    let kernel = KERNEL.one(OP, || {
         MetalKernel::new("kiln_overlap_add", &["frames", "n_frames", "frame_len", "hop", "out_len"], &["out"], SOURCE)
     })?;
     let threads = batch.checked_mul(out_len).ok_or_else(|| Error::invalid(OP, "the output size overflows"))?;

@@ -21,20 +21,21 @@
 //! Reference: `rms_norm::reference` of the f64 sum `x + residual` of the dtype-rounded inputs,
 //! and that sum for `h`. Tolerance: the dtype table.
 
-use super::rms_norm::{check_norm_args, norm_source, RowLaunch, RowUnits, SIMDGROUP_MAX_D, UNITS_PER_THREAD};
-use super::util::{check_same_dtype, common_device, vec4_aligned, vec8_aligned, OpCall, RowKernels, VEC4_HEADER};
+use super::plan::OpCall;
+use super::rms_norm::{check_norm_args, norm_source};
+use super::rows::{RowKernels, RowLaunch, RowUnits, SIMDGROUP_MAX_D, UNITS_PER_THREAD};
+use super::util::{check_same_dtype, common_device, vec4_aligned, vec8_aligned, VEC4_HEADER};
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::MetalKernel;
 
 const OP: &str = "residual_rms_norm";
-/// Units per thread of short f32 rows kept in registers (128 threads at D = 1024; measured on
-/// the H100 at 16384 × 1024: 0.0943 ms against 0.0952 with 64 threads and 0.0959 with one
-/// simdgroup per row); 16-bit rows of D > 1024 loop (see the call), so their default stays.
+/// Units per thread of short f32 rows kept in registers (128 threads at D = 1024, the fastest
+/// measured on the H100); 16-bit rows of D > 1024 loop (see the call), so their default stays.
 const UNITS: RowUnits = RowUnits { short_f32: 2, long_16bit: UNITS_PER_THREAD, long_f32: UNITS_PER_THREAD };
 
-// Register form (CPT > 0, the plan of `rms_norm::RowLaunch`): `x` and `residual` are loaded
+// Register form (CPT > 0, the plan of `rows::RowLaunch`): `x` and `residual` are loaded
 // whole before any store (and, for 16-byte units, `w` still packed), `h` kept in registers for
 // the scaled store. Loop form (CPT = 0): the
 // second pass reads back the `h` this thread just wrote (from cache).
@@ -142,9 +143,9 @@ pub fn residual_rms_norm_call(x: &Array, residual: &Array, w: &Array, eps: f32) 
     }
     common_device(OP, &[("x", x), ("residual", residual), ("w", w)])?;
     let vec4 = d % 4 == 0 && d >= 8 && vec4_aligned(x) && vec4_aligned(residual) && vec4_aligned(w);
-    // Measured on the H100 (bf16, 16384 rows): the register form (x and residual held together)
-    // beat the looped form at D = 1024 (0.0537 vs 0.0550 ms) and lost at 4096 and 8192 (0.1890
-    // vs 0.1867, 0.3710 vs 0.3638 ms), so 16-bit rows take registers only up to D = 1024.
+    // The register form (x and residual held together) measured faster on the H100 than the
+    // looped form at D = 1024 and slower at 4096 and 8192, so 16-bit rows take registers only
+    // up to D = 1024.
     let registers = vec4 && (x.dtype() == DType::F32 || d <= SIMDGROUP_MAX_D);
     let wide = vec8_aligned(x) && vec8_aligned(residual) && vec8_aligned(w);
     let launch = RowLaunch::new(OP, rows, d, x.dtype(), registers, wide, UNITS)?;

@@ -21,56 +21,30 @@
 //! compiled for their row length (template `DS` = D: constant offsets, no bound checks left);
 //! the others take D at run time (`DS` = 0). Longer rows loop: read the row for the sum of
 //! squares, then again (from cache) for the scaled store.
-//! Measured on the H100 (16384 rows, D = 1024, one run, ms): bf16 2 rows per threadgroup with
-//! the static length 0.0284 against 0.0296 for 4 rows with `w` staged in threadgroup memory;
-//! f32 64 threads per row (4 units each) 0.0493 against 0.0501 for one simdgroup and 0.0503
-//! before; torch.compile 0.0282 / 0.0491 in the same session.
+//! These plans measured fastest on the H100 (`bench/results/notes/ops.md`).
 //!
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
+use super::plan::OpCall;
+use super::rows::{row_index_source, row_sum_source, RowKernels, RowLaunch, RowUnits, UNITS_PER_THREAD};
 use super::util::{
-    check_float, check_nonempty, check_same_dtype, common_device, grid_dim, index_i32, round_up, row_index_source,
-    row_sum_source, threads_per_row, vec4_aligned, vec8_aligned, OpCall, RowKernels, SIMD, VEC4_HEADER,
+    check_float, check_nonempty, check_same_dtype, common_device, vec4_aligned, vec8_aligned, VEC4_HEADER,
 };
 use crate::array::Array;
-use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::{LaunchSpec, MetalKernel};
+use crate::kernel::MetalKernel;
 
 const OP: &str = "rms_norm";
 
-/// Longest row handled by one simdgroup.
-pub const SIMDGROUP_MAX_D: usize = 1024;
-/// Rows per threadgroup of the simdgroup variant.
-const ROWS_PER_GROUP: usize = 2;
 /// Units per thread of this op's register rows: 4 for short f32 rows (64 threads at D = 1024);
 /// 2 for 16-bit rows of one threadgroup (D > 1024), twice the threads of the default and about
 /// half the registers (39 against 68 on sm_90, 70 % of the warps active against 41 %).
-/// Measured on the H100 (16384 bf16 rows, three rounds in one call, ms): D = 4096
-/// 0.0946–0.0948 against 0.0949, `ncu` 86.1 against 86.5 µs; D = 8192 level (0.1820–0.1823).
+/// (faster on the H100 at D = 4096, level at 8192).
 const UNITS: RowUnits = RowUnits { short_f32: 4, long_16bit: 2, long_f32: UNITS_PER_THREAD };
-/// Units each thread of a threadgroup row aims for: enough loads in flight per thread, and
-/// small threadgroups so that several rows share a multiprocessor.
-pub(crate) const UNITS_PER_THREAD: usize = 4;
-/// Most 4-element chunks a thread keeps in registers (32 floats); longer rows loop.
-pub(crate) const MAX_REGISTER_CHUNKS: usize = 8;
-/// Most threads per row of the packed plan: two 512-thread rows fit on a multiprocessor at
-/// up to 64 registers per thread.
-const MAX_PACKED_THREADS: usize = 512;
-/// Most packed 16-byte units a thread keeps (64 registers).
-const MAX_PACKED_UNITS: usize = 16;
 
 // Row loads go through `kiln_load16` (evict-last on CUDA), except the 16-byte units of register
-// rows of one threadgroup (16-bit, D > 1024), which measured slower with it on the H100 (16384
-// bf16 rows: 0.1073 / 0.2285 ms against 0.0951 / 0.1822 ms at D = 4096 / 8192, while D = 1024
-// went 0.0280 → 0.0274 ms).
-// Other forms of those rows, against this one (16384 bf16 rows, D = 8192 / 4096, four rounds in
-// one call, ms: 0.1814–0.1816 / 0.0939–0.0940): the loop form with 512 threads and 16-byte
-// units, first pass evict-last and second evict-first 0.1853–0.1855 / 0.1028–0.1030 (both
-// evict-last 0.1857–0.1859; with streaming stores 0.1841–0.1842); the same with 8-byte units,
-// torch.compile's structure, 0.2079–0.2081 / 0.1227–0.1229; register rows with streaming
-// (`st.global.cs`) stores 0.1816–0.1817 / 0.0941, with evict-first loads 0.1987–0.1992, with
-// evict-last loads 0.1930–0.1931.
+// rows of one threadgroup (16-bit, D > 1024), which measured slower with it on the H100; the
+// other forms of those rows measured slower too (`bench/results/notes/ops.md`).
 // Register form (CPT > 0): thread `tid` owns units `i * nt + tid` of P adjacent 4-element
 // chunks, loads them all before the reduction and scales them from registers, so the row is read
 // from memory once; 16-byte units (P = 2) also fetch their `w` units, still packed, before the
@@ -188,111 +162,6 @@ pub(crate) fn norm_source(template: &str, row_per_simdgroup: bool) -> String {
         .replace("%W_PREFETCH%", W_PREFETCH)
         .replace("%SCALED_STORE%", SCALED_STORE)
         .replace("%KEEP16%", if row_per_simdgroup { "true" } else { "false" })
-}
-
-/// Units per thread of an op's register rows (the plan's default is [`UNITS_PER_THREAD`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RowUnits {
-    /// f32 rows of D ≤ 1024 (more than 32 threads make it a threadgroup row).
-    pub short_f32: usize,
-    /// f16/bf16 rows of D > 1024 in the float register form.
-    pub long_16bit: usize,
-    /// f32 rows of D > 1024.
-    pub long_f32: usize,
-}
-
-/// The row-to-thread mapping and register plan, shared with `residual_rms_norm` and `softmax`.
-pub(crate) struct RowLaunch {
-    pub row_per_simdgroup: bool,
-    pub grid: u32,
-    pub group: u32,
-    /// Units per thread held in registers (0: the looped two-pass form).
-    pub cpt: usize,
-    /// 4-element chunks per unit, in registers and loops alike: 2 for f16/bf16 when D % 8 == 0
-    /// and the inputs are 8-element aligned (one 16-byte access per thread per unit), else 1.
-    pub p: usize,
-    /// The row length.
-    pub d: usize,
-}
-
-impl RowLaunch {
-    /// `registers`: the kernel takes 4-element loads and the caller wants the row kept in
-    /// registers where it fits (the caller's rule on dtype and D); `wide`: every input is
-    /// 8-element aligned (`vec8_aligned`); `units_per_thread`: the op's units per thread for
-    /// each kind of register row.
-    pub(crate) fn new(
-        op: &str,
-        rows: usize,
-        d: usize,
-        dtype: DType,
-        registers: bool,
-        wide: bool,
-        units_per_thread: RowUnits,
-    ) -> Result<RowLaunch> {
-        index_i32(op, "D", d)?;
-        let p = if wide_units(dtype, d, wide) { 2 } else { 1 };
-        let units = (d / 4).div_ceil(p);
-        let threads = |per_thread: usize| round_up(units.div_ceil(per_thread.max(1)), SIMD).clamp(SIMD, 1024);
-        let short = d <= SIMDGROUP_MAX_D;
-        let short_f32 = short && registers && dtype == DType::F32;
-        let row_per_simdgroup = short && !(short_f32 && threads(units_per_thread.short_f32) > SIMD);
-        let nt = if row_per_simdgroup {
-            SIMD
-        } else if short_f32 {
-            threads(units_per_thread.short_f32)
-        } else if dtype.size() == 2 {
-            threads(units_per_thread.long_16bit)
-        } else {
-            threads(units_per_thread.long_f32)
-        };
-        let cpt = units.div_ceil(nt);
-        let (nt, cpt) = if registers && cpt * p <= MAX_REGISTER_CHUNKS {
-            (nt, cpt)
-        } else if row_per_simdgroup {
-            (SIMD, 0)
-        } else {
-            (threads_per_row(d), 0)
-        };
-        let (grid, group) =
-            if row_per_simdgroup { (rows * SIMD, (ROWS_PER_GROUP * SIMD).min(rows * SIMD)) } else { (rows * nt, nt) };
-        Ok(RowLaunch { row_per_simdgroup, grid: grid_dim(op, grid)?, group: group as u32, cpt, p, d })
-    }
-
-    /// The plan for 16-bit rows longer than one simdgroup's (D > 1024) kept packed in registers
-    /// (16-byte units of 8 elements, 4 registers per unit, widened where used): about 4 units
-    /// per thread in threadgroups of at most 512 threads, so that at least two rows share a
-    /// multiprocessor; at most 16 units (64 registers) per thread. `None` where the row is
-    /// short (D ≤ 1024: the float register form serves it), does not fit (D > 65536) or does
-    /// not take 16-byte units.
-    pub(crate) fn packed(op: &str, rows: usize, d: usize, dtype: DType, wide: bool) -> Result<Option<RowLaunch>> {
-        index_i32(op, "D", d)?;
-        if !wide_units(dtype, d, wide) || d <= SIMDGROUP_MAX_D {
-            return Ok(None);
-        }
-        let units = d / 8;
-        let nt = round_up(units.div_ceil(UNITS_PER_THREAD), SIMD).clamp(SIMD, MAX_PACKED_THREADS);
-        let cpt = units.div_ceil(nt);
-        if cpt > MAX_PACKED_UNITS {
-            return Ok(None);
-        }
-        Ok(Some(RowLaunch { row_per_simdgroup: false, grid: grid_dim(op, rows * nt)?, group: nt as u32, cpt, p: 2, d }))
-    }
-
-    /// The launch with the plan's template values (`T`, `CPT`, `P`, and `DS`: the row length
-    /// for register forms, which are compiled for it, 0 for the others).
-    pub(crate) fn spec(&self, dtype: DType) -> LaunchSpec {
-        let static_d = if self.cpt > 0 { self.d as i32 } else { 0 };
-        LaunchSpec::new([self.grid, 1, 1], [self.group, 1, 1])
-            .template("T", dtype)
-            .template("CPT", self.cpt as i32)
-            .template("P", self.p as i32)
-            .template("DS", static_d)
-    }
-}
-
-/// Whether rows take units of two chunks (one 16-byte access of 8 elements).
-fn wide_units(dtype: DType, d: usize, wide: bool) -> bool {
-    wide && dtype.size() == 2 && d % 8 == 0
 }
 
 /// Validates `x`, `w` and `eps` for a last-axis norm; returns (rows, D).

@@ -22,16 +22,17 @@
 //! - `kiln_rope_wide16`: f16/bf16, half-split, dims % 16 == 0, D % 8 == 0 and `x` 8-element
 //!   aligned. Each thread takes 8 adjacent pairs (one 16-byte load and store from each half)
 //!   for a run of 2 rows, all loads before the first store; the tail goes 8 elements at a time.
-//!   (Measured on the H100 at 32·32·1024 rows × 128, bf16: 92.7 % of the copy roofline with 2
-//!   rows per thread, 91.9 % with 4, 91.4 % with 8, 76 % with 1, where the angles cost more than
-//!   the memory; 88 % for the two-pair form below.)
+//!   (2 rows per thread: the fastest measured on the H100, where 1 row lets the angles cost
+//!   more than the memory; `bench/results/notes/ops.md`.)
 //! - `kiln_rope_pairs`, `kiln_rope_traditional_pairs`: dims % 4 == 0, D % 4 == 0 and `x`
 //!   4-element aligned: each thread takes two adjacent pairs with vector loads for 4 rows.
 //! - `kiln_rope`, `kiln_rope_traditional`: one pair with scalar loads for 4 rows.
 //!
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::util::{cached, check_float, check_nonempty, grid_dim, index_i32, vec4_aligned, KernelCell, OpCall};
+use super::kernel_cache::KernelCache;
+use super::plan::OpCall;
+use super::util::{check_float, check_nonempty, grid_dim, index_i32, vec4_aligned};
 use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};
@@ -204,11 +205,10 @@ enum Form {
     Wide16 = 4,
 }
 
-static KERNELS: [KernelCell; 5] =
-    [KernelCell::new(), KernelCell::new(), KernelCell::new(), KernelCell::new(), KernelCell::new()];
+static KERNELS: KernelCache<MetalKernel, 5> = KernelCache::new();
 
 fn kernel(form: Form) -> Result<&'static MetalKernel> {
-    cached(&KERNELS[form as usize], OP, || {
+    KERNELS.get(OP, form as usize, || {
         let (name, source) = match form {
             Form::Pairs1 => ("kiln_rope", SOURCE),
             Form::Traditional1 => ("kiln_rope_traditional", SOURCE),

@@ -25,11 +25,8 @@
 //! `packed` forms: f16/bf16 rows of 1024 < D ≤ 65536 with D % 8 == 0 whose `x` is 8-element
 //! aligned go by 16-byte units of 8 elements kept as loaded (the plan of `RowLaunch::packed`:
 //! 4 registers per unit, threadgroups of at most 512 threads) and take two exps per element.
-//! Measured on the H100 (bf16, 16384 rows): D = 32768 0.719 ms against 0.924 ms for one
-//! 1024-thread row of floats per multiprocessor; D = 4096 equal. Rows of D ≤ 1024 (one
-//! simdgroup) keep the `vec4` register form, one exp per element: bf16 D = 1024 0.0272–0.0274
-//! against 0.0275–0.0277 ms packed (four rounds, same call; `ncu` 19.97 against 20.32 µs, 6.9 M
-//! against 9.4 M instructions).
+//! Packed rows measured faster on the H100 at D = 32768 (equal at 4096); rows of D ≤ 1024 (one
+//! simdgroup) keep the `vec4` register form, one exp per element, which measured faster there.
 //! Register and packed forms are compiled for their row length (template `DS`, as `rms_norm`).
 //!
 //! The `vec4` and `packed` forms take exp of the element values as exp2(y · log2 e) for
@@ -38,19 +35,16 @@
 //!
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::rms_norm::{RowLaunch, RowUnits, UNITS_PER_THREAD};
-use super::util::{
-    check_float, check_nonempty, row_index_source, vec4_aligned, vec8_aligned, OpCall, RowKernels, VEC4_HEADER,
-};
+use super::plan::OpCall;
+use super::rows::{row_index_source, RowKernels, RowLaunch, RowUnits, UNITS_PER_THREAD};
+use super::util::{check_float, check_nonempty, vec4_aligned, vec8_aligned, VEC4_HEADER};
 use crate::array::Array;
 use crate::error::Result;
 use crate::kernel::MetalKernel;
 
 const OP: &str = "softmax";
-/// Units per thread of f32 rows kept in registers: 8, one simdgroup per row at D = 1024
-/// (measured on the H100 at 16384 × 1024: 0.0497 ms against 0.0500 with 64 threads) and 128
-/// threads at D = 4096 (16384 rows, three rounds in one call: 0.1817–0.1818 ms against
-/// 0.1822–0.1823 with 4 units; D = 32768 level, 1.4152–1.4157). 16-bit rows of D > 1024 take
+/// Units per thread of f32 rows kept in registers: 8, one simdgroup per row at D = 1024 and 128
+/// threads at D = 4096 (the fastest measured on the H100). 16-bit rows of D > 1024 take
 /// the packed plan where aligned; unaligned ones keep the default.
 const UNITS: RowUnits = RowUnits { short_f32: 8, long_16bit: UNITS_PER_THREAD, long_f32: 8 };
 
@@ -77,7 +71,7 @@ inline void kiln_online_add(thread float& m, thread float& s, float v) {
 }
 "#;
 
-// Register form (CPT > 0, the plan of `rms_norm::RowLaunch`): the thread loads its chunks, takes
+// Register form (CPT > 0, the plan of `rows::RowLaunch`): the thread loads its chunks, takes
 // their max m and keeps e = exp(v − m) in registers with s = Σ e; after the (m, s) reduction each
 // e is scaled by exp(m − m_row) / s_row — one exp per element, the row read once. A thread whose
 // values are all −∞ keeps e = 0 and scale 0 (NaN when the whole row is −∞, through 1/s = ∞).
@@ -244,10 +238,8 @@ const SIMDGROUP_REDUCE: &str = r#"
 
 // Lane 0 of each simdgroup publishes its pair; after the one barrier every simdgroup folds the
 // pairs with one pair per lane (`simd_max`, then `simd_sum` of the rescaled sums: one exp per
-// lane however many simdgroups), so every thread holds the same (m, s). Measured on the H100
-// (16384 rows, two rounds in one call, ms): f32 D = 4096 0.1809–0.1810 and D = 32768
-// 1.4143–1.4145 against 0.1812–0.1813 and 1.4155–1.4156 with every thread folding all pairs
-// in turn.
+// lane however many simdgroups), so every thread holds the same (m, s): faster on the H100 than
+// every thread folding all pairs in turn.
 const THREADGROUP_REDUCE: &str = r#"
     threadgroup float part_m[32];
     threadgroup float part_s[32];

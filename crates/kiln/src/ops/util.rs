@@ -1,64 +1,16 @@
-//! What the memory-bound ops share: kernels built once per process, argument checks that name the
-//! op first, launch-size conversions, and `OpCall` — a validated kernel call that can be
-//! inspected (which variant the rule picked), poisoned (outputs filled with NaN first, for
-//! tests) or run.
-
-use std::sync::OnceLock;
+//! What the ops share: argument checks that name the op first, launch-size conversions, and the
+//! 16-byte load helpers of the memory-bound kernels.
 
 use crate::array::Array;
-use crate::backend::MetalProgram;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::{KernelInput, LaunchSpec, MetalKernel};
 
 /// The float dtypes every op here accepts.
 pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
 /// Lanes in a simdgroup (Metal) or warp (CUDA).
 pub(crate) const SIMD: usize = 32;
-
-/// A kernel built once per process; a build error is kept as text and reported on every call.
-pub(crate) type KernelCell = OnceLock<std::result::Result<MetalKernel, String>>;
-
-pub(crate) fn cached(
-    cell: &'static KernelCell,
-    op: &str,
-    build: impl FnOnce() -> Result<MetalKernel>,
-) -> Result<&'static MetalKernel> {
-    cell.get_or_init(|| build().map_err(|e| e.to_string())).as_ref().map_err(|msg| Error::invalid(op, msg.clone()))
-}
-
-/// The four row-kernel variants of an op (a row per simdgroup or per threadgroup; vec4 or
-/// scalar loads), each built once and named `<base>_<simdgroup|threadgroup>[_vec4]`.
-pub(crate) struct RowKernels([KernelCell; 4]);
-
-impl RowKernels {
-    pub(crate) const fn new() -> Self {
-        RowKernels([KernelCell::new(), KernelCell::new(), KernelCell::new(), KernelCell::new()])
-    }
-
-    /// The variant for `(row_per_simdgroup, vec4)`; `source` builds its body on first use.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn get(
-        &'static self,
-        op: &str,
-        base: &str,
-        inputs: &[&str],
-        outputs: &[&str],
-        header: &str,
-        row_per_simdgroup: bool,
-        vec4: bool,
-        source: impl FnOnce() -> String,
-    ) -> Result<&'static MetalKernel> {
-        let slot = usize::from(row_per_simdgroup) * 2 + usize::from(vec4);
-        cached(&self.0[slot], op, || {
-            let rows = if row_per_simdgroup { "simdgroup" } else { "threadgroup" };
-            let name = format!("{base}_{rows}{}", if vec4 { "_vec4" } else { "" });
-            Ok(MetalKernel::new(name, inputs, outputs, source())?.header(header))
-        })
-    }
-}
 
 /// Checks that `a` holds one of the float dtypes.
 pub(crate) fn check_float(op: &str, what: &str, a: &Array) -> Result<()> {
@@ -129,20 +81,13 @@ pub(crate) fn round_up(n: usize, m: usize) -> usize {
     n.div_ceil(m) * m
 }
 
-/// Threads of a threadgroup that owns one row of `d` elements: about 8 elements per thread
-/// (two 16-byte loads for f32), whole simdgroups, at most 1024.
-pub(crate) fn threads_per_row(d: usize) -> usize {
-    round_up(d.div_ceil(8), SIMD).clamp(SIMD, 1024)
-}
-
 /// `kiln_load16`: a 16-byte load marked evict-last for the L2 on CUDA, a plain load elsewhere
 /// (the start of [`VEC4_HEADER`] and of the elementwise header).
 macro_rules! load16_source {
     () => {
         r#"
 // A 16-byte load of streamed data. On CUDA the line is marked for the L2 to evict last (as
-// Triton's row kernels do): on the H100, 16384 f32 rows of 4096 / 8192, rms_norm 0.1849 →
-// 0.1806 ms and 0.3647 → 0.3572 ms, softmax 0.1860 → 0.1812 ms. Elsewhere a plain load.
+// Triton's row kernels do), which measured faster on the H100. Elsewhere a plain load.
 inline uint4 kiln_load16(const device uint4* p) {
 #if defined(KILN_CUDA) && defined(__CUDA_ARCH__)
     uint4 r;
@@ -244,121 +189,4 @@ inline void kiln_store_unit(device T* p, uint u, thread const float4* v) {
 /// True when 16-byte units of 8 elements of `a` are aligned (see [`vec4_aligned`]).
 pub(crate) fn vec8_aligned(a: &Array) -> bool {
     !a.is_row_contiguous() || a.offset() % 8 == 0
-}
-
-/// How a row kernel finds its row: one simdgroup per row (`row_per_simdgroup`, the grid is
-/// rows × 32 threads) or one threadgroup per row. Defines `row`, `tid` (the thread within the
-/// row) and `nt` (threads per row).
-pub(crate) fn row_index_source(row_per_simdgroup: bool) -> &'static str {
-    if row_per_simdgroup {
-        "uint row = thread_position_in_grid.x / 32;\n    uint tid = thread_index_in_simdgroup;\n    uint nt = 32;"
-    } else {
-        "uint row = threadgroup_position_in_grid.x;\n    uint tid = thread_index_in_threadgroup;\n    uint nt = threads_per_threadgroup.x;"
-    }
-}
-
-/// Sums the f32 `var` over the threads of a row, leaving the total in `var` of every thread:
-/// `simd_sum`, then (threadgroup rows) one barrier and every thread adding the simdgroup
-/// partials in the same order, so all threads hold the same bits.
-pub(crate) fn row_sum_source(row_per_simdgroup: bool, var: &str) -> String {
-    if row_per_simdgroup {
-        return format!("{var} = simd_sum({var});");
-    }
-    format!(
-        "{var} = simd_sum({var});
-    threadgroup float kiln_parts[32];
-    if (thread_index_in_simdgroup == 0) {{
-        kiln_parts[simdgroup_index_in_threadgroup] = {var};
-    }}
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    {var} = 0.0f;
-    for (uint s = 0; s < simdgroups_per_threadgroup; ++s) {{
-        {var} += kiln_parts[s];
-    }}"
-    )
-}
-
-/// A validated kernel call: the kernel the variant rule picked, its inputs and its launch.
-#[derive(Clone, Debug)]
-pub struct OpCall {
-    pub(crate) kernel: &'static MetalKernel,
-    pub(crate) inputs: Vec<KernelInput>,
-    pub(crate) spec: LaunchSpec,
-}
-
-impl OpCall {
-    pub(crate) fn new(kernel: &'static MetalKernel, inputs: Vec<KernelInput>, spec: LaunchSpec) -> Self {
-        OpCall { kernel, inputs, spec }
-    }
-
-    /// The name of the kernel variant the rule picked.
-    pub fn variant(&self) -> &str {
-        self.kernel.name()
-    }
-
-    /// The launch (grid, threadgroup, outputs).
-    pub fn spec(&self) -> &LaunchSpec {
-        &self.spec
-    }
-
-    /// The launch, to adjust before running: a caller's stream, caller-allocated outputs, a
-    /// cancel flag (`LaunchSpec::stream`, `outputs_into`, `cancel`).
-    pub fn spec_mut(&mut self) -> &mut LaunchSpec {
-        &mut self.spec
-    }
-
-    /// Fills the outputs with NaN before the kernel runs, so an element it fails to write can
-    /// never pass a check. Outputs that accumulate from a defined start value keep it.
-    pub fn poisoned(mut self) -> Self {
-        if self.spec.init_value.is_none() {
-            self.spec = self.spec.init_value(f64::NAN);
-        }
-        self
-    }
-
-    /// The program a backend compiles for this call (Metal source generated for these inputs),
-    /// e.g. to compile it ahead of time.
-    pub fn program(&self) -> Result<MetalProgram> {
-        let arrays: Vec<Array> = self.inputs.iter().map(KernelInput::to_array).collect();
-        let generated = self.kernel.generate(&arrays, &self.spec)?;
-        Ok(self.kernel.program(&generated))
-    }
-
-    /// Runs the call; the outputs live on the inputs' device.
-    pub fn run(&self) -> Result<Vec<Array>> {
-        self.kernel.call(&self.inputs, &self.spec)
-    }
-
-    /// Runs a call with a single output.
-    pub fn run_one(&self) -> Result<Array> {
-        let mut outs = self.run()?;
-        match outs.len() {
-            1 => Ok(outs.remove(0)),
-            n => Err(Error::invalid(self.kernel.name(), format!("expected one output, got {n}"))),
-        }
-    }
-
-    /// Calls once to compile and warm up, then times a second call including the copy of its
-    /// outputs back to the host; returns the host outputs of the timed call.
-    pub fn timed(&self) -> Result<(Vec<Array>, std::time::Duration)> {
-        self.run()?;
-        let start = std::time::Instant::now();
-        let outs = self.run()?;
-        let host = outs.iter().map(Array::to_host).collect::<Result<Vec<_>>>()?;
-        Ok((host, start.elapsed()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn threads_per_row_is_whole_simdgroups_within_limits() {
-        assert_eq!(threads_per_row(1), 32);
-        assert_eq!(threads_per_row(4096), 512);
-        assert_eq!(threads_per_row(8192), 1024);
-        assert_eq!(threads_per_row(1 << 20), 1024);
-        assert_eq!(threads_per_row(2000), 256);
-    }
 }

@@ -7,8 +7,9 @@ use std::fmt::Write;
 use std::sync::OnceLock;
 
 use super::lower::{EntryParam, LoweredModule};
-use crate::backend::{MetalProgram, ProgramKind};
+use super::prelude::{headers, Header, CPU_CHECKED_RUNTIME, CPU_CONFIG, CPU_RUNTIME, CPU_SCHEDULER, MLX_UTILS};
 use crate::error::{Error, Result};
+use crate::program::{MetalProgram, ProgramKind};
 use crate::source::scan::ATTRIBUTES;
 
 /// The file name compiler messages use for the user's Metal text.
@@ -18,33 +19,7 @@ pub fn user_file_name(program: &MetalProgram) -> String {
     format!("{safe}.metal")
 }
 
-/// The common headers, in inclusion order (usable from host C++ and CUDA C++).
-pub const COMMON_PRELUDE: [(&str, &str); 13] = [
-    ("common/types.h", include_str!("../../prelude/common/types.h")),
-    ("common/vec.h", include_str!("../../prelude/common/vec.h")),
-    ("common/vec_ops.h", include_str!("../../prelude/common/vec_ops.h")),
-    ("common/packed.h", include_str!("../../prelude/common/packed.h")),
-    ("common/math.h", include_str!("../../prelude/common/math.h")),
-    ("common/math_float.h", include_str!("../../prelude/common/math_float.h")),
-    ("common/math_int.h", include_str!("../../prelude/common/math_int.h")),
-    ("common/matrix.h", include_str!("../../prelude/common/matrix.h")),
-    ("common/geometric.h", include_str!("../../prelude/common/geometric.h")),
-    ("common/array.h", include_str!("../../prelude/common/array.h")),
-    ("common/type_traits.h", include_str!("../../prelude/common/type_traits.h")),
-    ("common/qualified_names.h", include_str!("../../prelude/common/qualified_names.h")),
-    ("common/lowering.h", include_str!("../../prelude/common/lowering.h")),
-];
-/// MLX's utils preamble, for body-only programs.
-pub const MLX_UTILS: &str = include_str!("../../prelude/common/mlx_utils.h");
-const CPU_CONFIG: &str = include_str!("../../prelude/cpu/config.h");
-const CPU_RUNTIME: &str = include_str!("../../prelude/cpu/runtime.h");
-const CPU_THREADGROUP: &str = include_str!("../../prelude/cpu/threadgroup.h");
-const CPU_CONVERGENCE: &str = include_str!("../../prelude/cpu/convergence.h");
-const CPU_SIMD: &str = include_str!("../../prelude/cpu/simd.h");
-const CPU_SCHEDULER: &str = include_str!("../../prelude/cpu/scheduler.h");
-const CPU_CHECK: &str = include_str!("../../prelude/cpu/check.h");
-
-fn push_header(out: &mut String, name: &str, text: &str) {
+fn push_header(out: &mut String, (name, text): (&str, &str)) {
     let _ = writeln!(out, "#line 1 \"kiln/{name}\"");
     for line in text.lines() {
         // Headers are pasted into one file, where `#pragma once` only draws a warning.
@@ -86,20 +61,13 @@ fn build_prelude(mlx_body: bool, checked: bool) -> String {
         if checked {
             out.push_str("#define KILN_CHECKED 1\n");
         }
-        push_header(&mut out, "cpu/config.h", CPU_CONFIG);
-        for (name, text) in COMMON_PRELUDE {
-            push_header(&mut out, name, text);
+        let runtime: &'static [Header] = if checked { &CPU_CHECKED_RUNTIME } else { &CPU_RUNTIME };
+        for header in headers(CPU_CONFIG, runtime) {
+            push_header(&mut out, header);
         }
-        push_header(&mut out, "cpu/runtime.h", CPU_RUNTIME);
-        push_header(&mut out, "cpu/threadgroup.h", CPU_THREADGROUP);
-        if checked {
-            push_header(&mut out, "cpu/check.h", CPU_CHECK);
-        }
-        push_header(&mut out, "cpu/convergence.h", CPU_CONVERGENCE);
-        push_header(&mut out, "cpu/simd.h", CPU_SIMD);
         out.push_str("using namespace metal;\n");
         if mlx_body {
-            push_header(&mut out, "common/mlx_utils.h", MLX_UTILS);
+            push_header(&mut out, MLX_UTILS);
         }
         out
     }
@@ -149,7 +117,7 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
             args.join(", ")
         );
     }
-    push_header(&mut out, "cpu/scheduler.h", CPU_SCHEDULER);
+    push_header(&mut out, CPU_SCHEDULER);
     // Each entry's `[[threadgroup(n)]]` parameter names, for fault messages.
     for (i, entry) in module.entries.iter().enumerate() {
         let mut names = vec!["nullptr".to_string(); 16];

@@ -23,9 +23,8 @@
 use std::fmt::Write;
 
 use crate::source::lower::{AddressSpace, Entry, EntryParam, LoweredModule};
+use crate::source::prelude::{headers, CUDA_CONFIG, CUDA_RUNTIME, MLX_UTILS};
 
-/// Buffer slots a kernel may bind.
-pub const MAX_SLOTS: usize = 31;
 /// Dynamic threadgroup buffers a kernel may bind.
 pub const MAX_THREADGROUP_BUFFERS: usize = 8;
 /// Most bytes of small constant data carried inline in the parameter block (full-file kernels
@@ -103,29 +102,6 @@ template <class R> struct unref { using type = R; };
 template <class R> struct unref<R&> { using type = R; };
 }  // namespace kiln
 "#;
-
-/// The CUDA prelude headers, in inclusion order: the target configuration, the common Metal
-/// library shared with the CPU prelude (types, vectors, maths), then the CUDA-specific SIMD,
-/// synchronisation and matrix parts.
-pub const PRELUDE: &[(&str, &str)] = &[
-    ("cuda/config.h", include_str!("../../prelude/cuda/config.h")),
-    ("common/types.h", include_str!("../../prelude/common/types.h")),
-    ("common/vec.h", include_str!("../../prelude/common/vec.h")),
-    ("common/vec_ops.h", include_str!("../../prelude/common/vec_ops.h")),
-    ("common/packed.h", include_str!("../../prelude/common/packed.h")),
-    ("common/math.h", include_str!("../../prelude/common/math.h")),
-    ("common/math_float.h", include_str!("../../prelude/common/math_float.h")),
-    ("common/math_int.h", include_str!("../../prelude/common/math_int.h")),
-    ("common/matrix.h", include_str!("../../prelude/common/matrix.h")),
-    ("common/geometric.h", include_str!("../../prelude/common/geometric.h")),
-    ("common/array.h", include_str!("../../prelude/common/array.h")),
-    ("common/type_traits.h", include_str!("../../prelude/common/type_traits.h")),
-    ("common/qualified_names.h", include_str!("../../prelude/common/qualified_names.h")),
-    ("common/lowering.h", include_str!("../../prelude/common/lowering.h")),
-    ("cuda/simd.h", include_str!("../../prelude/cuda/simd.h")),
-    ("cuda/sync.h", include_str!("../../prelude/cuda/sync.h")),
-    ("cuda/matrix.h", include_str!("../../prelude/cuda/matrix.h")),
-];
 
 /// `metal::` functions brought into the user's namespace by using-declarations, so an
 /// unqualified `exp`/`max`/`abs` finds Metal's overloads before CUDA's global ones.
@@ -226,7 +202,7 @@ pub fn entry_symbol(host_name: &str) -> String {
 /// ... at global scope, and Metal's vector types of the same names must not collide with them.
 pub fn prelude() -> String {
     let mut out = String::from("namespace kiln_metal {\n");
-    for (name, text) in PRELUDE {
+    for (name, text) in headers(CUDA_CONFIG, &CUDA_RUNTIME) {
         let _ = writeln!(out, "// ---- kiln prelude: {name}");
         out.push_str(&requalify(text));
         out.push('\n');
@@ -256,9 +232,6 @@ fn requalify(text: &str) -> String {
     out
 }
 
-/// What MLX's Metal utils preamble gives body-only kernels (`elem_to_loc`, `Limits`, ...).
-const MLX_UTILS: &str = include_str!("../../prelude/common/mlx_utils.h");
-
 /// Emits the full translation unit for a lowered module; `mlx_body` marks a body-only kernel:
 /// it adds MLX's utils preamble, which such kernels are compiled after; with
 /// `restrict_pointers` the wrapper also relies on MLX's binding contract (see the module
@@ -277,7 +250,7 @@ pub fn emit(module: &LoweredModule, kernel: &str, mlx_body: bool, restrict_point
     }
     if mlx_body {
         out.push_str("// ---- kiln prelude: common/mlx_utils.h\n");
-        out.push_str(&requalify(MLX_UTILS));
+        out.push_str(&requalify(MLX_UTILS.1));
         out.push('\n');
     }
     let mut line_map = vec![0u32; out.lines().count()];

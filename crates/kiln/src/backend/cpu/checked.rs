@@ -12,30 +12,13 @@
 
 use std::alloc::{alloc, dealloc, Layout};
 
+use super::abi::Guard;
 use crate::error::{Error, Result};
 
 /// Guard size and alignment.
 pub const GRANULE: usize = 64 * 1024;
 /// Alignment of the data start (what any vector type of the prelude needs).
 const DATA_ALIGN: usize = 16;
-
-/// One protected range (mirrors `kiln::rt::Guard`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct Guard {
-    pub begin: u64,
-    pub end: u64,
-}
-
-/// What the library's fault handler reads and writes (mirrors `kiln::rt::CheckedLaunch`).
-#[repr(C)]
-pub struct CheckedLaunch {
-    pub guards: *const Guard,
-    pub n_guards: u32,
-    pub hit: i32,
-    pub addr: u64,
-    pub cancel: *mut i32,
-}
 
 /// A guarded allocation holding `len` bytes of data.
 pub struct GuardedBuf {

@@ -11,43 +11,20 @@
 //! (`pch`); the library is the same either way, so the key does not depend on it.
 
 use std::collections::HashMap;
-use std::ffi::c_char;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
 
-use super::checked::CheckedLaunch;
-use super::exec::LaunchDesc;
+use super::abi::{CheckedFn, ReleaseFn, RunFn};
 use super::pch;
-use super::stacks::StackSet;
-use super::threadgroup::ThreadgroupArena;
+use super::toolchain::{flags, host_compiler, HostCompiler};
 use crate::backend::disk_cache;
 use crate::config;
 use crate::error::{Error, Result};
-use crate::kernel::MathMode;
+use crate::program::MathMode;
 use crate::source::cpu::ABI_VERSION;
-
-/// `kiln_run(entry, desc, begin, end, stacks, arena, msg, cap)`: runs a range of groups
-/// (cooperative kernels on fibers whose stacks come from `stacks`; others ignore it, may be
-/// null), their threadgroup memory in `arena`; 0 ok, 1 cancelled, 2 fault (message in `msg`).
-pub type RunFn = unsafe extern "C" fn(
-    i32,
-    *const LaunchDesc,
-    u64,
-    u64,
-    *mut StackSet,
-    *mut ThreadgroupArena,
-    *mut c_char,
-    i32,
-) -> i32;
-
-/// `kiln_release_stacks(set)`: unmaps every stack of a set.
-pub type ReleaseFn = unsafe extern "C" fn(*mut StackSet);
-
-/// `kiln_checked_begin` / `kiln_checked_end`: arm or disarm the guards of a checked launch.
-pub type CheckedFn = unsafe extern "C" fn(*mut CheckedLaunch) -> i32;
 
 /// A loaded kernel library. Libraries are never unloaded: kernels may be called again, other
 /// threads could still be running their code, and their fault handlers stay chained.
@@ -76,71 +53,6 @@ impl Compiled {
 fn loaded() -> &'static Mutex<HashMap<String, Arc<Compiled>>> {
     static LOADED: OnceLock<Mutex<HashMap<String, Arc<Compiled>>>> = OnceLock::new();
     LOADED.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-/// What kiln needs to know of a host compiler: the first line of `cxx --version` (part of the
-/// cache key) and whether it accepts `-fstack-clash-protection`.
-#[derive(Clone, Debug)]
-pub struct HostCompiler {
-    pub identity: String,
-    /// Frames larger than a page are probed page by page from the top, so a kernel whose
-    /// private arrays outgrow its fiber stack touches the guard below it first instead of
-    /// writing into whatever lies further down.
-    pub stack_probes: bool,
-}
-
-/// The compiler `cxx`, examined once per process; a compiler that cannot run makes the backend
-/// unavailable.
-pub fn host_compiler(cxx: &str) -> Result<HostCompiler> {
-    static SEEN: OnceLock<Mutex<HashMap<String, HostCompiler>>> = OnceLock::new();
-    let seen = SEEN.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(c) = seen.lock().ok().and_then(|m| m.get(cxx).cloned()) {
-        return Ok(c);
-    }
-    let out = Command::new(cxx).arg("--version").output().map_err(|e| Error::BackendUnavailable {
-        backend: "cpu",
-        reason: format!("the host C++ compiler `{cxx}` cannot be run ({e}); set CXX to a C++17 compiler"),
-    })?;
-    if !out.status.success() {
-        return Err(Error::BackendUnavailable {
-            backend: "cpu",
-            reason: format!("`{cxx} --version` failed; set CXX to a C++17 compiler"),
-        });
-    }
-    let identity = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").to_string();
-    // An empty translation unit compiled with the flag; warnings are errors so a compiler that
-    // only ignores it (with a warning) counts as not supporting it.
-    let stack_probes = Command::new(cxx)
-        .args(["-Werror", STACK_PROBES, "-x", "c++", "-c", "-o", "/dev/null", "/dev/null"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let c = HostCompiler { identity, stack_probes };
-    if let Ok(mut m) = seen.lock() {
-        m.insert(cxx.to_string(), c.clone());
-    }
-    Ok(c)
-}
-
-const STACK_PROBES: &str = "-fstack-clash-protection";
-
-/// Compiler flags for a math mode. Safe keeps IEEE semantics; only fast defines
-/// `__FAST_MATH__` (via -ffast-math). Inline functions are hidden so the runtime's calls to
-/// each other stay direct instead of going through the PLT. Stack probes are added where the
-/// compiler has them.
-pub fn flags(mode: MathMode, compiler: &HostCompiler) -> Vec<&'static str> {
-    let mut f =
-        vec!["-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility-inlines-hidden", "-fno-strict-aliasing", "-w"];
-    if compiler.stack_probes {
-        f.push(STACK_PROBES);
-    }
-    match mode {
-        MathMode::Safe => f.extend(["-fno-fast-math", "-ffp-contract=off"]),
-        MathMode::Relaxed => {
-            f.extend(["-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"])
-        }
-        MathMode::Fast => f.push("-ffast-math"),
-    }
-    f
 }
 
 /// Compiles (or finds) the library for `tu`, which starts with `prelude` (may be empty).

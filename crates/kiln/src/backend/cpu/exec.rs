@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
-use super::checked::{self, CheckedLaunch, Guard, GuardedBuf};
+use super::abi::{CheckedLaunch, Guard, LaunchDesc};
+use super::checked::{self, GuardedBuf};
 use super::compile::Compiled;
 use super::stacks;
 use super::threadgroup;
@@ -27,21 +28,7 @@ use crate::array::{Array, HostBuffer};
 use crate::backend::{Binding, Dispatch, Launch};
 use crate::dtype::f64_to_element_bytes;
 use crate::error::{Error, Result};
-
-/// The launch description the generated `kiln_run` reads (mirrors `kiln::rt::LaunchDesc`).
-#[repr(C)]
-pub struct LaunchDesc {
-    buffers: *const *mut c_void,
-    tg_sizes: *const u64,
-    cancel: *const i32,
-    n_buffers: u32,
-    n_tg: u32,
-    grid: [u32; 3],
-    tg: [u32; 3],
-    groups: [u32; 3],
-    /// Nonzero on checked launches: threadgroup memory's guards also fault on reads.
-    checked: u32,
-}
+use crate::program::{check_threadgroup, MAX_BUFFERS};
 
 impl LaunchDesc {
     /// An unchecked launch of `grid` threads in groups of `tg` over the buffers at `buffers`.
@@ -68,12 +55,6 @@ unsafe impl Sync for Shared<'_> {}
 
 /// The byte the slack before every output's data is filled with.
 const CANARY: u8 = 0xA5;
-
-/// Buffer slots a Metal kernel may name.
-const MAX_SLOTS: usize = 31;
-
-/// Largest threadgroup the emulator runs (Metal's limit).
-const MAX_GROUP: u64 = 1024;
 
 /// Storage of one binding for the duration of a launch.
 enum Storage {
@@ -225,7 +206,7 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
     // Every slot a kernel can name is readable: a parameter that exists only under a false
     // function constant reads a null pointer (and never dereferences it).
     let n_buffers = ptrs.len() as u32;
-    ptrs.resize(ptrs.len().max(MAX_SLOTS), std::ptr::null_mut());
+    ptrs.resize(ptrs.len().max(MAX_BUFFERS), std::ptr::null_mut());
     let tg_sizes: Vec<u64> = launch.threadgroup_memory.iter().map(|&s| s as u64).collect();
     if tg_sizes.len() > 16 {
         return Err(Error::invalid(kernel.clone(), "more than 16 [[threadgroup(n)]] bindings"));
@@ -489,15 +470,7 @@ fn execute(
 pub(super) fn geometry(launch: &Launch<'_>) -> Result<([u32; 3], [u32; 3], [u32; 3])> {
     let kernel = &launch.program.kernel;
     let tg = launch.effective_threadgroup();
-    if tg.contains(&0) {
-        return Err(Error::invalid(
-            kernel.clone(),
-            format!("threadgroup {:?} has a zero dimension", launch.threadgroup),
-        ));
-    }
-    if tg.iter().map(|&t| t as u64).product::<u64>() > MAX_GROUP {
-        return Err(Error::invalid(kernel.clone(), format!("threadgroup {tg:?} exceeds {MAX_GROUP} threads")));
-    }
+    check_threadgroup(kernel, tg)?;
     Ok(match launch.dispatch {
         Dispatch::Threads(grid) => (grid, tg, [0, 1, 2].map(|d| grid[d].div_ceil(tg[d]))),
         Dispatch::Threadgroups(groups) => {

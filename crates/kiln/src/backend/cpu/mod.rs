@@ -22,6 +22,7 @@
 //! array or a `[[threadgroup(n)]]` parameter is an `Error::KernelFault` naming it; in checked
 //! mode a read past it is too.
 
+mod abi;
 mod checked;
 mod compile;
 mod exec;
@@ -30,22 +31,23 @@ mod pch;
 pub mod sanitize;
 mod stacks;
 mod threadgroup;
+mod toolchain;
 
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{Backend, BackendStatus, Launch, MetalProgram, ProgramKind, ResolvedSlot};
+use super::{Backend, BackendStatus, Capabilities, Launch, ResolvedSlot};
 use crate::array::Array;
 use crate::config;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kernel::MathMode;
+use crate::program::{MathMode, MetalProgram, ProgramKind};
 use crate::source::cpu::{prelude, translation_unit};
 use crate::source::lower::{lower, LowerTarget};
 
-pub use compile::flags as compile_flags;
 pub use lent::{lent_host_array, LentHostMemory};
+pub use toolchain::flags as compile_flags;
 
 /// The CPU backend. `CpuBackend::default()` uses the compiler from `config::host_cxx()`.
 #[derive(Clone, Debug)]
@@ -68,7 +70,7 @@ impl CpuBackend {
     /// A backend that compiles with `cxx`; fails when that compiler cannot run.
     pub fn with_compiler(cxx: impl Into<String>) -> Result<CpuBackend> {
         let cxx = cxx.into();
-        compile::host_compiler(&cxx)?;
+        toolchain::host_compiler(&cxx)?;
         Ok(CpuBackend { cxx, checked: false, sanitize: false, findings: Arc::default() })
     }
 
@@ -147,7 +149,7 @@ pub fn backend() -> Result<Arc<dyn Backend>> {
 
 pub fn status() -> BackendStatus {
     let cxx = config::host_cxx();
-    match compile::host_compiler(&cxx) {
+    match toolchain::host_compiler(&cxx) {
         Ok(c) => {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             let probes = if c.stack_probes { "" } else { ", without stack probes" };
@@ -160,7 +162,7 @@ pub fn status() -> BackendStatus {
 
 /// Compiles `program` past the in-memory caches, with the prelude precompiled or inline: a
 /// disk-cache hit when the library is there. For the compile benchmark.
-pub(crate) fn compile_past_memory(program: &MetalProgram, precompiled_prelude: bool) -> Result<()> {
+pub fn compile_past_memory(program: &MetalProgram, precompiled_prelude: bool) -> Result<()> {
     let tu = translate(program)?;
     let prelude = if precompiled_prelude { prelude(program.kind) } else { "" };
     compile::compile_past_memory(&config::host_cxx(), &program.kernel, &tu, prelude, program.math_mode)
@@ -168,11 +170,11 @@ pub(crate) fn compile_past_memory(program: &MetalProgram, precompiled_prelude: b
 
 /// Builds the precompiled prelude of a `kind` of program afresh (under a new key, the cached
 /// one untouched); `false` when the compiler cannot. For the compile benchmark.
-pub(crate) fn build_fresh_prelude(kind: ProgramKind, nonce: u128) -> Result<bool> {
+pub fn build_fresh_prelude(kind: ProgramKind, nonce: u128) -> Result<bool> {
     let cxx = config::host_cxx();
-    let compiler = compile::host_compiler(&cxx)?;
+    let compiler = toolchain::host_compiler(&cxx)?;
     let text = format!("{}// {nonce}\n", prelude(kind));
-    let Some(built) = pch::prepare(&cxx, &compiler, &compile::flags(MathMode::Safe, &compiler), &text) else {
+    let Some(built) = pch::prepare(&cxx, &compiler, &toolchain::flags(MathMode::Safe, &compiler), &text) else {
         return Ok(false);
     };
     if let Some(dir) = built.header.parent() {
@@ -182,12 +184,13 @@ pub(crate) fn build_fresh_prelude(kind: ProgramKind, nonce: u128) -> Result<bool
 }
 
 /// Compiles a one-function C++ file with the configured compiler and the safe-math flags.
-pub(crate) fn compile_trivial() -> Result<()> {
+pub fn compile_trivial() -> Result<()> {
     compile::compile_trivial(&config::host_cxx(), MathMode::Safe)
 }
 
 /// The full host C++ translation unit for `program` (what `kiln translate --emit cpu` prints).
 pub fn translate(program: &MetalProgram) -> Result<String> {
+    metal_only(program)?;
     let module = lower(program, LowerTarget::Cpu)?;
     translation_unit(program, &module)
 }
@@ -195,6 +198,11 @@ pub fn translate(program: &MetalProgram) -> Result<String> {
 impl Backend for CpuBackend {
     fn device(&self) -> Device {
         Device::Cpu
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        static HOST: OnceLock<Capabilities> = OnceLock::new();
+        HOST.get_or_init(host_capabilities).clone()
     }
 
     fn upload(&self, host: &Array) -> Result<Array> {
@@ -229,6 +237,34 @@ impl Backend for CpuBackend {
     }
 }
 
+/// The emulator runs Metal; a CUDA program (`CudaKernel`) is refused with an error naming it.
+fn metal_only(program: &MetalProgram) -> Result<()> {
+    if program.kind.is_metal() {
+        return Ok(());
+    }
+    Err(Error::invalid(program.kernel.clone(), "a CUDA program runs on CUDA devices only, not on the CPU"))
+}
+
+/// The host as a device: its cores, its processor's name and its physical memory, where the
+/// system tells them (Linux's `/proc`), else "host CPU" and 0 bytes.
+fn host_capabilities() -> Capabilities {
+    let field = |path: &str, key: &str| -> Option<String> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let line = text.lines().find(|l| l.starts_with(key))?;
+        Some(line.split_once(':')?.1.trim().to_string())
+    };
+    let memory_kib = field("/proc/meminfo", "MemTotal")
+        .and_then(|v| v.trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    Capabilities {
+        device: Device::Cpu,
+        name: field("/proc/cpuinfo", "model name").unwrap_or_else(|| "host CPU".to_string()),
+        compute_capability: None,
+        multiprocessors: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        memory_bytes: memory_kib.saturating_mul(1024),
+    }
+}
+
 impl CpuBackend {
     /// The loaded library and entry index for `program`. Programs seen before are looked up by
     /// their content (compiler, source, entry, math mode, constants), so a repeated launch does
@@ -244,6 +280,7 @@ impl CpuBackend {
         if let Some(hit) = resolved.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(hit);
         }
+        metal_only(program)?;
         let module = lower(program, LowerTarget::Cpu)?;
         let entry = module.entries.iter().position(|e| e.host_name == program.function).ok_or_else(|| {
             let names: Vec<&str> = module.entries.iter().map(|e| e.host_name.as_str()).collect();

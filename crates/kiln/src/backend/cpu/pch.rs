@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
 
-use super::compile::HostCompiler;
+use super::toolchain::HostCompiler;
 use crate::backend::disk_cache;
 use crate::config;
 
@@ -172,8 +172,8 @@ fn build(cxx: &str, flags: &[&str], header: &Path, dir: &Path) -> Option<Vec<u8>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cpu::compile::{flags, host_compiler};
-    use crate::kernel::MathMode;
+    use crate::backend::cpu::toolchain::{flags, host_compiler};
+    use crate::program::MathMode;
 
     /// A prelude no other test uses, so this test owns its cache entry.
     fn unique_prelude(tag: &str) -> String {

@@ -19,10 +19,12 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use super::abi::LaunchDesc;
 use super::compile::{self, Compiled};
-use super::exec::{geometry, LaunchDesc};
+use super::exec::geometry;
 use super::stacks;
 use super::threadgroup;
+use super::toolchain;
 use crate::array::{Array, HostBuffer};
 use crate::backend::{disk_cache, Binding, Launch, MetalProgram};
 use crate::config;
@@ -187,9 +189,9 @@ fn instrumented(cxx: &str, program: &MetalProgram) -> Result<Arc<Instrumented>> 
         Error::invalid(program.kernel.clone(), format!("no kernel entry named {:?}", program.function))
     })?;
     let tu = translation_unit_after(checked_prelude(program.kind), program, &module)?;
-    let compiler = compile::host_compiler(cxx)?;
+    let compiler = toolchain::host_compiler(cxx)?;
     let mut flags: Vec<&str> =
-        compile::flags(program.math_mode, &compiler).into_iter().filter(|f| *f != "-shared").collect();
+        toolchain::flags(program.math_mode, &compiler).into_iter().filter(|f| *f != "-shared").collect();
     // Identical calls in two branches stay two calls, so each keeps its own line.
     flags.extend(["-fsanitize=thread", "-g", "-c", "-fno-tree-tail-merge", "-fno-crossjumping"]);
     let mut h = Sha256::new();

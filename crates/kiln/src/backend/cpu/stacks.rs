@@ -11,17 +11,7 @@
 
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
-use super::compile::ReleaseFn;
-
-/// Stacks of one set (mirrors `kiln::rt::StackSet`); the library maps them on first use.
-#[repr(C)]
-pub struct StackSet {
-    stacks: [*mut std::ffi::c_void; MAX_STACKS],
-    count: u32,
-}
-
-/// Most stacks one call needs: the largest threadgroup.
-pub const MAX_STACKS: usize = 1024;
+use super::abi::{ReleaseFn, StackSet, MAX_STACKS};
 
 /// A set holds stacks it mapped itself; moving it moves that ownership.
 struct OwnedSet(Box<StackSet>);

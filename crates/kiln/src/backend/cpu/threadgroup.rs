@@ -8,16 +8,7 @@
 
 use std::sync::{Mutex, OnceLock};
 
-/// Threadgroup arrays one group may have: 64 declarations and 16 `[[threadgroup(n)]]`
-/// parameters.
-const SLOTS: usize = 80;
-
-/// The regions of one arena (mirrors `kiln::rt::TgArena`: 80 regions of 8 words); the kernel
-/// library maps and lays them out on first use.
-#[repr(C)]
-pub struct ThreadgroupArena {
-    regions: [[u64; 8]; SLOTS],
-}
+use super::abi::{ThreadgroupArena, ARENA_SLOTS};
 
 /// Arenas not lent to any call.
 fn idle() -> &'static Mutex<Vec<Box<ThreadgroupArena>>> {
@@ -31,7 +22,7 @@ pub struct ArenaLease(Option<Box<ThreadgroupArena>>);
 /// An idle arena, or a fresh one when every arena is lent.
 pub fn take() -> ArenaLease {
     let reused = idle().lock().unwrap_or_else(|e| e.into_inner()).pop();
-    ArenaLease(Some(reused.unwrap_or_else(|| Box::new(ThreadgroupArena { regions: [[0; 8]; SLOTS] }))))
+    ArenaLease(Some(reused.unwrap_or_else(|| Box::new(ThreadgroupArena { regions: [[0; 8]; ARENA_SLOTS] }))))
 }
 
 impl ArenaLease {

@@ -16,7 +16,7 @@ use super::libs;
 use crate::backend::disk_cache;
 use crate::config;
 use crate::error::{Error, Result};
-use crate::kernel::MathMode;
+use crate::program::MathMode;
 
 /// A compute capability, e.g. `(9, 0)` for sm_90.
 pub type Arch = (u32, u32);

@@ -1,40 +1,21 @@
-//! Launching `CudaKernel` bodies: MLX's `cuda_kernel` argument marshalling (pointers, then
-//! `Shape`/`Strides`/`ndim` by value) and its ceil-div launch geometry.
+//! Launching CUDA programs (`ProgramKind::Cuda`, what `CudaKernel` builds): the text is compiled
+//! after the CUDA prelude as it is, each binding is one kernel parameter (an address, or
+//! constant bytes by value, as MLX's `cuda_kernel` passes `Shape`/`Strides`/`ndim`), and the
+//! grid is covered by ceil-div blocks of the threadgroup clamped to it, as in MLX.
 
 use std::sync::Arc;
 
-use super::{CudaBackend, LoadedModule};
+use super::{Arch, CudaBackend, LoadedModule};
 use crate::array::Array;
-use crate::backend::Backend;
+use crate::backend::{Binding, Dispatch, Launch};
 use crate::device::Device;
-use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::MathMode;
+use crate::program::{check_threadgroup, MathMode, MetalProgram};
 use crate::source::cuda as cuda_source;
-use crate::source::scan::ShapeInfo;
-
-/// One call of a `CudaKernel`, as the backend needs it.
-pub struct CudaKernelCall<'a> {
-    pub kernel: &'a str,
-    pub entry: String,
-    /// The generated kernel text (helpers, header, kernel), without the prelude.
-    pub source: String,
-    pub inputs: Vec<Array>,
-    pub shape_info: Vec<ShapeInfo>,
-    pub ensure_row_contiguous: bool,
-    pub outputs: Vec<(Vec<usize>, DType)>,
-    pub init_value: Option<f64>,
-    pub grid: [u32; 3],
-    pub threadgroup: [u32; 3],
-    pub shared_memory: usize,
-    /// The compute capability whose architecture-specific target (`sm_90a`) the kernel needs;
-    /// the call fails on any other device.
-    pub arch_specific: Option<super::Arch>,
-}
 
 impl CudaBackend {
-    /// The loaded module of a `CudaKernel` source: looked up by the user's text (a few KB), so
-    /// a repeated call neither rebuilds nor rehashes the ~100 KB translation unit.
+    /// The loaded module of a CUDA program's text: looked up by that text (a few KB), so a
+    /// repeated call neither rebuilds nor rehashes the ~100 KB translation unit.
     fn custom_module(&self, kernel: &str, user_source: &str, specific: bool) -> Result<Arc<LoadedModule>> {
         let hash = super::programs::fx(specific as u64, user_source.as_bytes());
         let poisoned = || Error::invalid(kernel, "CudaKernel module table lock poisoned");
@@ -43,94 +24,134 @@ impl CudaBackend {
                 return Ok(m.clone());
             }
         }
-        let source = format!("{}\n{}", prelude(), user_source);
+        let source = with_prelude(user_source);
         let module = self.module_for(kernel, &source, MathMode::Safe, specific)?;
         let mut table = self.custom_modules.lock().map_err(|_| poisoned())?;
         table.entry(hash).or_default().push((user_source.to_string(), specific, module.clone()));
         Ok(module)
     }
 
-    /// Compiles (cached) and runs a `CudaKernel` call.
-    pub fn run_cuda_kernel(&self, call: &CudaKernelCall<'_>) -> Result<Vec<Array>> {
-        let kernel = call.kernel;
-        if call.threadgroup.contains(&0) {
-            return Err(Error::invalid(kernel, format!("threadgroup {:?} has a zero dimension", call.threadgroup)));
+    /// Compiles (cached) and loads a CUDA program without running it.
+    pub(super) fn prepare_cuda_program(&self, program: &MetalProgram, arch_specific: Option<Arch>) -> Result<()> {
+        let kernel = program.kernel.as_str();
+        self.check_arch(kernel, arch_specific)?;
+        let module = self.custom_module(kernel, &program.source, arch_specific.is_some())?;
+        self.entry(kernel, &module, &program.function, 0).map(|_| ())
+    }
+
+    /// A program compiled for an architecture-specific target runs only on that architecture.
+    fn check_arch(&self, kernel: &str, arch_specific: Option<Arch>) -> Result<()> {
+        match arch_specific {
+            Some(arch) if arch != self.arch => Err(Error::invalid(
+                kernel,
+                format!(
+                    "compiled for the sm_{}{}a target, which needs compute capability {}.{}; device {} has {}.{}",
+                    arch.0, arch.1, arch.0, arch.1, self.ordinal, self.arch.0, self.arch.1
+                ),
+            )),
+            _ => Ok(()),
         }
-        if let Some(arch) = call.arch_specific {
-            if arch != self.arch {
-                return Err(Error::invalid(
-                    kernel,
-                    format!(
-                        "compiled for the sm_{}{}a target, which needs compute capability {}.{}; device {} has {}.{}",
-                        arch.0, arch.1, arch.0, arch.1, self.ordinal, self.arch.0, self.arch.1
-                    ),
-                ));
-            }
-        }
-        let module = self.custom_module(kernel, &call.source, call.arch_specific.is_some())?;
-        let func = self.entry(kernel, &module, &call.entry, call.shared_memory)?;
-        let mut params: Vec<Vec<u8>> = Vec::new();
-        let mut keep = Vec::new();
-        for (a, info) in call.inputs.iter().zip(&call.shape_info) {
-            let mut a = if a.device() == Device::Cuda(self.ordinal) { a.clone() } else { self.upload(a)? };
-            if call.ensure_row_contiguous && !a.is_row_contiguous() {
-                a = self.row_contiguous(&a)?;
-            }
-            params.push(self.element_address(kernel, &a)?.to_le_bytes().to_vec());
-            if a.ndim() > 0 {
-                if info.shape {
-                    let mut v = vec![0u8; 40];
-                    for (i, &n) in a.shape().iter().take(10).enumerate() {
-                        v[4 * i..4 * i + 4].copy_from_slice(&(n as i32).to_le_bytes());
-                    }
-                    params.push(v);
-                }
-                if info.strides {
-                    let mut v = vec![0u8; 80];
-                    for (i, &s) in a.strides().iter().take(10).enumerate() {
-                        v[8 * i..8 * i + 8].copy_from_slice(&(s as i64).to_le_bytes());
-                    }
-                    params.push(v);
-                }
-                if info.ndim {
-                    params.push((a.ndim() as i32).to_le_bytes().to_vec());
-                }
-            }
-            keep.push(a);
-        }
+    }
+
+    /// Compiles (cached) and queues one launch of a CUDA program; returns without waiting.
+    pub(super) fn run_cuda_program(&self, launch: &Launch<'_>, arch_specific: Option<Arch>) -> Result<Vec<Array>> {
+        let program = launch.program;
+        let kernel = program.kernel.as_str();
+        let block = launch.effective_threadgroup();
+        check_threadgroup(kernel, block)?;
+        self.check_arch(kernel, arch_specific)?;
+        let shared_memory: usize = launch.threadgroup_memory.iter().sum();
+        let module = self.custom_module(kernel, &program.source, arch_specific.is_some())?;
+        let func = self.entry(kernel, &module, &program.function, shared_memory)?;
+        let stream = self.launch_stream(launch)?;
+        let mut params: Vec<Vec<u8>> = Vec::with_capacity(launch.bindings.len());
         let mut outputs = Vec::new();
-        for (shape, dtype) in &call.outputs {
-            let out = self.output(kernel, shape, *dtype, call.init_value)?;
-            params.push(self.element_address(kernel, &out)?.to_le_bytes().to_vec());
-            outputs.push(out);
+        // Uploaded inputs are freed stream-ordered after the launch, so they outlive the kernel.
+        let mut keep: Vec<Array> = Vec::new();
+        // Whether memory of the backend's own stream is bound (fresh outputs, temporaries).
+        let mut own_memory = false;
+        for (slot, binding) in launch.bindings.iter().enumerate() {
+            let address = match binding {
+                Binding::Bytes(bytes) => {
+                    params.push(bytes.to_vec());
+                    continue;
+                }
+                Binding::Array(a) if a.device() == Device::Cuda(self.ordinal) => self.element_address(kernel, a)?,
+                Binding::Array(a) => {
+                    let uploaded = self.upload_view(kernel, a)?;
+                    let address = self.element_address(kernel, &uploaded)?;
+                    keep.push(uploaded);
+                    address
+                }
+                Binding::Output(spec) => {
+                    let out = self.output(kernel, &spec.shape, spec.dtype, spec.init_value)?;
+                    let address = self.element_address(kernel, &out)?;
+                    outputs.push(out);
+                    own_memory = true;
+                    address
+                }
+                Binding::InOut(a) => {
+                    let fresh = if a.device() == Device::Cpu { self.upload_view(kernel, a)? } else { self.gather(a)? };
+                    let address = self.element_address(kernel, &fresh)?;
+                    outputs.push(fresh);
+                    own_memory = true;
+                    address
+                }
+                Binding::OutputInto(a) if a.device() == Device::Cuda(self.ordinal) => {
+                    outputs.push(a.clone());
+                    self.element_address(kernel, a)?
+                }
+                Binding::OutputInto(a) => {
+                    return Err(Error::invalid(
+                        kernel,
+                        format!("output {slot} lives on {}, not on cuda:{}", a.device(), self.ordinal),
+                    ))
+                }
+            };
+            params.push(address.to_le_bytes().to_vec());
         }
-        // MLX's geometry: blocks of min(tg, grid), ceil(grid / tg) of them with the unclamped tg.
-        let block = [0, 1, 2].map(|d| call.threadgroup[d].min(call.grid[d].max(1)));
-        let blocks = [0, 1, 2].map(|d| call.grid[d].div_ceil(call.threadgroup[d]));
-        if !blocks.contains(&0) {
-            // Word-aligned copies so the driver reads each argument from aligned storage.
-            let mut words: Vec<Vec<u64>> = params
-                .iter()
-                .map(|p| {
-                    let mut w = vec![0u64; p.len().div_ceil(8)];
-                    bytemuck::cast_slice_mut::<u64, u8>(&mut w)[..p.len()].copy_from_slice(p);
-                    w
-                })
-                .collect();
-            let mut ptrs: Vec<*mut std::ffi::c_void> = words.iter_mut().map(|w| w.as_mut_ptr() as *mut _).collect();
-            // SAFETY: one pointer per kernel parameter, in declaration order, each to storage of
-            // the parameter's size (copied by the driver at the call); buffers are freed
-            // stream-ordered, after the kernel.
-            unsafe { self.queue_launch(&func, blocks, block, call.shared_memory as u32, &mut ptrs) }
-                .map_err(|e| self.fail(kernel, "launch", e))?;
+        // MLX's geometry: ceil(grid / threadgroup) blocks of the threadgroup clamped to the grid.
+        let blocks = match launch.dispatch {
+            Dispatch::Threads(grid) => [0, 1, 2].map(|d| grid[d].div_ceil(block[d])),
+            Dispatch::Threadgroups(groups) => groups,
+        };
+        if blocks.contains(&0) {
+            return Ok(outputs);
+        }
+        own_memory |= !keep.is_empty();
+        let foreign = stream != self.stream.cu_stream();
+        if foreign && own_memory {
+            // The caller's stream waits for the backend's allocations and copies.
+            self.order_after(kernel, stream, self.stream.cu_stream())?;
+        }
+        // Word-aligned copies so the driver reads each argument from aligned storage.
+        let mut words: Vec<Vec<u64>> = params
+            .iter()
+            .map(|p| {
+                let mut w = vec![0u64; p.len().div_ceil(8)];
+                bytemuck::cast_slice_mut::<u64, u8>(&mut w)[..p.len()].copy_from_slice(p);
+                w
+            })
+            .collect();
+        let mut ptrs: Vec<*mut std::ffi::c_void> = words.iter_mut().map(|w| w.as_mut_ptr() as *mut _).collect();
+        // SAFETY: one pointer per kernel parameter, in declaration order, each to storage of the
+        // parameter's size (copied by the driver at the call); buffers are freed stream-ordered,
+        // after the kernel (on a caller's stream, the backend's stream waits for it first);
+        // `stream` is the backend's or a caller's stream of this device.
+        unsafe { self.queue_launch_on(stream, &func, blocks, block, shared_memory as u32, &mut ptrs) }
+            .map_err(|e| self.fail(kernel, "launch", e))?;
+        if foreign && own_memory {
+            // Frees and later work on the backend's stream wait for the kernel.
+            self.order_after(kernel, self.stream.cu_stream(), stream)?;
         }
         drop(keep);
         Ok(outputs)
     }
 }
 
-/// The CUDA prelude text, built once.
-fn prelude() -> &'static str {
+/// The text NVRTC compiles for a CUDA program's `source`: the CUDA prelude (built once), then
+/// the program.
+pub(super) fn with_prelude(source: &str) -> String {
     static PRELUDE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PRELUDE.get_or_init(cuda_source::prelude)
+    format!("{}\n{}", PRELUDE.get_or_init(cuda_source::prelude), source)
 }

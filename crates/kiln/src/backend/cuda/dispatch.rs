@@ -16,8 +16,8 @@ use crate::array::Array;
 use crate::backend::{Binding, Dispatch, Launch};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kernel::MAX_THREADGROUP_MEMORY;
-use crate::source::cuda::{args_layout as L, MAX_SLOTS, MAX_THREADGROUP_BUFFERS};
+use crate::program::{check_threadgroup, MAX_BUFFERS, MAX_THREADGROUP_MEMORY};
+use crate::source::cuda::{args_layout as L, MAX_THREADGROUP_BUFFERS};
 
 /// One CUDA launch: the first group's position, the group count and the block size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,10 +112,10 @@ impl CudaBackend {
     /// Queues one dispatch of a resolved program on the stream; returns without waiting.
     pub(super) fn run(&self, launch: &Launch<'_>, resolved: &Resolved) -> Result<Vec<Array>> {
         let kernel = launch.program.kernel.as_str();
-        if launch.bindings.len() > MAX_SLOTS {
+        if launch.bindings.len() > MAX_BUFFERS {
             return Err(Error::invalid(
                 kernel,
-                format!("{} buffer slots bound; at most {MAX_SLOTS}", launch.bindings.len()),
+                format!("{} buffer slots bound; at most {MAX_BUFFERS}", launch.bindings.len()),
             ));
         }
         if launch.threadgroup_memory.len() > MAX_THREADGROUP_BUFFERS {
@@ -128,20 +128,8 @@ impl CudaBackend {
             ));
         }
         let tg = launch.effective_threadgroup();
-        if tg.contains(&0) {
-            return Err(Error::invalid(kernel, format!("threadgroup {:?} has a zero dimension", launch.threadgroup)));
-        }
-        let stream = match launch.stream {
-            None => self.stream.cu_stream(),
-            Some(s) if s.ordinal() == self.ordinal => s.cu_stream(),
-            Some(s) => {
-                return Err(Error::invalid(
-                    kernel,
-                    format!("a stream of cuda:{} was given for a launch on cuda:{}", s.ordinal(), self.ordinal),
-                ))
-            }
-        };
-        self.ctx.bind_to_thread().map_err(|e| self.fail(kernel, "binding the context", e))?;
+        check_threadgroup(kernel, tg)?;
+        let stream = self.launch_stream(launch)?;
         let (grid, regions) = match launch.dispatch {
             Dispatch::Threads(grid) => (grid, thread_regions(grid, tg)),
             Dispatch::Threadgroups(groups) => {
@@ -284,6 +272,24 @@ impl CudaBackend {
         Ok(outputs)
     }
 
+    /// The stream `launch` queues on (the caller's, else the backend's own), with the context
+    /// bound to this thread.
+    pub(super) fn launch_stream(&self, launch: &Launch<'_>) -> Result<sys::CUstream> {
+        let kernel = launch.program.kernel.as_str();
+        let stream = match launch.stream {
+            None => self.stream.cu_stream(),
+            Some(s) if s.ordinal() == self.ordinal => s.cu_stream(),
+            Some(s) => {
+                return Err(Error::invalid(
+                    kernel,
+                    format!("a stream of cuda:{} was given for a launch on cuda:{}", s.ordinal(), self.ordinal),
+                ))
+            }
+        };
+        self.ctx.bind_to_thread().map_err(|e| self.fail(kernel, "binding the context", e))?;
+        Ok(stream)
+    }
+
     /// The error of a rejected or failed launch of region `r`.
     fn launch_error(&self, kernel: &str, r: &Region, e: DriverError) -> Error {
         match e.0 {
@@ -303,7 +309,7 @@ impl CudaBackend {
     }
 
     /// Copies a host view to this device, keeping only its elements (row-contiguous).
-    fn upload_view(&self, kernel: &str, a: &Array) -> Result<Array> {
+    pub(super) fn upload_view(&self, kernel: &str, a: &Array) -> Result<Array> {
         if a.device() != Device::Cpu {
             return Err(Error::invalid(kernel, format!("input lives on {}, not on cuda:{}", a.device(), self.ordinal)));
         }

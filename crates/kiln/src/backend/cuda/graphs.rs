@@ -249,7 +249,7 @@ impl CudaBackend {
     ) -> Result<(), DriverError> {
         let groups_total: u64 = groups.iter().map(|&g| g as u64).product();
         let threads = groups_total * block.iter().map(|&b| b as u64).product::<u64>();
-        if groups_total <= self.multiprocessors as u64 && threads <= MAX_GRAPH_THREADS {
+        if groups_total <= self.multiprocessors() as u64 && threads <= MAX_GRAPH_THREADS {
             let by_graph = self.graphs.launch(function, groups, block, shared_bytes, stream, params.as_mut_ptr())?;
             if let Launched::Queued = by_graph {
                 return Ok(());

@@ -31,16 +31,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{result as drv, sys, CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
 use cudarc::nvrtc::Ptx;
 
-use super::{unavailable, Backend, BackendStatus, Launch, MetalProgram, ProgramKind, ResolvedSlot};
+use super::{unavailable, Backend, BackendStatus, Capabilities, Launch, ResolvedSlot};
 use crate::array::Array;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kernel::MathMode;
+use crate::program::{MathMode, MetalProgram, ProgramKind};
 use crate::source::cuda as cuda_source;
 use crate::source::lower::{self, LowerTarget};
 
 pub use compile::{compile_with_log as compile_source_with_log, nvrtc_version, options as nvrtc_options, Arch};
-pub use custom::CudaKernelCall;
 pub use external::{lent_cuda_array, ExternalStream, LentCudaMemory};
 pub use memory::CudaBuffer;
 pub use pool::APRON_BYTES;
@@ -54,8 +53,9 @@ pub struct CudaBackend {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     arch: Arch,
-    /// Streaming multiprocessors, read once (persistent launches size their grid by it).
-    multiprocessors: usize,
+    /// What the device is and can do, read once (persistent launches size their grid by its
+    /// multiprocessors).
+    capabilities: Capabilities,
     modules: Mutex<HashMap<String, Arc<LoadedModule>>>,
     programs: ProgramTable,
     pool: Arc<pool::BlockPool>,
@@ -171,6 +171,9 @@ pub fn status() -> BackendStatus {
 
 /// The full CUDA source NVRTC compiles for `program`.
 pub fn translate(program: &MetalProgram) -> Result<String> {
+    if !program.kind.is_metal() {
+        return Ok(custom::with_prelude(&program.source));
+    }
     Ok(translate_unit(program)?.source)
 }
 
@@ -189,6 +192,11 @@ fn translate_unit(program: &MetalProgram) -> Result<cuda_source::CudaUnit> {
 
 /// Lowers and compiles `program` to a cubin for `arch` with NVRTC alone (no device needed).
 pub fn compile_cubin(program: &MetalProgram, arch: Arch) -> Result<Vec<u8>> {
+    if let ProgramKind::Cuda { arch_specific } = program.kind {
+        let source = custom::with_prelude(&program.source);
+        let specific = arch_specific.is_some();
+        return Ok(compile::compile_for(&program.kernel, &source, arch, MathMode::Safe, specific)?.as_ref().clone());
+    }
     let unit = translate_unit(program)?;
     let image = compile::compile(&program.kernel, &unit.source, arch, program.math_mode)
         .map_err(|e| crate::sanitize::user_compile_error(program, e))?;
@@ -275,12 +283,22 @@ impl CudaBackend {
         let multiprocessors =
             ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap_or(1).max(1)
                 as usize;
+        let name = ctx.name().unwrap_or_else(|_| "unknown".into());
+        // SAFETY: the device handle comes from the live context created above.
+        let memory_bytes = unsafe { drv::device::total_mem(ctx.cu_device()) }.unwrap_or(0) as u64;
+        let capabilities = Capabilities {
+            device: Device::Cuda(ordinal),
+            name,
+            compute_capability: Some((major as u32, minor as u32)),
+            multiprocessors,
+            memory_bytes,
+        };
         Ok(CudaBackend {
             ordinal,
             ctx,
             stream,
             arch: (major as u32, minor as u32),
-            multiprocessors,
+            capabilities,
             modules: Mutex::new(HashMap::new()),
             programs: ProgramTable::default(),
             pool: Arc::default(),
@@ -296,7 +314,7 @@ impl CudaBackend {
 
     /// The device's streaming multiprocessors (at least 1).
     pub fn multiprocessors(&self) -> usize {
-        self.multiprocessors
+        self.capabilities.multiprocessors
     }
 
     /// Maps a driver error of `kernel` during `step`; a sticky fault also retires this backend.
@@ -436,6 +454,10 @@ impl Backend for CudaBackend {
         Device::Cuda(self.ordinal)
     }
 
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities.clone()
+    }
+
     fn upload(&self, host: &Array) -> Result<Array> {
         let host = host.to_host()?;
         let bytes = host.to_contiguous_bytes()?;
@@ -461,6 +483,9 @@ impl Backend for CudaBackend {
     }
 
     fn launch(&self, launch: &Launch<'_>) -> Result<Vec<Array>> {
+        if let ProgramKind::Cuda { arch_specific } = launch.program.kind {
+            return self.run_cuda_program(launch, arch_specific);
+        }
         let device = Device::Cuda(self.ordinal);
         if let Some(r) = launch.resolved.and_then(|slot| slot.get::<Resolved>(device)) {
             return self.run(launch, r);
@@ -473,6 +498,9 @@ impl Backend for CudaBackend {
     }
 
     fn prepare(&self, program: &MetalProgram, resolved: Option<&ResolvedSlot>) -> Result<()> {
+        if let ProgramKind::Cuda { arch_specific } = program.kind {
+            return self.prepare_cuda_program(program, arch_specific);
+        }
         let r = self.resolve(program)?;
         if let Some(slot) = resolved {
             slot.set(Device::Cuda(self.ordinal), r);

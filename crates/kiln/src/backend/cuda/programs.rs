@@ -9,9 +9,8 @@ use cudarc::driver::CudaFunction;
 use rustc_hash::FxHashMap;
 
 use super::LoadedModule;
-use crate::backend::{MetalProgram, ProgramKind};
 use crate::error::{Error, Result};
-use crate::kernel::MathMode;
+use crate::program::{MathMode, MetalProgram, ProgramKind};
 
 /// A program ready to launch: its module, entry symbol and function.
 pub(super) struct Resolved {
@@ -108,7 +107,14 @@ fn poisoned(p: &MetalProgram) -> Error {
 pub(super) fn fingerprint(p: &MetalProgram) -> u64 {
     let mut h = fx(0, p.source.as_bytes());
     h = fx(h, p.function.as_bytes());
-    fx(h, &[p.kind as u8, p.math_mode as u8, p.constants.len() as u8])
+    // The kind's variant only: programs that differ inside it are told apart by comparison.
+    let kind = match p.kind {
+        ProgramKind::MlxBody => 0,
+        ProgramKind::MlxBodyGenericPointers => 1,
+        ProgramKind::FullFile => 2,
+        ProgramKind::Cuda { .. } => 3,
+    };
+    fx(h, &[kind, p.math_mode as u8, p.constants.len() as u8])
 }
 
 /// FxHash-style mixing, eight bytes at a time (a lookup key only: collisions are resolved by

@@ -38,13 +38,13 @@
 //! Reference: [`reference`](fn@reference), two-pass softmax in f64 on the dtype-rounded inputs.
 //! Tolerance: the dtype table.
 
-use std::sync::OnceLock;
-
 use crate::array::Array;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::{CudaKernel, KernelInput, LaunchSpec, MetalKernel};
+use crate::kernel::{KernelInput, LaunchSpec, MetalKernel};
+use crate::ops::kernel_cache::KernelCache;
+use crate::ops::plan::{OpCall, OpPlan};
 
 mod decode;
 mod prefill;
@@ -139,7 +139,7 @@ pub fn route(q: &Array, k: &Array, v: &Array, mask: &Mask) -> Result<Route> {
     let dims = validate(q, k, v)?;
     let aligned = aligned16(q, k, v);
     let capability = match q.device() {
-        Device::Cuda(ordinal) => Some(crate::backend::cuda::cuda_backend(ordinal)?.arch()),
+        Device::Cuda(_) => crate::backend::capabilities(q.device())?.compute_capability,
         _ => None,
     };
     Ok(route_rule(q.device(), capability, q.dtype(), dims, mask, aligned))
@@ -179,31 +179,24 @@ pub fn route_rule(
     }
 }
 
-type Cell = OnceLock<std::result::Result<MetalKernel, String>>;
-
-fn cached(cell: &'static Cell, build: impl FnOnce() -> Result<MetalKernel>) -> Result<&'static MetalKernel> {
-    cell.get_or_init(|| build().map_err(|e| e.to_string())).as_ref().map_err(|msg| Error::invalid(OP, msg.clone()))
-}
-
 const INPUTS: [&str; 6] = ["q", "k", "v", "mask", "mstr", "scale"];
 
 fn prefill_kernel() -> Result<&'static MetalKernel> {
-    static CELL: Cell = OnceLock::new();
-    cached(&CELL, || MetalKernel::new("kiln_sdpa_prefill", &INPUTS, &["out"], PREFILL))
+    static CELL: KernelCache<MetalKernel> = KernelCache::new();
+    CELL.one(OP, || MetalKernel::new("kiln_sdpa_prefill", &INPUTS, &["out"], PREFILL))
 }
 
 fn prefill_tiled_kernel() -> Result<&'static MetalKernel> {
-    static CELL: Cell = OnceLock::new();
-    cached(&CELL, || {
+    static CELL: KernelCache<MetalKernel> = KernelCache::new();
+    CELL.one(OP, || {
         Ok(MetalKernel::new("kiln_sdpa_prefill_tiled", &INPUTS, &["out"], PREFILL_TILED)?.header(TILED_HEADER))
     })
 }
 
 fn decode_kernel() -> Result<&'static MetalKernel> {
-    static CELL: Cell = OnceLock::new();
-    cached(&CELL, || {
-        // Generic pointers on CUDA: the key/value loads schedule better (H100, B32 H32 Tk 8192
-        // D128 bf16: 1.415 ms vs 1.491 ms with restrict/global pointers).
+    static CELL: KernelCache<MetalKernel> = KernelCache::new();
+    CELL.one(OP, || {
+        // Generic pointers on CUDA: the key/value loads schedule better (measured on the H100).
         Ok(MetalKernel::new("kiln_sdpa_decode", &INPUTS, &["part_acc", "part_ml"], DECODE)?
             .header(DECODE_HEADER)
             .restrict_pointers(false))
@@ -211,8 +204,8 @@ fn decode_kernel() -> Result<&'static MetalKernel> {
 }
 
 fn combine_kernel() -> Result<&'static MetalKernel> {
-    static CELL: Cell = OnceLock::new();
-    cached(&CELL, || MetalKernel::new("kiln_sdpa_combine", &["part_acc", "part_ml"], &["out"], COMBINE))
+    static CELL: KernelCache<MetalKernel> = KernelCache::new();
+    CELL.one(OP, || MetalKernel::new("kiln_sdpa_combine", &["part_acc", "part_ml"], &["out"], COMBINE))
 }
 
 fn is_float(d: DType) -> bool {
@@ -321,48 +314,13 @@ pub fn scaled_dot_product_attention_with(
     mask: Mask,
     init: Option<f64>,
 ) -> Result<Array> {
-    let calls = kernel_calls(q, k, v, scale, mask)?;
-    let n = calls.len();
-    let mut carried: Vec<Array> = Vec::new();
-    for (i, call) in calls.into_iter().enumerate() {
-        carried = call.run(std::mem::take(&mut carried), if i + 1 == n { init } else { None })?;
-    }
-    carried.pop().ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))
-}
-
-/// One kernel call: a portable Metal kernel or a CUDA tensor-core prefill.
-pub enum KernelCall {
-    Metal(&'static MetalKernel, Vec<KernelInput>, LaunchSpec),
-    Cuda(&'static CudaKernel, Vec<KernelInput>, LaunchSpec),
-}
-
-impl KernelCall {
-    /// Runs the call with `extra` inputs appended; `init`, if any, fills the outputs first.
-    fn run(self, extra: Vec<Array>, init: Option<f64>) -> Result<Vec<Array>> {
-        let prepare = |mut inputs: Vec<KernelInput>, mut spec: LaunchSpec| {
-            inputs.extend(extra.into_iter().map(KernelInput::Array));
-            if init.is_some() {
-                spec.init_value = init;
-            }
-            (inputs, spec)
-        };
-        match self {
-            KernelCall::Metal(kernel, inputs, spec) => {
-                let (inputs, spec) = prepare(inputs, spec);
-                kernel.call(&inputs, &spec)
-            }
-            KernelCall::Cuda(kernel, inputs, spec) => {
-                let (inputs, spec) = prepare(inputs, spec);
-                kernel.call(&inputs, &spec)
-            }
-        }
-    }
+    scaled_dot_product_attention_plan(q, k, v, scale, mask)?.with_init(init).run_one()
 }
 
 /// The kernel calls the op makes for these inputs, by [`route`]: a CUDA prefill, or the Metal
 /// [`launches`].
-pub fn kernel_calls(q: &Array, k: &Array, v: &Array, scale: f32, mask: Mask) -> Result<Vec<KernelCall>> {
-    kernel_calls_by(route(q, k, v, &mask)?, q, k, v, scale, mask)
+pub fn scaled_dot_product_attention_plan(q: &Array, k: &Array, v: &Array, scale: f32, mask: Mask) -> Result<OpPlan> {
+    plan_by(route(q, k, v, &mask)?, q, k, v, scale, mask)
 }
 
 /// As [`scaled_dot_product_attention_with`] along `route` instead of the rule's choice (tests
@@ -387,12 +345,10 @@ pub fn scaled_dot_product_attention_by(
     if route_rule(q.device(), capability, q.dtype(), dims, &mask, aligned16(q, k, v)) != route {
         return Err(Error::invalid(OP, format!("{route:?} does not take these inputs: {dims:?} {}", q.dtype())));
     }
-    let call = kernel_calls_by(route, q, k, v, scale, mask)?.pop();
-    let out = call.ok_or_else(|| Error::invalid(OP, "no kernel call"))?.run(Vec::new(), init)?;
-    out.into_iter().next().ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))
+    plan_by(route, q, k, v, scale, mask)?.with_init(init).run_one()
 }
 
-fn kernel_calls_by(route: Route, q: &Array, k: &Array, v: &Array, scale: f32, mask: Mask) -> Result<Vec<KernelCall>> {
+fn plan_by(route: Route, q: &Array, k: &Array, v: &Array, scale: f32, mask: Mask) -> Result<OpPlan> {
     let causal = matches!(mask, Mask::Causal);
     match route {
         Route::CudaPrefill | Route::CudaPrefillWgmma => {
@@ -400,17 +356,15 @@ fn kernel_calls_by(route: Route, q: &Array, k: &Array, v: &Array, scale: f32, ma
             if route == Route::CudaPrefillWgmma {
                 let kernel = prefill_wgmma::kernel(OP, d)?;
                 let spec = prefill_wgmma::spec(OP, q, hq, b, causal, scale)?;
-                return Ok(vec![KernelCall::Cuda(kernel, prefill_wgmma::inputs(OP, q, k, v, scale)?, spec)]);
+                return Ok(OpCall::cuda(kernel, prefill_wgmma::inputs(OP, q, k, v, scale)?, spec).into());
             }
             let (kernel, spec) = (prefill_cuda::kernel(OP, d, causal)?, prefill_cuda::spec(OP, q, hq, b, d, causal)?);
-            return Ok(vec![KernelCall::Cuda(kernel, vec![q.into(), k.into(), v.into(), scale.into()], spec)]);
+            return Ok(OpCall::cuda(kernel, vec![q.into(), k.into(), v.into(), scale.into()], spec).into());
         }
         Route::Metal(_) => {}
     }
-    Ok(launches(q, k, v, scale, mask)?
-        .into_iter()
-        .map(|(kernel, inputs, spec)| KernelCall::Metal(kernel, inputs, spec))
-        .collect())
+    let calls = launches(q, k, v, scale, mask)?;
+    Ok(OpPlan::new(calls.into_iter().map(|(kernel, inputs, spec)| OpCall::new(kernel, inputs, spec)).collect()))
 }
 
 type Call = (&'static MetalKernel, Vec<KernelInput>, LaunchSpec);

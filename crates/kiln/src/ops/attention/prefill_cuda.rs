@@ -24,12 +24,11 @@
 //! rows 16-byte aligned; output (B, Hq, Tq, D). Reference: the parent's `reference` (f64).
 //! Tolerance: the dtype table (P is rounded to the input dtype, as in FlashAttention).
 
-use std::sync::OnceLock;
-
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{CudaKernel, LaunchSpec};
+use crate::ops::kernel_cache::KernelCache;
 
 /// Head dimensions the kernel takes.
 pub const HEAD_DIMS: [usize; 2] = [64, 128];
@@ -386,22 +385,15 @@ pub(super) const SOURCE: &str = r#"
 const INPUTS: [&str; 4] = ["q", "k", "v", "scale"];
 
 pub(super) fn kernel(op: &str, d: usize, causal: bool) -> Result<&'static CudaKernel> {
-    type Cell = OnceLock<std::result::Result<CudaKernel, String>>;
-    static CELLS: [Cell; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    static CELLS: KernelCache<CudaKernel, 4> = KernelCache::new();
     let i = HEAD_DIMS
         .iter()
         .position(|&x| x == d)
         .ok_or_else(|| Error::shape(op, format!("the tensor-core prefill takes D in {HEAD_DIMS:?}, got {d}")))?;
     let bytes = Shape::of(d, causal).shared_bytes(d);
-    CELLS[2 * i + causal as usize]
-        .get_or_init(|| {
-            Ok(CudaKernel::new("kiln_sdpa_prefill_mma", &INPUTS, &["out"], SOURCE)
-                .map_err(|e| e.to_string())?
-                .header(HEADER)
-                .shared_memory(bytes))
-        })
-        .as_ref()
-        .map_err(|m| Error::invalid(op, m.clone()))
+    CELLS.get(op, 2 * i + causal as usize, || {
+        Ok(CudaKernel::new("kiln_sdpa_prefill_mma", &INPUTS, &["out"], SOURCE)?.header(HEADER).shared_memory(bytes))
+    })
 }
 
 pub(super) fn spec(op: &str, q: &Array, hq: usize, b: usize, d: usize, causal: bool) -> Result<LaunchSpec> {

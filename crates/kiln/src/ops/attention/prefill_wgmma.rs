@@ -59,49 +59,10 @@
 //! read by the kernel from device memory): Q as (D, Tq, B·Hq) in boxes of (64, 64, 1), K and
 //! V as (D, Tk, B·Hkv) in boxes of (64, BN, 1); rows past Tq or Tk arrive as zeros.
 //!
-//! H100, B4 H32 T4096 bf16 (`kiln bench --filter attention`, three rounds, same call, ms):
-//! the persistent form against one block per tile: D = 128 causal 0.960–0.997 against
-//! 0.981–1.038, full 1.70–1.87 against 1.72–1.90 (this GPU's D = 128 times move 5–10 % between
-//! rounds); D = 64 (both with three consumers) causal 0.701–0.709, full 1.207–1.210. Three
-//! consumers at D = 64 against two: full 1.23 against 1.33, causal 0.72 against 0.75. Full
-//! attention with B4 H32 Tq 4096 and Tk 4096 / 2048 / 1024 / 512 took 1.73 / 0.92 / 0.52 /
-//! 0.32 ms with one block per tile: 1.6 µs per key tile of a block and about 4 µs per block
-//! besides, the cost the persistent form overlaps. Measured before and not used: a grid
-//! ordered by query tile across heads (1.556 / 2.938 ms causal / full: the running blocks
-//! stop sharing K and V in the L2), head groups of 4 or 8 longest-first, a persistent form
-//! with a fixed split of the tiles (worse balance under the causal mask), consumers without
-//! turns (level). Skipping the corrections while the extremes stay: 5 % fewer instructions at
-//! D = 64 and 9 % at D = 128 (`ncu` `smsp__inst_executed.sum`, full attention: 641 M against
-//! 677 M, 663 M against 729 M), the kernel's time 1.14 against 1.19 ms and 1.67 against 1.70
-//! ms; three rounds of the bench, same call: D = 64 full 1.143–1.198 against 1.196–1.211,
-//! causal 0.687–0.694 against 0.694–0.702, D = 128 causal 0.923–0.974 against 0.968–1.008.
-//! Measured and not used: the last P V of a tile issued with the next tile's first S (two
-//! query buffers, the output staged in the finished one): 8 % more instructions in the
-//! consumers' more general turn loop, 5–10 % slower. Row sums on the tensor cores at D = 64
-//! (two rounds, same call, against the kernel before them): causal 0.648–0.649 against
-//! 0.692–0.695 ms, full 1.106–1.130 against 1.146–1.166; `ncu`, full: 570 M against 642 M
-//! instructions, tensor pipes 57.6 % against 52.5 % busy. The consumers' softmax sets the
-//! pace at D = 128 (`ncu` source counters: the consumer warps spend about 70 % of their time
-//! there, under 2 % waiting for products); two changes shortened it: the hidden keys' explicit
-//! zeroing compiled only into the zero-scale variant (it had been an FSETP and an FSEL on every
-//! score of every tile), and the descriptors formed as a base plus an offset (one add instead
-//! of four dependent uniform operations a product step). Against the kernel before them (`ncu`,
-//! one run each): D = 128 full 514 M against 664 M instructions, 1.54 against 1.67 ms, tensor
-//! pipes 79.6 % against 73.1 % busy; causal 0.861 against 0.922 ms; D = 64 full 1.07 against
-//! 1.10 ms; three rounds of the bench, same call: D = 128 causal 0.894–0.917 against
-//! 0.924–0.994, full 1.634–1.761 against 1.811–1.826, D = 64 causal 0.625–0.631 against
-//! 0.649–0.663, full 1.070–1.074 against 1.105–1.138. Measured and not used: a second query
-//! buffer (the output staged in the tile's own), the next tile's queries loaded a whole tile
-//! ahead: level within the noise (D = 128 causal 0.953–0.996 against 0.936–0.967 ms). The two
-//! rows' quad shuffles for the extremes issued together: `ncu` D = 128 causal / full 0.851 /
-//! 1.53 against 0.858 / 1.54 ms, D = 64 0.613 / 1.04 against 0.621 / 1.05 ms. Measured and
-//! not used: a share of the exponentials on the FMA pipes (2^f by a degree-3 polynomial, the
-//! exponent added as an integer, as FlashAttention-4 does on Blackwell), every 8th, 4th or 2nd
-//! group of 8 keys: the softmax here is bound by instruction issue, not by the special function
-//! unit, so the extra instructions cost more than the unit's time saved (`ncu`, every 4th: D =
-//! 128 full 631 M against 515 M instructions, 1.69 against 1.53 ms; D = 64 full 1.12 against
-//! 1.04 ms). The keys and values come from the L2 at 4.7–6.0 TB/s at D = 128 (`ncu`
-//! `lts__t_bytes`, 50–58 % of its peak): not the limit.
+//! The persistent launch, three consumers at D = 64, the corrections skipped while the extremes
+//! stay, the row sums on the tensor cores at D = 64 and the two softmax shortenings each measured
+//! faster on the H100; the measurements, and the forms measured and not used, are in
+//! `bench/results/notes/ops.md`.
 //!
 //! Layout: `q` (B, Hq, Tq, D), `k`, `v` (B, Hkv, Tk, D), row-contiguous (copied otherwise)
 //! with 16-byte aligned starts; output (B, Hq, Tq, D). Reference: the parent's `reference`
@@ -115,6 +76,7 @@ use crate::backend::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{CudaKernel, KernelInput, LaunchSpec};
+use crate::ops::kernel_cache::KernelCache;
 
 /// Head dimensions the kernel takes.
 pub const HEAD_DIMS: [usize; 2] = [64, 128];
@@ -163,19 +125,12 @@ fn block_queries(d: usize) -> usize {
     64 * consumers(d)
 }
 
-/// Keys per tile. 176 without a mask (FlashAttention-3's choice) measured no faster on the
-/// H100 (full B4 H32 T4096 D128 bf16: 1.722 / 1.852 ms against 1.747 / 1.705 ms, same call).
-/// Also no faster there (three rounds each, same call, full / causal in ms): three stages
-/// instead of two (1.80–1.88 / 0.97–1.02 against 1.74–1.84 / 0.98–1.04), and waiting for
-/// V_{j-1} after S_j is issued instead of before the turn (1.88–1.91 / 0.97–0.99): a consumer
-/// then holds the turn while V arrives.
+/// Keys per tile. 176 without a mask (FlashAttention-3's choice), three stages, and waiting for
+/// V_(j-1) after S_j is issued measured no faster on the H100 (`bench/results/notes/ops.md`).
 const KEYS: usize = 128;
 
 /// Whether P V also forms the row sums, over a block of ones after each value stage (template
-/// `ROWSUM`): at D = 64, whose softmax sets the pace. At D = 128 (P V as m64n136 over a third
-/// column block, 225 KB of shared memory) it measured level: `ncu` 437 M against 508 M
-/// instructions, tensor pipes 82.7 % against 80.0 % busy, 1.57 ms full and 0.876 ms causal
-/// both ways; the bench, three rounds, causal 0.930–0.943 against 0.888–0.930 ms.
+/// `ROWSUM`): at D = 64, whose softmax sets the pace; at D = 128 it measured level (`bench/results/notes/ops.md`).
 fn row_sums_on_tensor_cores(d: usize) -> bool {
     d == 64
 }
@@ -320,22 +275,17 @@ const INPUTS: [&str; 5] = ["q", "k", "v", "scale", "maps"];
 
 /// The kernel for head dimension `d` (one of [`HEAD_DIMS`]; its shared memory is sized for it).
 pub(super) fn kernel(op: &str, d: usize) -> Result<&'static CudaKernel> {
-    type Cell = OnceLock<std::result::Result<CudaKernel, String>>;
-    static CELLS: [Cell; 2] = [OnceLock::new(), OnceLock::new()];
+    static CELLS: KernelCache<CudaKernel, 2> = KernelCache::new();
     let Some(slot) = HEAD_DIMS.iter().position(|&h| h == d) else {
         return Err(Error::shape(op, format!("the warpgroup prefill takes D in {HEAD_DIMS:?}, got {d}")));
     };
-    CELLS[slot]
-        .get_or_init(|| {
-            Ok(CudaKernel::new("kiln_sdpa_prefill_wgmma", &INPUTS, &["out"], SOURCE)
-                .map_err(|e| e.to_string())?
-                .header(header())
-                .shared_memory(shared_bytes(d))
-                .arch_specific(CAPABILITY)
-                .launch_bounds(threads(d) as u32, 1))
-        })
-        .as_ref()
-        .map_err(|m| Error::invalid(op, m.clone()))
+    CELLS.get(op, slot, || {
+        Ok(CudaKernel::new("kiln_sdpa_prefill_wgmma", &INPUTS, &["out"], SOURCE)?
+            .header(header())
+            .shared_memory(shared_bytes(d))
+            .arch_specific(CAPABILITY)
+            .launch_bounds(threads(d) as u32, 1))
+    })
 }
 
 /// The launch for `q` (B, Hq, Tq, D) and the softmax scale: a negative scale compiles the
@@ -347,7 +297,7 @@ pub(super) fn spec(op: &str, q: &Array, hq: usize, b: usize, causal: bool, scale
     let (tq, d) = (q.shape()[2], q.shape()[3]);
     let threads = threads(d);
     let multiprocessors = match q.device() {
-        crate::device::Device::Cuda(ordinal) => crate::backend::cuda::cuda_backend(ordinal)?.multiprocessors(),
+        crate::device::Device::Cuda(_) => crate::backend::capabilities(q.device())?.multiprocessors,
         _ => 1,
     };
     let blocks = blocks(b * hq * tq.div_ceil(block_queries(d)), multiprocessors);

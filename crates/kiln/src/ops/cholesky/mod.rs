@@ -25,7 +25,7 @@
 
 pub mod blocked;
 
-use std::sync::OnceLock;
+use super::kernel_cache::KernelCache;
 
 use crate::array::Array;
 use crate::dtype::DType;
@@ -139,15 +139,9 @@ const SIMD_SOURCE: &str = r#"
     }
 "#;
 
-type Cell = OnceLock<std::result::Result<MetalKernel, String>>;
-
 fn simd_kernel() -> Result<&'static MetalKernel> {
-    static SIMD: Cell = OnceLock::new();
-    SIMD.get_or_init(|| {
-        MetalKernel::new("kiln_cholesky_simd", &["A", "count"], &["L", "info"], SIMD_SOURCE).map_err(|e| e.to_string())
-    })
-    .as_ref()
-    .map_err(|msg| Error::invalid(OP, msg.clone()))
+    static SIMD: KernelCache<MetalKernel> = KernelCache::new();
+    SIMD.one(OP, || MetalKernel::new("kiln_cholesky_simd", &["A", "count"], &["L", "info"], SIMD_SOURCE))
 }
 
 /// `(N, batch)` of a valid input, else the typed error.
@@ -218,14 +212,9 @@ const FIRST_FAILURE_SOURCE: &str = r#"
 
 /// The flag reduction's kernel and launch for the flags `info` (one i32 per matrix).
 pub fn first_failure_kernel_and_spec(info: &Array) -> Result<(&'static MetalKernel, LaunchSpec)> {
-    static CELL: Cell = OnceLock::new();
-    let kernel = CELL
-        .get_or_init(|| {
-            MetalKernel::new("kiln_cholesky_first_failure", &["info"], &["first"], FIRST_FAILURE_SOURCE)
-                .map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|msg| Error::invalid(OP, msg.clone()))?;
+    static CELL: KernelCache<MetalKernel> = KernelCache::new();
+    let kernel =
+        CELL.one(OP, || MetalKernel::new("kiln_cholesky_first_failure", &["info"], &["first"], FIRST_FAILURE_SOURCE))?;
     let threads = info.size().div_ceil(32).clamp(1, 32) as u32 * 32;
     let spec = LaunchSpec::new([threads, 1, 1], [threads, 1, 1]).output(&[2], DType::I32).device(info.device());
     Ok((kernel, spec))

@@ -14,7 +14,7 @@
 //! strip's diagonal block included.
 //! The op is memory-bound: it reads k, beta and g once and writes A (f32, zeros included).
 
-use std::sync::OnceLock;
+use crate::ops::kernel_cache::KernelCache;
 
 use super::{CHUNK, OP};
 use crate::array::Array;
@@ -236,16 +236,10 @@ const SOURCE: &str = r#"
     }
 "#;
 
-fn kernel() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    KERNEL
-        .get_or_init(|| {
-            CudaKernel::new("kiln_gdn_kkt_mma", &["k", "beta", "g"], &["A"], SOURCE)
-                .map(|k| k.header(HEADER))
-                .map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|msg| Error::invalid(OP, msg.clone()))
+/// The kernel of the CUDA path, built once.
+pub(super) fn kernel() -> Result<&'static CudaKernel> {
+    static KERNEL: KernelCache<CudaKernel> = KernelCache::new();
+    KERNEL.one(OP, || Ok(CudaKernel::new("kiln_gdn_kkt_mma", &["k", "beta", "g"], &["A"], SOURCE)?.header(HEADER)))
 }
 
 /// Whether the CUDA path serves these shapes and this key dtype (the device and alignment
@@ -276,14 +270,6 @@ pub(super) fn spec(k: &Array, beta: &Array) -> Result<LaunchSpec> {
         .template("BF16", k.dtype() == DType::BF16)
         .template("KD", int(kd)?)
         .template("R", int(h / hg)?))
-}
-
-/// Runs the CUDA path (inputs validated, [`serves`] true, on a CUDA device).
-pub(super) fn run(k: &Array, beta: &Array, g: &Array, init: Option<f64>) -> Result<Array> {
-    let mut spec = spec(k, beta)?.device(k.device());
-    spec.init_value = init;
-    let mut outs = kernel()?.call(&[k.into(), beta.into(), g.into()], &spec)?;
-    outs.pop().ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))
 }
 
 /// The `CudaKernel` of the CUDA path and its launch for these inputs (any device), for

@@ -29,7 +29,8 @@
 //! Tolerance: 1e-5 relative L2 for every input dtype (the output is f32 and the rounding of `kb`
 //! is reproduced).
 
-use std::sync::OnceLock;
+use super::kernel_cache::KernelCache;
+use super::plan::{OpCall, OpPlan};
 
 use crate::array::Array;
 use crate::device::Device;
@@ -131,13 +132,8 @@ const SOURCE: &str = r#"
 "#;
 
 fn kernel() -> Result<&'static MetalKernel> {
-    static KERNEL: OnceLock<std::result::Result<MetalKernel, String>> = OnceLock::new();
-    KERNEL
-        .get_or_init(|| {
-            MetalKernel::new("kiln_gdn_kkt", &["k", "beta", "g"], &["A"], SOURCE).map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|msg| Error::invalid(OP, msg.clone()))
+    static KERNEL: KernelCache<MetalKernel> = KernelCache::new();
+    KERNEL.one(OP, || MetalKernel::new("kiln_gdn_kkt", &["k", "beta", "g"], &["A"], SOURCE))
 }
 
 /// The validated call: kernel, launch and the arrays it binds.
@@ -200,14 +196,17 @@ pub fn gdn_chunk_scaled_dot_kkt_with(
     chunk: usize,
     init: Option<f64>,
 ) -> Result<Array> {
+    OpPlan::from(gdn_chunk_scaled_dot_kkt_call(k, beta, g, chunk)?).with_init(init).run_one()
+}
+
+/// The validated call of the kernel the rule in the module header picks ([`path`]).
+pub fn gdn_chunk_scaled_dot_kkt_call(k: &Array, beta: &Array, g: &Array, chunk: usize) -> Result<OpCall> {
     let spec = prepare(k, beta, g, chunk)?;
+    let inputs = vec![k.into(), beta.into(), g.into()];
     if path(k, beta) == Path::CudaMma {
-        return cuda::run(k, beta, g, init);
+        return Ok(OpCall::cuda(cuda::kernel()?, inputs, cuda::spec(k, beta)?.device(k.device())));
     }
-    let mut spec = spec.device(k.device());
-    spec.init_value = init;
-    let mut outs = kernel()?.call(&[k.into(), beta.into(), g.into()], &spec)?;
-    outs.pop().ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))
+    Ok(OpCall::new(kernel()?, inputs, spec.device(k.device())))
 }
 
 /// The kernel that computes a call.

@@ -25,7 +25,7 @@
 
 pub mod blocked;
 
-use std::sync::OnceLock;
+use super::kernel_cache::KernelCache;
 
 use crate::array::Array;
 use crate::dtype::DType;
@@ -146,22 +146,17 @@ const SHARED: (&str, &str) = (
     "threadgroup_barrier(mem_flags::mem_threadgroup);\n    for (int e = tid; e < m * n; e += nt) {\n        q_out[e] = w[e];\n    }",
 );
 
-type Cell = OnceLock<std::result::Result<MetalKernel, String>>;
-
 fn shared_kernel() -> Result<&'static MetalKernel> {
-    static SHARED_CELL: Cell = OnceLock::new();
+    static SHARED_CELL: KernelCache<MetalKernel> = KernelCache::new();
     let (workspace, copy_out) = SHARED;
-    SHARED_CELL
-        .get_or_init(|| {
-            let source = SOURCE
-                .replace("WORKSPACE", workspace)
-                .replace("COPY_OUT", copy_out)
-                .replace("APPLY_REFLECTOR", APPLY_REFLECTOR)
-                .replace("SHARED_ELEMS", &SHARED_MAX_ELEMS.to_string());
-            MetalKernel::new("kiln_qr_shared", &["A"], &["Q", "R"], source).map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|msg| Error::invalid(OP, msg.clone()))
+    SHARED_CELL.one(OP, || {
+        let source = SOURCE
+            .replace("WORKSPACE", workspace)
+            .replace("COPY_OUT", copy_out)
+            .replace("APPLY_REFLECTOR", APPLY_REFLECTOR)
+            .replace("SHARED_ELEMS", &SHARED_MAX_ELEMS.to_string());
+        MetalKernel::new("kiln_qr_shared", &["A"], &["Q", "R"], source)
+    })
 }
 
 /// Largest matrix (m * n elements) factored in threadgroup memory (16 KB).

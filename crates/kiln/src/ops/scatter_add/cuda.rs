@@ -20,34 +20,10 @@
 //! path. Float sums depend on the order the atomics land in. Shared-memory f32 `atomicAdd` is a
 //! compare-and-swap loop on sm_90 (`ATOMS.CAST.SPIN`); a warp waiting on its adds has its next
 //! loads in flight, so the DRAM stream does not stop while the adds run. The loads carry an L2
-//! evict-last policy (H100, 64 M values: 0.2097 → 0.2072 ms).
+//! evict-last policy (measured faster on the H100).
 //!
-//! Measured on the H100 (64 M values and int32 indices, 512 MB read; a probe of these kernels
-//! with the fill outside the timing, one run): a plain streaming kernel reading the same bytes
-//! 0.1863 ms; one buffer and 4 loads per lane and step (the previous form) 0.2025 ms; two
-//! buffers of one load per lane, 8 steps per tile 0.1964 ms (4 / 16 / 32 / 64 steps: 0.2789 /
-//! 0.1983 / 0.2001 / 0.2039 ms: short tiles queue on the counter); three buffers 0.1974 ms; two
-//! buffers of two loads 0.2032 ms; 512 or 768 threads with deeper buffers 0.23–0.30 ms; a
-//! per-warp ring of three `cp.async` slots in shared memory 0.1994 ms; a producer warp streaming
-//! chunks with `cp.async.bulk` and mbarriers into per-warp slots 0.445–1.22 ms (each chunk
-//! costs about 0.3 µs of the one producer thread, whatever its size).
-//! Also without gain: no fill before the launch (the counter in a per-device state that each
-//! launch leaves zero, the output zeroed by the first block to start, the other blocks waiting
-//! on its flag before the flush): 0.2006–0.2008 ms against 0.2003–0.2008 in the bench, same run.
-//! A later probe (same shapes, one call): the kernel 0.1977 ms with the fill outside the timing
-//! and 0.2001–0.2003 ms with it inside, as in the bench; without the flush (not a valid result)
-//! 0.1921 ms, so the flush of 132 histograms costs 5.6 µs; blocks stopping early at staggered
-//! points in the last 3–15 % of the work, so their flushes overlap the others' streaming,
-//! 0.1985–0.2010 ms with the fill inside the timing (the blocks left cannot add as fast as the
-//! values arrive: the adds need about 86 % of the multiprocessors); the output zeroed by the
-//! first block instead of a fill, with the counter in a per-launch state, 0.1985–0.1993 ms;
-//! each warp's first tile fixed instead of taken from the counter 0.2130 ms (the counter's
-//! queue staggers the warps' start); `red.shared.add.f32` compiles to the same spin loop.
-//! Tried earlier without gain: a static split of the values over warps instead of the counter,
-//! every element's compare-and-swap issued before any is awaited (`atom.shared.cas`: 0.27–2.2
-//! ms, slower than the compiler's spin loop), 1/16 to 1/4 of the elements added straight into
-//! the L2 (`red.global.add.f32`), block pairs merging their histograms through distributed
-//! shared memory before the flush.
+//! Two buffers of one load per lane, 8 steps per tile, 1024 threads: the fastest of the forms
+//! measured on the H100 (the measurements and the forms tried without gain: `bench/results/notes/ops.md`).
 
 use crate::array::Array;
 use crate::dtype::DType;

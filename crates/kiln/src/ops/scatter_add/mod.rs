@@ -31,7 +31,9 @@
 //! Reference: the sums in f64 (float values, rounded to the dtype first) or wrapping i32/u32
 //! (integers). Tolerance: the f32 table for float values, exact for integers.
 
-use super::util::{cached, check_nonempty, common_device, grid_dim, vec4_aligned, KernelCell, OpCall};
+use super::kernel_cache::KernelCache;
+use super::plan::OpCall;
+use super::util::{check_nonempty, common_device, grid_dim, vec4_aligned};
 use crate::array::Array;
 use crate::device::Device;
 use crate::dtype::DType;
@@ -102,8 +104,8 @@ const MAX_CHUNKS: usize = 512;
 /// Threads per histogram threadgroup.
 const HIST_GROUP: usize = 256;
 
-static KERNEL: KernelCell = KernelCell::new();
-static HIST_KERNEL: KernelCell = KernelCell::new();
+static KERNEL: KernelCache<MetalKernel> = KernelCache::new();
+static HIST_KERNEL: KernelCache<MetalKernel> = KernelCache::new();
 
 /// The dtype the sums of `values` accumulate in.
 pub fn accumulation_dtype(values: DType) -> Option<DType> {
@@ -127,7 +129,7 @@ pub enum Path {
 /// The kernel [`scatter_add`] uses for these inputs, by the rule in the module header (inputs
 /// that fail validation give [`Path::Portable`], whose checks reject them).
 pub fn path(values: &Array, indices: &Array, bins: usize) -> Path {
-    let Device::Cuda(ordinal) = values.device() else {
+    let Device::Cuda(_) = values.device() else {
         return Path::Portable;
     };
     let n = values.shape().first().copied().unwrap_or(0);
@@ -140,8 +142,8 @@ pub fn path(values: &Array, indices: &Array, bins: usize) -> Path {
         && bins >= 1
         && vec4_aligned(values)
         && vec4_aligned(indices);
-    match crate::backend::cuda::cuda_backend(ordinal) {
-        Ok(b) if served && bins <= cuda::max_bins(b.arch()) => Path::CudaSmem,
+    match crate::backend::capabilities(values.device()).map(|c| c.compute_capability) {
+        Ok(Some(arch)) if served && bins <= cuda::max_bins(arch) => Path::CudaSmem,
         _ => Path::Portable,
     }
 }
@@ -174,7 +176,7 @@ pub fn scatter_add_call(values: &Array, indices: &Array, bins: usize) -> Result<
     if m == 1 && n >= MIN_CHUNK && ranges <= MAX_RANGES && n <= i32::MAX as usize {
         let chunks = (n / MIN_CHUNK).clamp(1, MAX_CHUNKS);
         let chunk_len = n.div_ceil(chunks);
-        let kernel = cached(&HIST_KERNEL, OP, || {
+        let kernel = HIST_KERNEL.one(OP, || {
             let inputs = ["values", "indices", "n", "chunk_len", "ranges", "bins"];
             Ok(MetalKernel::new("kiln_scatter_add_hist", &inputs, &["out"], HIST_SOURCE)?.atomic_outputs(true))
         })?;
@@ -193,7 +195,7 @@ pub fn scatter_add_call(values: &Array, indices: &Array, bins: usize) -> Result<
         ];
         return Ok(OpCall::new(kernel, inputs, spec));
     }
-    let kernel = cached(&KERNEL, OP, || {
+    let kernel = KERNEL.one(OP, || {
         Ok(MetalKernel::new("kiln_scatter_add", &["values", "indices", "m", "bins"], &["out"], SOURCE)?
             .atomic_outputs(true))
     })?;
@@ -210,10 +212,10 @@ pub fn scatter_add(values: &Array, indices: &Array, bins: usize) -> Result<Array
     let call = scatter_add_call(values, indices, bins)?;
     match path(values, indices, bins) {
         Path::CudaSmem => {
-            let Device::Cuda(ordinal) = values.device() else {
+            if !matches!(values.device(), Device::Cuda(_)) {
                 return Err(Error::invalid(OP, "the CUDA path needs values on a CUDA device"));
-            };
-            let sms = crate::backend::cuda::cuda_backend(ordinal)?.multiprocessors();
+            }
+            let sms = crate::backend::capabilities(values.device())?.multiprocessors;
             cuda::run(values, indices, bins, cuda::Launch::for_multiprocessors(sms))
         }
         Path::Portable => call.run_one(),

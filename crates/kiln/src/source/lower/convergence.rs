@@ -26,20 +26,22 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
-use super::functions::{arg_starts, find_scopes, nth_arg, Body, Params, Source};
+use super::functions::{call_open, find_scopes, Body, Params};
 use super::rewrite::SITED_COLLECTIVES;
-use super::tokens::{tokenize, Kind, Token};
+use crate::source::cursor::Cursor;
 use crate::source::limits::MAX_NESTING;
+use crate::source::prelude;
+use crate::source::tokens::{tokenize, Kind, Token};
 
 /// Names of functions the preludes declare: a user function of that name is not given a site
 /// parameter (a call meant for the prelude's would receive it too).
 fn prelude_names() -> &'static HashSet<String> {
     static NAMES: OnceLock<HashSet<String>> = OnceLock::new();
     NAMES.get_or_init(|| {
-        let mut texts: Vec<&str> = super::super::cpu::COMMON_PRELUDE.iter().map(|(_, t)| *t).collect();
-        texts.push(super::super::cpu::MLX_UTILS);
-        texts.push(include_str!("../../../prelude/cpu/runtime.h"));
-        texts.push(include_str!("../../../prelude/cpu/simd.h"));
+        let mut texts: Vec<&str> = prelude::COMMON.iter().map(|(_, t)| *t).collect();
+        texts.push(prelude::MLX_UTILS.1);
+        let runtime = prelude::CPU_RUNTIME.iter().filter(|(name, _)| ["cpu/runtime.h", "cpu/simd.h"].contains(name));
+        texts.extend(runtime.map(|(_, text)| *text));
         let mut names = HashSet::new();
         for text in texts {
             let toks: Vec<Token> = tokenize(text).into_iter().filter(|t| !t.is_trivia()).collect();
@@ -59,17 +61,17 @@ fn prelude_names() -> &'static HashSet<String> {
     })
 }
 
-/// Adds the instrumentation to `out` (the rewriter's text per token, indexed like `toks`).
+/// Adds the instrumentation to `out` (the rewriter's text per token, indexed like `src.toks`).
 /// `kernels` names the kernel functions.
-pub fn instrument(toks: &[Token], sig: &[usize], out: &mut [String], kernels: &HashSet<String>) -> Result<(), String> {
-    let src = Source::new(toks, sig);
+pub fn instrument(src: &Cursor, out: &mut [String], kernels: &HashSet<String>) -> Result<(), String> {
+    let sig = &src.sig;
     let sited: Vec<usize> = (0..src.len())
         .filter(|&k| src.ident(k) && src.is(k + 1, "(") && SITED_COLLECTIVES.contains(&src.tok(k).text.as_str()))
         .collect();
     if sited.is_empty() {
         return Ok(());
     }
-    let (scopes, prototypes) = find_scopes(&src, kernels);
+    let (scopes, prototypes) = find_scopes(src, kernels);
     let heads: HashSet<usize> = scopes
         .iter()
         .filter_map(|s| match &s.body {
@@ -93,7 +95,7 @@ pub fn instrument(toks: &[Token], sig: &[usize], out: &mut [String], kernels: &H
     let in_function = |k: usize| inside.get(k).copied().unwrap_or(false);
     // Calls by name inside function bodies: (name position, callee).
     let calls: Vec<(usize, &str)> = (0..src.len())
-        .filter(|&k| src.ident(k) && !heads.contains(&k) && src.call_open(k).is_some() && in_function(k))
+        .filter(|&k| src.ident(k) && !heads.contains(&k) && call_open(src, k).is_some() && in_function(k))
         .map(|k| (k, src.tok(k).text.as_str()))
         .collect();
 
@@ -157,8 +159,11 @@ pub fn instrument(toks: &[Token], sig: &[usize], out: &mut [String], kernels: &H
                         out[sig[close]].insert_str(0, &format!("{sep}{param}"));
                     }
                     Params::Parens(open, close) => {
-                        let first_default =
-                            nth_arg(&src, open, close, *required, true).ok_or("malformed parameter list")?;
+                        let first_default = src
+                            .arg_starts(open, close, true)
+                            .get(*required)
+                            .copied()
+                            .ok_or("malformed parameter list")?;
                         out[sig[first_default]].insert_str(0, &format!("{param}, "));
                     }
                 }
@@ -188,13 +193,12 @@ pub fn instrument(toks: &[Token], sig: &[usize], out: &mut [String], kernels: &H
     }
     for &(k, name) in &calls {
         let Some((required, total)) = tagged(name) else { continue };
-        let open = src.call_open(k).ok_or("call without parentheses")?;
+        let open = call_open(src, k).ok_or("call without parentheses")?;
         let close = src.matching(open).ok_or_else(|| format!("line {}: unbalanced call of {name}", src.tok(k).line))?;
         // An argument may be a template-id (`Tag<true, false>{}`) whose commas are not the
         // call's; `<` is read as a comparison first.
         let fits = |args: usize| required <= args && args <= total;
-        let found =
-            [false, true].into_iter().map(|angles| arg_starts(&src, open, close, angles)).find(|s| fits(s.len()));
+        let found = [false, true].into_iter().map(|angles| src.arg_starts(open, close, angles)).find(|s| fits(s.len()));
         let Some(starts) = found else {
             // Another arity is another function of that name.
             continue;
@@ -208,7 +212,7 @@ pub fn instrument(toks: &[Token], sig: &[usize], out: &mut [String], kernels: &H
             out[sig[at]].insert_str(0, &format!("{site}, "));
         }
     }
-    instrument_loops(&src, out, &sited, &calls, &reaching, &in_function)
+    instrument_loops(src, out, &sited, &calls, &reaching, &in_function)
 }
 
 /// Whether tokens `from..=to` call a SIMD-group function or a function in `reaching`.
@@ -222,14 +226,14 @@ fn reaches(from: usize, to: usize, sited: &[usize], calls: &[(usize, &str)], rea
 }
 
 fn instrument_loops(
-    src: &Source,
+    src: &Cursor,
     out: &mut [String],
     sited: &[usize],
     calls: &[(usize, &str)],
     reaching: &HashSet<&str>,
     in_function: &dyn Fn(usize) -> bool,
 ) -> Result<(), String> {
-    let sig = src.sig;
+    let sig = &src.sig;
     let mut do_whiles = HashSet::new();
     for k in 0..src.len() {
         let word = src.tok(k).text.as_str();
@@ -273,17 +277,7 @@ fn instrument_loops(
             }
             _ => {
                 let close = src.matching(k + 1).ok_or("unbalanced for header")?;
-                let mut depth = 0i32;
-                let mut semis = Vec::new();
-                for j in k + 2..close {
-                    match src.tok(j).text.as_str() {
-                        "(" | "[" | "{" => depth += 1,
-                        ")" | "]" | "}" => depth -= 1,
-                        ";" if depth == 0 => semis.push(j),
-                        _ => {}
-                    }
-                }
-                match semis[..] {
+                match src.semicolons_in(k + 1, close)[..] {
                     [_, b] if b + 1 == close => out[sig[close]].insert_str(0, "kiln_loop.step()"),
                     [_, b] => out[sig[b + 1]].insert_str(0, "kiln_loop.step(), "),
                     // A range `for`: counted before its body.
@@ -301,11 +295,10 @@ mod tests {
     use super::*;
 
     fn lowered(src: &str) -> String {
-        let toks = tokenize(src);
-        let sig: Vec<usize> = (0..toks.len()).filter(|&i| !toks[i].is_trivia()).collect();
-        let mut out: Vec<String> = toks.iter().map(|t| t.text.clone()).collect();
+        let src = Cursor::new(src);
+        let mut out: Vec<String> = src.toks.iter().map(|t| t.text.clone()).collect();
         let kernels: HashSet<String> = ["k".to_string()].into_iter().collect();
-        instrument(&toks, &sig, &mut out, &kernels).unwrap();
+        instrument(&src, &mut out, &kernels).unwrap();
         out.concat()
     }
 

@@ -5,8 +5,8 @@
 
 use std::collections::HashMap;
 
-use super::entry::split_commas;
-use super::tokens::{Kind, Token};
+use crate::source::cursor::{split_commas, Cursor};
+use crate::source::tokens::{Kind, Token};
 
 /// Text edits at significant-token positions.
 #[derive(Default)]
@@ -35,23 +35,23 @@ fn accessors(name: &str) -> String {
 }
 
 /// Finds the swizzle-named data members of every struct, class and union defined in the
-/// program (`sig` indexes the significant tokens of `toks`).
-pub fn swizzle_members(toks: &[Token], sig: &[usize]) -> MemberEdits {
-    let tok = |k: usize| &toks[sig[k]];
+/// program.
+pub fn swizzle_members(src: &Cursor) -> MemberEdits {
+    let tok = |k: usize| src.tok(k);
     let mut edits = MemberEdits::default();
-    for k in 0..sig.len() {
+    for k in 0..src.len() {
         if !["struct", "class", "union"].iter().any(|s| tok(k).is(s)) {
             continue;
         }
         // A definition: the keyword, a name, maybe bases, then `{` before any `;`, `(` or `=`.
-        let Some(open) = (k + 1..sig.len()).find(|&j| [";", "{", "(", "=", ")"].iter().any(|s| tok(j).is(s))) else {
+        let Some(open) = (k + 1..src.len()).find(|&j| [";", "{", "(", "=", ")"].iter().any(|s| tok(j).is(s))) else {
             continue;
         };
         if !tok(open).is("{") {
             continue;
         }
-        let Some(close) = matching_brace(toks, sig, open) else { continue };
-        let names = members_of(toks, sig, open, close, &mut edits);
+        let Some(close) = src.matching(open) else { continue };
+        let names = members_of(src, open, close, &mut edits);
         if names.is_empty() {
             continue;
         }
@@ -67,33 +67,17 @@ pub fn swizzle_members(toks: &[Token], sig: &[usize]) -> MemberEdits {
     edits
 }
 
-fn matching_brace(toks: &[Token], sig: &[usize], open: usize) -> Option<usize> {
-    let mut depth = 0i32;
-    for (j, &i) in sig.iter().enumerate().skip(open) {
-        let t = &toks[i];
-        if t.is("{") {
-            depth += 1;
-        } else if t.is("}") {
-            depth -= 1;
-            if depth == 0 {
-                return Some(j);
-            }
-        }
-    }
-    None
-}
-
 /// The swizzle-named data members declared directly in the body `open..close`; records their
 /// renames and accessors.
-fn members_of(toks: &[Token], sig: &[usize], open: usize, close: usize, edits: &mut MemberEdits) -> Vec<String> {
-    let tok = |k: usize| &toks[sig[k]];
+fn members_of(src: &Cursor, open: usize, close: usize, edits: &mut MemberEdits) -> Vec<String> {
+    let tok = |k: usize| src.tok(k);
     let mut names = Vec::new();
     let mut seg_start = open + 1;
     let mut j = open + 1;
     while j < close {
         let t = tok(j);
         if t.is("{") {
-            let end = matching_brace(toks, sig, j).unwrap_or(close);
+            let end = src.matching(j).unwrap_or(close);
             // A member function body ends its declaration; a brace initialiser does not.
             if (seg_start..j).any(|p| tok(p).is("(")) {
                 seg_start = end + 1;
@@ -151,18 +135,16 @@ fn data_members(decl: &[(usize, &Token)]) -> Vec<(usize, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::lower::tokens::tokenize;
 
     fn edited(src: &str) -> String {
-        let toks = tokenize(src);
-        let sig: Vec<usize> = (0..toks.len()).filter(|&i| !toks[i].is_trivia()).collect();
-        let edits = swizzle_members(&toks, &sig);
-        let mut out: Vec<String> = toks.iter().map(|t| t.text.clone()).collect();
+        let src = Cursor::new(src);
+        let edits = swizzle_members(&src);
+        let mut out: Vec<String> = src.toks.iter().map(|t| t.text.clone()).collect();
         for (k, text) in edits.rename {
-            out[sig[k]] = text;
+            out[src.sig[k]] = text;
         }
         for (k, text) in edits.append {
-            out[sig[k]].push_str(&text);
+            out[src.sig[k]].push_str(&text);
         }
         out.concat()
     }

@@ -2,26 +2,23 @@
 //! (MLX body-generated source or a full `.metal` file) into C++ the CPU emulator and NVRTC can
 //! compile, plus a description of every kernel entry point so a backend can bind and dispatch it.
 //!
-//! The program is first preprocessed (`preprocess`: the user's macros expanded, inactive `#if`
-//! branches dropped), so what macros produce is lowered like any other text. The rewrite then
-//! handles only what C++ cannot express (address-space keywords, `[[attributes]]`, `kernel`,
+//! The program is first parsed (`source::parse`: preprocessed, the user's macros expanded and
+//! inactive `#if` branches dropped), so what macros produce is lowered like any other text. The
+//! rewrite then handles only what C++ cannot express (address-space keywords, `[[attributes]]`, `kernel`,
 //! `threadgroup` declarations, function constants, conditionals with mixed half/float arms);
 //! everything else is left to the target's prelude. What cannot be lowered faithfully (a host
 //! name defined twice, overloads that differ only in address spaces) is refused by name.
 
 mod convergence;
-mod entry;
 mod functions;
 mod members;
-mod overloads;
-pub mod preprocess;
 mod rewrite;
 mod ternary;
-pub mod tokens;
 
-use crate::backend::MetalProgram;
 use crate::error::{Error, Result};
-use crate::kernel::MathMode;
+use crate::program::MetalProgram;
+use crate::source::parse::{parse, ProgramParse};
+pub use crate::source::parse::{AddressSpace, Entry, EntryParam};
 
 /// The language a lowering produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -30,35 +27,6 @@ pub enum LowerTarget {
     Cpu,
     /// CUDA C++17 for NVRTC.
     Cuda,
-}
-
-/// The address space of a buffer parameter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AddressSpace {
-    Device,
-    Constant,
-}
-
-/// One parameter of a kernel entry point.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EntryParam {
-    /// `[[buffer(index)]]`: a pointer (or, when `by_ref`, a reference) to `pointee`.
-    Buffer { name: String, index: u32, pointee: String, space: AddressSpace, is_const: bool, by_ref: bool },
-    /// `[[threadgroup(index)]]`: dynamic threadgroup memory of `pointee` elements.
-    Threadgroup { name: String, index: u32, pointee: String },
-    /// A thread-position builtin such as `[[thread_position_in_grid]]`; `ty` is its declared
-    /// type (`uint`, `uint3`, `ushort2`, ...).
-    Builtin { name: String, attribute: String, ty: String },
-}
-
-/// A kernel function that can be dispatched.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
-    /// The name the host dispatches by (`[[host_name]]` for instantiations, else the function).
-    pub host_name: String,
-    /// The C++ expression that names the function to call, e.g. `my_kernel<float, 4>`.
-    pub callee: String,
-    pub params: Vec<EntryParam>,
 }
 
 /// A lowered program: rewritten user code plus its entry points. Backends wrap each entry in
@@ -85,24 +53,26 @@ impl LoweredModule {
 
 /// Lowers `program` for `target`.
 ///
-/// The program is preprocessed first (its macros expanded, inactive `#if` branches dropped), so
-/// kernels and Metal syntax produced by macros are lowered like any other text. The output keeps
-/// the input's line structure exactly (line N of `code` is line N of `program.source`), so
-/// `line_map` is the identity; backends may prefix `#line 1` to have the compiler report the
-/// user's own lines directly.
+/// The program is parsed first (`source::parse`: preprocessed, its macros expanded and
+/// inactive `#if` branches dropped, so kernels and Metal syntax produced by macros are lowered
+/// like any other text). The output keeps the input's line structure exactly (line N of `code`
+/// is line N of `program.source`), so `line_map` is the identity; backends may prefix `#line 1`
+/// to have the compiler report the user's own lines directly.
 pub fn lower(program: &MetalProgram, target: LowerTarget) -> Result<LoweredModule> {
+    lower_parsed(program, &parse(program)?, target)
+}
+
+/// Lowers an already parsed `program` for `target`. This is where the lowered text of the
+/// user's code is made, once, for every target: the one place to map its lines or add
+/// instrumentation.
+fn lower_parsed(program: &MetalProgram, parse: &ProgramParse, target: LowerTarget) -> Result<LoweredModule> {
     let error = |log: String| Error::Compile { backend: "translate", kernel: program.kernel.clone(), log };
-    let mut predefined = preprocess::METAL_PREDEFINED.to_vec();
-    if program.math_mode == MathMode::Fast {
-        predefined.push(("__FAST_MATH__", "1"));
-    }
-    let source = preprocess::preprocess(&program.source, &predefined).map_err(error)?;
-    let rewritten = rewrite::rewrite(program, &source, target).map_err(error)?;
+    let rewritten = rewrite::rewrite(program, parse, target).map_err(error)?;
     let lines = rewritten.code.lines().count().max(program.source.lines().count());
     let code = ternary::wrap_conditionals(&rewritten.code);
     Ok(LoweredModule {
         code,
-        entries: rewritten.entries,
+        entries: parse.entries.clone(),
         needs_cooperative_threads: rewritten.cooperative,
         line_map: (1..=lines as u32).collect(),
     })

@@ -4,8 +4,8 @@
 //! picks: Metal's common type for mixed scalar arms, else the arm's own `decltype`, which keeps
 //! its type, value category and `void`-ness. Runs on already-rewritten code; adds no newlines.
 
-use super::functions::Brackets;
-use super::tokens::{tokenize, Kind, Token};
+use crate::source::cursor::Cursor;
+use crate::source::tokens::{Kind, Token};
 
 /// Arms whose wrapped text would exceed this many bytes stay as they are (deep chains of
 /// conditionals copy their arms into `decltype`s, growing by a factor of three per level).
@@ -16,22 +16,21 @@ pub fn wrap_conditionals(code: &str) -> String {
     if !code.contains('?') {
         return code.to_string();
     }
-    let toks = tokenize(code);
-    let sig: Vec<usize> = (0..toks.len()).filter(|&i| !toks[i].is_trivia()).collect();
-    let closes = template_closers(&toks, &sig);
-    let brackets = Brackets::new(&toks, &sig);
+    let cursor = Cursor::new(code);
+    let (toks, sig) = (&cursor.toks, &cursor.sig);
+    let closes = template_closers(toks, sig);
     let group_end: Vec<Option<usize>> = (0..sig.len())
         .map(|k| match closes[k] {
             Some(close) => Some(close + 1),
-            None => brackets.closing(&toks, &sig, k).map(|c| c + 1).or_else(|| {
+            None => cursor.matching(k).map(|c| c + 1).or_else(|| {
                 let t = &toks[sig[k]];
                 (t.kind == Kind::Punct && ["(", "[", "{"].contains(&t.text.as_str())).then_some(sig.len())
             }),
         })
         .collect();
-    let operands = operand_ends(&toks, &sig, &group_end, &closes);
+    let operands = operand_ends(toks, sig, &group_end, &closes);
     let n = sig.len();
-    let mut cond = Conditionals { toks: &toks, sig: &sig, pre: vec![String::new(); n], post: vec![String::new(); n] };
+    let mut cond = Conditionals { toks, sig, pre: vec![String::new(); n], post: vec![String::new(); n] };
     // Innermost first: a conditional nested in an arm lies after the outer `?`, and the outer
     // arm's `decltype` copy must see the inner one already wrapped.
     for q in (0..sig.len()).rev() {

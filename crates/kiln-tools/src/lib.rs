@@ -1,0 +1,9 @@
+//! What the `kiln` command line runs on top of the kernel library: the demo gallery (real-world
+//! kernels checked against their references), the benchmark harness behind `kiln bench`, and the
+//! TOML kernel specs `kiln run` and the tests load. None of it is needed to call a kernel.
+
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+pub mod bench;
+pub mod gallery;
+pub mod spec;

@@ -1,0 +1,122 @@
+//! The target-independent parse of a Metal program, read by launch validation and by both
+//! lowerings: the program preprocessed and tokenized once, where each significant token stands
+//! (in a function, at file scope, inside parentheses), its kernel entries with their
+//! parameters, its explicit instantiations and its function constant declarations.
+//!
+//! Beside it, for validation before any compiler runs: an outline of the raw text
+//! (`outline`: top-level declarations, function attributes, `#define`s) and compile-time
+//! evaluation over it (`const_eval`: integer constant expressions, type sizes).
+
+mod const_eval;
+mod entry;
+mod outline;
+mod overloads;
+mod program;
+
+pub(crate) use const_eval::{split_args, Scope};
+pub(crate) use entry::{first_declarator, join};
+pub(crate) use outline::Outline;
+pub(crate) use program::{in_template_arguments, is_function_qualifier};
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+use crate::program::MathMode;
+use crate::program::MetalProgram;
+use crate::source::cursor::Cursor;
+use crate::source::preprocess;
+
+/// The address space of a buffer parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddressSpace {
+    Device,
+    Constant,
+}
+
+/// One parameter of a kernel entry point.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryParam {
+    /// `[[buffer(index)]]`: a pointer (or, when `by_ref`, a reference) to `pointee`.
+    Buffer { name: String, index: u32, pointee: String, space: AddressSpace, is_const: bool, by_ref: bool },
+    /// `[[threadgroup(index)]]`: dynamic threadgroup memory of `pointee` elements.
+    Threadgroup { name: String, index: u32, pointee: String },
+    /// A thread-position builtin such as `[[thread_position_in_grid]]`; `ty` is its declared
+    /// type (`uint`, `uint3`, `ushort2`, ...).
+    Builtin { name: String, attribute: String, ty: String },
+}
+
+/// A kernel function that can be dispatched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The name the host dispatches by (`[[host_name]]` for instantiations, else the function).
+    pub host_name: String,
+    /// The C++ expression that names the function to call, e.g. `my_kernel<float, 4>`.
+    pub callee: String,
+    pub params: Vec<EntryParam>,
+}
+
+/// Where a significant token stands, as the walk over the program found it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Context {
+    /// Inside a function (or lambda) body.
+    pub in_function: bool,
+    /// At file or namespace scope, outside parentheses.
+    pub file_scope: bool,
+    /// Inside parentheses.
+    pub in_parens: bool,
+}
+
+/// `constant T name [[function_constant(index)]];` at file scope.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct FunctionConstant {
+    /// The position of its `;`.
+    pub end: usize,
+    pub name: String,
+    /// The declared type, as C++ text.
+    pub ty: String,
+    /// The attribute's index, when it is an integer.
+    pub index: Option<u32>,
+}
+
+/// A program parsed once for every target.
+pub(crate) struct ProgramParse {
+    /// The preprocessed program's tokens.
+    pub cursor: Cursor,
+    /// For each significant token, where it stands.
+    pub context: Vec<Context>,
+    /// The dispatchable entries, in source order.
+    pub entries: Vec<Entry>,
+    /// Every kernel function by name (templates too), with its parameters.
+    pub kernels: HashMap<String, Vec<EntryParam>>,
+    /// Explicit instantiations: the position of `template` → the position of their `;`.
+    pub instantiations: HashMap<usize, usize>,
+    /// Function constant declarations by the position of their `constant`.
+    pub function_constants: HashMap<usize, FunctionConstant>,
+    /// Inclusive ranges of class template specialisations that repeat an earlier one but for
+    /// address spaces (one thing once lowered).
+    pub repeated: Vec<(usize, usize)>,
+}
+
+impl ProgramParse {
+    /// The entry named `host_name`.
+    pub fn entry(&self, host_name: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.host_name == host_name)
+    }
+}
+
+/// Parses `program`: preprocesses it (its macros expanded, inactive `#if` branches dropped, so
+/// kernels produced by macros count like any other), then refuses what no target can express
+/// (brackets nested too deep, overloads and specialisations that differ only in address
+/// spaces, a host name defined twice) and finds its entries. Errors name the program's kernel.
+pub(crate) fn parse(program: &MetalProgram) -> Result<ProgramParse> {
+    let error = |log: String| Error::Compile { backend: "translate", kernel: program.kernel.clone(), log };
+    let mut predefined = preprocess::METAL_PREDEFINED.to_vec();
+    if program.math_mode == MathMode::Fast {
+        predefined.push(("__FAST_MATH__", "1"));
+    }
+    let source = preprocess::preprocess(&program.source, &predefined).map_err(error)?;
+    let cursor = Cursor::new(&source);
+    cursor.check_nesting().map_err(error)?;
+    let repeated = overloads::check(&cursor).map_err(error)?;
+    program::walk(cursor, repeated).map_err(error)
+}

@@ -1,0 +1,66 @@
+//! The prelude headers (`crates/kiln/prelude/`) each target's translation unit starts with,
+//! named once: the common Metal library both targets share, and each target's own parts around
+//! it, in inclusion order.
+
+/// A header: its name under `prelude/` and its text.
+pub type Header = (&'static str, &'static str);
+
+/// The header at `prelude/NAME`, its name written once.
+macro_rules! header {
+    ($name:literal) => {
+        ($name, include_str!(concat!("../../prelude/", $name)))
+    };
+}
+
+/// The common headers, in inclusion order (usable from host C++ and CUDA C++).
+pub const COMMON: [Header; 13] = [
+    header!("common/types.h"),
+    header!("common/vec.h"),
+    header!("common/vec_ops.h"),
+    header!("common/packed.h"),
+    header!("common/math.h"),
+    header!("common/math_float.h"),
+    header!("common/math_int.h"),
+    header!("common/matrix.h"),
+    header!("common/geometric.h"),
+    header!("common/array.h"),
+    header!("common/type_traits.h"),
+    header!("common/qualified_names.h"),
+    header!("common/lowering.h"),
+];
+
+/// MLX's utils preamble, for body-only programs.
+pub const MLX_UTILS: Header = header!("common/mlx_utils.h");
+
+/// The CPU target's configuration, before the common headers.
+pub const CPU_CONFIG: Header = header!("cpu/config.h");
+
+/// The CPU emulator's runtime, after the common headers: threads, threadgroup memory, SIMD-group
+/// convergence and collectives.
+pub const CPU_RUNTIME: [Header; 4] =
+    [header!("cpu/runtime.h"), header!("cpu/threadgroup.h"), header!("cpu/convergence.h"), header!("cpu/simd.h")];
+
+/// `CPU_RUNTIME` of the sanitizer's libraries (`kiln check`): the sanitizer after the
+/// threadgroup memory.
+pub const CPU_CHECKED_RUNTIME: [Header; 5] = [
+    header!("cpu/runtime.h"),
+    header!("cpu/threadgroup.h"),
+    header!("cpu/check.h"),
+    header!("cpu/convergence.h"),
+    header!("cpu/simd.h"),
+];
+
+/// The CPU group scheduler, after the user's code and entry wrappers.
+pub const CPU_SCHEDULER: Header = header!("cpu/scheduler.h");
+
+/// The CUDA target's configuration, before the common headers.
+pub const CUDA_CONFIG: Header = header!("cuda/config.h");
+
+/// The CUDA-specific SIMD, synchronisation and matrix parts, after the common headers.
+pub const CUDA_RUNTIME: [Header; 3] = [header!("cuda/simd.h"), header!("cuda/sync.h"), header!("cuda/matrix.h")];
+
+/// Every header of `config`'s target in inclusion order: its configuration, the common
+/// headers, then `runtime`.
+pub fn headers(config: Header, runtime: &'static [Header]) -> impl Iterator<Item = Header> {
+    std::iter::once(config).chain(COMMON).chain(runtime.iter().copied())
+}
