@@ -199,29 +199,20 @@ KILN_NOSAN inline void touch(Cell& c, uint32_t gen, const Acc& me, bool write, b
   else c.r0 = me;
 }
 
-// The thread making the access; looked up only for accesses to tracked memory (a thread-local
-// lookup in a loaded library is a call, and most accesses are to the stack).
-KILN_NOSAN inline bool who(const void* ret, bool atomic, Acc* me) {
-  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
-  if (!t) return false;
-  const uint32_t local = t->thread_index_in_threadgroup;
-  State& s = g_state;
-  *me = Acc{s.group_base + local, s.epoch[local], s.sep[local], pc_of(ret), atomic ? 1u : 0u};
-  return true;
-}
-
 KILN_NOSAN inline void access(const void* p, uint64_t size, bool write, bool atomic, const void* ret) {
   if (!g_armed) return;
+  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
+  if (!t) return;
   const uint64_t a = (uint64_t)(uintptr_t)p;
   State& s = g_state;
   ++s.serial;
-  s.last[s.n_last++ % 64] = State::Last{a, size, pc_of(ret), 0, write, 0};
+  const uint32_t local = t->thread_index_in_threadgroup;
+  Acc me{s.group_base + local, s.epoch[local], s.sep[local], pc_of(ret), atomic ? 1u : 0u};
+  s.last[s.n_last++ % 64] = State::Last{a, size, me.pc, me.tid, write, 0};
   Launch* l = s.l;
-  Acc me;
   for (uint32_t i = 0; i < l->n_buffers; ++i) {
     const Buffer& b = l->buffers[i];
     if (a + size <= b.data - b.pad || a >= b.data + b.len + b.pad) continue;
-    if (!who(ret, atomic, &me)) return;
     if (a < b.data || a + size > b.data + b.len) {
       report(write ? OOB_WRITE : OOB_READ, me.pc, 0, 0, (int32_t)i, me.tid, 0, (int64_t)(a - b.data));
       return;
@@ -242,7 +233,6 @@ KILN_NOSAN inline void access(const void* p, uint64_t size, bool write, bool ato
     Tg& g = s.tg[i];
     const uint64_t lo = (uint64_t)(uintptr_t)g.data;
     if (a + size <= lo - 65536 || a >= lo + g.size + 65536) continue;
-    if (!who(ret, atomic, &me)) return;
     if (a < lo || a + size > lo + g.size) {
       report(write ? OOB_WRITE : OOB_READ, me.pc, 0, 1, i, me.tid, 0, (int64_t)(a - lo));
       return;
@@ -354,6 +344,10 @@ KILN_NOSAN inline void barrier_release(const kiln::rt::Group& g) {
 }  // namespace kiln
 
 // ---- the instrumentation's entry points ---------------------------------------------------------
+// Hidden: each checked library's instrumentation must reach its own sanitizer, never another
+// loaded library's.
+#undef KILN_NOSAN
+#define KILN_NOSAN __attribute__((no_sanitize_thread, noinline, visibility("hidden")))
 extern "C" {
 #define KILN_TSAN_ACCESS(N)                                                                              \
   KILN_NOSAN void __tsan_read##N(void* p) { kiln::chk::access(p, N, false, false, __builtin_return_address(0)); } \
@@ -432,7 +426,7 @@ KILN_TSAN_ATOMIC(64, unsigned long long)
 
 // Arms the sanitizer for one launch run on the calling thread; the shadow of every tracked buffer
 // starts empty. 0 ok, 1 out of memory.
-extern "C" KILN_NOSAN int kiln_check_arm(kiln::chk::Launch* l) {
+extern "C" __attribute__((no_sanitize_thread, noinline, visibility("default"))) int kiln_check_arm(kiln::chk::Launch* l) {
   using namespace kiln::chk;
   State& s = g_state;
   s.l = l;
@@ -455,7 +449,7 @@ extern "C" KILN_NOSAN int kiln_check_arm(kiln::chk::Launch* l) {
 
 // Ends the launch: reads of device memory nobody wrote become findings. Returns how many
 // findings the launch has.
-extern "C" KILN_NOSAN uint32_t kiln_check_finish(kiln::chk::Launch* l) {
+extern "C" __attribute__((no_sanitize_thread, noinline, visibility("default"))) uint32_t kiln_check_finish(kiln::chk::Launch* l) {
   using namespace kiln::chk;
   g_armed = 1;
   settle(g_state.pend_dev, &g_state.n_pend_dev);
@@ -464,7 +458,7 @@ extern "C" KILN_NOSAN uint32_t kiln_check_finish(kiln::chk::Launch* l) {
 
 // Per granule of buffer `slot`: 0 never written, 1 written by one thread (or atomically), 2
 // written by several threads without atomics. Returns the offset of the last store to it.
-extern "C" KILN_NOSAN uint32_t kiln_check_written(uint32_t slot, unsigned char* out, uint64_t n) {
+extern "C" __attribute__((no_sanitize_thread, noinline, visibility("default"))) uint32_t kiln_check_written(uint32_t slot, unsigned char* out, uint64_t n) {
   using namespace kiln::chk;
   if (slot >= 32) return 0;
   Cell* cells = g_state.cells[slot];
@@ -475,7 +469,7 @@ extern "C" KILN_NOSAN uint32_t kiln_check_written(uint32_t slot, unsigned char* 
 
 // The latest access that covers `addr` (after a fault: the access that faulted), its instruction
 // and whether it wrote (the thread is the fault message's); 0 when none does.
-extern "C" KILN_NOSAN int kiln_check_last(uint64_t addr, uint32_t* pc, uint32_t* tid, uint32_t* write) {
+extern "C" __attribute__((no_sanitize_thread, noinline, visibility("default"))) int kiln_check_last(uint64_t addr, uint32_t* pc, uint32_t* tid, uint32_t* write) {
   const kiln::chk::State& s = kiln::chk::g_state;
   for (uint32_t k = 0; k < 64 && k < s.n_last; ++k) {
     const auto& l = s.last[(s.n_last - 1 - k) % 64];

@@ -261,7 +261,7 @@ fn build(cxx: &str, kernel: &str, flags: &[&str], tu: &str) -> Result<Vec<u8>> {
         Err(Error::Compile { backend: "cpu", kernel: kernel.to_string(), log })
     };
     let compiled = run(Command::new(cxx).args(flags).arg("-o").arg(&obj).arg(&cpp))
-        .and_then(|()| run(Command::new(cxx).args(["-shared", "-o"]).arg(&so).arg(&obj)));
+        .and_then(|()| run(Command::new(cxx).args(["-shared", "-Wl,-Bsymbolic", "-o"]).arg(&so).arg(&obj)));
     let image = compiled.and_then(|()| std::fs::read(&so).map_err(|e| Error::io(&so, e)));
     for p in [&cpp, &obj, &so] {
         let _ = std::fs::remove_file(p);
