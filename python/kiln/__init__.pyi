@@ -74,6 +74,8 @@ class MetalKernel:
         **ignored: Any,
     ) -> int: ...
 
+def check(kernel: MetalKernel, **call_keywords: Any) -> list[dict[str, Any]]: ...
+
 def metal_kernel(
     name: str,
     input_names: Sequence[str],

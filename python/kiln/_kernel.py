@@ -4,6 +4,7 @@ caller's device and (for PyTorch CUDA tensors) the caller's current stream."""
 
 from __future__ import annotations
 
+import json
 from typing import NamedTuple
 
 import numpy as np
@@ -227,6 +228,18 @@ class MetalKernel:
             out.append(host_output(h, lead))
         return out
 
+    def _check(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, init_value=None,
+               **_ignored):
+        ins = _Inputs(inputs, self._ensure_row_contiguous)
+        if ins.ordinal >= 0:
+            raise InvalidArgumentError(
+                f"[metal_kernel {self.name}] kiln.check runs on the CPU emulator; pass host arrays (NumPy)"
+            )
+        text = self._kernel.check(ins.descs, [tuple(s) for s in output_shapes],
+                                  [dtype_name(d) for d in output_dtypes], tuple(grid), tuple(threadgroup),
+                                  _template(template), None if init_value is None else float(init_value))
+        return json.loads(text)
+
     def precompile(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
                    device=None, **_ignored) -> None:
         """Compiles and caches the kernel that a call with these arguments would run, without
@@ -404,3 +417,15 @@ def metal_library(name, source, math_mode="safe") -> MetalLibrary:
     ``[[threadgroup(n)]]`` and builtin parameters, function constants and file-scope data.
     Run a function with :meth:`MetalLibrary.dispatch`."""
     return MetalLibrary(name, source, math_mode)
+
+
+def check(kernel, **call_keywords):
+    """Runs one call of ``kernel`` (a :class:`MetalKernel`, with the keywords a call takes) on the
+    CPU emulator under kiln's sanitizer and returns its findings: a list of dicts with ``kind``
+    (``race``, ``uninitialized-read``, ``unwritten-output``, ``barrier-divergence``,
+    ``out-of-bounds``), ``severity`` (``"error"`` or ``"warning"``), ``kernel``, ``line`` (1-based in
+    the body, header or file; ``part`` says which), ``text`` (that line), ``threads``, ``buffer``,
+    ``index``, ``count`` and ``message``. An empty list means nothing was found."""
+    if not isinstance(kernel, MetalKernel):
+        raise InvalidArgumentError(f"kiln.check takes a kernel from kiln.metal_kernel, not {type(kernel).__name__}")
+    return kernel._check(**call_keywords)

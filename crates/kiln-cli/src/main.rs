@@ -2,6 +2,7 @@
 
 mod bench;
 mod cache;
+mod check;
 mod out;
 mod write_outputs;
 
@@ -47,6 +48,9 @@ enum Command {
         #[arg(long, value_name = "SECONDS")]
         timeout: Option<f64>,
     },
+    /// Run a spec file's kernel on the CPU emulator under the sanitizer: races, uninitialised
+    /// reads, unwritten outputs, barrier divergence, out-of-bounds accesses, on the kernel's lines.
+    Check(check::CheckArgs),
     /// Print the source a backend compiles for a spec file.
     Translate {
         /// The kernel spec file (.toml).
@@ -82,6 +86,7 @@ enum Emit {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Check(args) => return check::check(args),
         Command::Run { spec, device, out, checked, timeout } => run(&spec, &device, &out, checked, timeout),
         Command::Translate { spec, emit } => translate(&spec, emit),
         Command::Devices => {

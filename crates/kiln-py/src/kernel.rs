@@ -197,6 +197,31 @@ impl Kernel {
         arrays::wrap(py, outputs).map(Some)
     }
 
+    /// Runs a call on the CPU emulator under the sanitizer (`kiln check`) and returns its findings
+    /// as a JSON array (the format of `kiln check --json`).
+    #[pyo3(signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value))]
+    #[allow(clippy::too_many_arguments)]
+    fn check(
+        &self,
+        py: Python<'_>,
+        inputs: &Bound<'_, PyList>,
+        output_shapes: &Bound<'_, PyList>,
+        output_dtypes: &Bound<'_, PyList>,
+        grid: (u32, u32, u32),
+        threadgroup: (u32, u32, u32),
+        template: &Bound<'_, PyList>,
+        init_value: Option<f64>,
+    ) -> PyResult<String> {
+        let inputs = inputs_of(inputs)?;
+        let mut spec = spec_of(output_shapes, output_dtypes, grid, threadgroup, template)?;
+        spec.init_value = init_value;
+        spec.device = Some(Device::Cpu);
+        let kernel = &self.kernel;
+        let (result, found) = py.detach(|| kiln::sanitize::check(|| kernel.call(&inputs, &spec)));
+        result.py_err()?;
+        Ok(kiln::sanitize::to_json(&found).to_string())
+    }
+
     /// Compiles (and caches) the kernel a call with these arguments would run, without running
     /// it; only the inputs' dtypes and ranks matter, not their data.
     #[pyo3(signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, device))]

@@ -44,6 +44,7 @@ pub mod kernel;
 pub mod kernel_log;
 pub mod ops;
 pub mod program;
+pub mod sanitize;
 pub mod source;
 
 pub use array::{Array, SliceArg};

@@ -66,3 +66,23 @@ namespace kiln { namespace rt { void poll(); } }
 #endif
 #define KILN_POLL() (KILN_CONSTANT_EVALUATED() ? (void)0 : ::kiln::rt::poll())
 #define KILN_POLL_TRUE() (KILN_CONSTANT_EVALUATED() || (::kiln::rt::poll(), true))
+
+// The sanitizer's hooks (`check.h`), compiled only into the libraries `kiln check` runs, which
+// define KILN_CHECKED; elsewhere they vanish.
+#if KILN_CHECKED
+namespace kiln { namespace rt { struct Group; } }
+namespace kiln { namespace chk {
+void barrier_enter(const void* site);
+void barrier_leave();
+void collective_leave();
+void tg_opened(int slot, const char* data, uint64_t size, const char* name, uint32_t elem);
+void group_begin(uint64_t lin);
+void group_end();
+void barrier_release(const kiln::rt::Group& g);
+template <class T> struct elem_size { static const uint32_t value = sizeof(T); };
+template <class T, size_t N> struct elem_size<T[N]> : elem_size<T> {};
+} }
+#define KILN_CHECK(call) call
+#else
+#define KILN_CHECK(call)
+#endif

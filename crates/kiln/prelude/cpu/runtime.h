@@ -158,6 +158,7 @@ __attribute__((noinline)) inline View post_bytes(const void* bytes, unsigned siz
   t->site = site;
   t->state = AT_COLLECTIVE;
   yield_to_scheduler(c);
+  KILN_CHECK(kiln::chk::collective_leave());
   uint sg = t->simdgroup_index_in_threadgroup;
   return View{c.group->snap[sg], c.group->active[sg], t->thread_index_in_simdgroup};
 }
@@ -199,7 +200,16 @@ enum class mem_flags : uint {
 };
 inline mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(uint(a) | uint(b)); }
 // Every thread of the group runs on one OS thread, so any barrier also orders all memory.
+#if KILN_CHECKED
+// Out of line, so its return address names the kernel's barrier.
+__attribute__((noinline)) inline void threadgroup_barrier(mem_flags = mem_flags::mem_none) {
+  kiln::chk::barrier_enter(__builtin_return_address(0));
+  kiln::rt::barrier();
+  kiln::chk::barrier_leave();
+}
+#else
 inline void threadgroup_barrier(mem_flags = mem_flags::mem_none) { kiln::rt::barrier(); }
+#endif
 __attribute__((noinline)) inline void simdgroup_barrier(mem_flags = mem_flags::mem_none) {
   char none = 0;
   kiln::rt::post(none, __builtin_return_address(0));

@@ -283,6 +283,7 @@ inline void run_cooperative(Group& g, StackSet* stacks, Worker& w) {
       return;
     }
     if (resolved) continue;
+    KILN_CHECK(kiln::chk::barrier_release(g));
     bool waiting = false;
     for (int i = 0; i < g.n; ++i)
       if (g.threads[i].state == AT_BARRIER) { g.threads[i].state = RUNNABLE; waiting = true; }
@@ -393,6 +394,9 @@ inline int run_groups_unprotected(Body body, bool cooperative, const LaunchDesc*
       t.started = false;
     }
     g_cur.group = &g;
+    KILN_CHECK(kiln::chk::group_begin(lin));
+    KILN_CHECK(for (uint32_t i = 0; i < d->n_tg && i < 16; ++i) kiln::chk::tg_opened(
+        TG_DECLARED + (int)i, (const char*)g.tg_mem[i], d->tg_sizes[i], tg_names[i], 1));
     if (cooperative) {
       for (uint i = 0; i < (n + 31) / 32; ++i) w.divergence[i].left_out = 0;
       run_cooperative(g, stacks, w);
@@ -404,6 +408,7 @@ inline int run_groups_unprotected(Body body, bool cooperative, const LaunchDesc*
         run_one(threads[i]);
       }
     }
+    KILN_CHECK(kiln::chk::group_end());
     g_cur.group = nullptr;
     g_cur.thread = nullptr;
     if (g.aborted == 1) return 1;
@@ -474,6 +479,7 @@ static bool claim_fault(uintptr_t a) {
 }
 
 static void on_fault(int sig, siginfo_t* info, void* uc) {
+  KILN_CHECK(kiln::chk::g_armed = 0);
   const uintptr_t a = (uintptr_t)info->si_addr;
   if ((sig == SIGSEGV || sig == SIGBUS) && claim_fault(a)) return;
   const pthread_t self = pthread_self();

@@ -222,6 +222,7 @@ template <class T, int Site> inline T* tg_alloc(const char* name) {
   void* mem = tg_open(g->arena, g->nallocs, sizeof(T), name, g->checked, &fault, g->tg_fault_text,
                       (int)sizeof g->tg_fault_text);
   if (!mem) throw Fault{fault};
+  KILN_CHECK(kiln::chk::tg_opened(g->nallocs, (const char*)mem, sizeof(T), name, kiln::chk::elem_size<T>::value));
   g->allocs[g->nallocs++] = Alloc{&key, mem};
   return (T*)mem;
 }

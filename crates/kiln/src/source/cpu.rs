@@ -7,7 +7,7 @@ use std::fmt::Write;
 use std::sync::OnceLock;
 
 use super::lower::{EntryParam, LoweredModule};
-use super::prelude::{headers, CPU_CONFIG, CPU_RUNTIME, CPU_SCHEDULER, MLX_UTILS};
+use super::prelude::{headers, Header, CPU_CHECKED_RUNTIME, CPU_CONFIG, CPU_RUNTIME, CPU_SCHEDULER, MLX_UTILS};
 use crate::error::{Error, Result};
 use crate::program::{MetalProgram, ProgramKind};
 use crate::source::scan::ATTRIBUTES;
@@ -41,10 +41,28 @@ pub fn prelude(kind: ProgramKind) -> &'static str {
     static MLX_BODY: OnceLock<String> = OnceLock::new();
     let mlx_body = matches!(kind, ProgramKind::MlxBody | ProgramKind::MlxBodyGenericPointers);
     let cell = if mlx_body { &MLX_BODY } else { &PLAIN };
-    cell.get_or_init(|| {
+    cell.get_or_init(|| build_prelude(mlx_body, false))
+}
+
+/// The prelude of the sanitizer's libraries (`kiln check`): the same headers with the
+/// sanitizer's hooks compiled in and `cpu/check.h` after the threadgroup memory.
+pub fn checked_prelude(kind: ProgramKind) -> &'static str {
+    static PLAIN: OnceLock<String> = OnceLock::new();
+    static MLX_BODY: OnceLock<String> = OnceLock::new();
+    let mlx_body = matches!(kind, ProgramKind::MlxBody | ProgramKind::MlxBodyGenericPointers);
+    let cell = if mlx_body { &MLX_BODY } else { &PLAIN };
+    cell.get_or_init(|| build_prelude(mlx_body, true))
+}
+
+fn build_prelude(mlx_body: bool, checked: bool) -> String {
+    {
         let mut out = String::with_capacity(400_000);
         out.push_str("// kiln CPU translation unit (generated).\n");
-        for header in headers(CPU_CONFIG, &CPU_RUNTIME) {
+        if checked {
+            out.push_str("#define KILN_CHECKED 1\n");
+        }
+        let runtime: &'static [Header] = if checked { &CPU_CHECKED_RUNTIME } else { &CPU_RUNTIME };
+        for header in headers(CPU_CONFIG, runtime) {
             push_header(&mut out, header);
         }
         out.push_str("using namespace metal;\n");
@@ -52,13 +70,18 @@ pub fn prelude(kind: ProgramKind) -> &'static str {
             push_header(&mut out, MLX_UTILS);
         }
         out
-    })
+    }
 }
 
 /// The whole translation unit for `module`, lowered from `program`.
 pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Result<String> {
+    translation_unit_after(prelude(program.kind), program, module)
+}
+
+/// The whole translation unit for `module` after `prelude` (`prelude` or `checked_prelude`).
+pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &LoweredModule) -> Result<String> {
     let mut out = String::with_capacity(module.code.len() + 200_000);
-    out.push_str(prelude(program.kind));
+    out.push_str(prelude);
     let _ = writeln!(out, "#line 1 \"{}\"", user_file_name(program));
     out.push_str(&module.code);
     if !module.code.ends_with('\n') {

@@ -46,6 +46,16 @@ pub const CPU_RUNTIME: [Header; 5] = [
     header!("cpu/oslog.h"),
 ];
 
+/// `CPU_RUNTIME` of the sanitizer's libraries (`kiln check`): the sanitizer after the
+/// threadgroup memory.
+pub const CPU_CHECKED_RUNTIME: [Header; 5] = [
+    header!("cpu/runtime.h"),
+    header!("cpu/threadgroup.h"),
+    header!("cpu/check.h"),
+    header!("cpu/convergence.h"),
+    header!("cpu/simd.h"),
+];
+
 /// The CPU group scheduler, after the user's code and entry wrappers.
 pub const CPU_SCHEDULER: Header = header!("cpu/scheduler.h");
 

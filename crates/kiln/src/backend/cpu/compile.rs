@@ -41,6 +41,17 @@ pub struct Compiled {
     pub log_drain: Option<super::kernel_log::LogDrainFn>,
 }
 
+impl Compiled {
+    /// The library's export `name` (NUL-terminated), if it has one.
+    ///
+    /// # Safety
+    /// `T` must be the export's true type.
+    pub(super) unsafe fn symbol<T: Copy>(&self, name: &[u8]) -> Option<T> {
+        // SAFETY: the caller vouches for the type.
+        unsafe { self._lib.get::<T>(name) }.ok().map(|s| *s)
+    }
+}
+
 fn loaded() -> &'static Mutex<HashMap<String, Arc<Compiled>>> {
     static LOADED: OnceLock<Mutex<HashMap<String, Arc<Compiled>>>> = OnceLock::new();
     LOADED.get_or_init(|| Mutex::new(HashMap::new()))
@@ -270,7 +281,7 @@ fn map_log(log: &str, cpp: &Path) -> String {
     text
 }
 
-fn load(kernel: &str, so: &Path) -> Result<Compiled> {
+pub(super) fn load(kernel: &str, so: &Path) -> Result<Compiled> {
     let fault = |msg: String| Error::Driver { backend: "cpu", kernel: kernel.to_string(), msg };
     // SAFETY: the library was compiled by us from a translation unit whose only static
     // initialisers are trivial thread-locals; loading it runs no user code.

@@ -31,6 +31,22 @@ use crate::dtype::f64_to_element_bytes;
 use crate::error::{Error, Result};
 use crate::program::{check_threadgroup, MAX_BUFFERS};
 
+impl LaunchDesc {
+    /// An unchecked launch of `grid` threads in groups of `tg` over the buffers at `buffers`.
+    pub(super) fn new(
+        buffers: *const *mut c_void,
+        tg_sizes: &[u64],
+        cancel: *const i32,
+        n_buffers: u32,
+        grid: [u32; 3],
+        tg: [u32; 3],
+        groups: [u32; 3],
+    ) -> LaunchDesc {
+        let n_tg = tg_sizes.len() as u32;
+        LaunchDesc { buffers, tg_sizes: tg_sizes.as_ptr(), cancel, n_buffers, n_tg, grid, tg, groups, checked: 0 }
+    }
+}
+
 /// Shares the descriptor with the worker threads.
 struct Shared<'a>(&'a LaunchDesc);
 // SAFETY: the descriptor and everything it points to outlive the parallel section (they are
@@ -455,7 +471,7 @@ fn execute(
 }
 
 /// (threads per dimension, threads per group, groups per dimension) of a dispatch.
-fn geometry(launch: &Launch<'_>) -> Result<([u32; 3], [u32; 3], [u32; 3])> {
+pub(super) fn geometry(launch: &Launch<'_>) -> Result<([u32; 3], [u32; 3], [u32; 3])> {
     let kernel = &launch.program.kernel;
     let tg = launch.effective_threadgroup();
     check_threadgroup(kernel, tg)?;

@@ -29,6 +29,7 @@ mod exec;
 mod kernel_log;
 mod lent;
 mod pch;
+pub mod sanitize;
 mod stacks;
 mod threadgroup;
 mod toolchain;
@@ -54,11 +55,15 @@ pub use toolchain::flags as compile_flags;
 pub struct CpuBackend {
     cxx: String,
     checked: bool,
+    /// Sanitizer mode (`kiln check`) and the findings of its launches made outside
+    /// `sanitize::check`.
+    sanitize: bool,
+    findings: Arc<Mutex<Vec<crate::sanitize::Finding>>>,
 }
 
 impl Default for CpuBackend {
     fn default() -> Self {
-        CpuBackend { cxx: config::host_cxx(), checked: false }
+        CpuBackend { cxx: config::host_cxx(), checked: false, sanitize: false, findings: Arc::default() }
     }
 }
 
@@ -67,13 +72,38 @@ impl CpuBackend {
     pub fn with_compiler(cxx: impl Into<String>) -> Result<CpuBackend> {
         let cxx = cxx.into();
         toolchain::host_compiler(&cxx)?;
-        Ok(CpuBackend { cxx, checked: false })
+        Ok(CpuBackend { cxx, checked: false, sanitize: false, findings: Arc::default() })
     }
 
     /// This backend with checked mode on or off (see the module documentation).
     pub fn checked(mut self, on: bool) -> CpuBackend {
         self.checked = on;
         self
+    }
+
+    /// This backend with the sanitizer on or off (`kiln check`, see `crate::sanitize`): each
+    /// launch runs instrumented, and its findings go to the enclosing `sanitize::check`, else
+    /// to this backend's list (`take_findings`).
+    pub fn sanitize(mut self, on: bool) -> CpuBackend {
+        self.sanitize = on;
+        self
+    }
+
+    /// The findings of this backend's sanitized launches made outside `sanitize::check`, since
+    /// the last call.
+    pub fn take_findings(&self) -> Vec<crate::sanitize::Finding> {
+        self.findings.lock().map(|mut f| std::mem::take(&mut *f)).unwrap_or_default()
+    }
+
+    fn launch_sanitized(&self, launch: &Launch<'_>) -> Result<Vec<Array>> {
+        let run = sanitize::run(&self.cxx, launch)?;
+        let found = crate::sanitize::findings_of(launch.program, &run);
+        if let Some(left) = crate::sanitize::collect(found) {
+            if let Ok(mut f) = self.findings.lock() {
+                f.extend(left);
+            }
+        }
+        Ok(run.outputs)
     }
 }
 
@@ -195,6 +225,9 @@ impl Backend for CpuBackend {
                 programs.push(program.clone());
             }
         });
+        if self.sanitize || crate::sanitize::active() {
+            return self.launch_sanitized(launch);
+        }
         let (compiled, entry) = self.resolve(program)?;
         let checked = self.checked || CHECKED_SCOPES.with(|n| n.get() > 0);
         exec::run(&compiled, entry, launch, checked)
@@ -258,7 +291,8 @@ impl CpuBackend {
             )
         })?;
         let tu = translation_unit(program, &module)?;
-        let compiled = compile::compile(&self.cxx, &program.kernel, &tu, prelude(program.kind), program.math_mode)?;
+        let compiled = compile::compile(&self.cxx, &program.kernel, &tu, prelude(program.kind), program.math_mode)
+            .map_err(|e| crate::sanitize::user_compile_error(program, e))?;
         if let Ok(mut m) = resolved.lock() {
             m.insert(key, (compiled.clone(), entry));
         }

@@ -198,7 +198,9 @@ pub fn compile_cubin(program: &MetalProgram, arch: Arch) -> Result<Vec<u8>> {
         return Ok(compile::compile_for(&program.kernel, &source, arch, MathMode::Safe, specific)?.as_ref().clone());
     }
     let unit = translate_unit(program)?;
-    Ok(compile::compile(&program.kernel, &unit.source, arch, program.math_mode)?.as_ref().clone())
+    let image = compile::compile(&program.kernel, &unit.source, arch, program.math_mode)
+        .map_err(|e| crate::sanitize::user_compile_error(program, e))?;
+    Ok(image.as_ref().clone())
 }
 
 /// Compiles CUDA source text to a cubin for `arch` with NVRTC alone (no device needed).
@@ -418,7 +420,9 @@ impl CudaBackend {
             return Ok(r);
         }
         let unit = translate_unit(program)?;
-        let module = self.module(&program.kernel, &unit.source, program.math_mode)?;
+        let module = self
+            .module(&program.kernel, &unit.source, program.math_mode)
+            .map_err(|e| crate::sanitize::user_compile_error(program, e))?;
         let symbol = cuda_source::entry_symbol(&program.function);
         let func = self.entry(&program.kernel, &module, &symbol, 0)?;
         let max_threads = func.max_threads_per_block().unwrap_or(1024).max(1) as u64;

@@ -1,0 +1,484 @@
+// kiln CPU prelude, checked libraries only (`kiln check`): the sanitizer. The library is compiled
+// with the compiler's thread-sanitizer instrumentation (`-fsanitize=thread`, without its runtime),
+// so every load and store of the kernel calls one of the `__tsan_*` functions below with its
+// address. An access that falls in a buffer of the launch or a threadgroup array of the running
+// group (or in the padding around one) is recorded in a shadow cell per granule of that memory:
+// the last writer and up to two readers since, each with its thread, the thread's barrier count
+// and SIMD-collective count, and the instruction's offset in the library (the host maps it to the
+// user's line). Two accesses of different threads, at least one a write and not both atomic,
+// conflict unless a barrier (threadgroup memory, or device memory within one group) or a SIMD
+// collective (lanes of one SIMD group) lies between them. Findings are merged by kind, buffer and
+// the two instructions, and counted. The host runs a checked launch on one OS thread and one
+// launch at a time, so the state here is plain globals.
+#pragma once
+
+extern "C" const char __ehdr_start __attribute__((visibility("hidden")));
+extern "C" void* calloc(size_t, size_t) noexcept;
+extern "C" void free(void*) noexcept;
+
+namespace kiln { namespace chk {
+
+#define KILN_NOSAN __attribute__((no_sanitize_thread, noinline))
+
+// Finding kinds (mirrored by the host's `RawKind`).
+enum Kind : uint32_t {
+  RACE = 1, LOCKSTEP = 2, UNINIT = 3, DOUBLE_WRITE = 4, BARRIER_EXIT = 5, BARRIER_SITES = 6, OOB_READ = 7,
+  OOB_WRITE = 8
+};
+
+// One buffer of the launch as the host binds it (mirrors the host's `CheckBuffer`).
+struct Buffer {
+  uint64_t data, len, pad;
+  uint32_t granule;
+  uint32_t flags;  // INITIALISED | TRACKED
+};
+enum { INITIALISED = 1, TRACKED = 2 };
+
+// One finding (mirrors the host's `RawFinding`). `space` 0: a buffer slot; 1: a threadgroup
+// array of slot `slot` (declarations 0..63, [[threadgroup(n)]] 64 + n).
+struct Finding {
+  uint32_t kind, pc_a, pc_b, count;
+  int32_t space, slot;
+  uint32_t tid_a, tid_b;
+  int64_t offset;  // byte offset of the first occurrence from the start of the memory
+  uint64_t size;   // bytes of that memory
+  const char* name;
+  // Races: 1 the first access wrote, 2 the second did (bits). Barriers: the threads apart.
+  uint32_t elem, threads;
+  uint64_t serial;  // the access that last counted
+};
+
+// What the host lends a checked launch (mirrors the host's `CheckLaunch`).
+struct Launch {
+  const Buffer* buffers;
+  uint32_t n_buffers, group_threads;
+  Finding* findings;
+  uint32_t cap, n_findings;
+};
+
+struct Acc {
+  uint32_t tid;
+  uint16_t epoch, sep;
+  uint32_t pc, atomic;
+};
+struct Cell {
+  uint32_t gen, flags;
+  Acc w, r0, r1;
+};
+enum { WRITTEN = 1, MULTI = 2 };
+
+struct Tg {
+  const char* data;
+  uint64_t size;
+  const char* name;
+  uint32_t elem;
+  Cell* cells;
+  uint64_t cap;
+};
+
+// A read of memory nobody had written yet: an uninitialised read unless a thread writes it later
+// in the same group (threadgroup memory) or launch (device memory).
+struct Pending {
+  int32_t space, slot;
+  uint64_t offset;
+  uint32_t pc, tid;
+};
+
+const int MAX_PENDING = 256;
+const int TG_SLOTS = 80;
+
+struct State {
+  Launch* l;
+  Cell* cells[32];
+  Tg tg[TG_SLOTS];
+  // The slots of `tg` the running group opened, so an access scans only those.
+  int tg_active[TG_SLOTS];
+  int n_tg_active;
+  uint32_t group_base, tg_gen;
+  uint16_t epoch[1024], sep[1024];
+  uint32_t barrier_pc[1024];
+  uint32_t last_write[32];
+  uint64_t serial;  // counts accesses, so one access counts once per finding
+  // The latest accesses: a fault outside every buffer is one of them (what runs after the fault
+  // records more).
+  struct Last { uint64_t addr, size; uint32_t pc, tid, wrote, pad; } last[64];
+  uint32_t n_last;
+  Pending pend_dev[MAX_PENDING], pend_tg[MAX_PENDING];
+  int n_pend_dev, n_pend_tg;
+};
+static State g_state;
+static volatile int g_armed;
+
+KILN_NOSAN inline uint32_t pc_of(const void* ret) {
+  return (uint32_t)((const char*)ret - &__ehdr_start);
+}
+
+KILN_NOSAN inline void report(uint32_t kind, uint32_t pc_a, uint32_t pc_b, int32_t space, int32_t slot,
+                              uint32_t tid_a, uint32_t tid_b, int64_t offset, uint32_t threads = 0) {
+  Launch* l = g_state.l;
+  for (uint32_t i = l->n_findings; i-- > 0;) {
+    Finding& f = l->findings[i];
+    if (f.kind == kind && f.pc_a == pc_a && f.pc_b == pc_b && f.space == space && f.slot == slot) {
+      if (f.serial != g_state.serial) ++f.count;
+      f.serial = g_state.serial;
+      return;
+    }
+  }
+  if (l->n_findings >= l->cap) return;
+  Finding& f = l->findings[l->n_findings++];
+  f.kind = kind;
+  f.pc_a = pc_a;
+  f.pc_b = pc_b;
+  f.count = 1;
+  f.space = space;
+  f.slot = slot;
+  f.tid_a = tid_a;
+  f.tid_b = tid_b;
+  f.offset = offset;
+  f.threads = threads;
+  f.serial = g_state.serial;
+  if (space == 0) {
+    f.size = l->buffers[slot].len;
+    f.name = nullptr;
+    f.elem = l->buffers[slot].granule;
+  } else {
+    const Tg& t = g_state.tg[slot];
+    f.size = t.size;
+    f.name = t.name;
+    f.elem = t.elem;
+  }
+}
+
+// 0: ordered; LOCKSTEP: lanes of one SIMD group with no collective between; RACE: unordered.
+KILN_NOSAN inline uint32_t conflict(const Acc& a, const Acc& b) {
+  if (!a.pc || a.tid == b.tid || (a.atomic && b.atomic)) return 0;
+  const uint32_t g = g_state.l->group_threads;
+  if (a.tid / g != b.tid / g) return RACE;
+  if (a.epoch != b.epoch) return 0;
+  if ((a.tid % g) / 32 != (b.tid % g) / 32) return RACE;
+  return a.sep != b.sep ? 0 : LOCKSTEP;
+}
+
+KILN_NOSAN inline void pend(Pending* list, int* n, int32_t space, int32_t slot, uint64_t offset, const Acc& me) {
+  for (int i = 0; i < *n; ++i)
+    if (list[i].pc == me.pc && list[i].slot == slot) return;
+  if (*n < MAX_PENDING) list[(*n)++] = Pending{space, slot, offset, me.pc, me.tid};
+}
+
+KILN_NOSAN inline void touch(Cell& c, uint32_t gen, const Acc& me, bool write, bool initialised, int32_t space,
+                             int32_t slot, uint64_t offset) {
+  if (c.gen != gen) {
+    __builtin_memset(&c, 0, sizeof c);
+    c.gen = gen;
+  }
+  if (write) {
+    if (space == 0) g_state.last_write[slot] = me.pc;
+    if (c.flags & WRITTEN) {
+      uint32_t k = conflict(c.w, me);
+      // Lanes storing to one address in the same instruction: one store wins, lockstep or not.
+      if (k == LOCKSTEP && c.w.pc == me.pc) k = RACE;
+      if (k) report(k, c.w.pc, me.pc, space, slot, c.w.tid, me.tid, (int64_t)offset, 3);
+      if (c.w.tid != me.tid && !(c.w.atomic && me.atomic)) c.flags |= MULTI;
+    }
+    if (uint32_t k = conflict(c.r0, me)) report(k, c.r0.pc, me.pc, space, slot, c.r0.tid, me.tid, (int64_t)offset, 2);
+    if (uint32_t k = conflict(c.r1, me)) report(k, c.r1.pc, me.pc, space, slot, c.r1.tid, me.tid, (int64_t)offset, 2);
+    c.w = me;
+    c.flags |= WRITTEN;
+    c.r0.pc = 0;
+    c.r1.pc = 0;
+    return;
+  }
+  if (c.flags & WRITTEN) {
+    if (uint32_t k = conflict(c.w, me)) report(k, c.w.pc, me.pc, space, slot, c.w.tid, me.tid, (int64_t)offset, 1);
+  } else if (!initialised) {
+    if (space == 0) pend(g_state.pend_dev, &g_state.n_pend_dev, space, slot, offset, me);
+    else pend(g_state.pend_tg, &g_state.n_pend_tg, space, slot, offset, me);
+  }
+  if (!c.r0.pc || c.r0.tid == me.tid) c.r0 = me;
+  else if (!c.r1.pc || c.r1.tid == me.tid || conflict(c.r0, me) == 0) c.r1 = me;
+  else c.r0 = me;
+}
+
+KILN_NOSAN inline void access(const void* p, uint64_t size, bool write, bool atomic, const void* ret) {
+  if (!g_armed) return;
+  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
+  if (!t) return;
+  const uint64_t a = (uint64_t)(uintptr_t)p;
+  State& s = g_state;
+  ++s.serial;
+  const uint32_t local = t->thread_index_in_threadgroup;
+  Acc me{s.group_base + local, s.epoch[local], s.sep[local], pc_of(ret), atomic ? 1u : 0u};
+  s.last[s.n_last++ % 64] = State::Last{a, size, me.pc, me.tid, write, 0};
+  Launch* l = s.l;
+  for (uint32_t i = 0; i < l->n_buffers; ++i) {
+    const Buffer& b = l->buffers[i];
+    if (a + size <= b.data - b.pad || a >= b.data + b.len + b.pad) continue;
+    if (a < b.data || a + size > b.data + b.len) {
+      report(write ? OOB_WRITE : OOB_READ, me.pc, 0, 0, (int32_t)i, me.tid, 0, (int64_t)(a - b.data));
+      return;
+    }
+    if (!(b.flags & TRACKED)) {
+      if (!write) return;
+      if (!s.cells[i]) s.cells[i] = (Cell*)calloc(b.len / b.granule + 1, sizeof(Cell));
+      if (!s.cells[i]) return;
+    }
+    if (!s.cells[i]) return;
+    const uint64_t first = (a - b.data) / b.granule, last = (a + size - 1 - b.data) / b.granule;
+    for (uint64_t k = first; k <= last; ++k)
+      touch(s.cells[i][k], 1, me, write, b.flags & INITIALISED, 0, (int32_t)i, k * b.granule);
+    return;
+  }
+  for (int j = 0; j < s.n_tg_active; ++j) {
+    const int i = s.tg_active[j];
+    Tg& g = s.tg[i];
+    const uint64_t lo = (uint64_t)(uintptr_t)g.data;
+    if (a + size <= lo - 65536 || a >= lo + g.size + 65536) continue;
+    if (a < lo || a + size > lo + g.size) {
+      report(write ? OOB_WRITE : OOB_READ, me.pc, 0, 1, i, me.tid, 0, (int64_t)(a - lo));
+      return;
+    }
+    for (uint64_t k = a - lo; k < a - lo + size; ++k) touch(g.cells[k], s.tg_gen, me, write, false, 1, i, k);
+    return;
+  }
+}
+
+KILN_NOSAN inline void tg_opened(int slot, const char* data, uint64_t size, const char* name, uint32_t elem) {
+  if (!g_armed || slot < 0 || slot >= TG_SLOTS) return;
+  Tg& g = g_state.tg[slot];
+  if (g.cap < size) {
+    free(g.cells);
+    g.cells = (Cell*)calloc(size, sizeof(Cell));
+    g.cap = g.cells ? size : 0;
+  }
+  if (!g.cells) return;
+  if (!g.data) g_state.tg_active[g_state.n_tg_active++] = slot;
+  g.data = data;
+  g.size = size;
+  g.name = name;
+  g.elem = elem ? elem : 1;
+}
+
+KILN_NOSAN inline void group_begin(uint64_t lin) {
+  if (!g_armed) return;
+  State& s = g_state;
+  s.group_base = (uint32_t)(lin * s.l->group_threads);
+  ++s.tg_gen;
+  for (int j = 0; j < s.n_tg_active; ++j) s.tg[s.tg_active[j]].data = nullptr;
+  s.n_tg_active = 0;
+  __builtin_memset(s.epoch, 0, sizeof s.epoch);
+  __builtin_memset(s.sep, 0, sizeof s.sep);
+  s.n_pend_tg = 0;
+}
+
+// Pending reads of cells still unwritten at the end of their scope are uninitialised reads.
+KILN_NOSAN inline void settle(Pending* list, int* n) {
+  State& s = g_state;
+  for (int i = 0; i < *n; ++i) {
+    const Pending& p = list[i];
+    const Cell* c = nullptr;
+    if (p.space == 0) {
+      const Buffer& b = s.l->buffers[p.slot];
+      if (s.cells[p.slot]) c = &s.cells[p.slot][p.offset / b.granule];
+    } else if (s.tg[p.slot].cells) {
+      c = &s.tg[p.slot].cells[p.offset];
+    }
+    // Written later by another thread: a race, reported as such; by the reader itself or
+    // nobody: the read saw memory nobody had written.
+    const bool written = c && (p.space == 0 || c->gen == s.tg_gen) && (c->flags & WRITTEN) && c->w.tid != p.tid;
+    if (!written) report(UNINIT, 0, p.pc, p.space, p.slot, p.tid, p.tid, (int64_t)p.offset);
+  }
+  *n = 0;
+}
+
+KILN_NOSAN inline void group_end() {
+  if (!g_armed) return;
+  settle(g_state.pend_tg, &g_state.n_pend_tg);
+}
+
+KILN_NOSAN inline void barrier_enter(const void* site) {
+  if (!g_armed) return;
+  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
+  if (t) g_state.barrier_pc[t->thread_index_in_threadgroup] = pc_of(site);
+}
+
+KILN_NOSAN inline void barrier_leave() {
+  if (!g_armed) return;
+  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
+  if (t) ++g_state.epoch[t->thread_index_in_threadgroup];
+}
+
+KILN_NOSAN inline void collective_leave() {
+  if (!g_armed) return;
+  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
+  if (t) ++g_state.sep[t->thread_index_in_threadgroup];
+}
+
+// Before the threads waiting at barriers are released: every live thread must wait at the same
+// barrier, and none may have finished.
+KILN_NOSAN inline void barrier_release(const kiln::rt::Group& g) {
+  if (!g_armed) return;
+  State& s = g_state;
+  int waiting = 0, done = 0;
+  uint32_t first = 0, other = 0, n_first = 0, n_other = 0;
+  for (int i = 0; i < g.n; ++i) {
+    const int st = g.threads[i].state;
+    if (st == kiln::rt::DONE) { ++done; continue; }
+    if (st != kiln::rt::AT_BARRIER) continue;
+    ++waiting;
+    const uint32_t pc = s.barrier_pc[i];
+    if (!n_first || pc == first) { first = pc; ++n_first; }
+    else { other = pc; ++n_other; }
+  }
+  if (!waiting) return;
+  const uint32_t base = s.group_base;
+  if (done) report(BARRIER_EXIT, 0, first, 0, -1, base, base, 0, (uint32_t)done);
+  if (n_other) {
+    // The barrier fewer threads reached is the one the others skipped.
+    const bool first_fewer = n_first <= n_other;
+    report(BARRIER_SITES, first_fewer ? first : other, first_fewer ? other : first, 0, -1, base, base, 0,
+           first_fewer ? n_first : n_other);
+  }
+}
+
+}  // namespace chk
+}  // namespace kiln
+
+// ---- the instrumentation's entry points ---------------------------------------------------------
+// Hidden: each checked library's instrumentation must reach its own sanitizer, never another
+// loaded library's.
+#undef KILN_NOSAN
+#define KILN_NOSAN __attribute__((no_sanitize_thread, noinline, visibility("hidden")))
+extern "C" {
+#define KILN_TSAN_ACCESS(N)                                                                              \
+  KILN_NOSAN void __tsan_read##N(void* p) { kiln::chk::access(p, N, false, false, __builtin_return_address(0)); } \
+  KILN_NOSAN void __tsan_write##N(void* p) { kiln::chk::access(p, N, true, false, __builtin_return_address(0)); } \
+  KILN_NOSAN void __tsan_unaligned_read##N(void* p) { kiln::chk::access(p, N, false, false, __builtin_return_address(0)); } \
+  KILN_NOSAN void __tsan_unaligned_write##N(void* p) { kiln::chk::access(p, N, true, false, __builtin_return_address(0)); } \
+  KILN_NOSAN void __tsan_volatile_read##N(void* p) { kiln::chk::access(p, N, false, false, __builtin_return_address(0)); } \
+  KILN_NOSAN void __tsan_volatile_write##N(void* p) { kiln::chk::access(p, N, true, false, __builtin_return_address(0)); }
+KILN_TSAN_ACCESS(1) KILN_TSAN_ACCESS(2) KILN_TSAN_ACCESS(4) KILN_TSAN_ACCESS(8) KILN_TSAN_ACCESS(16)
+#undef KILN_TSAN_ACCESS
+KILN_NOSAN void __tsan_read_range(void* p, unsigned long n) { kiln::chk::access(p, n, false, false, __builtin_return_address(0)); }
+KILN_NOSAN void __tsan_write_range(void* p, unsigned long n) { kiln::chk::access(p, n, true, false, __builtin_return_address(0)); }
+KILN_NOSAN void __tsan_func_entry(void*) {}
+KILN_NOSAN void __tsan_func_exit() {}
+KILN_NOSAN void __tsan_init() {}
+KILN_NOSAN void __tsan_vptr_update(void**, void*) {}
+KILN_NOSAN void __tsan_vptr_read(void**) {}
+KILN_NOSAN void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+KILN_NOSAN void __tsan_atomic_signal_fence(int) {}
+
+// Atomics: performed here (the instrumentation replaced them) and recorded as atomic accesses.
+#define KILN_TSAN_ATOMIC(N, T)                                                                        \
+  KILN_NOSAN T __tsan_atomic##N##_load(const volatile T* p, int) {                                     \
+    kiln::chk::access((const void*)p, sizeof(T), false, true, __builtin_return_address(0));            \
+    return __atomic_load_n(p, __ATOMIC_SEQ_CST);                                                      \
+  }                                                                                                   \
+  KILN_NOSAN void __tsan_atomic##N##_store(volatile T* p, T v, int) {                                  \
+    kiln::chk::access((const void*)p, sizeof(T), true, true, __builtin_return_address(0));             \
+    __atomic_store_n(p, v, __ATOMIC_SEQ_CST);                                                         \
+  }                                                                                                   \
+  KILN_NOSAN T __tsan_atomic##N##_exchange(volatile T* p, T v, int) {                                  \
+    kiln::chk::access((const void*)p, sizeof(T), true, true, __builtin_return_address(0));             \
+    return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);                                               \
+  }                                                                                                   \
+  KILN_NOSAN T __tsan_atomic##N##_fetch_add(volatile T* p, T v, int) {                                 \
+    kiln::chk::access((const void*)p, sizeof(T), true, true, __builtin_return_address(0));             \
+    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);                                                \
+  }                                                                                                   \
+  KILN_NOSAN T __tsan_atomic##N##_fetch_sub(volatile T* p, T v, int) {                                 \
+    kiln::chk::access((const void*)p, sizeof(T), true, true, __builtin_return_address(0));             \
+    return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST);                                                \
+  }                                                                                                   \
+  KILN_NOSAN T __tsan_atomic##N##_fetch_and(volatile T* p, T v, int) {                                 \
+    kiln::chk::access((const void*)p, sizeof(T), true, true, __builtin_return_address(0));             \
+    return __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST);                                                \
+  }                                                                                                   \
+  KILN_NOSAN T __tsan_atomic##N##_fetch_or(volatile T* p, T v, int) {                                  \
+    kiln::chk::access((const void*)p, sizeof(T), true, true, __builtin_return_address(0));             \
+    return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST);                                                 \
+  }                                                                                                   \
+  KILN_NOSAN T __tsan_atomic##N##_fetch_xor(volatile T* p, T v, int) {                                 \
+    kiln::chk::access((const void*)p, sizeof(T), true, true, __builtin_return_address(0));             \
+    return __atomic_fetch_xor(p, v, __ATOMIC_SEQ_CST);                                                \
+  }                                                                                                   \
+  KILN_NOSAN T __tsan_atomic##N##_fetch_nand(volatile T* p, T v, int) {                                \
+    kiln::chk::access((const void*)p, sizeof(T), true, true, __builtin_return_address(0));             \
+    return __atomic_fetch_nand(p, v, __ATOMIC_SEQ_CST);                                               \
+  }                                                                                                   \
+  KILN_NOSAN int __tsan_atomic##N##_compare_exchange_strong(volatile T* p, T* e, T v, int, int) {      \
+    kiln::chk::access((const void*)p, sizeof(T), true, true, __builtin_return_address(0));             \
+    return __atomic_compare_exchange_n(p, e, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);           \
+  }                                                                                                   \
+  KILN_NOSAN int __tsan_atomic##N##_compare_exchange_weak(volatile T* p, T* e, T v, int, int) {        \
+    kiln::chk::access((const void*)p, sizeof(T), true, true, __builtin_return_address(0));             \
+    return __atomic_compare_exchange_n(p, e, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);            \
+  }                                                                                                   \
+  KILN_NOSAN T __tsan_atomic##N##_compare_exchange_val(volatile T* p, T e, T v, int, int) {            \
+    kiln::chk::access((const void*)p, sizeof(T), true, true, __builtin_return_address(0));             \
+    __atomic_compare_exchange_n(p, &e, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                 \
+    return e;                                                                                         \
+  }
+KILN_TSAN_ATOMIC(8, unsigned char) KILN_TSAN_ATOMIC(16, unsigned short) KILN_TSAN_ATOMIC(32, unsigned int)
+KILN_TSAN_ATOMIC(64, unsigned long long)
+#undef KILN_TSAN_ATOMIC
+}
+
+// Arms the sanitizer for one launch run on the calling thread; the shadow of every tracked buffer
+// starts empty. 0 ok, 1 out of memory.
+extern "C" __attribute__((no_sanitize_thread, noinline, visibility("default"))) int kiln_check_arm(kiln::chk::Launch* l) {
+  using namespace kiln::chk;
+  State& s = g_state;
+  s.l = l;
+  s.n_pend_dev = 0;
+  s.n_pend_tg = 0;
+  for (int i = 0; i < TG_SLOTS; ++i) s.tg[i].data = nullptr;
+  s.n_tg_active = 0;
+  for (uint32_t i = 0; i < 32; ++i) {
+    s.last_write[i] = 0;
+    free(s.cells[i]);
+    s.cells[i] = nullptr;
+    if (i < l->n_buffers && (l->buffers[i].flags & TRACKED)) {
+      s.cells[i] = (Cell*)calloc(l->buffers[i].len / l->buffers[i].granule + 1, sizeof(Cell));
+      if (!s.cells[i]) return 1;
+    }
+  }
+  g_armed = 1;
+  return 0;
+}
+
+// Ends the launch: reads of device memory nobody wrote become findings. Returns how many
+// findings the launch has.
+extern "C" __attribute__((no_sanitize_thread, noinline, visibility("default"))) uint32_t kiln_check_finish(kiln::chk::Launch* l) {
+  using namespace kiln::chk;
+  g_armed = 1;
+  settle(g_state.pend_dev, &g_state.n_pend_dev);
+  return l->n_findings;
+}
+
+// Per granule of buffer `slot`: 0 never written, 1 written by one thread (or atomically), 2
+// written by several threads without atomics. Returns the offset of the last store to it.
+extern "C" __attribute__((no_sanitize_thread, noinline, visibility("default"))) uint32_t kiln_check_written(uint32_t slot, unsigned char* out, uint64_t n) {
+  using namespace kiln::chk;
+  if (slot >= 32) return 0;
+  Cell* cells = g_state.cells[slot];
+  for (uint64_t k = 0; k < n; ++k)
+    out[k] = !cells || !(cells[k].flags & WRITTEN) ? 0 : (cells[k].flags & MULTI) ? 2 : 1;
+  return g_state.last_write[slot];
+}
+
+// The latest access that covers `addr` (after a fault: the access that faulted), its instruction
+// and whether it wrote (the thread is the fault message's); 0 when none does.
+extern "C" __attribute__((no_sanitize_thread, noinline, visibility("default"))) int kiln_check_last(uint64_t addr, uint32_t* pc, uint32_t* tid, uint32_t* write) {
+  const kiln::chk::State& s = kiln::chk::g_state;
+  for (uint32_t k = 0; k < 64 && k < s.n_last; ++k) {
+    const auto& l = s.last[(s.n_last - 1 - k) % 64];
+    if (addr >= l.addr && addr < l.addr + (l.size ? l.size : 1)) {
+      *pc = l.pc;
+      *tid = l.tid;
+      *write = l.wrote;
+      return 1;
+    }
+  }
+  return 0;
+}

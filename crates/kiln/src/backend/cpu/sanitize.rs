@@ -1,0 +1,696 @@
+//! Checked execution (`kiln check`): the kernel's library compiled with the compiler's
+//! thread-sanitizer instrumentation and the sanitizer of `prelude/cpu/check.h` in place of its
+//! runtime, run on the calling thread (one launch at a time in the process) with every buffer
+//! copied between 1 MiB of padding on each side, so that accesses outside a buffer land in
+//! memory of the launch's own and are reported with their distance instead of faulting.
+//!
+//! What comes back is raw: instruction offsets resolved to file and line of the generated unit
+//! (`addr2line` over the library's line tables), which `crate::sanitize` maps to the user's text.
+//! A launch that read outside a buffer runs a second time with other bytes in the padding: equal
+//! outputs mean the values read there were discarded (load, then select).
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void, CStr};
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use super::abi::LaunchDesc;
+use super::compile::{self, Compiled};
+use super::exec::geometry;
+use super::stacks;
+use super::threadgroup;
+use super::toolchain;
+use crate::array::{Array, HostBuffer};
+use crate::backend::{disk_cache, Binding, Launch, MetalProgram};
+use crate::config;
+use crate::dtype::f64_to_element_bytes;
+use crate::error::{Error, Result};
+use crate::source::cpu::{checked_prelude, translation_unit_after};
+use crate::source::lower::{lower, EntryParam, LowerTarget};
+
+/// Bytes of padding on each side of every buffer of a checked launch.
+pub const PAD_BYTES: usize = 1 << 20;
+
+/// Mirrors `kiln::chk::Buffer`.
+#[repr(C)]
+struct CheckBuffer {
+    data: u64,
+    len: u64,
+    pad: u64,
+    granule: u32,
+    flags: u32,
+}
+
+/// Mirrors `kiln::chk::Finding`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CFinding {
+    kind: u32,
+    pc_a: u32,
+    pc_b: u32,
+    count: u32,
+    space: i32,
+    slot: i32,
+    tid_a: u32,
+    tid_b: u32,
+    offset: i64,
+    size: u64,
+    name: *const c_char,
+    elem: u32,
+    threads: u32,
+    serial: u64,
+}
+
+/// Mirrors `kiln::chk::Launch`.
+#[repr(C)]
+struct CheckLaunch {
+    buffers: *const CheckBuffer,
+    n_buffers: u32,
+    group_threads: u32,
+    findings: *mut CFinding,
+    cap: u32,
+    n_findings: u32,
+}
+
+type ArmFn = unsafe extern "C" fn(*mut CheckLaunch) -> i32;
+type FinishFn = unsafe extern "C" fn(*mut CheckLaunch) -> u32;
+type WrittenFn = unsafe extern "C" fn(u32, *mut u8, u64) -> u32;
+type LastFn = unsafe extern "C" fn(u64, *mut u32, *mut u32, *mut u32) -> i32;
+
+const MAX_FINDINGS: usize = 512;
+
+/// What the sanitizer found, as the library reported it (`kiln::chk::Kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RawKind {
+    Race,
+    Lockstep,
+    Uninitialised,
+    DoubleWrite,
+    BarrierExit,
+    BarrierSites,
+    OobRead,
+    OobWrite,
+}
+
+/// One place in the generated unit: the inline chain of an instruction, innermost first, as
+/// (file, line) pairs.
+pub type Site = Vec<(String, u32)>;
+
+/// One merged finding of a checked launch.
+#[derive(Clone, Debug)]
+pub struct RawFinding {
+    pub kind: RawKind,
+    /// The earlier access (or barrier) and the one that met it; `None` where there is none.
+    pub site_a: Option<Site>,
+    pub site_b: Option<Site>,
+    /// How many times the same pair met.
+    pub count: u64,
+    /// The memory: `Some(slot)` of a buffer, or a threadgroup array's name.
+    pub memory: Memory,
+    /// Global linear thread indices of the two accesses.
+    pub threads: (u64, u64),
+    /// Byte offset of the first occurrence from the start of the memory (negative: before it).
+    pub offset: i64,
+    /// Bytes of the memory, and of one element (1 where unknown).
+    pub size: u64,
+    pub elem: u32,
+    /// Threads that left a group before a barrier, or took another barrier.
+    pub other_threads: u32,
+}
+
+/// Which memory a finding is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Memory {
+    /// `[[buffer(slot)]]`.
+    Buffer(usize),
+    /// A threadgroup array (or `[[threadgroup(n)]]` parameter) by name.
+    Threadgroup(String),
+    /// None (barrier findings).
+    None,
+}
+
+/// A buffer of the launch: its slot's name in the kernel and what it holds.
+#[derive(Clone, Debug)]
+pub struct SlotInfo {
+    pub name: String,
+    pub is_output: bool,
+    /// Outputs without `init_value`: their first contents are unspecified.
+    pub uninitialised: bool,
+    pub elem: usize,
+    pub elements: usize,
+}
+
+/// Everything a checked launch produced.
+pub struct CheckedRun {
+    pub outputs: Vec<Array>,
+    pub findings: Vec<RawFinding>,
+    pub slots: Vec<SlotInfo>,
+    /// Per slot of an output: per element 0 unwritten, 1 written once, 2 written by several
+    /// threads; and the last store to it.
+    pub written: Vec<(usize, Vec<u8>, Option<Site>)>,
+    /// Threads per dimension of the grid and of a threadgroup.
+    pub grid: [u32; 3],
+    pub threadgroup: [u32; 3],
+    /// `Some(true)` when reads outside buffers happened and changing the bytes there did not
+    /// change any output.
+    pub discarded_oob: Option<bool>,
+    /// A fault that stopped the kernel, if any.
+    pub fault: Option<String>,
+}
+
+/// A library compiled for checked runs.
+struct Instrumented {
+    compiled: Compiled,
+    image: Vec<u8>,
+    arm: ArmFn,
+    finish: FinishFn,
+    written: WrittenFn,
+    last: LastFn,
+    entry: usize,
+    params: Vec<EntryParam>,
+}
+
+/// Compiles (or finds) the checked library of `program`.
+fn instrumented(cxx: &str, program: &MetalProgram) -> Result<Arc<Instrumented>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<Instrumented>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    let id =
+        format!("{cxx}\0{}\0{:?}\0{:?}\0{}", program.function, program.math_mode, program.constants, program.source);
+    if let Some(hit) = cache.lock().ok().and_then(|m| m.get(&id).cloned()) {
+        return Ok(hit);
+    }
+    let module = lower(program, LowerTarget::Cpu)?;
+    let entry = module.entries.iter().position(|e| e.host_name == program.function).ok_or_else(|| {
+        Error::invalid(program.kernel.clone(), format!("no kernel entry named {:?}", program.function))
+    })?;
+    let tu = translation_unit_after(checked_prelude(program.kind), program, &module)?;
+    let compiler = toolchain::host_compiler(cxx)?;
+    let mut flags: Vec<&str> =
+        toolchain::flags(program.math_mode, &compiler).into_iter().filter(|f| *f != "-shared").collect();
+    // Identical calls in two branches stay two calls, so each keeps its own line.
+    flags.extend(["-fsanitize=thread", "-g", "-c", "-fno-tree-tail-merge", "-fno-crossjumping"]);
+    let mut h = Sha256::new();
+    h.update(tu.as_bytes());
+    h.update(flags.join(" ").as_bytes());
+    h.update(cxx.as_bytes());
+    h.update(compiler.identity.as_bytes());
+    let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let dir = config::cache_dir().join("cpu-check").join(&key);
+    let _ = std::fs::create_dir_all(&dir);
+    let so = dir.join("kernel.so");
+    let image = match disk_cache::load_verified(&so, &key) {
+        Some(image) => image,
+        None => {
+            let image = build(cxx, &program.kernel, &flags, &tu)
+                .map_err(|e| crate::sanitize::user_compile_error(program, e))?;
+            let _ = disk_cache::store(&so, &key, &image);
+            image
+        }
+    };
+    let path = disk_cache::private_name(&std::env::temp_dir(), "kiln-check", "so");
+    std::fs::write(&path, &image).map_err(|e| Error::io(&path, e))?;
+    let compiled = compile::load(&program.kernel, &path);
+    let _ = std::fs::remove_file(&path);
+    let compiled = compiled?;
+    let fault = |what: &str| Error::Driver {
+        backend: "cpu",
+        kernel: program.kernel.clone(),
+        msg: format!("the checked library has no {what}"),
+    };
+    // SAFETY: `check.h` defines these three exports with exactly these signatures.
+    let arm = unsafe { compiled.symbol::<ArmFn>(b"kiln_check_arm\0") }.ok_or_else(|| fault("kiln_check_arm"))?;
+    // SAFETY: as above.
+    let finish =
+        unsafe { compiled.symbol::<FinishFn>(b"kiln_check_finish\0") }.ok_or_else(|| fault("kiln_check_finish"))?;
+    // SAFETY: as above.
+    let written =
+        unsafe { compiled.symbol::<WrittenFn>(b"kiln_check_written\0") }.ok_or_else(|| fault("kiln_check_written"))?;
+    // SAFETY: as above.
+    let last = unsafe { compiled.symbol::<LastFn>(b"kiln_check_last\0") }.ok_or_else(|| fault("kiln_check_last"))?;
+    let params = module.entries[entry].params.clone();
+    let inst = Arc::new(Instrumented { compiled, image, arm, finish, written, last, entry, params });
+    if let Ok(mut m) = cache.lock() {
+        m.insert(id, inst.clone());
+    }
+    Ok(inst)
+}
+
+/// Compiles `tu` with `flags` (instrumented, to an object) and links it into a library without
+/// the sanitizer's runtime (the unit defines the entry points itself).
+fn build(cxx: &str, kernel: &str, flags: &[&str], tu: &str) -> Result<Vec<u8>> {
+    let dir = std::env::temp_dir();
+    let cpp = disk_cache::private_name(&dir, "kiln-check", "cpp");
+    let obj = cpp.with_extension("o");
+    let so = cpp.with_extension("so");
+    std::fs::write(&cpp, tu).map_err(|e| Error::io(&cpp, e))?;
+    let run = |cmd: &mut Command| -> Result<()> {
+        let out = cmd
+            .output()
+            .map_err(|e| Error::BackendUnavailable { backend: "cpu", reason: format!("cannot run `{cxx}`: {e}") })?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let log = String::from_utf8_lossy(&out.stderr).replace(&*cpp.to_string_lossy(), "<translation unit>");
+        let errors: Vec<&str> = log.lines().filter(|l| l.contains("error")).collect();
+        let log = if errors.is_empty() { log.clone() } else { errors.join("\n") };
+        Err(Error::Compile { backend: "cpu", kernel: kernel.to_string(), log })
+    };
+    let compiled = run(Command::new(cxx).args(flags).arg("-o").arg(&obj).arg(&cpp))
+        .and_then(|()| run(Command::new(cxx).args(["-shared", "-Wl,-Bsymbolic", "-o"]).arg(&so).arg(&obj)));
+    let image = compiled.and_then(|()| std::fs::read(&so).map_err(|e| Error::io(&so, e)));
+    for p in [&cpp, &obj, &so] {
+        let _ = std::fs::remove_file(p);
+    }
+    image
+}
+
+/// One checked launch at a time in the process: the library's sanitizer state is global.
+fn launch_lock() -> &'static Mutex<()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    &LOCK
+}
+
+/// Runs `launch` checked with the compiler `cxx`.
+pub fn run(cxx: &str, launch: &Launch<'_>) -> Result<CheckedRun> {
+    let inst = instrumented(cxx, launch.program)?;
+    let _one = launch_lock().lock().unwrap_or_else(|e| e.into_inner());
+    let first = run_once(&inst, launch, 0)?;
+    let read_outside = first.raw.iter().any(|f| f.kind == 7 && f.space == 0);
+    let discarded_oob = if read_outside && first.fault.is_none() {
+        let second = run_once(&inst, launch, 0x5A)?;
+        let same = first.outputs.iter().zip(&second.outputs).all(|(a, b)| a.1 == b.1);
+        Some(same && second.fault.is_none())
+    } else {
+        None
+    };
+    let last_writes: Vec<u32> = first.written.iter().map(|w| w.2).collect();
+    let sites = symbolize(&inst, &first.raw, &last_writes);
+    let site = |pc: u32| if pc == 0 { None } else { sites.get(&pc).cloned() };
+    let findings = first
+        .raw
+        .iter()
+        .filter_map(|f| {
+            let kind = match f.kind {
+                1 => RawKind::Race,
+                2 => RawKind::Lockstep,
+                3 => RawKind::Uninitialised,
+                4 => RawKind::DoubleWrite,
+                5 => RawKind::BarrierExit,
+                6 => RawKind::BarrierSites,
+                7 => RawKind::OobRead,
+                8 => RawKind::OobWrite,
+                _ => return None,
+            };
+            let memory = match (f.space, usize::try_from(f.slot)) {
+                (0, Ok(slot)) => Memory::Buffer(slot),
+                (1, _) => Memory::Threadgroup(if f.name.is_null() {
+                    "threadgroup memory".to_string()
+                } else {
+                    // SAFETY: threadgroup array names are string literals of the library, which is
+                    // never unloaded.
+                    unsafe { CStr::from_ptr(f.name) }.to_string_lossy().into_owned()
+                }),
+                _ => Memory::None,
+            };
+            Some(RawFinding {
+                kind,
+                site_a: site(f.pc_a),
+                site_b: site(f.pc_b),
+                count: f.count as u64,
+                memory,
+                threads: (f.tid_a as u64, f.tid_b as u64),
+                offset: f.offset,
+                size: f.size,
+                elem: f.elem.max(1),
+                other_threads: f.threads,
+            })
+        })
+        .collect();
+    let outputs = first
+        .outputs
+        .into_iter()
+        .map(|(spec, bytes)| Array::from_host(HostBuffer::from_bytes(&bytes), spec.1, &spec.0))
+        .collect();
+    Ok(CheckedRun {
+        outputs,
+        findings,
+        slots: first.slots,
+        written: first.written.into_iter().map(|(slot, map, pc)| (slot, map, site(pc))).collect(),
+        grid: first.grid,
+        threadgroup: first.threadgroup,
+        discarded_oob,
+        fault: first.fault,
+    })
+}
+
+/// An output's shape, dtype and bytes.
+type OutputBytes = ((Vec<usize>, crate::DType), Vec<u8>);
+
+/// One run's results before symbolisation.
+struct Once {
+    outputs: Vec<OutputBytes>,
+    raw: Vec<CFinding>,
+    slots: Vec<SlotInfo>,
+    written: Vec<(usize, Vec<u8>, u32)>,
+    fault: Option<String>,
+    grid: [u32; 3],
+    threadgroup: [u32; 3],
+}
+
+fn run_once(inst: &Instrumented, launch: &Launch<'_>, pad_fill: u8) -> Result<Once> {
+    let kernel = &launch.program.kernel;
+    let (grid, tg, groups) = geometry(launch)?;
+    let names: HashMap<usize, &str> = inst
+        .params
+        .iter()
+        .filter_map(|p| match p {
+            EntryParam::Buffer { name, index, .. } => Some((*index as usize, name.as_str())),
+            _ => None,
+        })
+        .collect();
+    // Each binding copied between paddings: (storage, data offset in it, data length).
+    let mut storage: Vec<(Vec<u8>, usize)> = Vec::new();
+    let mut slots = Vec::new();
+    let mut specs = Vec::new();
+    for (slot, binding) in launch.bindings.iter().enumerate() {
+        let name = names.get(&slot).map_or(format!("buffer {slot}"), |n| n.to_string());
+        let (bytes, base, info) = match binding {
+            Binding::Array(a) => {
+                let size = a.dtype().size();
+                let host = a.host_buffer().ok_or_else(|| {
+                    Error::invalid(kernel.clone(), "an input lives on a GPU; `kiln check` runs on host arrays")
+                })?;
+                let (lo, hi) = super::checked::reach(a.shape(), a.strides(), size);
+                let start = (a.offset() * size) as isize + lo;
+                let all = host.bytes();
+                let end = (a.offset() * size) as isize + hi;
+                if start < 0 || end as usize > all.len() {
+                    return Err(Error::invalid(kernel.clone(), format!("input `{name}` reaches outside its buffer")));
+                }
+                let info = SlotInfo {
+                    name,
+                    is_output: false,
+                    uninitialised: false,
+                    elem: size,
+                    elements: (hi - lo) as usize / size,
+                };
+                (all[start as usize..end as usize].to_vec(), (-lo) as usize, info)
+            }
+            Binding::Bytes(b) => {
+                let info = SlotInfo { name, is_output: false, uninitialised: false, elem: 1, elements: b.len() };
+                (b.to_vec(), 0, info)
+            }
+            Binding::Output(spec) => {
+                let n = spec.shape.iter().product::<usize>();
+                let elem = spec.dtype.size();
+                let bytes = match spec.init_value {
+                    Some(v) => f64_to_element_bytes(v, spec.dtype).repeat(n),
+                    None => vec![0xFF; n * elem],
+                };
+                specs.push((slot, (spec.shape.to_vec(), spec.dtype)));
+                let info =
+                    SlotInfo { name, is_output: true, uninitialised: spec.init_value.is_none(), elem, elements: n };
+                (bytes, 0, info)
+            }
+            Binding::InOut(a) | Binding::OutputInto(a) => {
+                let bytes = a.to_contiguous_bytes()?;
+                specs.push((slot, (a.shape().to_vec(), a.dtype())));
+                let elem = a.dtype().size();
+                let info = SlotInfo { name, is_output: true, uninitialised: false, elem, elements: bytes.len() / elem };
+                (bytes, 0, info)
+            }
+        };
+        let mut padded = vec![pad_fill; bytes.len() + 2 * PAD_BYTES];
+        padded[PAD_BYTES..PAD_BYTES + bytes.len()].copy_from_slice(&bytes);
+        storage.push((padded, base));
+        slots.push(info);
+    }
+    let mut ptrs: Vec<*mut c_void> = Vec::new();
+    let mut buffers: Vec<CheckBuffer> = Vec::new();
+    for ((bytes, base), info) in storage.iter_mut().zip(&slots) {
+        let len = bytes.len() - 2 * PAD_BYTES;
+        let data = bytes[PAD_BYTES..].as_mut_ptr();
+        // SAFETY: `base` (the view's first element) lies within the data, as `reach` says.
+        ptrs.push(unsafe { data.add(*base) } as *mut c_void);
+        let flags = if info.uninitialised { 2 } else { 1 | if info.is_output { 2 } else { 0 } };
+        buffers.push(CheckBuffer {
+            data: data as u64,
+            len: len as u64,
+            pad: PAD_BYTES as u64,
+            granule: info.elem.max(1) as u32,
+            flags,
+        });
+    }
+    let n_buffers = ptrs.len() as u32;
+    ptrs.resize(ptrs.len().max(31), std::ptr::null_mut());
+    let tg_sizes: Vec<u64> = launch.threadgroup_memory.iter().map(|&s| s as u64).collect();
+    if tg_sizes.len() > 16 {
+        return Err(Error::invalid(kernel.clone(), "more than 16 [[threadgroup(n)]] bindings"));
+    }
+    let cancel = AtomicI32::new(0);
+    let desc = LaunchDesc::new(ptrs.as_ptr(), &tg_sizes, cancel.as_ptr() as *const i32, n_buffers, grid, tg, groups);
+    let group_threads = tg.iter().product::<u32>();
+    let mut found = vec![
+        CFinding {
+            kind: 0,
+            pc_a: 0,
+            pc_b: 0,
+            count: 0,
+            space: 0,
+            slot: 0,
+            tid_a: 0,
+            tid_b: 0,
+            offset: 0,
+            size: 0,
+            name: std::ptr::null(),
+            elem: 0,
+            threads: 0,
+            serial: 0,
+        };
+        MAX_FINDINGS
+    ];
+    let mut cl = CheckLaunch {
+        buffers: buffers.as_ptr(),
+        n_buffers,
+        group_threads,
+        findings: found.as_mut_ptr(),
+        cap: MAX_FINDINGS as u32,
+        n_findings: 0,
+    };
+    // SAFETY: `cl` and what it points to outlive the launch and `kiln_check_finish` below.
+    if unsafe { (inst.arm)(&mut cl) } != 0 {
+        return Err(Error::invalid(kernel.clone(), "out of memory for the sanitizer's shadow memory"));
+    }
+    let total = groups.iter().map(|&g| g as u64).product::<u64>();
+    let timeout = launch.timeout;
+    let mut msg = [0 as c_char; 512];
+    let done = AtomicI32::new(0);
+    let rc = std::thread::scope(|s| {
+        let watcher = timeout.map(|limit| {
+            let (cancel, done) = (&cancel, &done);
+            s.spawn(move || {
+                let start = Instant::now();
+                while done.load(Ordering::SeqCst) == 0 {
+                    if start.elapsed() >= limit {
+                        cancel.store(1, Ordering::SeqCst);
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        });
+        let mut lease = inst
+            .compiled
+            .cooperative
+            .then(|| stacks::pool().take(group_threads as usize, inst.compiled.release_stacks));
+        let stacks = lease.as_mut().map_or(std::ptr::null_mut(), |l| l.as_ptr());
+        let mut arena = threadgroup::take();
+        // SAFETY: as in `exec::execute`: the descriptor, stacks and arena are valid for the call,
+        // and `msg` has room for the NUL-terminated message it may write.
+        let rc = unsafe {
+            (inst.compiled.run)(
+                inst.entry as i32,
+                &desc,
+                0,
+                total,
+                stacks,
+                arena.as_ptr(),
+                msg.as_mut_ptr(),
+                msg.len() as i32,
+            )
+        };
+        done.store(1, Ordering::SeqCst);
+        if let Some(w) = watcher {
+            let _ = w.join();
+        }
+        rc
+    });
+    // SAFETY: `cl` is the record armed above.
+    let n = unsafe { (inst.finish)(&mut cl) } as usize;
+    let fault = match rc {
+        0 => None,
+        1 => return Err(Error::Timeout { kernel: kernel.clone(), seconds: timeout.map_or(0.0, |t| t.as_secs_f64()) }),
+        _ => Some(msg.iter().take_while(|&&b| b != 0).map(|&b| b as u8 as char).collect()),
+    };
+    let mut raw = found[..n.min(MAX_FINDINGS)].to_vec();
+    if let Some(addr) = fault.as_deref().and_then(fault_address) {
+        let (mut pc, mut tid, mut write) = (0u32, 0u32, 0u32);
+        // SAFETY: three valid places to write to.
+        let known = unsafe { (inst.last)(addr, &mut pc, &mut tid, &mut write) } != 0;
+        tid = fault.as_deref().and_then(|m| faulting_thread(m, grid, tg)).unwrap_or(0);
+        let outside = buffers.iter().all(|b| addr < b.data - b.pad || addr >= b.data + b.len + b.pad);
+        if let (true, Some(slot)) = (known && outside && pc != 0, owner_of(&buffers, addr)) {
+            let b = &buffers[slot];
+            raw.push(CFinding {
+                kind: if write != 0 { 8 } else { 7 },
+                pc_a: pc,
+                pc_b: 0,
+                count: 1,
+                space: 0,
+                slot: slot as i32,
+                tid_a: tid,
+                tid_b: tid,
+                offset: addr.wrapping_sub(b.data) as i64,
+                size: b.len,
+                name: std::ptr::null(),
+                elem: b.granule,
+                threads: 0,
+                serial: 0,
+            });
+        }
+    }
+    let mut written = Vec::new();
+    for (slot, info) in slots.iter().enumerate() {
+        if info.is_output {
+            let granules = buffers[slot].len as usize / info.elem.max(1);
+            let mut map = vec![0u8; granules];
+            // SAFETY: `map` has room for `granules` bytes, the buffer's granule count.
+            let last = unsafe { (inst.written)(slot as u32, map.as_mut_ptr(), granules as u64) };
+            written.push((slot, map, last));
+        }
+    }
+    let outputs = specs
+        .into_iter()
+        .map(|(slot, spec)| {
+            let (bytes, _) = &storage[slot];
+            (spec, bytes[PAD_BYTES..bytes.len() - PAD_BYTES].to_vec())
+        })
+        .collect();
+    Ok(Once { outputs, raw, slots, written, fault, grid, threadgroup: tg })
+}
+
+/// The global linear index of the thread a fault message names ("thread (x, y, z)"), numbered
+/// as the sanitizer numbers threads (group-major, the local index over the group's own size).
+fn faulting_thread(msg: &str, grid: [u32; 3], tg: [u32; 3]) -> Option<u32> {
+    let at = msg.find("thread (")? + "thread (".len();
+    let inner = msg[at..].split(')').next()?;
+    let pos: Vec<u64> = inner.split(',').map(|p| p.trim().parse().ok()).collect::<Option<_>>()?;
+    let &[x, y, z] = pos.as_slice() else { return None };
+    let pos = [x, y, z];
+    let tg = tg.map(|t| t.max(1) as u64);
+    let groups = [0, 1, 2].map(|d| (grid[d] as u64).div_ceil(tg[d]).max(1));
+    let gid = [0, 1, 2].map(|d| pos[d] / tg[d]);
+    let size = [0, 1, 2].map(|d| (grid[d] as u64).saturating_sub(gid[d] * tg[d]).clamp(1, tg[d]));
+    let local = [0, 1, 2].map(|d| pos[d] % tg[d]);
+    let lin = gid[0] + gid[1] * groups[0] + gid[2] * groups[0] * groups[1];
+    let local = local[0] + local[1] * size[0] + local[2] * size[0] * size[1];
+    u32::try_from(lin * tg.iter().product::<u64>() + local).ok()
+}
+
+/// The address in a fault message ("accessed address 0x...").
+fn fault_address(msg: &str) -> Option<u64> {
+    let at = msg.find("address 0x")? + "address 0x".len();
+    let hex: String = msg[at..].chars().take_while(char::is_ascii_hexdigit).collect();
+    u64::from_str_radix(&hex, 16).ok()
+}
+
+/// The buffer a faulting address was meant for: one it lies a wrapped 32-bit index away from
+/// (`i - 1` at `i == 0` with an unsigned index), else the nearest.
+fn owner_of(buffers: &[CheckBuffer], addr: u64) -> Option<usize> {
+    let wrapped = buffers.iter().position(|b| {
+        let idx = addr.wrapping_sub(b.data) / b.granule.max(1) as u64;
+        addr >= b.data && ((1u64 << 32) - (1 << 20)..1u64 << 32).contains(&idx)
+    });
+    wrapped.or_else(|| {
+        (0..buffers.len()).min_by_key(|&i| {
+            let b = &buffers[i];
+            if addr < b.data {
+                b.data - addr
+            } else {
+                addr.saturating_sub(b.data + b.len)
+            }
+        })
+    })
+}
+
+/// Resolves the instruction offsets of `raw` to their inline chains with `addr2line`; offsets it
+/// cannot resolve (no `addr2line`, no line tables) are left out.
+fn symbolize(inst: &Instrumented, raw: &[CFinding], more: &[u32]) -> HashMap<u32, Site> {
+    let mut pcs: Vec<u32> =
+        raw.iter().flat_map(|f| [f.pc_a, f.pc_b]).chain(more.iter().copied()).filter(|&p| p != 0).collect();
+    pcs.sort_unstable();
+    pcs.dedup();
+    let mut out = HashMap::new();
+    if pcs.is_empty() {
+        return out;
+    }
+    let path = disk_cache::private_name(&std::env::temp_dir(), "kiln-check-lines", "so");
+    if std::fs::write(&path, &inst.image).is_err() {
+        return out;
+    }
+    // A return address names the instruction after the call: one byte back lies in the call.
+    let args: Vec<String> = pcs.iter().map(|p| format!("{:#x}", p.saturating_sub(1))).collect();
+    let result = Command::new("addr2line").arg("-i").arg("-e").arg(&path).args(&args).output();
+    let _ = std::fs::remove_file(&path);
+    let Ok(result) = result else { return out };
+    // With -i, each address gives its chain followed by nothing that separates it from the next;
+    // resolving addresses one by one would cost a process each, so an address's chain ends where
+    // the next address's innermost frame begins: ask again with a marker address in between.
+    let text = String::from_utf8_lossy(&result.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() == pcs.len() {
+        for (pc, line) in pcs.iter().zip(&lines) {
+            out.insert(*pc, parse_frames(&[line]));
+        }
+        return out;
+    }
+    for pc in &pcs {
+        let one = Command::new("addr2line")
+            .arg("-i")
+            .arg("-e")
+            .arg(write_again(&path, &inst.image).as_deref().unwrap_or(Path::new("")))
+            .arg(format!("{:#x}", pc.saturating_sub(1)))
+            .output();
+        if let Ok(one) = one {
+            let text = String::from_utf8_lossy(&one.stdout).into_owned();
+            let frames: Vec<&str> = text.lines().collect();
+            out.insert(*pc, parse_frames(&frames));
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    out
+}
+
+fn write_again(path: &Path, image: &[u8]) -> Option<std::path::PathBuf> {
+    if !path.exists() {
+        std::fs::write(path, image).ok()?;
+    }
+    Some(path.to_path_buf())
+}
+
+/// `file:line` lines (`addr2line` output) to (file, line) pairs; unknown ones are dropped.
+fn parse_frames(lines: &[&str]) -> Site {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let l = l.split(" (discriminator").next()?;
+            let (file, line) = l.rsplit_once(':')?;
+            Some((file.to_string(), line.trim().parse().ok()?))
+        })
+        .collect()
+}

@@ -1,0 +1,189 @@
+//! Lines of the generated Metal text mapped back to what the user wrote: the body or header of a
+//! body kernel (MLX wraps them in a signature of its own), or the lines of a `.metal` file.
+
+use crate::backend::{MetalProgram, ProgramKind};
+
+/// A line of the user's text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserLine {
+    /// `"body"`, `"header"` or `"source"` (a whole `.metal` file).
+    pub part: &'static str,
+    /// 1-based within that part.
+    pub line: u32,
+    /// The line's text.
+    pub text: String,
+}
+
+/// How the lines of one program's Metal text map to the user's.
+#[derive(Clone, Debug)]
+pub struct UserLines {
+    file: String,
+    lines: Vec<String>,
+    /// Body kernels: the header's last line and the body's first and last lines, in the
+    /// generated text (1-based).
+    header_end: u32,
+    body: Option<(u32, u32)>,
+}
+
+impl UserLines {
+    /// The map of `program`.
+    pub fn of(program: &MetalProgram) -> UserLines {
+        let source = &program.source;
+        let lines: Vec<String> = source.lines().map(str::to_string).collect();
+        let file = crate::source::cpu::user_file_name(program);
+        if program.kind == ProgramKind::FullFile {
+            return UserLines { file, lines, header_end: 0, body: None };
+        }
+        let signature = format!("[[kernel]] void {}(\n", program.function);
+        let Some(sig) = source.rfind(&signature) else {
+            return UserLines { file, lines, header_end: 0, body: None };
+        };
+        let line_of = |offset: usize| source[..offset].matches('\n').count() as u32 + 1;
+        let mut header_end = line_of(sig) - 1;
+        if header_end > 0 && lines.get(header_end as usize - 1).is_some_and(|l| l.starts_with("template <")) {
+            header_end -= 1;
+        }
+        let body = source[sig..].find(") {\n").map(|open| {
+            let start = line_of(sig + open + 4);
+            let close = source.rfind("\n}\n").map_or(lines.len() as u32, line_of);
+            (start, close.max(start))
+        });
+        UserLines { file, lines, header_end, body }
+    }
+
+    /// The user's line for line `generated` of the Metal text; `None` for lines kiln wrote.
+    pub fn map(&self, generated: u32) -> Option<UserLine> {
+        let text = self.lines.get(generated.checked_sub(1)? as usize)?.clone();
+        let Some((start, end)) = self.body else {
+            return Some(UserLine { part: "source", line: generated, text });
+        };
+        if generated <= self.header_end {
+            return Some(UserLine { part: "header", line: generated, text });
+        }
+        if generated >= start && generated <= end {
+            return Some(UserLine { part: "body", line: generated - start + 1, text });
+        }
+        None
+    }
+
+    /// The innermost frame of an inline chain (`file`, line) that lies in the user's text.
+    pub fn site(&self, frames: &[(String, u32)]) -> Option<UserLine> {
+        frames.iter().filter(|(f, _)| f.ends_with(&self.file)).find_map(|(_, l)| self.map(*l))
+    }
+
+    /// The file name the generated unit gives the user's text.
+    pub fn file_name(&self) -> &str {
+        &self.file
+    }
+}
+
+/// `line` as an excerpt: its number and text, then a caret under `name` where the line holds it
+/// as a word (else under its first character).
+pub fn excerpt(line: &UserLine, name: Option<&str>) -> String {
+    let gutter = format!("{} line {}", line.part, line.line);
+    let text = line.text.trim_end();
+    let column = name.and_then(|n| word_at(text, n)).unwrap_or_else(|| text.len() - text.trim_start().len());
+    let pad: String = text[..column].chars().map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+    format!("  {gutter} | {text}\n  {} | {pad}^", " ".repeat(gutter.len()))
+}
+
+/// Byte offset of `name` as a whole identifier in `text`.
+fn word_at(text: &str, name: &str) -> Option<usize> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut from = 0;
+    while let Some(i) = text[from..].find(name).map(|i| i + from) {
+        let before = text[..i].chars().next_back();
+        let after = text[i + name.len()..].chars().next();
+        if !before.is_some_and(ident) && !after.is_some_and(ident) {
+            return Some(i);
+        }
+        from = i + name.len();
+    }
+    None
+}
+
+/// `error` with its compiler log rewritten for the user (`Error::Compile` of a program's
+/// library or cubin): every message about the user's text names the body, header or file line
+/// with an excerpt and a caret at the column, in place of the generated unit's file and line;
+/// the host compiler's hints ("did you mean ...?"), which name the prelude's identifiers, are
+/// dropped. The generated source stays one command away (`kiln translate --emit cpu|cuda`).
+pub fn user_compile_error(program: &MetalProgram, error: crate::Error) -> crate::Error {
+    match error {
+        crate::Error::Compile { backend, kernel, log } => {
+            let log = user_compile_log(program, &log);
+            crate::Error::Compile { backend, kernel, log }
+        }
+        other => other,
+    }
+}
+
+/// The compiler log `log` (GCC/clang `file:line:col: error: ...`, NVRTC `file(line): error: ...`)
+/// with the user's lines (see `user_compile_error`).
+pub fn user_compile_log(program: &MetalProgram, log: &str) -> String {
+    let lines = UserLines::of(program);
+    let cuda_file = program.kernel.replace(['"', '\\'], "_");
+    let mut out = Vec::new();
+    let mut mapped = false;
+    for raw in log.lines() {
+        let Some((line, column, rest)) =
+            parse_location(raw, lines.file_name()).or_else(|| parse_location(raw, &cuda_file))
+        else {
+            out.push(raw.to_string());
+            continue;
+        };
+        let Some(user) = lines.map(line) else {
+            out.push(format!("{raw} (a line kiln generates around the kernel)"));
+            continue;
+        };
+        mapped = true;
+        let rest = drop_hint(rest.trim());
+        let at = match column {
+            Some(c) => format!("{} line {}, column {c}", user.part, user.line),
+            None => format!("{} line {}", user.part, user.line),
+        };
+        out.push(format!("{at}: {rest}"));
+        out.push(caret_excerpt(&user, column));
+    }
+    if mapped {
+        out.push("(the generated source: `kiln translate SPEC --emit cpu` or `--emit cuda`)".to_string());
+    }
+    out.join("\n")
+}
+
+/// (line, column, what follows) of a compiler message about `file`.
+fn parse_location<'a>(raw: &'a str, file: &str) -> Option<(u32, Option<u32>, &'a str)> {
+    let at = raw.find(file)?;
+    let tail = &raw[at + file.len()..];
+    if let Some(rest) = tail.strip_prefix('(') {
+        // NVRTC: file(line): error: ...
+        let (line, rest) = rest.split_once(')')?;
+        return Some((line.trim().parse().ok()?, None, rest.trim_start_matches(':').trim()));
+    }
+    let rest = tail.strip_prefix(':')?;
+    let (line, rest) = rest.split_once(':')?;
+    let line = line.parse().ok()?;
+    match rest.split_once(':') {
+        Some((col, more)) if col.chars().all(|c| c.is_ascii_digit()) && !col.is_empty() => {
+            Some((line, col.parse().ok(), more.trim()))
+        }
+        _ => Some((line, None, rest.trim())),
+    }
+}
+
+/// `message` without the compiler's "; did you mean ...?" suggestion.
+fn drop_hint(message: &str) -> String {
+    match message.find("; did you mean") {
+        Some(i) => message[..i].to_string(),
+        None => message.to_string(),
+    }
+}
+
+/// The line with a caret under `column` (1-based bytes; else its first character).
+fn caret_excerpt(line: &UserLine, column: Option<u32>) -> String {
+    let gutter = format!("{} line {}", line.part, line.line);
+    let text = line.text.trim_end();
+    let indent = text.len() - text.trim_start().len();
+    let col = column.map_or(indent, |c| (c as usize).saturating_sub(1).min(text.len()));
+    let pad: String = text[..col].chars().map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+    format!("  {gutter} | {text}\n  {} | {pad}^", " ".repeat(gutter.len()))
+}
