@@ -16,12 +16,14 @@ cargo test --workspace --locked "$@"
 # The benchmark scripts' merge of rounds (Python, no packages needed).
 python3 bench/results/test_merge.py
 
-# The Python package: NumPy, ml_dtypes and DLPack in CI; the PyTorch tests skip without PyTorch
-# (the GPU machine runs them with KILN_REQUIRE_BACKEND=cuda, where a skip becomes a failure).
+# The Python package: NumPy, ml_dtypes and DLPack in CI, and MLX's CPU wheel with mlx-lm (its
+# kernels run through kiln.mlx; mlx-lm imports transformers, no PyTorch); the PyTorch tests skip
+# without PyTorch (the GPU machine runs them with KILN_REQUIRE_BACKEND=cuda, where a skip becomes
+# a failure).
 py_env=.deps/py-venv
 [ -x "$py_env/bin/python" ] || python3 -m venv "$py_env"
 "$py_env/bin/python" -m pip install -q --disable-pip-version-check \
-    maturin==1.9.6 numpy==2.3.5 ml_dtypes==0.5.4 pytest==8.4.2
+    maturin==1.9.6 numpy==2.3.5 ml_dtypes==0.5.4 pytest==8.4.2 mlx==0.32.4 "mlx-cpu==0.32.4; sys_platform == 'linux'" mlx-lm==0.32.2 transformers==5.24.0
 # A dev-profile build shares the kiln crate the Rust tests just built.
 VIRTUAL_ENV="$PWD/$py_env" "$py_env/bin/maturin" develop --locked --quiet
 "$py_env/bin/python" -m pytest python/tests -q -p no:cacheprovider

@@ -3,8 +3,9 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `KILN_CACHE_DIR` | where compiled kernels are cached on disk (default: the user cache directory, `~/.cache/kiln`) |
-//! | `KILN_REQUIRE_BACKEND` | tests only: fail instead of skipping when this backend (`cuda`, or `nvrtc` for compile-only tests) is unavailable; the CPU backend is always required |
+//! | `KILN_REQUIRE_BACKEND` | tests only: fail instead of skipping when this backend (`cuda`, or `nvrtc` for compile-only tests) is unavailable; the CPU backend is always required (`kiln.testing`'s `kiln_device` fixture also fails without CUDA when it is `cuda`) |
 //! | `KILN_MLX_HEADERS` | tests only: the include directory of MLX's Metal headers (the one holding `mlx/backend/metal/kernels/`), which `scripts/install-mlx-headers.sh` installs under `.deps/` and `scripts/test.sh` sets; without it the tests built on MLX's `steel` headers skip, or fail when `KILN_REQUIRE_BACKEND` is set |
+//! | `KILN_MLX` | Python only: `1` installs the MLX drop-in (`kiln.mlx.install()`) when a process first imports `mlx.core`, in processes whose `PYTHONPATH` holds the directory `python -m kiln.mlx --site` prints (its `sitecustomize.py` reads the variable; nothing else does) |
 //! | `CXX` | the host C++ compiler the CPU emulator uses (default `c++`) |
 //! | `KILN_NVRTC_LIBRARY` | a `libnvrtc.so.*` file (or the directory holding it) loaded before the system search, with the `libnvrtc-builtins` beside it; `scripts/install-nvrtc.sh` installs one under `.deps/`. Otherwise NVRTC and the driver are found by the dynamic loader (`LD_LIBRARY_PATH`, system paths). |
 

@@ -1,0 +1,265 @@
+"""``mx.fast.metal_kernel`` where MLX has no Metal back-end: MLX's CPU build (Linux) and its
+CUDA build.
+
+>>> import kiln.mlx
+>>> kiln.mlx.install()      # before the code that builds kernels is imported
+>>> import mlx.core as mx   # mx.fast.metal_kernel(...) now runs its kernels with kiln
+
+After :func:`install`, ``mx.fast.metal_kernel`` is kiln's factory with MLX's arguments; a call
+runs the kernel with kiln on the device the arrays live on (the CPU emulator for MLX CPU arrays,
+the GPU for MLX CUDA arrays) and returns MLX arrays. Inputs are read in place through DLPack and
+the outputs are MLX arrays that kiln writes in place, so no array data is copied. The call is
+eager: it evaluates its inputs (``mx.eval``) and its outputs are already evaluated, so it works
+inside ``mx.grad`` / ``mx.vjp`` / ``mx.custom_function`` (give the kernel's VJP with
+``@f.vjp``) but not inside ``mx.compile`` or ``mx.vmap``, which forbid evaluation.
+
+``mx.metal.is_available()`` reports True while installed (``metal_available=False`` keeps
+MLX's answer), because packages build their kernels only when it does (mlx-lm's
+``if not mx.metal.is_available(): return None``).
+
+For code you do not control: ``python -m kiln.mlx script.py [args]`` (or ``-m module``) runs it
+with the drop-in installed; or put the directory printed by ``python -m kiln.mlx --site`` on
+``PYTHONPATH`` and set ``KILN_MLX=1``: every Python process started so installs the drop-in when
+it first imports ``mlx.core``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import sys
+
+from .._dtypes import dtype_name
+from .._kernel import MetalKernel as _KilnKernel
+from .._kernel import _template
+from ..errors import InvalidArgumentError
+from ._dlpack import CPU, describe_dlpack, device_kind
+
+__all__ = ["install", "uninstall", "installed", "metal_kernel", "MetalKernel", "use_device"]
+
+# What install() replaced, to put back: {"metal_kernel": f, "is_available": f}.
+_saved: dict = {}
+# A device to run kernels on instead of the arrays' own ("cuda:0" for MLX CPU arrays on a GPU).
+_device_override: contextvars.ContextVar = contextvars.ContextVar("kiln_mlx_device", default=None)
+
+
+def _mx():
+    import mlx.core as mx
+
+    return mx
+
+
+def installed() -> bool:
+    """Whether :func:`install` has replaced ``mx.fast.metal_kernel``."""
+    return bool(_saved)
+
+
+def install(*, metal_available: bool = True, force: bool = False) -> bool:
+    """Makes ``mx.fast.metal_kernel`` build kiln kernels (see the module's documentation).
+
+    Does nothing (returns False) where MLX has its own Metal back-end, unless ``force``.
+    ``metal_available`` makes ``mx.metal.is_available()`` report True while installed.
+    Modules that copied the factory (``from mlx.core.fast import metal_kernel``) before
+    ``install`` keep MLX's: install first. Returns whether the drop-in is installed."""
+    mx = _mx()
+    if _saved:
+        return True
+    real_metal = mx.metal.is_available()
+    if real_metal and not force:
+        return False
+    _saved["metal_kernel"] = mx.fast.metal_kernel
+    _saved["is_available"] = mx.metal.is_available
+    mx.fast.metal_kernel = metal_kernel
+    if metal_available and not real_metal:
+        mx.metal.is_available = _metal_is_available
+    return True
+
+
+def uninstall() -> None:
+    """Puts MLX's ``mx.fast.metal_kernel`` and ``mx.metal.is_available`` back. Kernels built
+    while installed keep running on kiln."""
+    if not _saved:
+        return
+    mx = _mx()
+    mx.fast.metal_kernel = _saved.pop("metal_kernel")
+    mx.metal.is_available = _saved.pop("is_available")
+
+
+def _metal_is_available() -> bool:
+    """``mx.metal.is_available`` while the drop-in is installed: kernels run (on kiln)."""
+    return True
+
+
+@contextlib.contextmanager
+def use_device(device):
+    """Runs the kernels called on MLX CPU arrays inside on kiln's ``device`` (``"cuda:N"``, or
+    ``"cpu"``) with kiln's own buffers: the inputs are copied there and the outputs back into
+    new MLX arrays (the CUDA variant of a test on MLX's CPU build). ``None``: in place, on the
+    arrays' own device."""
+    token = _device_override.set(None if device is None else str(device))
+    try:
+        yield
+    finally:
+        _device_override.reset(token)
+
+
+class MetalKernel:
+    """A kernel built by the drop-in ``mx.fast.metal_kernel``: MLX's call keywords, MLX arrays
+    in and out, run by kiln."""
+
+    __slots__ = ("_kiln", "name", "_n_outputs", "_factory_args", "_mlx_kernel")
+
+    def __init__(self, name, input_names, output_names, source, header="", ensure_row_contiguous=True,
+                 atomic_outputs=False, compile_options=None):
+        self._kiln = _KilnKernel(name, input_names, output_names, source, header, ensure_row_contiguous,
+                                 atomic_outputs, compile_options)
+        self.name = name
+        self._n_outputs = len(output_names)
+        self._factory_args = dict(name=name, input_names=input_names, output_names=output_names, source=source,
+                                  header=header, ensure_row_contiguous=ensure_row_contiguous,
+                                  atomic_outputs=atomic_outputs, compile_options=compile_options)
+        self._mlx_kernel = None
+
+    def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
+                 init_value=None, verbose=False, stream=None):
+        """Runs the kernel now and returns its outputs as evaluated MLX arrays. ``stream`` is
+        accepted for MLX's signature; kiln runs on the arrays' device."""
+        mx = _mx()
+        # MLX converts array-likes (NumPy arrays, lists) to MLX arrays; Python scalars stay
+        # scalars, which kiln types by MLX's rules.
+        inputs = [x if isinstance(x, (mx.array, bool, int, float)) else mx.array(x) for x in inputs]
+        arrays = [x for x in inputs if isinstance(x, mx.array)]
+        shapes = [tuple(int(n) for n in s) for s in output_shapes]
+        dtypes = [dtype_name(d) for d in output_dtypes]
+        tmpl = _template(template)
+        init = None if init_value is None else float(init_value)
+        grid, threadgroup = tuple(grid), tuple(threadgroup)
+        override = _device_override.get()
+        lead = next((x for x in arrays if x.ndim > 0), arrays[0] if arrays else None)
+        on_cpu = lead is None or device_kind(lead) == CPU
+        if override == "cpu" and not on_cpu:
+            raise InvalidArgumentError(
+                f"[metal_kernel {self.name}] the inputs live on the GPU; kiln.mlx.use_device('cpu') applies to "
+                "MLX CPU arrays only")
+        moved = override is not None and on_cpu
+        counts_match = len(shapes) == len(dtypes) == self._n_outputs
+        # Outputs are MLX's, for kiln to write in place; evaluated with the inputs in one go.
+        outs = [_fresh(mx, s, d, init) for s, d in zip(shapes, dtypes)] if counts_match and not moved else []
+        if not _evaluate(mx, arrays + outs):
+            # Under a transformation that forbids evaluation (mx.export_function records MLX's
+            # own kernel for a Mac even without Metal; mx.compile / mx.vmap cannot run it).
+            return self._traced(mx, dict(inputs=inputs, output_shapes=output_shapes, output_dtypes=output_dtypes,
+                                         grid=grid, threadgroup=threadgroup, template=template,
+                                         init_value=init_value, verbose=verbose, stream=stream))
+        descs = [describe_dlpack(x) if isinstance(x, mx.array) else x for x in inputs]
+        if moved:
+            return self._run_on(override, descs, shapes, dtypes, grid, threadgroup, tmpl, init, verbose)
+        if not counts_match:
+            # kiln reports the count mismatch in MLX's words.
+            self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, init, bool(verbose), None,
+                                    None, None)
+        out_descs = [describe_dlpack(o) for o in outs]
+        if lead is None:
+            on_cpu = device_kind(outs[0]) == CPU
+        if on_cpu:
+            self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, None, bool(verbose), None, None,
+                                    out_descs)
+            return outs
+        # MLX's CUDA build: MLX's stream is not exposed, so its pending work is finished first
+        # and kiln's launch on the legacy default stream is waited for.
+        ordinal = out_descs[0][7]
+        mx.synchronize()
+        self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, None, bool(verbose), None,
+                                (0, ordinal), out_descs)
+        _cuda_synchronize_default_stream()
+        return outs
+
+    def _traced(self, mx, call):
+        factory = _saved.get("metal_kernel", mx.fast.metal_kernel)
+        try:
+            if self._mlx_kernel is None:
+                self._mlx_kernel = factory(**self._factory_args)
+            return self._mlx_kernel(**call)
+        except (RuntimeError, ValueError):
+            raise InvalidArgumentError(
+                f"[metal_kernel {self.name}] kiln runs MLX kernels eagerly, which mx.compile and mx.vmap do not "
+                "allow; call the kernel outside them (mx.disable_compile() turns mx.compile off)"
+            ) from None
+
+    def _run_on(self, device, descs, shapes, dtypes, grid, threadgroup, tmpl, init, verbose):
+        """MLX CPU arrays run on ``device``: kiln copies the inputs there and the outputs back."""
+        from .. import _kiln
+        from .._arrays import host_output
+
+        mx = _mx()
+        res = self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, init, bool(verbose),
+                                      device, None, None)
+        out = []
+        for h in res:
+            if isinstance(h, _kiln.DeviceArray):
+                h = h.to_host()
+            a = host_output(h, "numpy")
+            if h.dtype == "bfloat16":
+                out.append(mx.array(a.view("uint16")).view(mx.bfloat16))
+            else:
+                out.append(mx.array(a))
+        return out
+
+    def __repr__(self):
+        return f"<kiln.mlx.MetalKernel {self.name!r}>"
+
+
+def metal_kernel(name, input_names, output_names, source, header="", ensure_row_contiguous=True,
+                 atomic_outputs=False, compile_options=None) -> MetalKernel:
+    """``mx.fast.metal_kernel`` run by kiln: the same arguments; building it compiles nothing
+    (the first call does), so kernels built at import time never fail for lack of Metal."""
+    return MetalKernel(name, input_names, output_names, source, header, ensure_row_contiguous, atomic_outputs,
+                       compile_options)
+
+
+def _evaluate(mx, arrays) -> bool:
+    """Evaluates ``arrays``; False where a transformation being traced forbids evaluation."""
+    try:
+        mx.eval(*arrays)
+    except ValueError as e:
+        if "function transformations" not in str(e):
+            raise
+        return False
+    return True
+
+
+def _fresh(mx, shape, dtype, init):
+    """A new evaluated, row-contiguous MLX array for kiln to write in place (``init`` first)."""
+    dtype = getattr(mx, "bool_" if dtype == "bool" else dtype)
+    if init is None:
+        return mx.zeros(shape, dtype=dtype)
+    # MLX's cast of init_value: a float truncates to an int dtype, non-zero is True.
+    return mx.full(shape, mx.array(init, dtype=mx.float32).astype(dtype))
+
+
+_libcuda = None
+
+
+def _cuda_synchronize_default_stream() -> None:
+    global _libcuda
+    import ctypes
+
+    if _libcuda is None:
+        _libcuda = ctypes.CDLL("libcuda.so.1")
+    rc = _libcuda.cuStreamSynchronize(ctypes.c_void_p(0))
+    if rc != 0:
+        raise RuntimeError(f"[kiln.mlx] cuStreamSynchronize failed with CUDA error {rc}")
+
+
+def _install_from_environment() -> None:
+    """``KILN_MLX=1``: install when ``mlx.core`` is first imported (the ``--site`` hook)."""
+    import os
+
+    if os.environ.get("KILN_MLX", "") not in ("1", "true", "yes"):
+        return
+    if "mlx.core" in sys.modules:
+        install()
+        return
+    from ._hook import install_on_import
+
+    install_on_import()
