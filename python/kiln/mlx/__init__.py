@@ -159,15 +159,16 @@ class MetalKernel:
             self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, init, bool(verbose), None,
                                     None, None)
         out_descs = [describe_dlpack(o) for o in outs]
-        if lead is None:
-            on_cpu = device_kind(outs[0]) == CPU
-        if on_cpu:
+        # Where kiln runs it: the GPU of the arrays' memory (device memory, or the CUDA managed
+        # memory of MLX's CUDA build), else the CPU emulator.
+        ordinals = [d[7] for d in descs + out_descs if isinstance(d, tuple) and d[7] >= 0 and override != "cpu"]
+        if not ordinals:
             self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, None, bool(verbose), None, None,
                                     out_descs)
             return outs
         # MLX's CUDA build: MLX's stream is not exposed, so its pending work is finished first
         # and kiln's launch on the legacy default stream is waited for.
-        ordinal = out_descs[0][7]
+        ordinal = ordinals[0]
         mx.synchronize()
         self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, None, bool(verbose), None,
                                 (0, ordinal), out_descs)
