@@ -49,8 +49,9 @@ _DTYPES = {
 }
 
 
-def describe_dlpack(array):
-    """The kiln descriptor of an evaluated array with ``__dlpack__`` (its memory in place)."""
+def describe_dlpack(array, host: bool = False):
+    """The kiln descriptor of an evaluated array with ``__dlpack__`` (its memory in place);
+    ``host``: CUDA managed memory is described as host memory, for the CPU emulator."""
     capsule = array.__dlpack__()
     t = _DLTensor.from_address(_get_pointer(capsule, b"dltensor"))
     code, bits = t.dtype.code, t.dtype.bits
@@ -70,7 +71,7 @@ def describe_dlpack(array):
     kind = t.device.device_type
     ordinal = -1 if kind == CPU else t.device.device_id
     address = (t.data or 0) + t.byte_offset
-    if kind == CPU and mlx_has_cuda():
+    if kind == CPU and not host and mlx_has_cuda():
         # MLX's CUDA build keeps arrays in CUDA managed memory and exports them as host memory:
         # such memory is run on its GPU, not on the emulator.
         ordinal = managed_ordinal(t.data or 0)
