@@ -27,11 +27,70 @@ use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
 use super::functions::{call_open, find_scopes, Body, Params};
-use super::rewrite::SITED_COLLECTIVES;
 use crate::source::cursor::Cursor;
 use crate::source::limits::MAX_NESTING;
 use crate::source::prelude;
 use crate::source::tokens::{tokenize, Kind, Token};
+
+/// The collectives whose calls carry a `kiln::site_tag` on the CPU (the overloads in
+/// prelude/cpu/simd.h, `KILN_SITED`).
+pub const SITED_COLLECTIVES: [&str; 55] = [
+    "simd_sum",
+    "simd_product",
+    "simd_max",
+    "simd_min",
+    "simd_and",
+    "simd_or",
+    "simd_xor",
+    "simd_prefix_inclusive_sum",
+    "simd_prefix_exclusive_sum",
+    "simd_prefix_inclusive_product",
+    "simd_prefix_exclusive_product",
+    "simd_shuffle",
+    "simd_shuffle_down",
+    "simd_shuffle_up",
+    "simd_shuffle_xor",
+    "simd_shuffle_rotate_down",
+    "simd_shuffle_rotate_up",
+    "simd_shuffle_and_fill_down",
+    "simd_shuffle_and_fill_up",
+    "simd_broadcast",
+    "simd_broadcast_first",
+    "simd_ballot",
+    "simd_all",
+    "simd_any",
+    "simd_is_first",
+    "simd_active_threads_mask",
+    "quad_sum",
+    "quad_product",
+    "quad_max",
+    "quad_min",
+    "quad_and",
+    "quad_or",
+    "quad_xor",
+    "quad_prefix_inclusive_sum",
+    "quad_prefix_exclusive_sum",
+    "quad_prefix_inclusive_product",
+    "quad_prefix_exclusive_product",
+    "quad_shuffle",
+    "quad_shuffle_down",
+    "quad_shuffle_up",
+    "quad_shuffle_xor",
+    "quad_shuffle_rotate_down",
+    "quad_shuffle_rotate_up",
+    "quad_shuffle_and_fill_down",
+    "quad_shuffle_and_fill_up",
+    "quad_broadcast",
+    "quad_broadcast_first",
+    "quad_ballot",
+    "quad_all",
+    "quad_any",
+    "quad_is_first",
+    "quad_active_threads_mask",
+    "simdgroup_barrier",
+    "simdgroup_multiply",
+    "simdgroup_multiply_accumulate",
+];
 
 /// Names of functions the preludes declare: a user function of that name is not given a site
 /// parameter (a call meant for the prelude's would receive it too).

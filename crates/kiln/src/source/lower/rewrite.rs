@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use super::convergence::SITED_COLLECTIVES;
 use super::members::{is_swizzle, swizzle_members};
 use super::LowerTarget;
 use crate::program::{ConstantKey, ConstantValue, MetalProgram};
@@ -14,66 +15,6 @@ use crate::source::tokens::{is_float_literal, Kind, Token};
 
 /// Attributes C++17 understands; every other `[[...]]` group is removed.
 const STANDARD_ATTRS: [&str; 5] = ["maybe_unused", "fallthrough", "nodiscard", "noreturn", "deprecated"];
-
-/// The collectives whose calls carry a `kiln::site_tag` on the CPU (the overloads in
-/// prelude/cpu/simd.h, `KILN_SITED`).
-pub const SITED_COLLECTIVES: [&str; 55] = [
-    "simd_sum",
-    "simd_product",
-    "simd_max",
-    "simd_min",
-    "simd_and",
-    "simd_or",
-    "simd_xor",
-    "simd_prefix_inclusive_sum",
-    "simd_prefix_exclusive_sum",
-    "simd_prefix_inclusive_product",
-    "simd_prefix_exclusive_product",
-    "simd_shuffle",
-    "simd_shuffle_down",
-    "simd_shuffle_up",
-    "simd_shuffle_xor",
-    "simd_shuffle_rotate_down",
-    "simd_shuffle_rotate_up",
-    "simd_shuffle_and_fill_down",
-    "simd_shuffle_and_fill_up",
-    "simd_broadcast",
-    "simd_broadcast_first",
-    "simd_ballot",
-    "simd_all",
-    "simd_any",
-    "simd_is_first",
-    "simd_active_threads_mask",
-    "quad_sum",
-    "quad_product",
-    "quad_max",
-    "quad_min",
-    "quad_and",
-    "quad_or",
-    "quad_xor",
-    "quad_prefix_inclusive_sum",
-    "quad_prefix_exclusive_sum",
-    "quad_prefix_inclusive_product",
-    "quad_prefix_exclusive_product",
-    "quad_shuffle",
-    "quad_shuffle_down",
-    "quad_shuffle_up",
-    "quad_shuffle_xor",
-    "quad_shuffle_rotate_down",
-    "quad_shuffle_rotate_up",
-    "quad_shuffle_and_fill_down",
-    "quad_shuffle_and_fill_up",
-    "quad_broadcast",
-    "quad_broadcast_first",
-    "quad_ballot",
-    "quad_all",
-    "quad_any",
-    "quad_is_first",
-    "quad_active_threads_mask",
-    "simdgroup_barrier",
-    "simdgroup_multiply",
-    "simdgroup_multiply_accumulate",
-];
 
 /// Operators after a swizzle that make it a write (`v.xy = ...`, `c.bgr *= ...`).
 const ASSIGN_OPS: [&str; 11] = ["=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>="];
