@@ -48,12 +48,13 @@ pub const CPU_RUNTIME: [Header; 5] = [
 
 /// `CPU_RUNTIME` of the sanitizer's libraries (`kiln check`): the sanitizer after the
 /// threadgroup memory.
-pub const CPU_CHECKED_RUNTIME: [Header; 5] = [
+pub const CPU_CHECKED_RUNTIME: [Header; 6] = [
     header!("cpu/runtime.h"),
     header!("cpu/threadgroup.h"),
     header!("cpu/check.h"),
     header!("cpu/convergence.h"),
     header!("cpu/simd.h"),
+    header!("cpu/oslog.h"),
 ];
 
 /// The CPU group scheduler, after the user's code and entry wrappers.
