@@ -76,6 +76,12 @@ struct Tg {
   uint64_t cap;
 };
 
+// Bytes per shadow cell of a threadgroup array: its element when scalar-sized (threads writing
+// different fields of one larger element stay apart, a byte each).
+__attribute__((no_sanitize_thread, always_inline)) inline uint64_t cell_bytes(const Tg& g) {
+  return g.elem == 2 || g.elem == 4 || g.elem == 8 ? g.elem : 1;
+}
+
 // A read of memory nobody had written yet: an uninitialised read unless a thread writes it later
 // in the same group (threadgroup memory) or launch (device memory).
 struct Pending {
@@ -281,7 +287,9 @@ KILN_NOSAN inline void access(const void* p, uint64_t size, bool write, bool ato
       report(write ? OOB_WRITE : OOB_READ, me.pc, 0, 1, i, me.tid, 0, (int64_t)(a - lo));
       return;
     }
-    for (uint64_t k = a - lo; k < a - lo + size; ++k) touch(g.cells[k], s.tg_gen, me, write, false, 1, i, k);
+    // One cell per element of the array's declared type (a float access updates one cell).
+    const uint64_t e = cell_bytes(g), first = (a - lo) / e, last = (a - lo + size - 1) / e;
+    for (uint64_t k = first; k <= last; ++k) touch(g.cells[k], s.tg_gen, me, write, false, 1, i, k * e);
     return;
   }
 }
@@ -325,7 +333,7 @@ KILN_NOSAN inline void settle(Pending* list, int* n) {
       const Buffer& b = s.l->buffers[p.slot];
       if (s.cells[p.slot]) c = &s.cells[p.slot][p.offset / b.granule];
     } else if (s.tg[p.slot].cells) {
-      c = &s.tg[p.slot].cells[p.offset];
+      c = &s.tg[p.slot].cells[p.offset / cell_bytes(s.tg[p.slot])];
     }
     // Written later by another thread: a race, reported as such; by the reader itself or
     // nobody: the read saw memory nobody had written.
