@@ -123,7 +123,7 @@ struct State {
     int64_t offset;
   } over[4];
   int n_over;
-  uint64_t over_addr, over_size;
+  uint64_t over_addr, over_size, cur_addr, cur_size;
   unsigned char over_old[16];
 };
 static State g_state;
@@ -199,7 +199,12 @@ KILN_NOSAN inline void touch(Cell& c, uint32_t gen, const Acc& me, bool write, b
       if (k == LOCKSTEP && c.w.pc == me.pc) k = RACE;
       if (c.w.tid != me.tid && !(c.w.atomic && me.atomic)) {
         State& s = g_state;
-        if (s.over_size && s.n_over < 4) {
+        if (s.cur_size && s.n_over < 4) {
+          if (!s.over_size) {
+            s.over_addr = s.cur_addr;
+            s.over_size = s.cur_size;
+            __builtin_memcpy(s.over_old, (const void*)(uintptr_t)s.cur_addr, s.cur_size);
+          }
           s.over[s.n_over++] = State::Overwrite{&c, k, c.w.pc, me.pc, c.w.tid, me.tid, space, slot, (int64_t)offset};
         } else {
           if (k) report(k, c.w.pc, me.pc, space, slot, c.w.tid, me.tid, (int64_t)offset, 3);
@@ -248,12 +253,9 @@ KILN_NOSAN inline void access(const void* p, uint64_t size, bool write, bool ato
   const uint64_t a = (uint64_t)(uintptr_t)p;
   State& s = g_state;
   ++s.serial;
-  // A plain store of up to 16 bytes: remember what it overwrites (see `over`).
-  if (write && !atomic && size <= 16) {
-    s.over_addr = a;
-    s.over_size = size;
-    __builtin_memcpy(s.over_old, p, size);
-  }
+  // A plain store of up to 16 bytes may wait in `over` (see `touch`).
+  s.cur_addr = a;
+  s.cur_size = write && !atomic && size <= 16 ? size : 0;
   const uint32_t local = t->thread_index_in_threadgroup;
   Acc me{s.group_base + local, s.epoch[local], s.sep[local], pc_of(ret), atomic ? 1u : 0u};
   s.last[s.n_last++ % 64] = State::Last{a, size, me.pc, me.tid, write, 0};
