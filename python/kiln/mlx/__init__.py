@@ -151,23 +151,25 @@ class MetalKernel:
             return self._traced(mx, dict(inputs=inputs, output_shapes=output_shapes, output_dtypes=output_dtypes,
                                          grid=grid, threadgroup=threadgroup, template=template,
                                          init_value=init_value, verbose=verbose, stream=stream))
-        descs = [describe_dlpack(x) if isinstance(x, mx.array) else x for x in inputs]
+        host = override == "cpu"
+        descs = [describe_dlpack(x, host) if isinstance(x, mx.array) else x for x in inputs]
         if moved:
             return self._run_on(override, descs, shapes, dtypes, grid, threadgroup, tmpl, init, verbose)
         if not counts_match:
             # kiln reports the count mismatch in MLX's words.
             self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, init, bool(verbose), None,
                                     None, None)
-        out_descs = [describe_dlpack(o) for o in outs]
-        if lead is None:
-            on_cpu = device_kind(outs[0]) == CPU
-        if on_cpu:
+        out_descs = [describe_dlpack(o, host) for o in outs]
+        # Where kiln runs it: the GPU of the arrays' memory (device memory, or the CUDA managed
+        # memory of MLX's CUDA build), else the CPU emulator.
+        ordinals = [d[7] for d in descs + out_descs if isinstance(d, tuple) and d[7] >= 0]
+        if not ordinals:
             self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, None, bool(verbose), None, None,
                                     out_descs)
             return outs
         # MLX's CUDA build: MLX's stream is not exposed, so its pending work is finished first
         # and kiln's launch on the legacy default stream is waited for.
-        ordinal = out_descs[0][7]
+        ordinal = ordinals[0]
         mx.synchronize()
         self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, None, bool(verbose), None,
                                 (0, ordinal), out_descs)

@@ -49,8 +49,9 @@ _DTYPES = {
 }
 
 
-def describe_dlpack(array):
-    """The kiln descriptor of an evaluated array with ``__dlpack__`` (its memory in place)."""
+def describe_dlpack(array, host: bool = False):
+    """The kiln descriptor of an evaluated array with ``__dlpack__`` (its memory in place);
+    ``host``: CUDA managed memory is described as host memory, for the CPU emulator."""
     capsule = array.__dlpack__()
     t = _DLTensor.from_address(_get_pointer(capsule, b"dltensor"))
     code, bits = t.dtype.code, t.dtype.bits
@@ -70,9 +71,48 @@ def describe_dlpack(array):
     kind = t.device.device_type
     ordinal = -1 if kind == CPU else t.device.device_id
     address = (t.data or 0) + t.byte_offset
+    if kind == CPU and not host and mlx_has_cuda():
+        # MLX's CUDA build keeps arrays in CUDA managed memory and exports them as host memory:
+        # such memory is run on its GPU, not on the emulator.
+        ordinal = managed_ordinal(t.data or 0)
     return describe((array, capsule), address, shape, strides, bits // 8, dtype, ordinal, False)
 
 
 def device_kind(array) -> int:
     """The DLPack device type of an array (1 host, 2 CUDA, 13 CUDA managed)."""
     return array.__dlpack_device__()[0]
+
+
+_cuda = {}
+
+
+def mlx_has_cuda() -> bool:
+    """Whether the MLX in this process is its CUDA build with a GPU."""
+    if "mlx" not in _cuda:
+        import mlx.core as mx
+
+        _cuda["mlx"] = bool(getattr(getattr(mx, "cuda", None), "is_available", lambda: False)())
+    return _cuda["mlx"]
+
+
+def managed_ordinal(pointer: int) -> int:
+    """The GPU of a CUDA managed allocation, else -1 (plain host memory, or no CUDA driver)."""
+    if not pointer:
+        return -1
+    if "lib" not in _cuda:
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+            lib.cuInit(0)
+        except OSError:
+            lib = None
+        _cuda["lib"] = lib
+    lib = _cuda["lib"]
+    if lib is None:
+        return -1
+    # CU_POINTER_ATTRIBUTE_IS_MANAGED (8) and CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL (9).
+    managed, ordinal = ctypes.c_uint(0), ctypes.c_int(-1)
+    if lib.cuPointerGetAttribute(ctypes.byref(managed), 8, ctypes.c_uint64(pointer)) != 0 or not managed.value:
+        return -1
+    if lib.cuPointerGetAttribute(ctypes.byref(ordinal), 9, ctypes.c_uint64(pointer)) != 0:
+        return -1
+    return ordinal.value
