@@ -397,6 +397,29 @@ class MetalLibrary:
             out.append(host_output(h, ins.lead))
         return out
 
+    def _check(self, function, buffers, *, threadgroup, threads=None, threadgroups=None,
+               threadgroup_memory=(), constants=None):
+        if (threads is None) == (threadgroups is None):
+            raise InvalidArgumentError(f"[metal_library {self.name}] give exactly one of threads= or threadgroups=")
+        kind, size = ("threads", threads) if threads is not None else ("threadgroups", threadgroups)
+        arrays = [b for b in buffers if not isinstance(b, (Output, bytes, bytearray, bool, int, float, np.generic))]
+        descs = iter(_Inputs(arrays, False).descs)
+        slots = []
+        for b in buffers:
+            if isinstance(b, Output):
+                slots.append(("output", tuple(b.shape), dtype_name(b.dtype),
+                              None if b.init_value is None else float(b.init_value)))
+            elif isinstance(b, (bytes, bytearray)):
+                slots.append(bytes(b))
+            elif isinstance(b, (bool, int, float, np.generic)):
+                slots.append(_scalar_bytes(b))
+            else:
+                slots.append(next(descs))
+        consts = list((constants or {}).items())
+        found = self._library.check(function, slots, kind, tuple(size), tuple(threadgroup),
+                                    [int(n) for n in threadgroup_memory], consts)
+        return json.loads(found)
+
     def __repr__(self):
         return f"<kiln.MetalLibrary {self.name!r}>"
 
@@ -425,7 +448,13 @@ def check(kernel, **call_keywords):
     (``race``, ``uninitialized-read``, ``unwritten-output``, ``barrier-divergence``,
     ``out-of-bounds``), ``severity`` (``"error"`` or ``"warning"``), ``kernel``, ``line`` (1-based in
     the body, header or file; ``part`` says which), ``text`` (that line), ``threads``, ``buffer``,
-    ``index``, ``count`` and ``message``. An empty list means nothing was found."""
+    ``index``, ``count`` and ``message``. An empty list means nothing was found. A
+    :class:`MetalLibrary` takes :meth:`MetalLibrary.dispatch`'s keywords (``function=``,
+    ``buffers=``, ``threadgroup=``, ``threads=`` or ``threadgroups=``, ...) on host arrays."""
+    if isinstance(kernel, MetalLibrary):
+        return kernel._check(**call_keywords)
     if not isinstance(kernel, MetalKernel):
-        raise InvalidArgumentError(f"kiln.check takes a kernel from kiln.metal_kernel, not {type(kernel).__name__}")
+        raise InvalidArgumentError(
+            f"kiln.check takes a kernel from kiln.metal_kernel or kiln.metal_library, not {type(kernel).__name__}"
+        )
     return kernel._check(**call_keywords)

@@ -48,3 +48,35 @@ def test_an_output_without_init_value_read_before_written_is_an_uninitialized_re
     found = kiln.check(k, **_args(a))
     assert [(f["kind"], f["line"]) for f in found] == [("uninitialized-read", 2)]
     assert kiln.check(k, init_value=0.0, **_args(a)) == []
+
+
+LIBRARY = """
+#include <metal_stdlib>
+using namespace metal;
+
+kernel void half_sum(device const float* inp [[buffer(0)]], device float* out [[buffer(1)]],
+                     uint i [[thread_position_in_grid]], uint lane [[thread_index_in_simdgroup]]) {
+    float x = inp[i];
+    if (lane < 16) {
+        x = simd_sum(x);
+    }
+    out[i] = x;
+}
+
+kernel void full_sum(device const float* inp [[buffer(0)]], device float* out [[buffer(1)]],
+                     uint i [[thread_position_in_grid]]) {
+    out[i] = simd_sum(inp[i]);
+}
+"""
+
+
+def test_library_kernels_are_checked_with_dispatch_keywords(rng):
+    a = rng.uniform(0.5, 2.0, size=64).astype(np.float32)
+    lib = kiln.metal_library("sums", LIBRARY)
+    out = kiln.Output((64,), np.float32)
+    found = kiln.check(lib, function="half_sum", buffers=[a, out], threadgroup=(64, 1, 1), threads=(64, 1, 1))
+    assert [(f["kind"], f["line"]) for f in found] == [("barrier-divergence", 9)], found
+    clean = kiln.check(lib, function="full_sum", buffers=[a, out], threadgroup=(64, 1, 1), threads=(64, 1, 1))
+    assert clean == []
+    (sums,) = lib.dispatch("full_sum", [a, out], threadgroup=(64, 1, 1), threads=(64, 1, 1))
+    np.testing.assert_allclose(sums, np.repeat(a.reshape(2, 32).astype(np.float64).sum(axis=1), 32), rtol=1e-5)

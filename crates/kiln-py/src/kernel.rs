@@ -349,12 +349,6 @@ impl Library {
         stream: Option<(usize, usize)>,
     ) -> PyResult<Vec<Py<PyAny>>> {
         let explicit = parse_device(device)?;
-        let size = [size.0, size.1, size.2];
-        let dispatch = match dispatch {
-            "threads" => Dispatch::Threads(size),
-            "threadgroups" => Dispatch::Threadgroups(size),
-            other => return Err(PyValueError::new_err(format!("unknown dispatch {other:?}"))),
-        };
         let mut args = Vec::with_capacity(buffers.len());
         for item in buffers.iter() {
             args.push(library_arg(&item)?);
@@ -375,23 +369,7 @@ impl Library {
                 }
             }
         }
-        let mut launch = LibraryLaunch::new(function, dispatch, [threadgroup.0, threadgroup.1, threadgroup.2]);
-        launch.threadgroup_memory = threadgroup_memory;
-        for item in constants.iter() {
-            let (key, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
-            let key = match key.extract::<u32>() {
-                Ok(i) => ConstantKey::Index(i),
-                Err(_) => ConstantKey::Name(key.extract()?),
-            };
-            let value = if let Ok(b) = value.cast::<PyBool>() {
-                ConstantValue::Bool(b.is_true())
-            } else if value.is_instance_of::<PyInt>() {
-                ConstantValue::Int(value.extract()?)
-            } else {
-                ConstantValue::Float(value.extract()?)
-            };
-            launch.constants.push((key, value));
-        }
+        let mut launch = library_launch(function, dispatch, size, threadgroup, threadgroup_memory, constants)?;
         launch.stream = external_stream(stream);
         let on_cpu = device == Device::Cpu;
         let cancel = Arc::new(AtomicBool::new(false));
@@ -402,6 +380,68 @@ impl Library {
         let outputs = run_interruptible(py, on_cpu, Some(&cancel), || library.dispatch(device, &args, &launch))?;
         arrays::wrap(py, outputs)
     }
+
+    /// Runs `function` (arguments as `dispatch` takes them, host arrays only) on the CPU
+    /// emulator under the sanitizer and returns its findings as a JSON array (the format of
+    /// `kiln check --json`).
+    #[pyo3(signature = (function, buffers, dispatch, size, threadgroup, threadgroup_memory, constants))]
+    #[allow(clippy::too_many_arguments)]
+    fn check(
+        &self,
+        py: Python<'_>,
+        function: &str,
+        buffers: &Bound<'_, PyList>,
+        dispatch: &str,
+        size: (u32, u32, u32),
+        threadgroup: (u32, u32, u32),
+        threadgroup_memory: Vec<usize>,
+        constants: &Bound<'_, PyList>,
+    ) -> PyResult<String> {
+        let mut args = Vec::with_capacity(buffers.len());
+        for item in buffers.iter() {
+            args.push(library_arg(&item)?);
+        }
+        let launch = library_launch(function, dispatch, size, threadgroup, threadgroup_memory, constants)?;
+        let library = &self.library;
+        let (result, found) = py.detach(|| kiln::sanitize::check(|| library.dispatch(Device::Cpu, &args, &launch)));
+        result.py_err()?;
+        Ok(kiln::sanitize::to_json(&found).to_string())
+    }
+}
+
+/// The launch of `function` that `Library.dispatch` and `Library.check` describe.
+fn library_launch(
+    function: &str,
+    dispatch: &str,
+    size: (u32, u32, u32),
+    threadgroup: (u32, u32, u32),
+    threadgroup_memory: Vec<usize>,
+    constants: &Bound<'_, PyList>,
+) -> PyResult<LibraryLaunch> {
+    let size = [size.0, size.1, size.2];
+    let dispatch = match dispatch {
+        "threads" => Dispatch::Threads(size),
+        "threadgroups" => Dispatch::Threadgroups(size),
+        other => return Err(PyValueError::new_err(format!("unknown dispatch {other:?}"))),
+    };
+    let mut launch = LibraryLaunch::new(function, dispatch, [threadgroup.0, threadgroup.1, threadgroup.2]);
+    launch.threadgroup_memory = threadgroup_memory;
+    for item in constants.iter() {
+        let (key, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+        let key = match key.extract::<u32>() {
+            Ok(i) => ConstantKey::Index(i),
+            Err(_) => ConstantKey::Name(key.extract()?),
+        };
+        let value = if let Ok(b) = value.cast::<PyBool>() {
+            ConstantValue::Bool(b.is_true())
+        } else if value.is_instance_of::<PyInt>() {
+            ConstantValue::Int(value.extract()?)
+        } else {
+            ConstantValue::Float(value.extract()?)
+        };
+        launch.constants.push((key, value));
+    }
+    Ok(launch)
 }
 
 fn library_arg(item: &Bound<'_, PyAny>) -> PyResult<LibraryArg> {

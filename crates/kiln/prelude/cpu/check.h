@@ -23,7 +23,7 @@ namespace kiln { namespace chk {
 // Finding kinds (mirrored by the host's `RawKind`).
 enum Kind : uint32_t {
   RACE = 1, LOCKSTEP = 2, UNINIT = 3, DOUBLE_WRITE = 4, BARRIER_EXIT = 5, BARRIER_SITES = 6, OOB_READ = 7,
-  OOB_WRITE = 8
+  OOB_WRITE = 8, SIMD_DIVERGENCE = 9
 };
 
 // One buffer of the launch as the host binds it (mirrors the host's `CheckBuffer`).
@@ -76,6 +76,12 @@ struct Tg {
   uint64_t cap;
 };
 
+// Bytes per shadow cell of a threadgroup array: its element when scalar-sized (threads writing
+// different fields of one larger element stay apart, a byte each).
+__attribute__((no_sanitize_thread, always_inline)) inline uint64_t cell_bytes(const Tg& g) {
+  return g.elem == 2 || g.elem == 4 || g.elem == 8 ? g.elem : 1;
+}
+
 // A read of memory nobody had written yet: an uninitialised read unless a thread writes it later
 // in the same group (threadgroup memory) or launch (device memory).
 struct Pending {
@@ -97,6 +103,8 @@ struct State {
   uint32_t group_base, tg_gen;
   uint16_t epoch[1024], sep[1024];
   uint32_t barrier_pc[1024];
+  uint32_t collective_pc[1024];
+  uint32_t last_pc[1024];  // each thread's latest access to the launch's memory
   uint32_t last_write[32];
   uint64_t serial;  // counts accesses, so one access counts once per finding
   // The latest accesses: a fault outside every buffer is one of them (what runs after the fault
@@ -105,6 +113,18 @@ struct State {
   uint32_t n_last;
   Pending pend_dev[MAX_PENDING], pend_tg[MAX_PENDING];
   int n_pend_dev, n_pend_tg;
+  // A store over another thread's store waits here until it has happened (the next access, or
+  // the launch's end): storing the value the memory already holds is no conflict (every thread
+  // writing the same flag or size), so the write-write findings stand only when the bytes changed.
+  struct Overwrite {
+    Cell* cell;
+    uint32_t kind, pc_a, pc_b, tid_a, tid_b;
+    int32_t space, slot;
+    int64_t offset;
+  } over[4];
+  int n_over;
+  uint64_t over_addr, over_size, cur_addr, cur_size;
+  unsigned char over_old[16];
 };
 static State g_state;
 static volatile int g_armed;
@@ -177,8 +197,20 @@ KILN_NOSAN inline void touch(Cell& c, uint32_t gen, const Acc& me, bool write, b
       uint32_t k = conflict(c.w, me);
       // Lanes storing to one address in the same instruction: one store wins, lockstep or not.
       if (k == LOCKSTEP && c.w.pc == me.pc) k = RACE;
-      if (k) report(k, c.w.pc, me.pc, space, slot, c.w.tid, me.tid, (int64_t)offset, 3);
-      if (c.w.tid != me.tid && !(c.w.atomic && me.atomic)) c.flags |= MULTI;
+      if (c.w.tid != me.tid && !(c.w.atomic && me.atomic)) {
+        State& s = g_state;
+        if (s.cur_size && s.n_over < 4) {
+          if (!s.over_size) {
+            s.over_addr = s.cur_addr;
+            s.over_size = s.cur_size;
+            __builtin_memcpy(s.over_old, (const void*)(uintptr_t)s.cur_addr, s.cur_size);
+          }
+          s.over[s.n_over++] = State::Overwrite{&c, k, c.w.pc, me.pc, c.w.tid, me.tid, space, slot, (int64_t)offset};
+        } else {
+          if (k) report(k, c.w.pc, me.pc, space, slot, c.w.tid, me.tid, (int64_t)offset, 3);
+          c.flags |= MULTI;
+        }
+      }
     }
     if (uint32_t k = conflict(c.r0, me)) report(k, c.r0.pc, me.pc, space, slot, c.r0.tid, me.tid, (int64_t)offset, 2);
     if (uint32_t k = conflict(c.r1, me)) report(k, c.r1.pc, me.pc, space, slot, c.r1.tid, me.tid, (int64_t)offset, 2);
@@ -199,13 +231,31 @@ KILN_NOSAN inline void touch(Cell& c, uint32_t gen, const Acc& me, bool write, b
   else c.r0 = me;
 }
 
+// The store that waited in `over` has happened: its findings stand if it changed the bytes.
+KILN_NOSAN inline void settle_overwrite() {
+  State& s = g_state;
+  if (!s.over_size) return;
+  const bool changed = __builtin_memcmp((const void*)(uintptr_t)s.over_addr, s.over_old, s.over_size) != 0;
+  for (int i = 0; changed && i < s.n_over; ++i) {
+    const State::Overwrite& o = s.over[i];
+    if (o.kind) report(o.kind, o.pc_a, o.pc_b, o.space, o.slot, o.tid_a, o.tid_b, o.offset, 3);
+    o.cell->flags |= MULTI;
+  }
+  s.over_size = 0;
+  s.n_over = 0;
+}
+
 KILN_NOSAN inline void access(const void* p, uint64_t size, bool write, bool atomic, const void* ret) {
   if (!g_armed) return;
+  settle_overwrite();
   kiln::rt::Thread* t = kiln::rt::g_cur.thread;
   if (!t) return;
   const uint64_t a = (uint64_t)(uintptr_t)p;
   State& s = g_state;
   ++s.serial;
+  // A plain store of up to 16 bytes may wait in `over` (see `touch`).
+  s.cur_addr = a;
+  s.cur_size = write && !atomic && size <= 16 ? size : 0;
   const uint32_t local = t->thread_index_in_threadgroup;
   Acc me{s.group_base + local, s.epoch[local], s.sep[local], pc_of(ret), atomic ? 1u : 0u};
   s.last[s.n_last++ % 64] = State::Last{a, size, me.pc, me.tid, write, 0};
@@ -213,6 +263,7 @@ KILN_NOSAN inline void access(const void* p, uint64_t size, bool write, bool ato
   for (uint32_t i = 0; i < l->n_buffers; ++i) {
     const Buffer& b = l->buffers[i];
     if (a + size <= b.data - b.pad || a >= b.data + b.len + b.pad) continue;
+    s.last_pc[local] = me.pc;
     if (a < b.data || a + size > b.data + b.len) {
       report(write ? OOB_WRITE : OOB_READ, me.pc, 0, 0, (int32_t)i, me.tid, 0, (int64_t)(a - b.data));
       return;
@@ -233,11 +284,14 @@ KILN_NOSAN inline void access(const void* p, uint64_t size, bool write, bool ato
     Tg& g = s.tg[i];
     const uint64_t lo = (uint64_t)(uintptr_t)g.data;
     if (a + size <= lo - 65536 || a >= lo + g.size + 65536) continue;
+    s.last_pc[local] = me.pc;
     if (a < lo || a + size > lo + g.size) {
       report(write ? OOB_WRITE : OOB_READ, me.pc, 0, 1, i, me.tid, 0, (int64_t)(a - lo));
       return;
     }
-    for (uint64_t k = a - lo; k < a - lo + size; ++k) touch(g.cells[k], s.tg_gen, me, write, false, 1, i, k);
+    // One cell per element of the array's declared type (a float access updates one cell).
+    const uint64_t e = cell_bytes(g), first = (a - lo) / e, last = (a - lo + size - 1) / e;
+    for (uint64_t k = first; k <= last; ++k) touch(g.cells[k], s.tg_gen, me, write, false, 1, i, k * e);
     return;
   }
 }
@@ -267,6 +321,7 @@ KILN_NOSAN inline void group_begin(uint64_t lin) {
   s.n_tg_active = 0;
   __builtin_memset(s.epoch, 0, sizeof s.epoch);
   __builtin_memset(s.sep, 0, sizeof s.sep);
+  __builtin_memset(s.last_pc, 0, sizeof s.last_pc);
   s.n_pend_tg = 0;
 }
 
@@ -280,7 +335,7 @@ KILN_NOSAN inline void settle(Pending* list, int* n) {
       const Buffer& b = s.l->buffers[p.slot];
       if (s.cells[p.slot]) c = &s.cells[p.slot][p.offset / b.granule];
     } else if (s.tg[p.slot].cells) {
-      c = &s.tg[p.slot].cells[p.offset];
+      c = &s.tg[p.slot].cells[p.offset / cell_bytes(s.tg[p.slot])];
     }
     // Written later by another thread: a race, reported as such; by the reader itself or
     // nobody: the read saw memory nobody had written.
@@ -292,6 +347,7 @@ KILN_NOSAN inline void settle(Pending* list, int* n) {
 
 KILN_NOSAN inline void group_end() {
   if (!g_armed) return;
+  settle_overwrite();
   settle(g_state.pend_tg, &g_state.n_pend_tg);
 }
 
@@ -305,6 +361,37 @@ KILN_NOSAN inline void barrier_leave() {
   if (!g_armed) return;
   kiln::rt::Thread* t = kiln::rt::g_cur.thread;
   if (t) ++g_state.epoch[t->thread_index_in_threadgroup];
+}
+
+KILN_NOSAN inline void collective_enter(const void* site) {
+  if (!g_armed) return;
+  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
+  if (t) g_state.collective_pc[t->thread_index_in_threadgroup] = pc_of(site);
+}
+
+// A SIMD-group function about to run for the lanes `mask` of the SIMD-group [base, end) while
+// other lanes are elsewhere (another call site, a barrier, or finished): Metal combines only the
+// lanes that reach it together, so what it returns depends on the branch.
+KILN_NOSAN inline void collective_divergence(const kiln::rt::Group& g, int base, int end, unsigned mask) {
+  if (!g_armed || !mask) return;
+  unsigned live = 0, done = 0;
+  for (int i = base; i < end; ++i) {
+    if ((mask >> (i - base)) & 1u) continue;
+    if (g.threads[i].state == kiln::rt::DONE) done |= 1u << (i - base);
+    else live |= 1u << (i - base);
+  }
+  const unsigned out = live ? live : done;
+  if (!out) return;
+  State& s = g_state;
+  const int at = base + __builtin_ctz(mask), away = base + __builtin_ctz(out);
+  const int st = g.threads[away].state;
+  const uint32_t other = st == kiln::rt::AT_COLLECTIVE ? s.collective_pc[away]
+                         : st == kiln::rt::AT_BARRIER  ? s.barrier_pc[away]
+                                                       : s.last_pc[away];
+  // Offset 1: the absent lanes had finished; the host keeps the finding only when their last
+  // access lies past the call (they skipped it rather than returned before it).
+  report(SIMD_DIVERGENCE, s.collective_pc[at], other, 0, -1, s.group_base + at, s.group_base + away,
+         st == kiln::rt::DONE ? 1 : 0, (uint32_t)__builtin_popcount(out));
 }
 
 KILN_NOSAN inline void collective_leave() {
@@ -430,6 +517,8 @@ extern "C" __attribute__((no_sanitize_thread, noinline, visibility("default"))) 
   using namespace kiln::chk;
   State& s = g_state;
   s.l = l;
+  s.over_size = 0;
+  s.n_over = 0;
   s.n_pend_dev = 0;
   s.n_pend_tg = 0;
   for (int i = 0; i < TG_SLOTS; ++i) s.tg[i].data = nullptr;
@@ -452,6 +541,7 @@ extern "C" __attribute__((no_sanitize_thread, noinline, visibility("default"))) 
 extern "C" __attribute__((no_sanitize_thread, noinline, visibility("default"))) uint32_t kiln_check_finish(kiln::chk::Launch* l) {
   using namespace kiln::chk;
   g_armed = 1;
+  settle_overwrite();
   settle(g_state.pend_dev, &g_state.n_pend_dev);
   return l->n_findings;
 }

@@ -75,10 +75,12 @@ namespace kiln { namespace chk {
 void barrier_enter(const void* site);
 void barrier_leave();
 void collective_leave();
+void collective_enter(const void* site);
 void tg_opened(int slot, const char* data, uint64_t size, const char* name, uint32_t elem);
 void group_begin(uint64_t lin);
 void group_end();
 void barrier_release(const kiln::rt::Group& g);
+void collective_divergence(const kiln::rt::Group& g, int base, int end, unsigned mask);
 template <class T> struct elem_size { static const uint32_t value = sizeof(T); };
 template <class T, size_t N> struct elem_size<T[N]> : elem_size<T> {};
 } }

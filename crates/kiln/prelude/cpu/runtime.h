@@ -151,6 +151,8 @@ __attribute__((noinline)) inline View post_bytes(const void* bytes, unsigned siz
   if (!t->stack) throw Fault{"a SIMD collective ran in a kernel compiled without cooperative threads"};
   poll(c);
   __builtin_memcpy(t->slot, bytes, size);
+  // The out-of-line SIMD-group function's return address: the user's call (its line).
+  KILN_CHECK(kiln::chk::collective_enter(site));
   if (t->pending_site) {
     site = t->pending_site;
     t->pending_site = nullptr;

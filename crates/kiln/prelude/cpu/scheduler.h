@@ -212,6 +212,7 @@ inline int resolve_collectives(Group& g, Divergence* div, char* text, int text_c
       return 2;
     }
     const unsigned out = live & ~mask;
+    KILN_CHECK(kiln::chk::collective_divergence(g, base, end, mask));
     if (out) {
       if (const uint32_t line = here.unknown_call_line()) {
         int at = 0;

@@ -14,7 +14,18 @@ pub fn findings_of(program: &MetalProgram, run: &CheckedRun) -> Vec<Finding> {
     let mut out = Vec::new();
     let position = |tid: u64| thread_position(tid, run.grid, run.threadgroup);
     for raw in &run.findings {
-        out.push(finding(program, &lines, run, raw, &position));
+        let f = finding(program, &lines, run, raw, &position);
+        // Lanes absent from a SIMD-group function because they had finished: a divergence only
+        // when they ran past its line (skipped it), not when they returned before it (the
+        // grid's ragged edge).
+        let ran_past = match (&f.line, &f.other_line) {
+            (Some(a), Some(b)) => a.part == b.part && b.line > a.line,
+            _ => false,
+        };
+        if raw.kind == RawKind::SimdDivergence && raw.offset == 1 && !ran_past {
+            continue;
+        }
+        out.push(f);
     }
     // After a fault the outputs are what the kernel wrote before it stopped.
     let written = if run.fault.is_some() { &[][..] } else { &run.written[..] };
@@ -214,6 +225,24 @@ fn finding(
                 group_of(ta, run),
                 at(&a),
                 at(&b)
+            );
+        }
+        RawKind::SimdDivergence => {
+            f.kind = "barrier-divergence";
+            f.buffer = None;
+            f.index = None;
+            f.line = a.clone();
+            f.other_line = b.clone();
+            f.count = raw.other_threads as u64;
+            let elsewhere =
+                if raw.offset == 1 { format!("ran past it to {}", at(&b)) } else { format!("waited at {}", at(&b)) };
+            f.message = format!(
+                "a SIMD-group function at {} ran for part of a SIMD-group of threadgroup {} while {} other lanes {}: \
+                 it combines only the lanes that reach it together, so every lane of the SIMD-group (or none) must call it",
+                at(&a),
+                group_of(ta, run),
+                raw.other_threads,
+                elsewhere
             );
         }
         RawKind::OobRead | RawKind::OobWrite => {

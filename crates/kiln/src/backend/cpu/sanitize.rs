@@ -93,6 +93,8 @@ pub enum RawKind {
     DoubleWrite,
     BarrierExit,
     BarrierSites,
+    /// A SIMD-group function run by part of a SIMD-group while other live lanes were elsewhere.
+    SimdDivergence,
     OobRead,
     OobWrite,
 }
@@ -304,6 +306,7 @@ pub fn run(cxx: &str, launch: &Launch<'_>) -> Result<CheckedRun> {
                 6 => RawKind::BarrierSites,
                 7 => RawKind::OobRead,
                 8 => RawKind::OobWrite,
+                9 => RawKind::SimdDivergence,
                 _ => return None,
             };
             let memory = match (f.space, usize::try_from(f.slot)) {
