@@ -89,7 +89,7 @@ const MAX_FINDINGS: usize = 512;
 pub enum RawKind {
     /// Two threads accessed the same memory unordered, at least one writing.
     Race,
-    /// Lanes of one SIMD group accessed the same memory with no collective between (ordered only by lockstep execution).
+    /// Lanes of one SIMD group accessed the same memory with no collective between them.
     Lockstep,
     /// A read of memory that was never written.
     Uninitialised,
