@@ -26,7 +26,9 @@ pub use crate::program::{ConstantKey, ConstantValue, MetalProgram, ProgramKind, 
 /// A freshly allocated, row-contiguous output.
 #[derive(Clone, Debug)]
 pub struct OutputSpec {
+    /// Shape of the output.
     pub shape: Shape,
+    /// Element type of the output.
     pub dtype: DType,
     /// Fill value (numeric cast to `dtype`) applied before the kernel; `None` leaves the
     /// contents unspecified.
@@ -66,13 +68,17 @@ pub enum Dispatch {
 /// One dispatch of a program.
 #[derive(Clone, Debug)]
 pub struct Launch<'a> {
+    /// The program to run.
     pub program: &'a MetalProgram,
+    /// The buffers bound to the kernel's parameters.
     pub bindings: Vec<Binding>,
+    /// The grid to dispatch.
     pub dispatch: Dispatch,
     /// Requested threads per threadgroup (before clamping to the grid).
     pub threadgroup: [u32; 3],
     /// Bytes bound to `[[threadgroup(0)]]`, `[[threadgroup(1)]]`, ...
     pub threadgroup_memory: Vec<usize>,
+    /// Longest the launch may run; `None` for no limit.
     pub timeout: Option<Duration>,
     /// Stops the kernel when set (backends that can interrupt a kernel honour it).
     pub cancel: Option<Arc<AtomicBool>>,
@@ -159,6 +165,7 @@ pub trait Backend: Send + Sync {
 /// What `kiln devices` reports for one backend.
 #[derive(Clone, Debug)]
 pub struct BackendStatus {
+    /// The backend's name.
     pub backend: &'static str,
     /// Devices found, with a one-line description each.
     pub devices: Vec<(Device, String)>,

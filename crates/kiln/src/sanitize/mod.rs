@@ -50,6 +50,7 @@ impl Severity {
 pub struct Finding {
     /// `race`, `uninitialized-read`, `unwritten-output`, `barrier-divergence` or `out-of-bounds`.
     pub kind: &'static str,
+    /// How serious the finding is.
     pub severity: Severity,
     /// The kernel's name.
     pub kernel: String,

@@ -38,14 +38,23 @@ const INLINE_PER_POINTER: usize = 80;
 
 /// Byte offsets of the `KilnArgs` fields (kept in step with `ARGS_STRUCT`).
 pub mod args_layout {
+    /// Offset of `origin`.
     pub const ORIGIN: usize = 0;
+    /// Offset of `region`.
     pub const REGION: usize = 12;
+    /// Offset of `grid`.
     pub const GRID: usize = 24;
+    /// Offset of `threadgroup`.
     pub const THREADGROUP: usize = 36;
+    /// Offset of `groups`.
     pub const GROUPS: usize = 48;
+    /// Offset of `inline_mask`.
     pub const INLINE_MASK: usize = 60;
+    /// Offset of `tg_offset`.
     pub const TG_OFFSETS: usize = 64;
+    /// Offset of `slot`.
     pub const SLOTS: usize = 96;
+    /// Offset of the inline data area (`bytes`).
     pub const INLINE: usize = 352;
     /// The largest block (the host side always fills one this size; the driver copies the
     /// entry's own, possibly shorter, parameter).
@@ -175,6 +184,7 @@ const METAL_NAMES: &[&str] = &[
 /// Generated text of one CUDA translation unit.
 #[derive(Clone, Debug)]
 pub struct CudaUnit {
+    /// The CUDA C++ source text.
     pub source: String,
     /// Bytes of the inline data area of this unit's `KilnArgs`: constant bindings beyond it go
     /// to a device buffer.

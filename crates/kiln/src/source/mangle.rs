@@ -11,8 +11,11 @@ pub type TemplateName = Cow<'static, str>;
 /// A template argument: a dtype (`typename`), a 32-bit int or a bool.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum TemplateArg {
+    /// A type argument (`typename`).
     DType(DType),
+    /// An `int` argument.
     Int(i32),
+    /// A `bool` argument.
     Bool(bool),
 }
 
@@ -45,8 +48,11 @@ pub fn render_template_args(template: &[(TemplateName, TemplateArg)]) -> String 
 /// What mangling needs to know of one input.
 #[derive(Clone, Copy, Debug)]
 pub struct InputKind {
+    /// The input's element type.
     pub dtype: DType,
+    /// Number of axes.
     pub ndim: usize,
+    /// Number of elements.
     pub size: usize,
 }
 

@@ -12,10 +12,15 @@ use crate::dtype::DType;
 /// One input as the signature sees it.
 #[derive(Clone, Copy, Debug)]
 pub struct SignatureInput<'a> {
+    /// The input's name in the kernel.
     pub name: &'a str,
+    /// The input's element type.
     pub dtype: DType,
+    /// Number of axes.
     pub ndim: usize,
+    /// Number of elements.
     pub size: usize,
+    /// Which shape-information parameters the body uses for it.
     pub shape_info: ShapeInfo,
 }
 
@@ -42,13 +47,21 @@ impl SignatureInput<'_> {
 /// Everything the generated text depends on.
 #[derive(Clone, Debug)]
 pub struct MetalSourceParts<'a> {
+    /// The kernel's name.
     pub kernel_name: &'a str,
+    /// Source placed before the kernel (helper functions, includes).
     pub header: &'a str,
+    /// The kernel body.
     pub body: &'a str,
+    /// Template parameters and their arguments.
     pub template: &'a [(TemplateName, TemplateArg)],
+    /// The inputs, in signature order.
     pub inputs: &'a [SignatureInput<'a>],
+    /// The outputs' names and element types.
     pub outputs: &'a [(&'a str, DType)],
+    /// Whether outputs are bound as atomic types.
     pub atomic_outputs: bool,
+    /// Thread-position attributes the body uses: (attribute name, parameter type).
     pub attributes: &'a [(&'static str, &'static str)],
 }
 

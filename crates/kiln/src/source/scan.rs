@@ -30,8 +30,11 @@ pub const ATTRIBUTES: [(&str, &str); 20] = [
 /// Which shape-information parameters a body asks for, for one input.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ShapeInfo {
+    /// The body uses `X_shape`.
     pub shape: bool,
+    /// The body uses `X_strides`.
     pub strides: bool,
+    /// The body uses `X_ndim`.
     pub ndim: bool,
 }
 

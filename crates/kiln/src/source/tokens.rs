@@ -5,6 +5,7 @@
 /// What a token is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// An identifier or keyword.
     Ident,
     /// A numeric literal with its suffix (`1.0h`, `2u`, `0x1p-3f`).
     Number,
@@ -16,17 +17,22 @@ pub enum Kind {
     Attr,
     /// A preprocessor line including its continuations.
     Preproc,
+    /// A `//` or `/* */` comment.
     Comment,
     /// Spaces and tabs.
     Space,
+    /// A line break.
     Newline,
 }
 
 /// One token: its kind, its exact text and the 1-based line it starts on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Token {
+    /// What the token is.
     pub kind: Kind,
+    /// The token's exact source text.
     pub text: String,
+    /// The 1-based line the token starts on.
     pub line: u32,
 }
 

@@ -117,6 +117,7 @@ thread_local! {
 pub struct CheckedScope(());
 
 impl CheckedScope {
+    /// Enters a checked scope on this thread; it ends when the value is dropped.
     pub fn enter() -> CheckedScope {
         CHECKED_SCOPES.with(|n| n.set(n.get() + 1));
         CheckedScope(())
@@ -148,6 +149,7 @@ pub fn backend() -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(CpuBackend::with_compiler(config::host_cxx())?))
 }
 
+/// What `kiln devices` reports for the CPU backend.
 pub fn status() -> BackendStatus {
     let cxx = config::host_cxx();
     match toolchain::host_compiler(&cxx) {

@@ -87,15 +87,23 @@ const MAX_FINDINGS: usize = 512;
 /// What the sanitizer found, as the library reported it (`kiln::chk::Kind`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RawKind {
+    /// Two threads accessed the same memory unordered, at least one writing.
     Race,
+    /// Lanes of one SIMD group accessed the same memory with no collective between them.
     Lockstep,
+    /// A read of memory that was never written.
     Uninitialised,
+    /// Several threads wrote the same output element.
     DoubleWrite,
+    /// Threads left a group before a barrier the others reached.
     BarrierExit,
+    /// Threads of a group reached different barriers.
     BarrierSites,
     /// A SIMD-group function run by part of a SIMD-group while other live lanes were elsewhere.
     SimdDivergence,
+    /// A read outside a buffer.
     OobRead,
+    /// A write outside a buffer.
     OobWrite,
 }
 
@@ -106,9 +114,11 @@ pub type Site = Vec<(String, u32)>;
 /// One merged finding of a checked launch.
 #[derive(Clone, Debug)]
 pub struct RawFinding {
+    /// What was found.
     pub kind: RawKind,
     /// The earlier access (or barrier) and the one that met it; `None` where there is none.
     pub site_a: Option<Site>,
+    /// The access (or barrier) that met `site_a`.
     pub site_b: Option<Site>,
     /// How many times the same pair met.
     pub count: u64,
@@ -120,6 +130,7 @@ pub struct RawFinding {
     pub offset: i64,
     /// Bytes of the memory, and of one element (1 where unknown).
     pub size: u64,
+    /// Bytes of one element (1 where unknown).
     pub elem: u32,
     /// Threads that left a group before a barrier, or took another barrier.
     pub other_threads: u32,
@@ -139,24 +150,32 @@ pub enum Memory {
 /// A buffer of the launch: its slot's name in the kernel and what it holds.
 #[derive(Clone, Debug)]
 pub struct SlotInfo {
+    /// The slot's parameter name in the kernel.
     pub name: String,
+    /// Whether the slot is an output.
     pub is_output: bool,
     /// Outputs without `init_value`: their first contents are unspecified.
     pub uninitialised: bool,
+    /// Bytes of one element.
     pub elem: usize,
+    /// Number of elements.
     pub elements: usize,
 }
 
 /// Everything a checked launch produced.
 pub struct CheckedRun {
+    /// The outputs after the run.
     pub outputs: Vec<Array>,
+    /// The merged findings.
     pub findings: Vec<RawFinding>,
+    /// The launch's buffers, by slot.
     pub slots: Vec<SlotInfo>,
     /// Per slot of an output: per element 0 unwritten, 1 written once, 2 written by several
     /// threads; and the last store to it.
     pub written: Vec<(usize, Vec<u8>, Option<Site>)>,
     /// Threads per dimension of the grid and of a threadgroup.
     pub grid: [u32; 3],
+    /// Threads per dimension of a threadgroup.
     pub threadgroup: [u32; 3],
     /// `Some(true)` when reads outside buffers happened and changing the bytes there did not
     /// change any output.

@@ -36,6 +36,7 @@ pub enum LowerTarget {
 pub struct LoweredModule {
     /// The rewritten translation unit (without prelude and without entry wrappers).
     pub code: String,
+    /// The kernel entry points found in the code.
     pub entries: Vec<Entry>,
     /// True when the code uses barriers, SIMD/quad collectives or simdgroup matrices, i.e. the
     /// threads of a group cannot run one after another.

@@ -29,7 +29,9 @@ use crate::source::preprocess;
 /// The address space of a buffer parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AddressSpace {
+    /// `device` memory.
     Device,
+    /// `constant` memory.
     Constant,
 }
 
@@ -37,12 +39,39 @@ pub enum AddressSpace {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EntryParam {
     /// `[[buffer(index)]]`: a pointer (or, when `by_ref`, a reference) to `pointee`.
-    Buffer { name: String, index: u32, pointee: String, space: AddressSpace, is_const: bool, by_ref: bool },
+    Buffer {
+        /// The parameter's name.
+        name: String,
+        /// The buffer index.
+        index: u32,
+        /// The element type pointed to.
+        pointee: String,
+        /// The address space.
+        space: AddressSpace,
+        /// Whether the pointee is `const`.
+        is_const: bool,
+        /// Whether the parameter is a reference rather than a pointer.
+        by_ref: bool,
+    },
     /// `[[threadgroup(index)]]`: dynamic threadgroup memory of `pointee` elements.
-    Threadgroup { name: String, index: u32, pointee: String },
+    Threadgroup {
+        /// The parameter's name.
+        name: String,
+        /// The threadgroup memory index.
+        index: u32,
+        /// The element type.
+        pointee: String,
+    },
     /// A thread-position builtin such as `[[thread_position_in_grid]]`; `ty` is its declared
     /// type (`uint`, `uint3`, `ushort2`, ...).
-    Builtin { name: String, attribute: String, ty: String },
+    Builtin {
+        /// The parameter's name.
+        name: String,
+        /// The attribute's name, e.g. `thread_position_in_grid`.
+        attribute: String,
+        /// The declared type.
+        ty: String,
+    },
 }
 
 /// A kernel function that can be dispatched.
@@ -52,6 +81,7 @@ pub struct Entry {
     pub host_name: String,
     /// The C++ expression that names the function to call, e.g. `my_kernel<float, 4>`.
     pub callee: String,
+    /// The entry's parameters, in declaration order.
     pub params: Vec<EntryParam>,
 }
 
