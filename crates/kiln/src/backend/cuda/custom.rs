@@ -8,7 +8,6 @@ use std::sync::Arc;
 use super::{Arch, CudaBackend, LoadedModule};
 use crate::array::Array;
 use crate::backend::{Binding, Dispatch, Launch};
-use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::program::{check_threadgroup, MathMode, MetalProgram};
 use crate::source::cuda as cuda_source;
@@ -76,37 +75,7 @@ impl CudaBackend {
                     params.push(bytes.to_vec());
                     continue;
                 }
-                Binding::Array(a) if a.device() == Device::Cuda(self.ordinal) => self.element_address(kernel, a)?,
-                Binding::Array(a) => {
-                    let uploaded = self.upload_view(kernel, a)?;
-                    let address = self.element_address(kernel, &uploaded)?;
-                    keep.push(uploaded);
-                    address
-                }
-                Binding::Output(spec) => {
-                    let out = self.output(kernel, &spec.shape, spec.dtype, spec.init_value)?;
-                    let address = self.element_address(kernel, &out)?;
-                    outputs.push(out);
-                    own_memory = true;
-                    address
-                }
-                Binding::InOut(a) => {
-                    let fresh = if a.device() == Device::Cpu { self.upload_view(kernel, a)? } else { self.gather(a)? };
-                    let address = self.element_address(kernel, &fresh)?;
-                    outputs.push(fresh);
-                    own_memory = true;
-                    address
-                }
-                Binding::OutputInto(a) if a.device() == Device::Cuda(self.ordinal) => {
-                    outputs.push(a.clone());
-                    self.element_address(kernel, a)?
-                }
-                Binding::OutputInto(a) => {
-                    return Err(Error::invalid(
-                        kernel,
-                        format!("output {slot} lives on {}, not on cuda:{}", a.device(), self.ordinal),
-                    ))
-                }
+                memory => self.bind_memory(kernel, slot, memory, &mut outputs, &mut keep, &mut own_memory)?,
             };
             params.push(address.to_le_bytes().to_vec());
         }

@@ -191,37 +191,6 @@ impl CudaBackend {
         let mut own_memory = false;
         for (slot, binding) in launch.bindings.iter().enumerate() {
             let address = match binding {
-                Binding::Array(a) if a.device() == Device::Cuda(self.ordinal) => self.element_address(kernel, a)?,
-                Binding::Array(a) => {
-                    let uploaded = self.upload_view(kernel, a)?;
-                    let addr = self.element_address(kernel, &uploaded)?;
-                    keep.push(uploaded);
-                    addr
-                }
-                Binding::Output(spec) => {
-                    let out = self.output(kernel, &spec.shape, spec.dtype, spec.init_value)?;
-                    let addr = self.element_address(kernel, &out)?;
-                    outputs.push(out);
-                    own_memory = true;
-                    addr
-                }
-                Binding::InOut(a) => {
-                    let fresh = if a.device() == Device::Cpu { self.upload_view(kernel, a)? } else { self.gather(a)? };
-                    let addr = self.element_address(kernel, &fresh)?;
-                    outputs.push(fresh);
-                    own_memory = true;
-                    addr
-                }
-                Binding::OutputInto(a) if a.device() == Device::Cuda(self.ordinal) => {
-                    outputs.push(a.clone());
-                    self.element_address(kernel, a)?
-                }
-                Binding::OutputInto(a) => {
-                    return Err(Error::invalid(
-                        kernel,
-                        format!("output {slot} lives on {}, not on cuda:{}", a.device(), self.ordinal),
-                    ))
-                }
                 Binding::Bytes(bytes) => {
                     let padded = bytes.len().div_ceil(16) * 16;
                     if inline_used + padded <= resolved.inline_bytes {
@@ -239,6 +208,7 @@ impl CudaBackend {
                         addr
                     }
                 }
+                memory => self.bind_memory(kernel, slot, memory, &mut outputs, &mut keep, &mut own_memory)?,
             };
             args.put_u64(L::SLOTS + 8 * slot, address);
         }
@@ -309,6 +279,57 @@ impl CudaBackend {
     }
 
     /// Copies a host view to this device, keeping only its elements (row-contiguous).
+    /// The device address a memory binding (an array, a fresh or given output, an in/out
+    /// buffer) passes to a kernel: host arrays are uploaded (kept in `keep` until the launch is
+    /// queued), fresh outputs join `outputs`, and `own_memory` records memory of the backend's
+    /// own stream. Shared by Metal and CUDA-source launches.
+    pub(super) fn bind_memory(
+        &self,
+        kernel: &str,
+        slot: usize,
+        binding: &Binding,
+        outputs: &mut Vec<Array>,
+        keep: &mut Vec<Array>,
+        own_memory: &mut bool,
+    ) -> Result<u64> {
+        Ok(match binding {
+            Binding::Bytes(_) => {
+                return Err(Error::invalid(kernel, format!("slot {slot} holds constant bytes, not memory")))
+            }
+            Binding::Array(a) if a.device() == Device::Cuda(self.ordinal) => self.element_address(kernel, a)?,
+            Binding::Array(a) => {
+                let uploaded = self.upload_view(kernel, a)?;
+                let addr = self.element_address(kernel, &uploaded)?;
+                keep.push(uploaded);
+                addr
+            }
+            Binding::Output(spec) => {
+                let out = self.output(kernel, &spec.shape, spec.dtype, spec.init_value)?;
+                let addr = self.element_address(kernel, &out)?;
+                outputs.push(out);
+                *own_memory = true;
+                addr
+            }
+            Binding::InOut(a) => {
+                let fresh = if a.device() == Device::Cpu { self.upload_view(kernel, a)? } else { self.gather(a)? };
+                let addr = self.element_address(kernel, &fresh)?;
+                outputs.push(fresh);
+                *own_memory = true;
+                addr
+            }
+            Binding::OutputInto(a) if a.device() == Device::Cuda(self.ordinal) => {
+                outputs.push(a.clone());
+                self.element_address(kernel, a)?
+            }
+            Binding::OutputInto(a) => {
+                return Err(Error::invalid(
+                    kernel,
+                    format!("output {slot} lives on {}, not on cuda:{}", a.device(), self.ordinal),
+                ))
+            }
+        })
+    }
+
     pub(super) fn upload_view(&self, kernel: &str, a: &Array) -> Result<Array> {
         if a.device() != Device::Cpu {
             return Err(Error::invalid(kernel, format!("input lives on {}, not on cuda:{}", a.device(), self.ordinal)));
