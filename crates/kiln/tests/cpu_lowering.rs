@@ -176,7 +176,9 @@ fn invalid_msl_reports_the_users_line() {
     match err {
         Error::Compile { kernel, log, .. } => {
             assert_eq!(kernel, "broken");
-            assert!(log.contains("broken.metal:6:"), "log should name line 6 of the user's file: {log}");
+            // The message names the user's line with an excerpt and a caret, not the generated unit's.
+            assert!(log.contains("source line 6, column 10:"), "log should name line 6 of the user's file: {log}");
+            assert!(log.contains("o[i] = undefined_name;"), "log should quote the line: {log}");
         }
         other => panic!("expected a compile error, got {other:?}"),
     }
