@@ -33,7 +33,7 @@ from .._dtypes import dtype_name
 from .._kernel import MetalKernel as _KilnKernel
 from .._kernel import _template
 from ..errors import InvalidArgumentError
-from ._dlpack import CPU, describe_dlpack, device_kind
+from ._dlpack import CPU, describe_dlpack, device_kind, libcuda
 
 __all__ = ["install", "uninstall", "installed", "metal_kernel", "MetalKernel", "use_device"]
 
@@ -239,16 +239,13 @@ def _fresh(mx, shape, dtype, init):
     return mx.full(shape, mx.array(init, dtype=mx.float32).astype(dtype))
 
 
-_libcuda = None
-
-
 def _cuda_synchronize_default_stream() -> None:
-    global _libcuda
     import ctypes
 
-    if _libcuda is None:
-        _libcuda = ctypes.CDLL("libcuda.so.1")
-    rc = _libcuda.cuStreamSynchronize(ctypes.c_void_p(0))
+    lib = libcuda()
+    if lib is None:
+        raise RuntimeError("[kiln.mlx] the CUDA driver (libcuda.so.1) cannot be loaded")
+    rc = lib.cuStreamSynchronize(ctypes.c_void_p(0))
     if rc != 0:
         raise RuntimeError(f"[kiln.mlx] cuStreamSynchronize failed with CUDA error {rc}")
 

@@ -95,10 +95,8 @@ def mlx_has_cuda() -> bool:
     return _cuda["mlx"]
 
 
-def managed_ordinal(pointer: int) -> int:
-    """The GPU of a CUDA managed allocation, else -1 (plain host memory, or no CUDA driver)."""
-    if not pointer:
-        return -1
+def libcuda():
+    """The CUDA driver library, initialised (loaded once); None without a driver."""
     if "lib" not in _cuda:
         try:
             lib = ctypes.CDLL("libcuda.so.1")
@@ -106,7 +104,12 @@ def managed_ordinal(pointer: int) -> int:
         except OSError:
             lib = None
         _cuda["lib"] = lib
-    lib = _cuda["lib"]
+    return _cuda["lib"]
+
+
+def managed_ordinal(pointer: int) -> int:
+    """The GPU of a CUDA managed allocation, else -1 (plain host memory, or no CUDA driver)."""
+    lib = libcuda() if pointer else None
     if lib is None:
         return -1
     # CU_POINTER_ATTRIBUTE_IS_MANAGED (8) and CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL (9).
