@@ -256,7 +256,7 @@ inline int source_index(float g, int size, thread float& frac) {
 }
 """
 
-GRID_SAMPLE = kiln.metal_kernel("grid_sample", ["x", "grid"], ["out"], """
+GRID_SAMPLE_SOURCE = """
     uint elem = thread_position_in_grid.x;
     int H = x_shape[1], W = x_shape[2], C = x_shape[3];
     int points_per_batch = grid_shape[1] * grid_shape[2];
@@ -277,9 +277,11 @@ GRID_SAMPLE = kiln.metal_kernel("grid_sample", ["x", "grid"], ["out"], """
         }
     }
     out[elem] = static_cast<T>(acc);
-""", header=GRID_SAMPLE_HEADER)
+"""
 
-GRID_SAMPLE_VJP = kiln.metal_kernel("grid_sample_vjp", ["x", "grid", "cotangent"], ["x_grad", "grid_grad"], """
+GRID_SAMPLE = kiln.metal_kernel("grid_sample", ["x", "grid"], ["out"], GRID_SAMPLE_SOURCE, header=GRID_SAMPLE_HEADER)
+
+GRID_SAMPLE_VJP_SOURCE = """
     uint elem = thread_position_in_grid.x;
     int H = x_shape[1], W = x_shape[2], C = x_shape[3];
     int points_per_batch = grid_shape[1] * grid_shape[2];
@@ -306,7 +308,10 @@ GRID_SAMPLE_VJP = kiln.metal_kernel("grid_sample_vjp", ["x", "grid", "cotangent"
     }
     atomic_fetch_add_explicit(&grid_grad[2 * point], gx * (0.5f * W), memory_order_relaxed);
     atomic_fetch_add_explicit(&grid_grad[2 * point + 1], gy * (0.5f * H), memory_order_relaxed);
-""", header=GRID_SAMPLE_HEADER, atomic_outputs=True)
+"""
+
+GRID_SAMPLE_VJP = kiln.metal_kernel("grid_sample_vjp", ["x", "grid", "cotangent"], ["x_grad", "grid_grad"],
+                                    GRID_SAMPLE_VJP_SOURCE, header=GRID_SAMPLE_HEADER, atomic_outputs=True)
 
 
 def bilinear(x, grid):

@@ -12,66 +12,10 @@ import kiln.mlx  # noqa: E402
 
 from conftest import assert_close  # noqa: E402
 
-HEADER = """
-inline int source_index(float g, int size, thread float& frac) {
-    float pos = ((g + 1.0f) * size - 1.0f) * 0.5f;
-    float base = metal::floor(pos);
-    frac = pos - base;
-    return int(base);
-}
-"""
-
-FORWARD = """
-    uint elem = thread_position_in_grid.x;
-    int H = x_shape[1], W = x_shape[2], C = x_shape[3];
-    int points_per_batch = grid_shape[1] * grid_shape[2];
-    uint point = elem / C;
-    int channel = elem % C;
-    int b = point / points_per_batch;
-    float fx, fy;
-    int x0 = source_index(static_cast<float>(grid[2 * point]), W, fx);
-    int y0 = source_index(static_cast<float>(grid[2 * point + 1]), H, fy);
-    float acc = 0.0f;
-    for (int dy = 0; dy < 2; ++dy) {
-        for (int dx = 0; dx < 2; ++dx) {
-            int xi = x0 + dx, yi = y0 + dy;
-            if (xi >= 0 && xi < W && yi >= 0 && yi < H) {
-                float w = (dx ? fx : 1.0f - fx) * (dy ? fy : 1.0f - fy);
-                acc += w * static_cast<float>(x[((b * H + yi) * W + xi) * C + channel]);
-            }
-        }
-    }
-    out[elem] = static_cast<T>(acc);
-"""
-
-BACKWARD = """
-    uint elem = thread_position_in_grid.x;
-    int H = x_shape[1], W = x_shape[2], C = x_shape[3];
-    int points_per_batch = grid_shape[1] * grid_shape[2];
-    uint point = elem / C;
-    int channel = elem % C;
-    int b = point / points_per_batch;
-    float fx, fy;
-    int x0 = source_index(static_cast<float>(grid[2 * point]), W, fx);
-    int y0 = source_index(static_cast<float>(grid[2 * point + 1]), H, fy);
-    float cot = static_cast<float>(cotangent[elem]);
-    float gx = 0.0f, gy = 0.0f;
-    for (int dy = 0; dy < 2; ++dy) {
-        for (int dx = 0; dx < 2; ++dx) {
-            int xi = x0 + dx, yi = y0 + dy;
-            if (xi >= 0 && xi < W && yi >= 0 && yi < H) {
-                float wx = dx ? fx : 1.0f - fx, wy = dy ? fy : 1.0f - fy;
-                uint offset = ((b * H + yi) * W + xi) * C + channel;
-                atomic_fetch_add_explicit(&x_grad[offset], wx * wy * cot, memory_order_relaxed);
-                float v = static_cast<float>(x[offset]) * cot;
-                gx += (dx ? 1.0f : -1.0f) * wy * v;
-                gy += (dy ? 1.0f : -1.0f) * wx * v;
-            }
-        }
-    }
-    atomic_fetch_add_explicit(&grid_grad[2 * point], gx * (0.5f * W), memory_order_relaxed);
-    atomic_fetch_add_explicit(&grid_grad[2 * point + 1], gy * (0.5f * H), memory_order_relaxed);
-"""
+# The MLX docs' grid_sample and its VJP, as the cookbook test runs them through kiln itself.
+from test_cookbook import GRID_SAMPLE_HEADER as HEADER  # noqa: E402
+from test_cookbook import GRID_SAMPLE_SOURCE as FORWARD  # noqa: E402
+from test_cookbook import GRID_SAMPLE_VJP_SOURCE as BACKWARD  # noqa: E402
 
 
 @pytest.fixture(scope="module")
