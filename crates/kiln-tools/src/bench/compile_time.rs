@@ -142,7 +142,9 @@ pub fn measure() -> Result<CompileTimes> {
         trivial.push(ms_since(t));
     }
     let t = Instant::now();
-    let prelude_build_ms = cpu::build_fresh_prelude(ProgramKind::MlxBody, nonce())?.then(|| ms_since(t));
+    let _ = t;
+    let prelude_build_ms =
+        cpu::build_fresh_prelude(ProgramKind::MlxBody, nonce())?.precompiled_prelude.map(|d| d.as_secs_f64() * 1e3);
     let nvrtc = cuda::nvrtc_version().ok().map(|(a, b)| format!("NVRTC {a}.{b}"));
     let x = Array::from_f64(DType::F32, &[ROW], &(0..ROW).map(|i| (i as f64 * 0.37).sin()).collect::<Vec<_>>())?;
     let mut kernels = Vec::new();
@@ -156,11 +158,11 @@ pub fn measure() -> Result<CompileTimes> {
             memory.push(case.timed_call(&kernel, &x)?);
             let program = case.program(&kernel, &x)?;
             let t = Instant::now();
-            cpu::compile_past_memory(&program, true)?;
+            cpu::compile_past_memory(&program, true, true)?;
             disk.push(ms_since(t));
             let program = case.program(&case.kernel(&nonce().to_string())?, &x)?;
             let t = Instant::now();
-            cpu::compile_past_memory(&program, false)?;
+            cpu::compile_past_memory(&program, false, false)?;
             inline.push(ms_since(t));
         }
         let (mut cuda_cold, mut cuda_memory) = (None, None);

@@ -81,13 +81,15 @@ struct Group {
 
 // The group and thread running on this OS thread. Functions look it up once and keep the
 // reference across fiber switches (a group never leaves its OS thread): a TLS lookup in a
-// dlopen'ed library is a call. Internal linkage keeps that call to one per function.
+// dlopen'ed library is a call; the local-dynamic model keeps it to one per function. One
+// definition per kernel library (in scheduler.h, which may come as a separate object linked in),
+// hidden so that no other library's copy stands in for it.
 struct Current {
   Group* group;
   Thread* thread;
   const volatile int* cancel;
 };
-static thread_local Current g_cur;
+extern __thread Current g_cur __attribute__((visibility("hidden"), tls_model("local-dynamic")));
 
 inline void poll(const Current& c) {
   if (__builtin_expect(*c.cancel != 0, 0)) throw Cancelled();

@@ -1,8 +1,16 @@
-// kiln CPU prelude, part 4: the group scheduler and the C entry the host calls. Included once,
-// after the lowered kernel and its entry wrappers.
+// kiln CPU prelude, part 4: the group scheduler and the C entries the host calls. Included once,
+// after the lowered kernel and its entry wrappers, or compiled once on its own into an object
+// linked into every kernel library (`scheduler_link.h` then declares what the kernel calls):
+// there `KILN_SCHEDULER_LINKAGE` makes `run_groups` an out-of-line function of the library.
 #pragma once
 
+#ifndef KILN_SCHEDULER_LINKAGE
+#define KILN_SCHEDULER_LINKAGE inline
+#endif
+
 namespace kiln { namespace rt {
+
+__thread Current g_cur;
 
 const size_t STACK_BYTES = 256 * 1024;
 // Below each stack, nearly as large as the stack itself (address space only, never committed):
@@ -656,8 +664,9 @@ inline int run_groups_guarded(Body body, bool cooperative, const LaunchDesc* d, 
 
 // `run_groups_guarded`, then the canaries of the threadgroup arrays the call used: a write that
 // stayed next to an array's data (inside its canaries) is reported here.
-inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin, uint64_t end,
-                      StackSet* stacks, TgArena* arena, const char* const* tg_names, char* msg, int msg_cap) {
+KILN_SCHEDULER_LINKAGE int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin,
+                                      uint64_t end, StackSet* stacks, TgArena* arena, const char* const* tg_names,
+                                      char* msg, int msg_cap) {
   int rc = run_groups_guarded(body, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
   if (rc == 2) {
     tg_forget_call(arena);
