@@ -41,8 +41,8 @@ use crate::source::cuda as cuda_source;
 use crate::source::lower::{self, LowerTarget};
 
 pub use compile::{
-    build_precompiled_prelude, compile_with_log as compile_source_with_log, nvrtc_version, options as nvrtc_options,
-    Arch, PastMemory,
+    build_precompiled_prelude, compile_past_memory as compile_source_past_memory,
+    compile_with_log as compile_source_with_log, nvrtc_version, options as nvrtc_options, Arch, PastMemory,
 };
 pub use external::{lent_cuda_array, ExternalStream, LentCudaMemory};
 pub use memory::CudaBuffer;
