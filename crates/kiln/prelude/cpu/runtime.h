@@ -146,26 +146,9 @@ struct View {
 // Posts `bytes` and blocks until the collective at `site` resolves. The lowering tags every
 // collective call in the kernel's source with its call site (`pending_site`, see convergence.h),
 // so lanes that reach one source call through code the optimiser duplicated still meet;
-// untagged calls fall back to the out-of-line function's return address.
-__attribute__((noinline)) inline View post_bytes(const void* bytes, unsigned size, const void* site) {
-  Current& c = g_cur;
-  Thread* t = c.thread;
-  if (!t->stack) throw Fault{"a SIMD collective ran in a kernel compiled without cooperative threads"};
-  poll(c);
-  __builtin_memcpy(t->slot, bytes, size);
-  // The out-of-line SIMD-group function's return address: the user's call (its line).
-  KILN_CHECK(kiln::chk::collective_enter(site));
-  if (t->pending_site) {
-    site = t->pending_site;
-    t->pending_site = nullptr;
-  }
-  t->site = site;
-  t->state = AT_COLLECTIVE;
-  yield_to_scheduler(c);
-  KILN_CHECK(kiln::chk::collective_leave());
-  uint sg = t->simdgroup_index_in_threadgroup;
-  return View{c.group->snap[sg], c.group->active[sg], t->thread_index_in_simdgroup};
-}
+// untagged calls fall back to the out-of-line function's return address. Defined once per
+// library, with the scheduler (scheduler.h), so kernels do not compile it again.
+__attribute__((noinline, visibility("hidden"))) View post_bytes(const void* bytes, unsigned size, const void* site);
 
 template <class T> __attribute__((always_inline)) inline View post(const T& v, const void* site) {
   static_assert(sizeof(T) <= SLOT_BYTES, "SIMD collective on a value larger than 32 bytes");

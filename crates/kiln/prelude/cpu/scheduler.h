@@ -12,6 +12,81 @@ namespace kiln { namespace rt {
 
 __thread Current g_cur;
 
+// Declared in runtime.h (SIMD collectives) and threadgroup.h (threadgroup memory).
+View post_bytes(const void* bytes, unsigned size, const void* site) {
+  Current& c = g_cur;
+  Thread* t = c.thread;
+  if (!t->stack) throw Fault{"a SIMD collective ran in a kernel compiled without cooperative threads"};
+  poll(c);
+  __builtin_memcpy(t->slot, bytes, size);
+  // The out-of-line SIMD-group function's return address: the user's call (its line).
+  KILN_CHECK(kiln::chk::collective_enter(site));
+  if (t->pending_site) {
+    site = t->pending_site;
+    t->pending_site = nullptr;
+  }
+  t->site = site;
+  t->state = AT_COLLECTIVE;
+  yield_to_scheduler(c);
+  KILN_CHECK(kiln::chk::collective_leave());
+  uint sg = t->simdgroup_index_in_threadgroup;
+  return View{c.group->snap[sg], c.group->active[sg], t->thread_index_in_simdgroup};
+}
+
+char* tg_open(TgArena* a, int s, uint64_t size, const char* name, bool checked, const char** fault_text, char* text,
+              int cap) {
+  TgRegion& r = a->regions[s];
+  const uint64_t aligned = (size + 15) & ~(uint64_t)15;
+  const uint64_t page = tg_page();
+  const uint64_t need = aligned ? (aligned + page - 1) / page * page : page;
+  const int prot = checked ? PROT_NONE : PROT_READ;
+  if (r.map && r.state == 1 && (r.size != size || r.name != name)) {
+    const TgMiss m = tg_canaries(r);
+    if (m.before || m.past) {
+      int at = 0;
+      tg_describe(r, s, "out-of-bounds write", text, cap, &at);
+      tg_where(m.before, m.past, false, text, cap, &at);
+      *fault_text = text;
+      r.state = 2;
+      return nullptr;
+    }
+  }
+  if (!r.map || r.room < need) {
+    if (r.map) munmap(r.map, r.map_bytes);
+    r.map = nullptr;
+    const uint64_t bytes = need + 2 * TG_GUARD_BYTES;
+    void* m = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    r.map = (char*)m;
+    r.map_bytes = bytes;
+    r.room = need;
+    r.open = 0;
+    r.guard_prot = PROT_NONE;
+    r.state = 2;
+  }
+  char* room_end = r.map + TG_GUARD_BYTES + r.room;
+  if (r.open != need || r.guard_prot != prot) {
+    if (mprotect(r.map, r.map_bytes, prot) != 0 || mprotect(room_end - need, need, PROT_READ | PROT_WRITE) != 0) {
+      munmap(r.map, r.map_bytes);
+      r.map = nullptr;
+      return nullptr;
+    }
+    r.open = need;
+    r.guard_prot = prot;
+    r.state = 2;
+  }
+  char* data = room_end - aligned;
+  // The canaries cover what lies outside this size's data.
+  if (r.data != data || r.size != size) r.state = 2;
+  r.data = data;
+  r.size = size;
+  r.name = name;
+  if (r.state == 2) __builtin_memset(room_end - r.open, TG_CANARY, r.open);
+  r.state = 1;
+  __builtin_memset(data, 0, size);
+  return data;
+}
+
 const size_t STACK_BYTES = 256 * 1024;
 // Below each stack, nearly as large as the stack itself (address space only, never committed):
 // frames probed page by page (-fstack-clash-protection, where the compiler has it) fault in its
