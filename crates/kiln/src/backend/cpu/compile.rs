@@ -293,7 +293,13 @@ fn build_source(
     let cpp = disk_cache::private_name(dir, "kernel", "cpp");
     let tmp = cpp.with_extension("so");
     let object = cpp.with_extension("scheduler.o");
-    std::fs::write(&cpp, source).map_err(|e| Error::io(&cpp, e))?;
+    if let Some(s) = scheduler {
+        std::fs::write(&object, &*s.image).map_err(|e| Error::io(&object, e))?;
+    }
+    if let Err(e) = std::fs::write(&cpp, source) {
+        let _ = std::fs::remove_file(&object);
+        return Err(Error::io(&cpp, e));
+    }
     let mut command = Command::new(cxx);
     command.args(flags);
     if let Some(p) = prelude {
@@ -301,7 +307,6 @@ fn build_source(
     }
     command.arg("-o").arg(&tmp).arg(&cpp);
     if let Some(s) = scheduler {
-        std::fs::write(&object, &*s.image).map_err(|e| Error::io(&object, e))?;
         command.args(s.linker).arg(&object);
     }
     let out = command.output();
