@@ -5,7 +5,7 @@
 //! memory of the launch's own and are reported with their distance instead of faulting.
 //!
 //! What comes back is raw: instruction offsets resolved to file and line of the generated unit
-//! (`addr2line` over the library's line tables), which `crate::sanitize` maps to the user's text.
+//! (`addr2line` over the library's line tables), which `sanitize_report` maps to the user's text.
 //! A launch that read outside a buffer runs a second time with other bytes in the padding: equal
 //! outputs mean the values read there were discarded (load, then select).
 
@@ -32,6 +32,7 @@ use crate::dtype::f64_to_element_bytes;
 use crate::error::{Error, Result};
 use crate::source::cpu::{checked_prelude, translation_unit_after};
 use crate::source::lower::{lower, EntryParam, LowerTarget};
+use crate::source::user_lines::user_compile_error;
 
 /// Bytes of padding on each side of every buffer of a checked launch.
 pub const PAD_BYTES: usize = 1 << 20;
@@ -227,8 +228,7 @@ fn instrumented(cxx: &str, program: &MetalProgram) -> Result<Arc<Instrumented>> 
     let image = match disk_cache::load_verified(&so, &key) {
         Some(image) => image,
         None => {
-            let image = build(cxx, &program.kernel, &flags, &tu)
-                .map_err(|e| crate::sanitize::user_compile_error(program, e))?;
+            let image = build(cxx, &program.kernel, &flags, &tu).map_err(|e| user_compile_error(program, e))?;
             let _ = disk_cache::store(&so, &key, &image);
             image
         }
@@ -371,7 +371,7 @@ pub fn run(cxx: &str, launch: &Launch<'_>) -> Result<CheckedRun> {
 }
 
 /// An output's shape, dtype and bytes.
-type OutputBytes = ((Vec<usize>, crate::DType), Vec<u8>);
+type OutputBytes = ((Vec<usize>, crate::dtype::DType), Vec<u8>);
 
 /// One run's results before symbolisation.
 struct Once {

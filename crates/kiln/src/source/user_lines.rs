@@ -1,7 +1,8 @@
 //! Lines of the generated Metal text mapped back to what the user wrote: the body or header of a
 //! body kernel (MLX wraps them in a signature of its own), or the lines of a `.metal` file.
 
-use crate::backend::{MetalProgram, ProgramKind};
+use crate::error::Error;
+use crate::program::{MetalProgram, ProgramKind};
 
 /// A line of the user's text.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,11 +108,11 @@ fn word_at(text: &str, name: &str) -> Option<usize> {
 /// with an excerpt and a caret at the column, in place of the generated unit's file and line;
 /// the host compiler's hints ("did you mean ...?"), which name the prelude's identifiers, are
 /// dropped. The generated source stays one command away (`kiln translate --emit cpu|cuda`).
-pub fn user_compile_error(program: &MetalProgram, error: crate::Error) -> crate::Error {
+pub fn user_compile_error(program: &MetalProgram, error: Error) -> Error {
     match error {
-        crate::Error::Compile { backend, kernel, log } => {
+        Error::Compile { backend, kernel, log } => {
             let log = user_compile_log(program, &log);
-            crate::Error::Compile { backend, kernel, log }
+            Error::Compile { backend, kernel, log }
         }
         other => other,
     }
