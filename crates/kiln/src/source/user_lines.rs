@@ -138,17 +138,53 @@ pub fn user_compile_log(program: &MetalProgram, log: &str) -> String {
         };
         mapped = true;
         let rest = drop_hint(rest.trim());
-        let at = match column {
-            Some(c) => format!("{} line {}, column {c}", user.part, user.line),
-            None => format!("{} line {}", user.part, user.line),
-        };
-        out.push(format!("{at}: {rest}"));
+        out.push(format!("{}: {rest}", located(&user, column)));
         out.push(caret_excerpt(&user, column));
     }
     if mapped {
         out.push("(the generated source: `kiln translate SPEC --emit cpu` or `--emit cuda`)".to_string());
     }
     out.join("\n")
+}
+
+/// The log of kiln's own translation of `program` (the preprocessor, the parse and the lowering
+/// write `line N: ...` or `line N, column C: ...` about the program's Metal text) with the
+/// user's lines, as [`user_compile_log`] gives a compiler's: each such message names the body,
+/// header or file line, with an excerpt and a caret. Other lines stay as they are.
+pub fn user_translate_log(program: &MetalProgram, log: &str) -> String {
+    if !log.lines().any(|l| translate_location(l).is_some()) {
+        return log.to_string();
+    }
+    let lines = UserLines::of(program);
+    let mut out = Vec::new();
+    for raw in log.lines() {
+        match translate_location(raw).and_then(|(line, column, rest)| Some((lines.map(line)?, column, rest))) {
+            Some((user, column, rest)) => {
+                out.push(format!("{}: {rest}", located(&user, column)));
+                out.push(caret_excerpt(&user, column));
+            }
+            None => out.push(raw.to_string()),
+        }
+    }
+    out.join("\n")
+}
+
+/// (line, column, what follows) of a message of kiln's translation: `line N: ...` or
+/// `line N, column C: ...`.
+fn translate_location(raw: &str) -> Option<(u32, Option<u32>, &str)> {
+    let (at, rest) = raw.strip_prefix("line ")?.split_once(": ")?;
+    match at.split_once(", column ") {
+        Some((line, column)) => Some((line.parse().ok()?, Some(column.parse().ok()?), rest)),
+        None => Some((at.parse().ok()?, None, rest)),
+    }
+}
+
+/// `body line N, column C` (or without the column when it is not known).
+fn located(user: &UserLine, column: Option<u32>) -> String {
+    match column {
+        Some(c) => format!("{} line {}, column {c}", user.part, user.line),
+        None => format!("{} line {}", user.part, user.line),
+    }
 }
 
 /// (line, column, what follows) of a compiler message about `file`.
@@ -179,12 +215,25 @@ fn drop_hint(message: &str) -> String {
     }
 }
 
-/// The line with a caret under `column` (1-based bytes; else its first character).
+/// The line with a caret under `column` (1-based bytes; else its first character). A line
+/// longer than [`EXCERPT_WIDTH`] bytes shows the part around the column.
 fn caret_excerpt(line: &UserLine, column: Option<u32>) -> String {
     let gutter = format!("{} line {}", line.part, line.line);
     let text = line.text.trim_end();
     let indent = text.len() - text.trim_start().len();
-    let col = column.map_or(indent, |c| (c as usize).saturating_sub(1).min(text.len()));
-    let pad: String = text[..col].chars().map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
-    format!("  {gutter} | {text}\n  {} | {pad}^", " ".repeat(gutter.len()))
+    let col = char_floor(text, column.map_or(indent, |c| (c as usize).saturating_sub(1).min(text.len())));
+    let start = char_floor(text, col.saturating_sub(EXCERPT_WIDTH / 2));
+    let end = char_floor(text, (start + EXCERPT_WIDTH).min(text.len()));
+    let (open, close) = (if start > 0 { "..." } else { "" }, if end < text.len() { "..." } else { "" });
+    let pad: String =
+        open.chars().chain(text[start..col].chars()).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+    format!("  {gutter} | {open}{}{close}\n  {} | {pad}^", &text[start..end], " ".repeat(gutter.len()))
+}
+
+/// The widest part of a line an excerpt shows.
+const EXCERPT_WIDTH: usize = 160;
+
+/// The largest character boundary of `text` at or before `at`.
+fn char_floor(text: &str, at: usize) -> usize {
+    (0..=at.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0)
 }

@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::program::MetalProgram;
 use crate::source::parse::{parse, ProgramParse};
 pub use crate::source::parse::{AddressSpace, Entry, EntryParam};
+use crate::source::user_lines::user_translate_log;
 
 /// The language a lowering produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -68,7 +69,11 @@ pub fn lower(program: &MetalProgram, target: LowerTarget) -> Result<LoweredModul
 /// user's code is made, once, for every target: the one place to map its lines or add
 /// instrumentation.
 fn lower_parsed(program: &MetalProgram, parse: &ProgramParse, target: LowerTarget) -> Result<LoweredModule> {
-    let error = |log: String| Error::Compile { backend: "translate", kernel: program.kernel.clone(), log };
+    let error = |log: String| Error::Compile {
+        backend: "translate",
+        kernel: program.kernel.clone(),
+        log: user_translate_log(program, &log),
+    };
     let rewritten = rewrite::rewrite(program, parse, target).map_err(error)?;
     let lines = rewritten.code.lines().count().max(program.source.lines().count());
     let code = ternary::wrap_conditionals(&rewritten.code);

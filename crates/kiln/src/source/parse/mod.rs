@@ -25,6 +25,7 @@ use crate::program::MathMode;
 use crate::program::MetalProgram;
 use crate::source::cursor::Cursor;
 use crate::source::preprocess;
+use crate::source::user_lines::user_translate_log;
 
 /// The address space of a buffer parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,7 +140,11 @@ impl ProgramParse {
 /// (brackets nested too deep, overloads and specialisations that differ only in address
 /// spaces, a host name defined twice) and finds its entries. Errors name the program's kernel.
 pub(crate) fn parse(program: &MetalProgram) -> Result<ProgramParse> {
-    let error = |log: String| Error::Compile { backend: "translate", kernel: program.kernel.clone(), log };
+    let error = |log: String| Error::Compile {
+        backend: "translate",
+        kernel: program.kernel.clone(),
+        log: user_translate_log(program, &log),
+    };
     let mut predefined = preprocess::METAL_PREDEFINED.to_vec();
     if program.math_mode == MathMode::Fast {
         predefined.push(("__FAST_MATH__", "1"));
