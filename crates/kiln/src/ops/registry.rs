@@ -6,11 +6,21 @@
 //! reference `kiln::ops::<module>::reference`.
 
 use super::attention::{scaled_dot_product_attention_plan, Mask};
+use super::cholesky::cholesky_plan;
+use super::elementwise::{unary_call, Unary};
+use super::gdn_kkt::gdn_chunk_scaled_dot_kkt_call;
+use super::grid_sample::{grid_sample_call, grid_sample_vjp_plan};
+use super::overlap_add::overlap_add_call;
 use super::plan::OpPlan;
+use super::qr::qr_plan;
+use super::residual_rms_norm::residual_rms_norm_call;
+use super::rms_norm::rms_norm_call;
+use super::rope::rope_call;
+use super::scatter_add::scatter_add_plan;
+use super::softmax::softmax_call;
 use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops;
 
 /// One op of the library.
 #[derive(Clone, Copy, Debug)]
@@ -85,7 +95,7 @@ static REGISTRY: &[OpEntry] = &[
         python: "exp",
         inputs: &["x"],
         params: &[],
-        plan: |a, _| Ok(ops::unary_call(ops::Unary::Exp, arg("exp", a, 0)?)?.into()),
+        plan: |a, _| Ok(unary_call(Unary::Exp, arg("exp", a, 0)?)?.into()),
         dims: UNARY_DIMS,
         demo: None,
         bench: &[case("exp", F32, &[N]), case("exp", F16, &[N]), case("exp", BF16, &[N])],
@@ -95,7 +105,7 @@ static REGISTRY: &[OpEntry] = &[
         python: "silu",
         inputs: &["x"],
         params: &[],
-        plan: |a, _| Ok(ops::unary_call(ops::Unary::Silu, arg("silu", a, 0)?)?.into()),
+        plan: |a, _| Ok(unary_call(Unary::Silu, arg("silu", a, 0)?)?.into()),
         dims: UNARY_DIMS,
         demo: None,
         bench: &[case("silu", F32, &[N]), case("silu", F16, &[N]), case("silu", BF16, &[N])],
@@ -105,7 +115,7 @@ static REGISTRY: &[OpEntry] = &[
         python: "gelu_approx",
         inputs: &["x"],
         params: &[],
-        plan: |a, _| Ok(ops::unary_call(ops::Unary::Gelu, arg("gelu", a, 0)?)?.into()),
+        plan: |a, _| Ok(unary_call(Unary::Gelu, arg("gelu", a, 0)?)?.into()),
         dims: UNARY_DIMS,
         demo: None,
         bench: &[case("gelu_tanh", F32, &[N]), case("gelu_tanh", F16, &[N]), case("gelu_tanh", BF16, &[N])],
@@ -115,7 +125,7 @@ static REGISTRY: &[OpEntry] = &[
         python: "gelu",
         inputs: &["x"],
         params: &[],
-        plan: |a, _| Ok(ops::unary_call(ops::Unary::GeluErf, arg("gelu_erf", a, 0)?)?.into()),
+        plan: |a, _| Ok(unary_call(Unary::GeluErf, arg("gelu_erf", a, 0)?)?.into()),
         dims: "rows, columns",
         demo: demo("ops::gelu_erf", F32, &[7, 333]),
         bench: &[],
@@ -127,7 +137,7 @@ static REGISTRY: &[OpEntry] = &[
         params: &["eps"],
         plan: |a, p| {
             let op = "rms_norm";
-            Ok(ops::rms_norm_call(arg(op, a, 0)?, arg(op, a, 1)?, param(op, p, 0)? as f32)?.into())
+            Ok(rms_norm_call(arg(op, a, 0)?, arg(op, a, 1)?, param(op, p, 0)? as f32)?.into())
         },
         dims: "batch..., D (the last is the row length)",
         demo: demo("ops::rms_norm", BF16, &[3, 5, 1537]),
@@ -148,7 +158,7 @@ static REGISTRY: &[OpEntry] = &[
         plan: |a, p| {
             let op = "residual_rms_norm";
             let (x, r, w) = (arg(op, a, 0)?, arg(op, a, 1)?, arg(op, a, 2)?);
-            Ok(ops::residual_rms_norm_call(x, r, w, param(op, p, 0)? as f32)?.into())
+            Ok(residual_rms_norm_call(x, r, w, param(op, p, 0)? as f32)?.into())
         },
         dims: ROW_DIMS,
         demo: demo("ops::residual_rms_norm", F16, &[9, 515]),
@@ -166,7 +176,7 @@ static REGISTRY: &[OpEntry] = &[
         python: "softmax",
         inputs: &["x"],
         params: &[],
-        plan: |a, _| Ok(ops::softmax_call(arg("softmax", a, 0)?)?.into()),
+        plan: |a, _| Ok(softmax_call(arg("softmax", a, 0)?)?.into()),
         dims: ROW_DIMS,
         demo: demo("ops::softmax", F32, &[3, 5000]),
         bench: &[
@@ -188,7 +198,7 @@ static REGISTRY: &[OpEntry] = &[
             let x = arg(op, a, 0)?;
             let (dims, traditional) = (count(op, param(op, p, 0)?)?, param(op, p, 1)? != 0.0);
             let (base, scale, offset) = (param(op, p, 2)? as f32, param(op, p, 3)? as f32, param(op, p, 4)? as i32);
-            Ok(ops::rope_call(x, dims, traditional, base, scale, offset)?.into())
+            Ok(rope_call(x, dims, traditional, base, scale, offset)?.into())
         },
         dims: "batch, heads, L, D",
         demo: demo("ops::rope", F32, &[2, 3, 37, 64]),
@@ -226,7 +236,7 @@ static REGISTRY: &[OpEntry] = &[
         params: &["bins"],
         plan: |a, p| {
             let op = "scatter_add";
-            ops::scatter_add_plan(arg(op, a, 0)?, arg(op, a, 1)?, count(op, param(op, p, 0)?)?)
+            scatter_add_plan(arg(op, a, 0)?, arg(op, a, 1)?, count(op, param(op, p, 0)?)?)
         },
         dims: "values, values per index, bins",
         demo: demo("ops::scatter_add", F32, &[1000, 3, 37]),
@@ -238,8 +248,7 @@ static REGISTRY: &[OpEntry] = &[
         inputs: &["frames"],
         params: &["hop"],
         plan: |a, p| {
-            Ok(ops::overlap_add_call(arg("overlap_add", a, 0)?, count("overlap_add", param("overlap_add", p, 0)?)?)?
-                .into())
+            Ok(overlap_add_call(arg("overlap_add", a, 0)?, count("overlap_add", param("overlap_add", p, 0)?)?)?.into())
         },
         dims: "batch, frames, frame length, hop",
         demo: demo("ops::overlap_add", F32, &[2, 13, 100, 37]),
@@ -250,7 +259,7 @@ static REGISTRY: &[OpEntry] = &[
         python: "grid_sample",
         inputs: &["x", "grid"],
         params: &[],
-        plan: |a, _| Ok(ops::grid_sample_call(arg("grid_sample", a, 0)?, arg("grid_sample", a, 1)?)?.into()),
+        plan: |a, _| Ok(grid_sample_call(arg("grid_sample", a, 0)?, arg("grid_sample", a, 1)?)?.into()),
         dims: "B, H, W, C, grid H, grid W",
         demo: None,
         bench: &[case("grid_sample", F32, &[8, 1024, 1024, 64, 256, 256])],
@@ -262,7 +271,7 @@ static REGISTRY: &[OpEntry] = &[
         params: &[],
         plan: |a, _| {
             let op = "grid_sample_vjp";
-            ops::grid_sample_vjp_plan(arg(op, a, 0)?, arg(op, a, 1)?, arg(op, a, 2)?)
+            grid_sample_vjp_plan(arg(op, a, 0)?, arg(op, a, 1)?, arg(op, a, 2)?)
         },
         dims: "B, H, W, C, grid H, grid W",
         demo: demo("ops::grid_sample_vjp", F32, &[2, 9, 13, 40, 6, 5]),
@@ -273,7 +282,7 @@ static REGISTRY: &[OpEntry] = &[
         python: "cholesky",
         inputs: &["a"],
         params: &[],
-        plan: |a, _| ops::cholesky_plan(arg("cholesky", a, 0)?),
+        plan: |a, _| cholesky_plan(arg("cholesky", a, 0)?),
         dims: "batch, N",
         demo: demo("ops::cholesky", F32, &[3, 45]),
         bench: &[
@@ -287,7 +296,7 @@ static REGISTRY: &[OpEntry] = &[
         python: "qr",
         inputs: &["a"],
         params: &[],
-        plan: |a, _| ops::qr_plan(arg("qr", a, 0)?),
+        plan: |a, _| qr_plan(arg("qr", a, 0)?),
         dims: "batch, M, N",
         demo: demo("ops::qr", F32, &[2, 37, 21]),
         bench: &[case("qr", F32, &[8192, 64, 64]), case("qr", F32, &[16, 1024, 1024])],
@@ -300,7 +309,7 @@ static REGISTRY: &[OpEntry] = &[
         plan: |a, p| {
             let op = "gdn_chunk_scaled_dot_kkt";
             let (k, beta, g) = (arg(op, a, 0)?, arg(op, a, 1)?, arg(op, a, 2)?);
-            Ok(ops::gdn_chunk_scaled_dot_kkt_call(k, beta, g, count(op, param(op, p, 0)?)?)?.into())
+            Ok(gdn_chunk_scaled_dot_kkt_call(k, beta, g, count(op, param(op, p, 0)?)?)?.into())
         },
         dims: "B, T, key heads, heads, K",
         demo: demo("ops::gdn_chunk_scaled_dot_kkt", BF16, &[1, 150, 2, 4, 64]),

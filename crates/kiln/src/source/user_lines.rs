@@ -26,12 +26,19 @@ pub struct UserLines {
     body: Option<(u32, u32)>,
 }
 
+/// The file name compiler messages use for the user's Metal text (the generated unit's `#line`).
+pub fn user_file_name(program: &MetalProgram) -> String {
+    let safe: String =
+        program.kernel.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    format!("{safe}.metal")
+}
+
 impl UserLines {
     /// The map of `program`.
     pub fn of(program: &MetalProgram) -> UserLines {
         let source = &program.source;
         let lines: Vec<String> = source.lines().map(str::to_string).collect();
-        let file = crate::source::cpu::user_file_name(program);
+        let file = user_file_name(program);
         if program.kind == ProgramKind::FullFile {
             return UserLines { file, lines, header_end: 0, body: None };
         }
