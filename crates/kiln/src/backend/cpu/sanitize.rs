@@ -309,7 +309,10 @@ pub fn run(cxx: &str, launch: &Launch<'_>) -> Result<CheckedRun> {
     } else {
         None
     };
-    let last_writes: Vec<u32> = first.written.iter().map(|w| w.2).collect();
+    // The last store names an output's line only in an unwritten-output finding: resolving it
+    // otherwise would cost an `addr2line` run per clean launch.
+    let last_writes: Vec<u32> =
+        first.written.iter().filter(|w| w.1.iter().any(|&state| state != 1)).map(|w| w.2).collect();
     let sites = symbolize(&inst, &first.raw, &last_writes);
     let site = |pc: u32| if pc == 0 { None } else { sites.get(&pc).cloned() };
     let findings = first
