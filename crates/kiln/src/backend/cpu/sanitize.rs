@@ -213,8 +213,10 @@ fn instrumented(cxx: &str, program: &MetalProgram) -> Result<Arc<Instrumented>> 
     let compiler = toolchain::host_compiler(cxx)?;
     let mut flags: Vec<&str> =
         toolchain::flags(program.math_mode, &compiler).into_iter().filter(|f| *f != "-shared").collect();
-    // Identical calls in two branches stay two calls, so each keeps its own line.
-    flags.extend(["-fsanitize=thread", "-g", "-c", "-fno-tree-tail-merge", "-fno-crossjumping"]);
+    // Identical calls in two branches stay two calls, so each keeps its own line. Line tables
+    // and inline chains (`-g1`) are all the findings need: full debug information costs compile
+    // time.
+    flags.extend(["-fsanitize=thread", "-g1", "-c", "-fno-tree-tail-merge", "-fno-crossjumping"]);
     let mut h = Sha256::new();
     h.update(tu.as_bytes());
     h.update(flags.join(" ").as_bytes());
