@@ -21,6 +21,9 @@ mod op_chain_gpu;
 #[path = "../examples/strided_view.rs"]
 mod strided_view;
 
+/// An example's `main`.
+type Example = fn() -> kiln::Result<()>;
+
 fn rendered(found: &[sanitize::Finding]) -> String {
     found.iter().map(|f| f.render()).collect::<Vec<_>>().join("\n")
 }
@@ -133,7 +136,7 @@ fn examples_have_no_findings() {
         eprintln!("not checked: the examples run on {device}, and the sanitizer checks CPU launches");
         return;
     }
-    let examples: [(&str, fn() -> kiln::Result<()>); 5] = [
+    let examples: [(&str, Example); 5] = [
         ("histogram_atomics", histogram_atomics::main),
         ("metal_file", metal_file::main),
         ("myexp", myexp::main),
