@@ -8,7 +8,8 @@
 use kiln::check::Rng;
 use kiln::{Array, DType, LaunchSpec, MetalKernel};
 
-fn main() -> kiln::Result<()> {
+// Public: tests/sanitizer_clean.rs runs it under the sanitizer.
+pub fn main() -> kiln::Result<()> {
     let kernel = MetalKernel::new(
         "histogram",
         &["values"],

@@ -38,7 +38,8 @@ kernel void scale_and_sum_rows(const device float* x [[buffer(0)]],
 }
 "#;
 
-fn main() -> kiln::Result<()> {
+// Public: tests/sanitizer_clean.rs runs it under the sanitizer.
+pub fn main() -> kiln::Result<()> {
     let library = MetalLibrary::new("rows.metal", SOURCE);
 
     let seed = fresh_seed();

@@ -6,7 +6,8 @@
 use kiln::check::{rel_l2, tolerance, Rng};
 use kiln::{f16, Array, DType, LaunchSpec, MetalKernel};
 
-fn main() -> kiln::Result<()> {
+// Public: tests/sanitizer_clean.rs runs it under the sanitizer.
+pub fn main() -> kiln::Result<()> {
     let kernel = MetalKernel::new(
         "myexp",
         &["inp"],

@@ -9,7 +9,8 @@ use kiln::check::{rel_l2, tolerance, Rng};
 use kiln::ops::{elementwise::silu, rms_norm::rms_norm, softmax::softmax};
 use kiln::{Array, DType};
 
-fn main() -> kiln::Result<()> {
+// Public: tests/sanitizer_clean.rs runs it under the sanitizer.
+pub fn main() -> kiln::Result<()> {
     let seed = fresh_seed();
     let (rows, d) = (64usize, 512usize);
     let eps = 1e-5f32;

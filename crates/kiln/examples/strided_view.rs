@@ -8,7 +8,8 @@
 use kiln::check::{rel_l2, tolerance, Rng};
 use kiln::{Array, DType, LaunchSpec, MetalKernel, SliceArg};
 
-fn main() -> kiln::Result<()> {
+// Public: tests/sanitizer_clean.rs runs it under the sanitizer.
+pub fn main() -> kiln::Result<()> {
     let kernel = MetalKernel::new(
         "myexp_strided",
         &["inp"],

@@ -39,6 +39,7 @@ use crate::error::{Error, Result};
 use crate::program::{MathMode, MetalProgram, ProgramKind};
 use crate::source::cuda as cuda_source;
 use crate::source::lower::{self, LowerTarget};
+use crate::source::user_lines::user_compile_error;
 
 pub use compile::{
     build_precompiled_prelude, compile_past_memory as compile_source_past_memory,
@@ -203,7 +204,7 @@ pub fn compile_cubin(program: &MetalProgram, arch: Arch) -> Result<Vec<u8>> {
     }
     let unit = translate_unit(program)?;
     let image = compile::compile(&program.kernel, &unit.source, arch, program.math_mode)
-        .map_err(|e| crate::sanitize::user_compile_error(program, e))?;
+        .map_err(|e| user_compile_error(program, e))?;
     Ok(image.as_ref().clone())
 }
 
@@ -433,7 +434,7 @@ impl CudaBackend {
         let unit = translate_unit(program)?;
         let module = self
             .module(&program.kernel, &unit.source, program.math_mode)
-            .map_err(|e| crate::sanitize::user_compile_error(program, e))?;
+            .map_err(|e| user_compile_error(program, e))?;
         let symbol = cuda_source::entry_symbol(&program.function);
         let func = self.entry(&program.kernel, &module, &symbol, 0)?;
         let max_threads = func.max_threads_per_block().unwrap_or(1024).max(1) as u64;
