@@ -8,7 +8,7 @@
 use kiln::check::Rng;
 use kiln::{Array, DType, LaunchSpec, MetalKernel};
 
-pub fn main() -> kiln::Result<()> {
+fn main() -> kiln::Result<()> {
     run(kiln::best_device())
 }
 

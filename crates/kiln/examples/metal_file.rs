@@ -38,7 +38,7 @@ kernel void scale_and_sum_rows(const device float* x [[buffer(0)]],
 }
 "#;
 
-pub fn main() -> kiln::Result<()> {
+fn main() -> kiln::Result<()> {
     run(kiln::best_device())
 }
 

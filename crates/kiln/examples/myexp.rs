@@ -6,7 +6,7 @@
 use kiln::check::{rel_l2, tolerance, Rng};
 use kiln::{f16, Array, DType, LaunchSpec, MetalKernel};
 
-pub fn main() -> kiln::Result<()> {
+fn main() -> kiln::Result<()> {
     run(kiln::best_device())
 }
 

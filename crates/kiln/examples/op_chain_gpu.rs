@@ -9,7 +9,7 @@ use kiln::check::{rel_l2, tolerance, Rng};
 use kiln::ops::{elementwise::silu, rms_norm::rms_norm, softmax::softmax};
 use kiln::{Array, DType};
 
-pub fn main() -> kiln::Result<()> {
+fn main() -> kiln::Result<()> {
     run(kiln::best_device())
 }
 

@@ -8,7 +8,7 @@
 use kiln::check::{rel_l2, tolerance, Rng};
 use kiln::{Array, DType, LaunchSpec, MetalKernel, SliceArg};
 
-pub fn main() -> kiln::Result<()> {
+fn main() -> kiln::Result<()> {
     run(kiln::best_device())
 }
 

@@ -11,17 +11,22 @@ use kiln::{Array, DType, Device};
 use kiln_tools::gallery::{self, library};
 
 #[path = "../examples/histogram_atomics.rs"]
+#[allow(dead_code)] // its `main`; the test calls `run`
 mod histogram_atomics;
 #[path = "../examples/metal_file.rs"]
+#[allow(dead_code)] // its `main`; the test calls `run`
 mod metal_file;
 #[path = "../examples/myexp.rs"]
+#[allow(dead_code)] // its `main`; the test calls `run`
 mod myexp;
 #[path = "../examples/op_chain_gpu.rs"]
+#[allow(dead_code)] // its `main`; the test calls `run`
 mod op_chain_gpu;
 #[path = "../examples/strided_view.rs"]
+#[allow(dead_code)] // its `main`; the test calls `run`
 mod strided_view;
 
-/// An example's `main`.
+/// An example's `run`.
 type Example = fn(Device) -> kiln::Result<()>;
 
 fn rendered(found: &[sanitize::Finding]) -> String {
