@@ -5,8 +5,8 @@
 //!
 //! NVRTC's precompiled headers live at a fixed address of its PCH heap, so one file serves only
 //! the process that made it: each process builds its own per option set, on a thread of its
-//! own when its first unit is compiled (that unit and any before the header is ready compile
-//! as they did before, whole), in `config::cache_dir()/cuda-pch/` under its process id; files
+//! own when its second unit is compiled (the units before the header is ready compile as
+//! they did before, whole; a process that exits meanwhile waits for the build), in `config::cache_dir()/cuda-pch/` under its process id; files
 //! of processes that are gone are removed when a new one is made. A unit whose compile with
 //! the header fails because of the header (a file removed meanwhile, say) compiles whole, and
 //! the header is not used again.
@@ -60,16 +60,75 @@ pub(super) fn ready(opts: &[String]) -> Option<PathBuf> {
     if let Some(file) = e.file.get() {
         return file.clone();
     }
-    static STARTED: OnceLock<Mutex<std::collections::HashSet<Vec<String>>>> = OnceLock::new();
-    let started = STARTED.get_or_init(Default::default);
-    if started.lock().map(|mut s| s.insert(opts.to_vec())).unwrap_or(false) {
+    // Units asked for per option set; the build starts at the second, so a process that
+    // compiles one kernel never pays for a header it would not use.
+    static ASKED: OnceLock<Mutex<HashMap<Vec<String>, usize>>> = OnceLock::new();
+    let asked = ASKED.get_or_init(Default::default);
+    let nth = asked
+        .lock()
+        .map(|mut m| {
+            let n = m.entry(opts.to_vec()).or_insert(0);
+            *n += 1;
+            *n
+        })
+        .unwrap_or(0);
+    if nth == BUILD_AT_UNIT {
         let opts = opts.to_vec();
+        let building = BuildUnderWay::start();
         std::thread::spawn(move || {
             let e = entry(&opts);
             e.file.get_or_init(|| build(&opts));
+            drop(building);
         });
     }
     None
+}
+
+/// The unit of an option set whose compile starts building its precompiled prelude.
+const BUILD_AT_UNIT: usize = 2;
+
+/// Builds under way on their threads. The process waits for them when it exits: NVRTC's
+/// static state is torn down by `exit`, under a build still running in it.
+struct BuildUnderWay;
+
+fn builds() -> &'static (Mutex<usize>, std::sync::Condvar) {
+    static BUILDS: OnceLock<(Mutex<usize>, std::sync::Condvar)> = OnceLock::new();
+    BUILDS.get_or_init(Default::default)
+}
+
+extern "C" fn wait_for_builds() {
+    let (count, done) = builds();
+    let mut n = count.lock().unwrap_or_else(|e| e.into_inner());
+    while *n > 0 {
+        n = done.wait(n).unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+extern "C" {
+    fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
+}
+
+impl BuildUnderWay {
+    fn start() -> Self {
+        static REGISTERED: std::sync::Once = std::sync::Once::new();
+        // SAFETY: `atexit` stores a plain function pointer, called once by `exit`; the handler
+        // only waits on a process-wide condition variable. Registered after NVRTC was loaded,
+        // it runs before NVRTC's own exit handlers.
+        REGISTERED.call_once(|| unsafe {
+            atexit(wait_for_builds);
+        });
+        *builds().0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        BuildUnderWay
+    }
+}
+
+impl Drop for BuildUnderWay {
+    fn drop(&mut self) {
+        let (count, done) = builds();
+        let mut n = count.lock().unwrap_or_else(|e| e.into_inner());
+        *n = n.saturating_sub(1);
+        done.notify_all();
+    }
 }
 
 /// The precompiled prelude for `opts`, built now if need be (waiting for a build under way);
