@@ -101,7 +101,8 @@ pub fn error(
             let rows = (part.rows)(dims);
             let axes = |i: usize| part.row_axes.get(i).copied().flatten();
             let ins = inputs.iter().enumerate().map(|(i, x)| rows_of(x, axes(i), &rows)).collect();
-            let outs = outputs.iter().enumerate().map(|(i, x)| rows_of(x, axes(inputs.len() + i), &rows)).collect();
+            let outs =
+                outputs.iter().enumerate().map(|(i, x)| rows_of(x, axes(entry.inputs.len() + i), &rows)).collect();
             (ins, outs)
         }
     };
@@ -111,4 +112,24 @@ pub fn error(
         return Err(Error::invalid(entry.name, msg));
     }
     Ok(outputs.iter().zip(&want).map(|(got, want)| rel_l2(&got.values, want)).fold(0.0, f64::max))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_of_takes_whole_rows_of_the_trailing_axes_and_keeps_the_rank() {
+        let x = HostInput { shape: vec![2, 3, 2], dtype: DType::F32, values: (0..12).map(f64::from).collect() };
+        let two = rows_of(&x, Some(1), &[1, 4, 9]);
+        assert_eq!((two.shape.as_slice(), two.values.as_slice()), (&[1, 2, 2][..], &[2.0, 3.0, 8.0, 9.0][..]));
+        let first = rows_of(&x, Some(2), &[0]);
+        assert_eq!(
+            (first.shape.as_slice(), first.values.as_slice()),
+            (&[1, 3, 2][..], &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0][..])
+        );
+        let elements = rows_of(&x, Some(0), &[0, 11]);
+        assert_eq!((elements.shape.as_slice(), elements.values.as_slice()), (&[1, 1, 2][..], &[0.0, 11.0][..]));
+        assert_eq!(rows_of(&x, None, &[0]).values, x.values);
+    }
 }

@@ -101,7 +101,7 @@ pub fn listed() -> Vec<ListedCase> {
 
 #[cfg(test)]
 mod tests {
-    use kiln::ops;
+    use kiln::ops::{self, BenchShape};
 
     #[test]
     fn every_registry_bench_shape_builds_a_case() {
@@ -115,5 +115,37 @@ mod tests {
         let shapes = ops::registry().iter().map(|e| e.bench.len()).sum::<usize>();
         assert_eq!(super::all().len(), shapes + 4, "the registry's cases and the docs grid_sample kernels");
         assert_eq!(super::listed().len(), shapes);
+    }
+
+    /// Each registry bench shape, at small sizes (a demo's sizes and parameters, or 4099
+    /// elements), prepared,
+    /// run and checked on the CPU through the generic path, including the part of the problem
+    /// its entry checks; a wrong output (its first element off by 1e6) fails the check.
+    #[test]
+    fn every_registry_bench_case_runs_and_checks_at_small_sizes_on_the_cpu() {
+        let device = kiln::Device::Cpu;
+        for op in ops::registry() {
+            for shape in op.bench {
+                // The demo of this op or of one whose sizes mean the same.
+                let demo = ops::registry().iter().filter(|e| e.dims == op.dims).find_map(|e| e.demo);
+                let small = match demo {
+                    Some(demo) => BenchShape { dims: demo.dims, params: demo.params, ..*shape },
+                    None if op.dims == ops::UNARY_DIMS => BenchShape { dims: &[4099], ..*shape },
+                    None => panic!("{}: no small sizes to test at", op.name),
+                };
+                let case = super::case_at(op, Box::leak(Box::new(small)), small.dims);
+                let mut prepared = (case.prepare)(device, 11).unwrap_or_else(|e| panic!("{}: {e}", case.id()));
+                let outs: Vec<kiln::Array> = (prepared.run)().unwrap().iter().map(|a| a.to_host().unwrap()).collect();
+                let error = (prepared.error)(&outs).unwrap();
+                assert!(error <= prepared.tolerance, "{}: error {error:.2e}", case.id());
+                let mut wrong = outs[0].to_f64_vec().unwrap();
+                wrong[0] += 1e6;
+                let wrong = kiln::Array::from_f64(outs[0].dtype(), outs[0].shape(), &wrong).unwrap();
+                let mut outs = outs;
+                outs[0] = wrong;
+                let error = (prepared.error)(&outs).unwrap();
+                assert!(error > prepared.tolerance, "{}: a wrong output passed ({error:.2e})", case.id());
+            }
+        }
     }
 }

@@ -74,8 +74,9 @@ mod tests {
         for e in registry {
             assert!(e.demo.is_some() || !e.bench.is_empty(), "{} is neither demoed nor benchmarked", e.name);
             let dims = e.demo.map_or_else(|| e.bench[0].dims, |d| d.dims);
-            let setup = (e.setup)(DType::F32, dims, &[]);
-            assert_eq!(setup.inputs.len() <= e.inputs.len(), true, "{}: more inputs than it names", e.name);
+            let params = e.demo.map_or_else(|| e.bench[0].params, |d| d.params);
+            let setup = (e.setup)(DType::F32, dims, params);
+            assert!(setup.inputs.len() <= e.inputs.len(), "{}: more inputs than it names", e.name);
         }
         let demoed: Vec<&str> = entries().iter().map(|e| e.name).collect();
         let want: Vec<&str> = registry.iter().filter_map(|e| e.demo.map(|d| d.label)).collect();

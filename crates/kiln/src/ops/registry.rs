@@ -13,7 +13,7 @@ use super::grid_sample::{grid_sample_call, grid_sample_vjp_plan};
 use super::overlap_add::overlap_add_call;
 use super::plan::OpPlan;
 use super::qr::qr_plan;
-use super::registry_setup::{self as setup, HostInput, Sampled, Setup};
+use super::registry_setup::{self as setup, CostFn, HostInput, Sampled, Setup};
 use super::residual_rms_norm::residual_rms_norm_call;
 use super::rms_norm::rms_norm_call;
 use super::rope::rope_call;
@@ -46,7 +46,7 @@ pub struct OpEntry {
     pub setup: fn(DType, &[usize], &[f64]) -> Setup,
     /// The fewest bytes it must move and floating-point operations it must do, for a dtype,
     /// sizes and a shape's `params`.
-    pub cost: fn(DType, &[usize], &[f64]) -> (f64, f64),
+    pub cost: CostFn,
     /// The sizes as benchmark reports write them.
     pub label: fn(&[usize]) -> String,
     /// The part of a benchmark-sized problem checked against the reference (`None`: all of it).
@@ -310,7 +310,7 @@ static REGISTRY: &[OpEntry] = &[
         setup: setup::attention_setup,
         cost: setup::attention_cost,
         label: setup::attention_label,
-        check: Some(setup::FIRST_OF_TWO_AXES),
+        check: Some(setup::ATTENTION_CHECK),
         dims: "B, query heads, key/value heads, Tq, Tk, D",
         demo: demo_with("ops::attention (causal, GQA)", F32, &[1, 4, 2, 19, 23, 32], CAUSAL),
         bench: &[
@@ -424,7 +424,7 @@ static REGISTRY: &[OpEntry] = &[
         setup: setup::qr_setup,
         cost: setup::qr_cost,
         label: setup::label,
-        check: Some(setup::FIRST_MATRIX),
+        check: Some(setup::FIRST_MATRIX_QR),
         dims: "batch, M, N",
         demo: demo("ops::qr", F32, &[2, 37, 21]),
         bench: &[case("qr", F32, &[8192, 64, 64]), case("qr", F32, &[16, 1024, 1024])],
@@ -483,6 +483,15 @@ mod tests {
         for (i, e) in entries.iter().enumerate() {
             assert!(entries[..i].iter().all(|o| o.name != e.name), "{} listed twice", e.name);
             assert!(e.demo.is_some() || !e.bench.is_empty(), "{} is neither demoed nor benchmarked", e.name);
+        }
+    }
+
+    #[test]
+    fn every_checked_part_names_the_rows_of_each_input_and_output() {
+        for e in super::registry() {
+            if let Some(check) = e.check {
+                assert_eq!(check.row_axes.len(), e.inputs.len() + e.outputs.len(), "{}", e.name);
+            }
         }
     }
 

@@ -113,9 +113,14 @@ pub struct Setup {
 pub struct Sampled {
     /// The rows checked, given the sizes.
     pub rows: fn(&[usize]) -> Vec<usize>,
-    /// Per input, then per output: how many trailing axes form one row.
+    /// Per input the entry names (optional ones included), then per output: how many trailing
+    /// axes form one row.
     pub row_axes: &'static [Option<usize>],
 }
+
+/// An op's fewest bytes moved and floating-point operations, for a dtype, sizes and a shape's
+/// params.
+pub type CostFn = fn(DType, &[usize], &[f64]) -> (f64, f64);
 
 /// `value` rounded to `dtype`, as an array of it would store it.
 pub(super) fn round_to(dtype: DType, value: f64) -> f64 {
@@ -262,6 +267,8 @@ pub(super) fn rope_cost(dtype: DType, dims: &[usize], _: &[f64]) -> (f64, f64) {
 
 /// The first head of the first batch.
 pub(super) const FIRST_OF_TWO_AXES: Sampled = Sampled { rows: |_| vec![0], row_axes: &[Some(2); 2] };
+/// The first query head of the first batch (and the key/value head it reads: the first).
+pub(super) const ATTENTION_CHECK: Sampled = Sampled { rows: |_| vec![0], row_axes: &[Some(2); 5] };
 
 /// The shape's params: causal (0 or 1); the scale is 1/sqrt(D).
 pub(super) fn attention_setup(dtype: DType, dims: &[usize], params: &[f64]) -> Setup {
@@ -394,8 +401,9 @@ pub(super) fn grid_sample_label(dims: &[usize]) -> String {
 pub(super) const GRID_SAMPLE_CHECK: Sampled = Sampled { rows: |_| vec![0], row_axes: &[Some(3); 3] };
 pub(super) const GRID_SAMPLE_VJP_CHECK: Sampled = Sampled { rows: |_| vec![0], row_axes: &[Some(3); 5] };
 
-/// The first matrix.
-pub(super) const FIRST_MATRIX: Sampled = Sampled { rows: |_| vec![0], row_axes: &[Some(2); 3] };
+/// The first matrix (of the input and each output).
+pub(super) const FIRST_MATRIX: Sampled = Sampled { rows: |_| vec![0], row_axes: &[Some(2); 2] };
+pub(super) const FIRST_MATRIX_QR: Sampled = Sampled { rows: |_| vec![0], row_axes: &[Some(2); 3] };
 
 pub(super) fn cholesky_setup(dtype: DType, dims: &[usize], _: &[f64]) -> Setup {
     let [b, n] = sizes(dims);
