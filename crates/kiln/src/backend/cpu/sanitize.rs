@@ -214,8 +214,10 @@ fn instrumented(cxx: &str, program: &MetalProgram) -> Result<Arc<Instrumented>> 
     let compiler = toolchain::host_compiler(cxx)?;
     let mut flags: Vec<&str> =
         toolchain::flags(program.math_mode, &compiler).into_iter().filter(|f| *f != "-shared").collect();
-    // Identical calls in two branches stay two calls, so each keeps its own line.
-    flags.extend(["-fsanitize=thread", "-g", "-c", "-fno-tree-tail-merge", "-fno-crossjumping"]);
+    // Identical calls in two branches stay two calls, so each keeps its own line. Line tables
+    // and inline chains (`-g1`) are all the findings need: full debug information costs compile
+    // time.
+    flags.extend(["-fsanitize=thread", "-g1", "-c", "-fno-tree-tail-merge", "-fno-crossjumping"]);
     let mut h = Sha256::new();
     h.update(tu.as_bytes());
     h.update(flags.join(" ").as_bytes());
@@ -309,7 +311,10 @@ pub fn run(cxx: &str, launch: &Launch<'_>) -> Result<CheckedRun> {
     } else {
         None
     };
-    let last_writes: Vec<u32> = first.written.iter().map(|w| w.2).collect();
+    // The last store names an output's line only in an unwritten-output finding: resolving it
+    // otherwise would cost an `addr2line` run per clean launch.
+    let last_writes: Vec<u32> =
+        first.written.iter().filter(|w| w.1.iter().any(|&state| state != 1)).map(|w| w.2).collect();
     let sites = symbolize(&inst, &first.raw, &last_writes);
     let site = |pc: u32| if pc == 0 { None } else { sites.get(&pc).cloned() };
     let findings = first
