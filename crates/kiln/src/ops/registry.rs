@@ -1,9 +1,11 @@
 //! The list of ops: one entry per op of the library, with its plan and the shapes the demo and
 //! the benchmark run it at. The demo, `kiln bench` (and `bench/peers.py` through `kiln bench
 //! --list-json`), the criterion benches and the Python bindings read this list instead of typing
-//! their own. Each entry names the op's inputs and scalar parameters and holds the function that
-//! plans the op's work on them ([`OpEntry::plan`]); the op is also `kiln::ops::<name>` and its
-//! reference `kiln::ops::<module>::reference`.
+//! their own. Each entry names the op's inputs, scalar parameters and outputs and holds the
+//! function that plans the op's work on them ([`OpEntry::plan`]), its f64 reference over host
+//! values (wrapping `kiln::ops::<module>::reference`), the inputs to draw at given sizes, its
+//! cost and the part of a large problem a check covers (the hooks are in `registry_setup.rs`),
+//! so a tool runs any entry without knowing the op and a new op is one entry here.
 
 use super::attention::{scaled_dot_product_attention_plan, Mask};
 use super::cholesky::cholesky_plan;
