@@ -11,14 +11,14 @@ use kiln::{ops, Device};
 use kiln_tools::bench::cases;
 
 /// The sizes to run a registry shape at on `device`: as listed on a GPU; on the CPU emulator,
-/// elementwise ops on 64 Ki elements and row-wise ops on 256 rows of at most 1024, others not.
-fn sizes(device: Device, op: &str, dims: &[usize]) -> Option<Vec<usize>> {
+/// ops over elements on 64 Ki of them and ops over rows on 256 rows of at most 1024, others not.
+fn sizes(device: Device, op: &ops::OpEntry, dims: &[usize]) -> Option<Vec<usize>> {
     if device != Device::Cpu {
         return Some(dims.to_vec());
     }
-    match (op, dims) {
-        ("exp" | "silu" | "gelu", [_]) => Some(vec![1 << 16]),
-        ("rms_norm" | "residual_rms_norm" | "softmax", [_, d]) => Some(vec![256, (*d).min(1024)]),
+    match (op.dims, dims) {
+        (ops::UNARY_DIMS, [_]) => Some(vec![1 << 16]),
+        (ops::ROW_DIMS, [_, d]) => Some(vec![256, (*d).min(1024)]),
         _ => None,
     }
 }
@@ -28,7 +28,7 @@ fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group(format!("ops on {device}"));
     for op in ops::registry() {
         for shape in op.bench {
-            let Some(case) = sizes(device, op.name, shape.dims).and_then(|d| cases::case_at(op.name, shape, &d)) else {
+            let Some(case) = sizes(device, op, shape.dims).map(|d| cases::case_at(op, shape, &d)) else {
                 continue;
             };
             let mut prepared = (case.prepare)(device, 7).expect("inputs");

@@ -6,4 +6,5 @@
 
 pub mod bench;
 pub mod gallery;
+pub mod op_runs;
 pub mod spec;

@@ -1,43 +1,60 @@
-//! The benchmark cases: each op at the shapes and dtypes of the reference table, with the
-//! fewest bytes and FLOPs it needs and a check against its reference at the benchmark shape
-//! (on a subsample of elements or rows where the full reference would take too long).
-//! The ops and shapes come from `kiln::ops::registry()`; `bench/peers.py` reads the same list
-//! (`kiln bench --list-json`).
+//! The benchmark cases: each registry op at the shapes and dtypes of the reference table, with
+//! the fewest bytes and FLOPs it needs (the entry's `cost`) and a check against its reference at
+//! the benchmark shape (on the part of the problem the entry's `check` names where the full
+//! reference would take too long). Every case is built the same way from its registry entry;
+//! `bench/peers.py` reads the same list (`kiln bench --list-json`).
 
-use super::inputs::{device_input, host_values, input, sample};
+use super::inputs::device_input;
 use super::{Case, Prepared};
-use kiln::check::{rel_l2, tolerance, Rng};
-use kiln::dtype::DType;
-use kiln::ops::{self, BenchShape, Unary};
+use crate::op_runs::{self, host_input, OpInputs};
+use kiln::array::Array;
+use kiln::check::Rng;
+use kiln::ops::{self, BenchShape, Fill, OpEntry};
 
 /// Every case, in report order: each registry op's benchmark shapes in registry order, then the
 /// MLX docs' grid_sample kernels beside the library's.
 pub fn all() -> Vec<Case> {
     let mut v: Vec<Case> =
-        ops::registry().iter().flat_map(|op| op.bench.iter().filter_map(move |shape| case(op.name, shape))).collect();
-    v.extend(super::compute_cases::docs_grid_sample());
+        ops::registry().iter().flat_map(|op| op.bench.iter().map(move |shape| case(op, shape))).collect();
+    v.extend(super::docs_cases::docs_grid_sample());
     v
 }
 
-/// The case of the registry's op `name` at `shape`; `None` where no builder here takes that op
-/// and shape (the tests check every registry shape has one).
-pub fn case(name: &str, shape: &BenchShape) -> Option<Case> {
-    case_at(name, shape, shape.dims)
+/// The case of the registry's op `entry` at `shape`.
+pub fn case(entry: &'static OpEntry, shape: &'static BenchShape) -> Case {
+    case_at(entry, shape, shape.dims)
 }
 
-/// The case of the registry's op `name` at `shape` with other sizes `dims` (of the same meaning),
-/// e.g. smaller ones for the CPU emulator.
-pub fn case_at(name: &str, shape: &BenchShape, dims: &[usize]) -> Option<Case> {
-    let dtype = shape.dtype;
-    Some(match (name, dims) {
-        ("exp", &[n]) => unary(shape.case, dtype, n, 1.0, Unary::Exp),
-        ("silu", &[n]) => unary(shape.case, dtype, n, 4.0, Unary::Silu),
-        ("gelu", &[n]) => unary(shape.case, dtype, n, 9.0, Unary::Gelu),
-        ("rms_norm", &[rows, d]) => rms_norm(dtype, rows, d),
-        ("residual_rms_norm", &[rows, d]) => residual_rms_norm(dtype, rows, d),
-        ("softmax", &[rows, d]) => softmax(dtype, rows, d),
-        _ => return super::compute_cases::case(name, shape.case, dims),
-    })
+/// The case of the registry's op `entry` at `shape` with other sizes `dims` (of the same
+/// meaning), e.g. smaller ones for the CPU emulator. Uniform inputs are drawn on the device
+/// (inputs of hundreds of millions of elements), the others on the host.
+pub fn case_at(entry: &'static OpEntry, shape: &'static BenchShape, dims: &[usize]) -> Case {
+    let (dtype, dims) = (shape.dtype, dims.to_vec());
+    let (bytes, flops) = (entry.cost)(dtype, &dims, shape.params);
+    Case {
+        op: shape.case,
+        shape: (entry.label)(&dims),
+        dtype,
+        bytes,
+        flops,
+        prepare: Box::new(move |device, seed| {
+            let mut draw = |spec: &ops::InputSpec, rng: &mut Rng| match spec.fill {
+                Fill::Uniform(lo, hi) => device_input(device, spec.dtype, &spec.shape, rng, lo, hi),
+                _ => Array::from_f64(spec.dtype, &spec.shape, &spec.draw(rng)),
+            };
+            let inputs = OpInputs::drawn(entry, dtype, &dims, shape.params, device, &mut Rng::new(seed), &mut draw)?;
+            let tolerance = inputs.tolerance();
+            let (run_inputs, dims) = (inputs.clone(), dims.clone());
+            Ok(Prepared {
+                run: Box::new(move || run_inputs.run(entry)),
+                error: Box::new(move |outs| {
+                    let outs = outs.iter().map(host_input).collect::<kiln::Result<Vec<_>>>()?;
+                    op_runs::error(entry, &dims, &inputs.host()?, &inputs.params, &outs, entry.check)
+                }),
+                tolerance,
+            })
+        }),
+    }
 }
 
 /// A registry benchmark case as `kiln bench --list-json` prints it, for peers (`bench/peers.py`)
@@ -66,165 +83,69 @@ pub fn listed() -> Vec<ListedCase> {
     let mut v = Vec::new();
     for op in ops::registry() {
         for shape in op.bench {
-            if let Some(c) = case(op.name, shape) {
-                let id = c.id();
-                let (bytes, flops) = (c.bytes, c.flops);
-                v.push(ListedCase {
-                    id,
-                    op: op.name,
-                    case: shape.case,
-                    dims: shape.dims,
-                    dtype: shape.dtype.name(),
-                    bytes,
-                    flops,
-                });
-            }
+            let c = case(op, shape);
+            let (id, bytes, flops) = (c.id(), c.bytes, c.flops);
+            v.push(ListedCase {
+                id,
+                op: op.name,
+                case: shape.case,
+                dims: shape.dims,
+                dtype: shape.dtype.name(),
+                bytes,
+                flops,
+            });
         }
     }
     v
 }
 
-fn unary(op: &'static str, dtype: DType, n: usize, flops_per_element: f64, which: Unary) -> Case {
-    Case {
-        op,
-        shape: n.to_string(),
-        dtype,
-        bytes: 2.0 * (n * dtype.size()) as f64,
-        flops: flops_per_element * n as f64,
-        prepare: Box::new(move |device, seed| {
-            let x = device_input(device, dtype, &[n], &mut Rng::new(seed), -4.0, 4.0)?;
-            let run_x = x.clone();
-            Ok(Prepared {
-                run: Box::new(move || Ok(vec![ops::unary(which, &run_x)?])),
-                error: Box::new(move |outs| {
-                    let out = outs[0].to_f64_vec()?;
-                    let xv = host_values(&x)?;
-                    let (got, want): (Vec<f64>, Vec<f64>) =
-                        sample(n, 1 << 20).map(|i| (out[i], ops::elementwise::reference_one(which, xv[i]))).unzip();
-                    Ok(rel_l2(&got, &want))
-                }),
-                tolerance: tolerance(dtype),
-            })
-        }),
-    }
-}
-
-/// Rows checked of a row-wise op: about 256, spread over all of them.
-fn sampled_rows(rows: usize) -> Vec<usize> {
-    sample(rows, 256).collect()
-}
-
-/// The relative error of `out` against `reference` applied row by row on sampled rows.
-pub fn row_error(out: &[f64], x: &[f64], d: usize, reference: impl Fn(&[f64], usize) -> Vec<f64>) -> f64 {
-    let rows = x.len() / d;
-    let (mut got, mut want) = (Vec::new(), Vec::new());
-    for r in sampled_rows(rows) {
-        got.extend_from_slice(&out[r * d..(r + 1) * d]);
-        want.extend(reference(&x[r * d..(r + 1) * d], r));
-    }
-    rel_l2(&got, &want)
-}
-
-fn rms_norm(dtype: DType, rows: usize, d: usize) -> Case {
-    Case {
-        op: "rms_norm",
-        shape: format!("{rows}x{d}"),
-        dtype,
-        bytes: ((2 * rows * d + d) * dtype.size()) as f64,
-        flops: 4.0 * (rows * d) as f64,
-        prepare: Box::new(move |device, seed| {
-            let mut rng = Rng::new(seed);
-            let (x, xv) = input(device, dtype, &[rows, d], &mut rng, -2.0, 2.0)?;
-            let (w, wv) = input(device, dtype, &[d], &mut rng, 0.5, 1.5)?;
-            let eps = 1e-5;
-            let (rx, rw) = (x.clone(), w.clone());
-            Ok(Prepared {
-                run: Box::new(move || Ok(vec![ops::rms_norm(&rx, &rw, eps)?])),
-                error: Box::new(move |outs| {
-                    let out = outs[0].to_f64_vec()?;
-                    Ok(row_error(&out, &xv, d, |row, _| ops::rms_norm::reference(row, &wv, d, eps as f64)))
-                }),
-                tolerance: tolerance(dtype),
-            })
-        }),
-    }
-}
-
-fn residual_rms_norm(dtype: DType, rows: usize, d: usize) -> Case {
-    Case {
-        op: "residual_rms_norm",
-        shape: format!("{rows}x{d}"),
-        dtype,
-        bytes: ((4 * rows * d + d) * dtype.size()) as f64,
-        flops: 5.0 * (rows * d) as f64,
-        prepare: Box::new(move |device, seed| {
-            let mut rng = Rng::new(seed);
-            let (x, xv) = input(device, dtype, &[rows, d], &mut rng, -2.0, 2.0)?;
-            let (r, rv) = input(device, dtype, &[rows, d], &mut rng, -2.0, 2.0)?;
-            let (w, wv) = input(device, dtype, &[d], &mut rng, 0.5, 1.5)?;
-            let eps = 1e-5;
-            Ok(Prepared {
-                run: Box::new(move || {
-                    let (y, h) = ops::residual_rms_norm(&x, &r, &w, eps)?;
-                    Ok(vec![y, h])
-                }),
-                error: Box::new(move |outs| {
-                    let (y, h) = (outs[0].to_f64_vec()?, outs[1].to_f64_vec()?);
-                    let (mut got, mut want) = (Vec::new(), Vec::new());
-                    for row in sample(rows, 256) {
-                        let span = row * d..(row + 1) * d;
-                        let (ry, rh) =
-                            ops::residual_rms_norm::reference(&xv[span.clone()], &rv[span.clone()], &wv, d, eps as f64);
-                        got.extend_from_slice(&y[span.clone()]);
-                        got.extend_from_slice(&h[span]);
-                        want.extend(ry);
-                        want.extend(rh);
-                    }
-                    Ok(rel_l2(&got, &want))
-                }),
-                tolerance: tolerance(dtype),
-            })
-        }),
-    }
-}
-
-fn softmax(dtype: DType, rows: usize, d: usize) -> Case {
-    Case {
-        op: "softmax",
-        shape: format!("{rows}x{d}"),
-        dtype,
-        bytes: (2 * rows * d * dtype.size()) as f64,
-        flops: 4.0 * (rows * d) as f64,
-        prepare: Box::new(move |device, seed| {
-            let (x, xv) = input(device, dtype, &[rows, d], &mut Rng::new(seed), -4.0, 4.0)?;
-            let rx = x.clone();
-            Ok(Prepared {
-                run: Box::new(move || Ok(vec![ops::softmax(&rx)?])),
-                error: Box::new(move |outs| {
-                    let out = outs[0].to_f64_vec()?;
-                    Ok(row_error(&out, &xv, d, |row, _| ops::softmax::reference(row, d)))
-                }),
-                tolerance: tolerance(dtype),
-            })
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use kiln::ops;
+    use kiln::ops::{self, BenchShape};
 
     #[test]
     fn every_registry_bench_shape_builds_a_case() {
         for op in ops::registry() {
             for shape in op.bench {
-                let case = super::case(op.name, shape);
-                assert!(case.is_some(), "no benchmark case for {} at {:?}", op.name, shape.dims);
-                assert!(case.is_some_and(|c| c.op == shape.case && c.dtype == shape.dtype));
+                let case = super::case(op, shape);
+                assert!(case.op == shape.case && case.dtype == shape.dtype, "{}", case.id());
+                assert!(case.bytes > 0.0 && case.flops > 0.0, "{}", case.id());
             }
         }
         let shapes = ops::registry().iter().map(|e| e.bench.len()).sum::<usize>();
         assert_eq!(super::all().len(), shapes + 4, "the registry's cases and the docs grid_sample kernels");
         assert_eq!(super::listed().len(), shapes);
+    }
+
+    /// Each registry bench shape, at small sizes (a demo's sizes and parameters, or 4099
+    /// elements), prepared,
+    /// run and checked on the CPU through the generic path, including the part of the problem
+    /// its entry checks; a wrong output (its first element off by 1e6) fails the check.
+    #[test]
+    fn every_registry_bench_case_runs_and_checks_at_small_sizes_on_the_cpu() {
+        let device = kiln::Device::Cpu;
+        for op in ops::registry() {
+            for shape in op.bench {
+                // The demo of this op or of one whose sizes mean the same.
+                let demo = ops::registry().iter().filter(|e| e.dims == op.dims).find_map(|e| e.demo);
+                let small = match demo {
+                    Some(demo) => BenchShape { dims: demo.dims, params: demo.params, ..*shape },
+                    None if op.dims == ops::UNARY_DIMS => BenchShape { dims: &[4099], ..*shape },
+                    None => panic!("{}: no small sizes to test at", op.name),
+                };
+                let case = super::case_at(op, Box::leak(Box::new(small)), small.dims);
+                let mut prepared = (case.prepare)(device, 11).unwrap_or_else(|e| panic!("{}: {e}", case.id()));
+                let outs: Vec<kiln::Array> = (prepared.run)().unwrap().iter().map(|a| a.to_host().unwrap()).collect();
+                let error = (prepared.error)(&outs).unwrap();
+                assert!(error <= prepared.tolerance, "{}: error {error:.2e}", case.id());
+                let mut wrong = outs[0].to_f64_vec().unwrap();
+                wrong[0] += 1e6;
+                let wrong = kiln::Array::from_f64(outs[0].dtype(), outs[0].shape(), &wrong).unwrap();
+                let mut outs = outs;
+                outs[0] = wrong;
+                let error = (prepared.error)(&outs).unwrap();
+                assert!(error > prepared.tolerance, "{}: a wrong output passed ({error:.2e})", case.id());
+            }
+        }
     }
 }

@@ -10,7 +10,7 @@
 
 pub mod cases;
 pub mod compile_time;
-mod compute_cases;
+mod docs_cases;
 pub mod host;
 pub mod inputs;
 pub mod plot;

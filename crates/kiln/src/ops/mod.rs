@@ -31,6 +31,7 @@ mod plan;
 #[doc(hidden)]
 pub mod qr;
 mod registry;
+pub mod registry_setup;
 #[doc(hidden)]
 pub mod residual_rms_norm;
 #[doc(hidden)]
@@ -56,7 +57,8 @@ pub use kernel_cache::KernelCache;
 pub use overlap_add::{overlap_add, overlap_add_call};
 pub use plan::{OpCall, OpFinish, OpKernel, OpPlan};
 pub use qr::{qr, qr_plan, qr_with};
-pub use registry::{registry, BenchShape, DemoShape, OpEntry};
+pub use registry::{registry, BenchShape, DemoShape, OpEntry, ROW_DIMS, UNARY_DIMS};
+pub use registry_setup::{CostFn, Fill, HostInput, InputSpec, Sampled, Setup};
 pub use residual_rms_norm::{residual_rms_norm, residual_rms_norm_call};
 pub use rms_norm::{rms_norm, rms_norm_call};
 pub use rope::{rope, rope_call};
