@@ -39,7 +39,7 @@ fn gallery_and_library_kernels_have_no_findings() {
     for entry in gallery::entries().into_iter().chain(library::entries()) {
         let dtype = if entry.dtypes.contains(&DType::F32) { DType::F32 } else { entry.dtypes[0] };
         let start = std::time::Instant::now();
-        let (outcome, found) = sanitize::check(|| (entry.demo)(Device::Cpu, dtype, 29));
+        let (outcome, found) = sanitize::check(|| entry.run(Device::Cpu, dtype, 29));
         let outcome = outcome.unwrap_or_else(|e| panic!("{}: {e}", entry.name));
         eprintln!("{} {dtype}: {} findings in {:?}", entry.name, found.len(), start.elapsed());
         assert!(outcome.passed(), "{} is wrong when checked: error {}", entry.name, outcome.error());

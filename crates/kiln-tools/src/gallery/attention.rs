@@ -12,7 +12,8 @@
 //! Reference: the two-pass softmax in f64 on the dtype-rounded inputs. Tolerance: dtype table.
 
 use super::{
-    check_dtype, check_shape, dim, normal_input, values, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
+    check_dtype, check_shape, dim, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng,
+    FLOAT_DTYPES,
 };
 use kiln::array::Array;
 use kiln::device::Device;
@@ -20,7 +21,8 @@ use kiln::dtype::DType;
 use kiln::error::{Error, Result};
 use kiln::kernel::{LaunchSpec, MetalKernel};
 
-pub const ENTRY: Entry = Entry { name: "attention", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo };
+pub const ENTRY: Entry =
+    Entry { name: "attention", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo: Demo::Kernel(demo) };
 
 const SOURCE: &str = r#"
     constexpr int DPL = (D + 31) / 32;

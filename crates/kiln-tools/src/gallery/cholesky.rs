@@ -14,14 +14,17 @@
 //! Reference: unblocked Cholesky–Banachiewicz in f64 on the dtype-rounded `A` (itself checked by
 //! reconstruction). Tolerance: the dtype table.
 
-use super::{check_dtype, dim, host_input, values, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES};
+use super::{
+    check_dtype, dim, host_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
+};
 use kiln::array::Array;
 use kiln::device::Device;
 use kiln::dtype::DType;
 use kiln::error::{Error, Result};
 use kiln::kernel::{LaunchSpec, MetalKernel};
 
-pub const ENTRY: Entry = Entry { name: "cholesky", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo };
+pub const ENTRY: Entry =
+    Entry { name: "cholesky", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo: Demo::Kernel(demo) };
 
 /// The largest matrix whose f32 copy fits in 32 KB of threadgroup memory.
 pub const MAX_N: usize = 90;

@@ -8,16 +8,19 @@
 //! Layout: input any shape of f32/f16/bf16; output the same shape, row-contiguous, same dtype.
 //! Reference: `f64::exp` of the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::{check_dtype, dim, host_input, values, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES};
+use super::{
+    check_dtype, dim, host_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
+};
 use kiln::array::{Array, SliceArg};
 use kiln::device::Device;
 use kiln::dtype::DType;
 use kiln::error::Result;
 use kiln::kernel::{LaunchSpec, MetalKernel};
 
-pub const ENTRY: Entry = Entry { name: "exp", dtypes: &FLOAT_DTYPES, demo_dtypes: &FLOAT_DTYPES, demo };
+pub const ENTRY: Entry =
+    Entry { name: "exp", dtypes: &FLOAT_DTYPES, demo_dtypes: &FLOAT_DTYPES, demo: Demo::Kernel(demo) };
 pub const STRIDED_ENTRY: Entry =
-    Entry { name: "exp_strided", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo: demo_strided };
+    Entry { name: "exp_strided", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo: Demo::Kernel(demo_strided) };
 
 const SOURCE: &str = r#"
     uint elem = thread_position_in_grid.x;

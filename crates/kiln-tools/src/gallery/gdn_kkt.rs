@@ -17,7 +17,7 @@
 
 use std::time::Instant;
 
-use super::{check_dtype, host_input, normal_input, values, Entry, Outcome, Part, Rng, FLOAT_DTYPES};
+use super::{check_dtype, host_input, normal_input, values, Demo, Entry, Outcome, Part, Rng, FLOAT_DTYPES};
 use kiln::array::Array;
 use kiln::backend::Dispatch;
 use kiln::device::Device;
@@ -26,7 +26,7 @@ use kiln::error::{Error, Result};
 use kiln::kernel::{LibraryArg, LibraryLaunch, MetalLibrary};
 
 pub const ENTRY: Entry =
-    Entry { name: "gdn_kkt (full file)", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::BF16], demo };
+    Entry { name: "gdn_kkt (full file)", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::BF16], demo: Demo::Kernel(demo) };
 
 /// The Metal file, compiled as is.
 pub const SOURCE: &str = include_str!("gdn_kkt.metal");

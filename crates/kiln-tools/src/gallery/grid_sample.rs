@@ -12,7 +12,8 @@
 //! with the VJP's finite-difference test). Tolerance: the dtype table.
 
 use super::{
-    check_dtype, dim, host_input, normal_input, values, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
+    check_dtype, dim, host_input, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng,
+    FLOAT_DTYPES,
 };
 use kiln::array::Array;
 use kiln::device::Device;
@@ -20,7 +21,8 @@ use kiln::dtype::DType;
 use kiln::error::{Error, Result};
 use kiln::kernel::{LaunchSpec, MetalKernel};
 
-pub const ENTRY: Entry = Entry { name: "grid_sample", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo };
+pub const ENTRY: Entry =
+    Entry { name: "grid_sample", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo: Demo::Kernel(demo) };
 
 const SOURCE: &str = r#"
     uint elem = thread_position_in_grid.x;

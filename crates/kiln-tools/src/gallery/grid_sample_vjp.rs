@@ -14,14 +14,17 @@
 //! the forward reference. Tolerance: the f32 entry (outputs are f32 sums of rounded inputs).
 
 use super::grid_sample::{dims, inputs};
-use super::{check_shape, dim, normal_input, values, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES};
+use super::{
+    check_shape, dim, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
+};
 use kiln::array::Array;
 use kiln::device::Device;
 use kiln::dtype::DType;
 use kiln::error::{Error, Result};
 use kiln::kernel::{LaunchSpec, MetalKernel};
 
-pub const ENTRY: Entry = Entry { name: "grid_sample_vjp", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo };
+pub const ENTRY: Entry =
+    Entry { name: "grid_sample_vjp", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo: Demo::Kernel(demo) };
 
 /// The simdgroup width channels are padded to.
 const SIMD_WIDTH: usize = 32;

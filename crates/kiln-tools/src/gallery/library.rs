@@ -3,7 +3,7 @@
 //! and run through the entry, and checked against the entry's f64 reference, so the demo shows
 //! the library beside the custom-kernel gallery.
 
-use super::{DemoFn, Entry, Outcome, Part, Rng};
+use super::{Demo, Entry, Outcome, Part, Rng};
 use crate::op_runs::{host_input, OpInputs};
 use kiln::device::Device;
 use kiln::dtype::DType;
@@ -14,29 +14,12 @@ use kiln::ops::{self, OpEntry};
 pub fn entries() -> Vec<Entry> {
     ops::registry()
         .iter()
-        .zip(RUNNERS)
-        .filter_map(|(op, demo)| {
+        .filter_map(|op| {
             let shape = op.demo.as_ref()?;
             let dtypes = std::slice::from_ref(&shape.dtype);
-            Some(Entry { name: shape.label, dtypes, demo_dtypes: dtypes, demo })
+            Some(Entry { name: shape.label, dtypes, demo_dtypes: dtypes, demo: Demo::Op(op) })
         })
         .collect()
-}
-
-/// The most registry entries the demo can run.
-pub const MAX_ENTRIES: usize = 32;
-
-/// The demo run of registry entry `i`, for each `i` (a `DemoFn` is a plain function).
-const RUNNERS: [DemoFn; MAX_ENTRIES] = {
-    macro_rules! runners {
-        ($($i:literal)*) => { [$(|device, dtype, seed| demo_at($i, device, dtype, seed)),*] };
-    }
-    runners!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31)
-};
-
-fn demo_at(i: usize, device: Device, dtype: DType, seed: u64) -> Result<Outcome> {
-    let entry = ops::registry().get(i).ok_or_else(|| Error::invalid("demo", format!("no registry entry {i}")))?;
-    demo(entry, device, dtype, seed)
 }
 
 /// One verified run of `entry` at its demo shape: planned, poisoned, run once to compile and
@@ -70,7 +53,6 @@ mod tests {
     #[test]
     fn every_registry_entry_has_a_reference_a_shape_and_a_demo_runner() {
         let registry = ops::registry();
-        assert!(registry.len() <= MAX_ENTRIES, "raise MAX_ENTRIES to {}", registry.len());
         for e in registry {
             assert!(e.demo.is_some() || !e.bench.is_empty(), "{} is neither demoed nor benchmarked", e.name);
             let dims = e.demo.map_or_else(|| e.bench[0].dims, |d| d.dims);
@@ -89,7 +71,7 @@ mod tests {
     fn every_demoed_entry_runs_planned_and_matches_its_reference_on_the_cpu() {
         for entry in entries() {
             for &dtype in entry.demo_dtypes {
-                let outcome = (entry.demo)(Device::Cpu, dtype, 5).unwrap_or_else(|e| panic!("{}: {e}", entry.name));
+                let outcome = entry.run(Device::Cpu, dtype, 5).unwrap_or_else(|e| panic!("{}: {e}", entry.name));
                 assert!(outcome.passed(), "{} ({dtype}): error {:.2e}", entry.name, outcome.error());
                 assert!(
                     outcome.parts.iter().all(|p| p.output.iter().any(|v| *v != 0.0)),

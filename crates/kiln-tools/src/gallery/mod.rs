@@ -41,6 +41,14 @@ pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 /// One verified demo run of a kernel on a device, in a dtype, from a seed.
 pub type DemoFn = fn(Device, DType, u64) -> Result<Outcome>;
 
+/// What a demo row runs: a gallery kernel's own run, or a library op through its registry
+/// entry.
+#[derive(Clone, Copy, Debug)]
+pub enum Demo {
+    Kernel(DemoFn),
+    Op(&'static kiln::ops::OpEntry),
+}
+
 /// One gallery kernel: its name, the dtypes it accepts, the dtypes the demo runs it in, and
 /// the demo run itself.
 #[derive(Clone, Copy, Debug)]
@@ -48,7 +56,17 @@ pub struct Entry {
     pub name: &'static str,
     pub dtypes: &'static [DType],
     pub demo_dtypes: &'static [DType],
-    pub demo: DemoFn,
+    pub demo: Demo,
+}
+
+impl Entry {
+    /// One verified demo run on `device` in `dtype` from `seed`.
+    pub fn run(&self, device: Device, dtype: DType, seed: u64) -> Result<Outcome> {
+        match self.demo {
+            Demo::Kernel(run) => run(device, dtype, seed),
+            Demo::Op(op) => library::demo(op, device, dtype, seed),
+        }
+    }
 }
 
 /// Every gallery kernel, in demo order.
@@ -94,7 +112,7 @@ pub fn run_demo_with_progress(
         for &dtype in entry.demo_dtypes {
             progress(entry.name, dtype, rows.len(), total);
             let seed = 0x6b69_6c6e ^ (rows.len() as u64);
-            rows.push(DemoRow::from_run(entry.name, dtype, device, (entry.demo)(device, dtype, seed)));
+            rows.push(DemoRow::from_run(entry.name, dtype, device, entry.run(device, dtype, seed)));
         }
     }
     Ok(DemoReport { device, rows })

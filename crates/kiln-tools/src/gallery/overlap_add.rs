@@ -9,7 +9,8 @@
 //! Reference: f64 scatter of the dtype-rounded frames. Tolerance: the dtype table.
 
 use super::{
-    check_dtype, dim, host_input, normal_input, values, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
+    check_dtype, dim, host_input, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng,
+    FLOAT_DTYPES,
 };
 use kiln::array::Array;
 use kiln::device::Device;
@@ -17,7 +18,8 @@ use kiln::dtype::DType;
 use kiln::error::{Error, Result};
 use kiln::kernel::{LaunchSpec, MetalKernel};
 
-pub const ENTRY: Entry = Entry { name: "overlap_add", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo };
+pub const ENTRY: Entry =
+    Entry { name: "overlap_add", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo: Demo::Kernel(demo) };
 
 const SOURCE: &str = r#"
     int t = static_cast<int>(thread_position_in_grid.x);

@@ -9,7 +9,8 @@
 //! Reference: the formulas in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
 use super::{
-    check_dtype, check_shape, dim, normal_input, values, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
+    check_dtype, check_shape, dim, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng,
+    FLOAT_DTYPES,
 };
 use kiln::array::Array;
 use kiln::device::Device;
@@ -19,7 +20,8 @@ use kiln::kernel::{LaunchSpec, MetalKernel};
 /// The f64 reference, shared with the library op.
 pub use kiln::ops::residual_rms_norm::reference;
 
-pub const ENTRY: Entry = Entry { name: "residual_rms_norm", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo };
+pub const ENTRY: Entry =
+    Entry { name: "residual_rms_norm", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo: Demo::Kernel(demo) };
 
 const SOURCE: &str = r#"
     uint row = threadgroup_position_in_grid.x;

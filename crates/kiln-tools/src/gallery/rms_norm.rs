@@ -12,7 +12,8 @@
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
 use super::{
-    check_dtype, check_shape, dim, normal_input, values, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
+    check_dtype, check_shape, dim, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng,
+    FLOAT_DTYPES,
 };
 use kiln::array::Array;
 use kiln::device::Device;
@@ -22,10 +23,18 @@ use kiln::kernel::{LaunchSpec, MetalKernel};
 /// The f64 reference, shared with the library op.
 pub use kiln::ops::rms_norm::reference;
 
-pub const BASIC_ENTRY: Entry =
-    Entry { name: "rms_norm", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32, DType::BF16], demo: demo_basic };
-pub const MULTI_SIMDGROUP_ENTRY: Entry =
-    Entry { name: "rms_norm_multi_sg", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F16], demo: demo_multi };
+pub const BASIC_ENTRY: Entry = Entry {
+    name: "rms_norm",
+    dtypes: &FLOAT_DTYPES,
+    demo_dtypes: &[DType::F32, DType::BF16],
+    demo: Demo::Kernel(demo_basic),
+};
+pub const MULTI_SIMDGROUP_ENTRY: Entry = Entry {
+    name: "rms_norm_multi_sg",
+    dtypes: &FLOAT_DTYPES,
+    demo_dtypes: &[DType::F16],
+    demo: Demo::Kernel(demo_multi),
+};
 
 const BASIC_SOURCE: &str = r#"
     uint row = thread_position_in_grid.x / 32;

@@ -10,14 +10,17 @@
 //! in the dtype of `x`.
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::{check_dtype, dim, normal_input, values, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES};
+use super::{
+    check_dtype, dim, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
+};
 use kiln::array::Array;
 use kiln::device::Device;
 use kiln::dtype::DType;
 use kiln::error::{Error, Result};
 use kiln::kernel::{LaunchSpec, MetalKernel};
 
-pub const ENTRY: Entry = Entry { name: "rope", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo };
+pub const ENTRY: Entry =
+    Entry { name: "rope", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo: Demo::Kernel(demo) };
 
 const BASE: f64 = 10000.0;
 

@@ -10,8 +10,8 @@
 //! Reference: f64 sums of the dtype-rounded values.
 
 use super::{
-    check_dtype, check_shape, dim, host_input, normal_input, values, Entry, KernelCache, Outcome, Part, Prepared, Rng,
-    FLOAT_DTYPES,
+    check_dtype, check_shape, dim, host_input, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared,
+    Rng, FLOAT_DTYPES,
 };
 use kiln::array::Array;
 use kiln::device::Device;
@@ -19,7 +19,8 @@ use kiln::dtype::DType;
 use kiln::error::{Error, Result};
 use kiln::kernel::{LaunchSpec, MetalKernel};
 
-pub const ENTRY: Entry = Entry { name: "scatter_add", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F16], demo };
+pub const ENTRY: Entry =
+    Entry { name: "scatter_add", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F16], demo: Demo::Kernel(demo) };
 
 const SOURCE: &str = r#"
     uint elem = thread_position_in_grid.x;

@@ -4,14 +4,17 @@
 //! and rounded once to `T`; output the same shape and dtype.
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::{check_dtype, dim, host_input, values, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES};
+use super::{
+    check_dtype, dim, host_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
+};
 use kiln::array::Array;
 use kiln::device::Device;
 use kiln::dtype::DType;
 use kiln::error::Result;
 use kiln::kernel::{LaunchSpec, MetalKernel};
 
-pub const ENTRY: Entry = Entry { name: "silu", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::BF16], demo };
+pub const ENTRY: Entry =
+    Entry { name: "silu", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::BF16], demo: Demo::Kernel(demo) };
 
 const SOURCE: &str = r#"
     uint i = thread_position_in_grid.x;

@@ -8,7 +8,9 @@
 //! Layout: `x` (rows, D) of f32/f16/bf16; output (rows, D) in its dtype; f32 accumulation.
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::{check_dtype, dim, normal_input, values, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES};
+use super::{
+    check_dtype, dim, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
+};
 use kiln::array::Array;
 use kiln::device::Device;
 use kiln::dtype::DType;
@@ -17,7 +19,8 @@ use kiln::kernel::{LaunchSpec, MetalKernel};
 /// The f64 reference, shared with the library op.
 pub use kiln::ops::softmax::reference;
 
-pub const ENTRY: Entry = Entry { name: "softmax", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo };
+pub const ENTRY: Entry =
+    Entry { name: "softmax", dtypes: &FLOAT_DTYPES, demo_dtypes: &[DType::F32], demo: Demo::Kernel(demo) };
 
 const SOURCE: &str = r#"
     uint row = threadgroup_position_in_grid.x;
