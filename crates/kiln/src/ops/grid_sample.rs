@@ -273,6 +273,16 @@ pub fn channels_per_lane(c: usize) -> usize {
 /// The VJP of [`grid_sample`]: `(x_grad, grid_grad)` for `cotangent` (B, gH, gW, C), in the
 /// dtypes of `x` and `grid`.
 pub fn grid_sample_vjp(x: &Array, grid: &Array, cotangent: &Array) -> Result<(Array, Array)> {
+    let mut outs = grid_sample_vjp_call(x, grid, cotangent)?.run()?;
+    let (Some(grid_grad), Some(x_grad)) = (outs.pop(), outs.pop()) else {
+        return Err(Error::invalid(OP_VJP, "the kernel returned too few outputs"));
+    };
+    Ok((cast(&x_grad, x.dtype())?, cast(&grid_grad, grid.dtype())?))
+}
+
+/// The validated call of the VJP kernel: `(x_grad, grid_grad)` in float32, zeroed first (the
+/// kernel accumulates); [`grid_sample_vjp`] casts them to the dtypes of `x` and `grid`.
+pub fn grid_sample_vjp_call(x: &Array, grid: &Array, cotangent: &Array) -> Result<OpCall> {
     let [b, _, _, c, gh, gw] = check(OP_VJP, x, grid)?;
     if !is_float(cotangent.dtype()) {
         return Err(Error::dtype(OP_VJP, cotangent.dtype(), "cotangent must be float32, float16 or bfloat16"));
@@ -294,11 +304,7 @@ pub fn grid_sample_vjp(x: &Array, grid: &Array, cotangent: &Array) -> Result<(Ar
         .template("K", channels_per_lane(c) as i32)
         .init_value(0.0)
         .device(x.device());
-    let mut outs = backward_kernel()?.call(&[x.into(), grid.into(), cotangent.into()], &spec)?;
-    let (Some(grid_grad), Some(x_grad)) = (outs.pop(), outs.pop()) else {
-        return Err(Error::invalid(OP_VJP, "the kernel returned too few outputs"));
-    };
-    Ok((cast(&x_grad, x.dtype())?, cast(&grid_grad, grid.dtype())?))
+    Ok(OpCall::new(backward_kernel()?, vec![x.into(), grid.into(), cotangent.into()], spec))
 }
 
 fn cast(a: &Array, dtype: DType) -> Result<Array> {

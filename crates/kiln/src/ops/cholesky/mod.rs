@@ -240,8 +240,17 @@ pub fn cholesky_with(a: &Array, init: Option<f64>) -> Result<Array> {
     } else {
         blocked::factor(a, n, batch, init)?
     };
-    let (kernel, spec) = first_failure_kernel_and_spec(&info)?;
-    let first = kernel.call(&[(&info).into()], &spec)?;
+    check_factored(&info, None)?;
+    Ok(l)
+}
+
+/// An error naming the first matrix whose flag in `info` (the factor's second output) says it
+/// is not positive definite; the flags are reduced on their device, queued on `stream` if given
+/// (where the factor ran), and 8 bytes are read back.
+pub fn check_factored(info: &Array, stream: Option<crate::backend::cuda::ExternalStream>) -> Result<()> {
+    let (kernel, mut spec) = first_failure_kernel_and_spec(info)?;
+    spec.stream = stream;
+    let first = kernel.call(&[info.into()], &spec)?;
     let first = first.first().ok_or_else(|| Error::invalid(OP, "the flag reduction returned no output"))?;
     let first = first.to_host()?.to_vec::<i32>()?;
     if let [index, col] = first[..] {
@@ -252,7 +261,7 @@ pub fn cholesky_with(a: &Array, init: Option<f64>) -> Result<Array> {
             ));
         }
     }
-    Ok(l)
+    Ok(())
 }
 
 /// Cholesky–Banachiewicz in f64 of one row-major N x N matrix; `None` when a pivot is not > 0.
