@@ -35,14 +35,18 @@ struct Torch {
 }
 
 static TORCH: PyOnceLock<Option<Torch>> = PyOnceLock::new();
+static MODULES: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// PyTorch, if the caller has imported it (kiln never imports it first) and it has CUDA.
 fn torch(py: Python<'_>) -> Option<&Torch> {
     if let Some(t) = TORCH.get(py) {
         return t.as_ref();
     }
-    let modules = py.import(intern!(py, "sys")).ok()?.getattr(intern!(py, "modules")).ok()?;
-    let module = modules.get_item("torch").ok()?;
+    // Until PyTorch is imported this runs on every call (of NumPy arrays, say): one dict lookup.
+    let modules = MODULES
+        .get_or_try_init(py, || py.import(intern!(py, "sys"))?.getattr(intern!(py, "modules")).map(Bound::unbind))
+        .ok()?;
+    let module = modules.bind(py).get_item(intern!(py, "torch")).ok()?;
     TORCH.get_or_init(py, || look_up(&module).ok()).as_ref()
 }
 
