@@ -47,16 +47,16 @@ const APPLY_REFLECTOR: &str = r#"for (int c = j + 1 + sg; c < n; c += nsg) {
             float dot = 0.0f;
             for (int i0 = j + 1; i0 < m; i0 += 32) {
                 int i = metal::min(i0 + lane, m - 1);
-                dot += metal::select(0.0f, w[i * n + j] * w[i * n + c], i0 + lane < m);
+                dot += metal::select(0.0f, w[i * ld + j] * w[i * ld + c], i0 + lane < m);
             }
             // Read before the sum: lane 0 rewrites it right after.
-            float top = w[j * n + c];
+            float top = w[j * ld + c];
             float f = tau * (simd_sum(dot) + top);
             for (int i = j + 1 + lane; i < m; i += 32) {
-                w[i * n + c] -= f * w[i * n + j];
+                w[i * ld + c] -= f * w[i * ld + j];
             }
             if (lane == 0) {
-                w[j * n + c] -= f;
+                w[j * ld + c] -= f;
             }
         }"#;
 
@@ -71,12 +71,15 @@ const SOURCE: &str = r#"
     int lane = static_cast<int>(thread_index_in_simdgroup);
     int m = A_shape[A_ndim - 2];
     int n = A_shape[A_ndim - 1];
+    // Rows of the working matrix are LD apart: an odd stride puts the 32 lanes that walk a
+    // column on 32 different banks of threadgroup memory.
+    int ld = n | 1;
     uint batch = threadgroup_position_in_grid.x;
     WORKSPACE
     device float* r = R + static_cast<long>(batch) * n * n;
     const device float* a_in = A + static_cast<long>(batch) * m * n;
     for (int e = tid; e < m * n; e += nt) {
-        w[e] = a_in[e];
+        w[(e / n) * ld + e % n] = a_in[e];
     }
     threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
 
@@ -84,7 +87,7 @@ const SOURCE: &str = r#"
         float part = 0.0f;
         for (int i0 = j + 1; i0 < m; i0 += nt) {
             int i = metal::min(i0 + tid, m - 1);
-            float x = w[i * n + j];
+            float x = w[i * ld + j];
             part += metal::select(0.0f, x * x, i0 + tid < m);
         }
         part = simd_sum(part);
@@ -96,7 +99,7 @@ const SOURCE: &str = r#"
         for (int s = 0; s < nsg; ++s) {
             sigma += red[s];
         }
-        float alpha = w[j * n + j];
+        float alpha = w[j * ld + j];
         float tau = 0.0f;
         float beta = alpha;
         float scal = 0.0f;
@@ -109,10 +112,10 @@ const SOURCE: &str = r#"
         // Everyone has read red and the pivot before they change.
         threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
         for (int i = j + 1 + tid; i < m; i += nt) {
-            w[i * n + j] *= scal;
+            w[i * ld + j] *= scal;
         }
         if (tid == 0) {
-            w[j * n + j] = beta;
+            w[j * ld + j] = beta;
             taus[j] = tau;
         }
         threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
@@ -123,7 +126,7 @@ const SOURCE: &str = r#"
     for (int e = tid; e < n * n; e += nt) {
         int i = e / n;
         int c = e % n;
-        r[e] = c >= i ? w[i * n + c] : 0.0f;
+        r[e] = c >= i ? w[i * ld + c] : 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
 
@@ -132,8 +135,8 @@ const SOURCE: &str = r#"
         APPLY_REFLECTOR
         threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
         for (int i = tid; i < m; i += nt) {
-            float v = w[i * n + j];
-            w[i * n + j] = i < j ? 0.0f : (i == j ? 1.0f - tau : -tau * v);
+            float v = w[i * ld + j];
+            w[i * ld + j] = i < j ? 0.0f : (i == j ? 1.0f - tau : -tau * v);
         }
         threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
     }
@@ -143,7 +146,7 @@ const SOURCE: &str = r#"
 /// The working matrix in threadgroup memory, copied to Q at the end.
 const SHARED: (&str, &str) = (
     "threadgroup float w[SHARED_ELEMS];\n    device float* q_out = Q + static_cast<long>(batch) * m * n;",
-    "threadgroup_barrier(mem_flags::mem_threadgroup);\n    for (int e = tid; e < m * n; e += nt) {\n        q_out[e] = w[e];\n    }",
+    "threadgroup_barrier(mem_flags::mem_threadgroup);\n    for (int e = tid; e < m * n; e += nt) {\n        q_out[e] = w[(e / n) * ld + e % n];\n    }",
 );
 
 fn shared_kernel() -> Result<&'static MetalKernel> {
@@ -159,12 +162,14 @@ fn shared_kernel() -> Result<&'static MetalKernel> {
     })
 }
 
-/// Largest matrix (m * n elements) factored in threadgroup memory (16 KB).
-pub const SHARED_MAX_ELEMS: usize = 64 * 64;
+/// Largest matrix factored in threadgroup memory, counted with its rows padded to an odd
+/// stride (`m * (n | 1)` elements; 64 x 64 takes 64 x 65, 16.25 KB).
+pub const SHARED_MAX_ELEMS: usize = 64 * 65;
 
-/// The deterministic variant rule: threadgroup memory when the matrix fits there, else blocked.
+/// The deterministic variant rule: threadgroup memory when the padded matrix fits there, else
+/// blocked.
 pub fn uses_shared(m: usize, n: usize) -> bool {
-    m * n <= SHARED_MAX_ELEMS
+    m.saturating_mul(n | 1) <= SHARED_MAX_ELEMS
 }
 
 /// `(m, n, batch)` of a valid input, else the typed error.
