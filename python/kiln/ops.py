@@ -12,9 +12,9 @@ stream into outputs PyTorch allocates (as :func:`kiln.metal_kernel` does). The o
 ``gdn_chunk_scaled_dot_kkt``) may take several launches; on PyTorch CUDA tensors every launch is
 queued on PyTorch's current stream and the outputs are PyTorch's (strided inputs are first made
 contiguous by PyTorch, as MLX copies them; intermediate buffers are kiln's). On CUDA tensors
-``cholesky`` factors matrices up to 64 x 64 and ``qr`` matrices of up to 4096 elements (the
-larger ones take kiln's blocked launches, host arrays only), and ``cholesky`` reads 8 bytes back
-to report a matrix that is not positive definite, as on the host.
+``cholesky`` and ``qr`` factor matrices up to 64 x 64 (the larger ones take kiln's blocked
+launches, host arrays only), and ``cholesky`` reads 8 bytes back to report a matrix that is not
+positive definite, as on the host.
 """
 
 from __future__ import annotations

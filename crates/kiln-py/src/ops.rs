@@ -230,8 +230,9 @@ pub fn cholesky_check(py: Python<'_>, info: &Bound<'_, PyTuple>, stream: Option<
     run_interruptible(py, false, None, || ops::cholesky::check_factored(&info, stream))
 }
 
-/// The one-kernel QR (m n <= 4096): outputs `(q, r)`. Larger matrices are factored by a
-/// sequence of library dispatches on kiln's own stream, refused on a caller's stream.
+/// The one-kernel QR (up to 64 x 64, `ops::qr::uses_shared`): outputs `(q, r)`. Larger
+/// matrices are factored by a sequence of library dispatches on kiln's own stream, refused on a
+/// caller's stream.
 #[pyfunction]
 pub fn plan_qr(a: &Bound<'_, PyTuple>) -> PyResult<OpPlan> {
     let a = convert::array(a)?;
@@ -240,7 +241,8 @@ pub fn plan_qr(a: &Bound<'_, PyTuple>) -> PyResult<OpPlan> {
             return Err(to_py(kiln::Error::invalid(
                 "qr",
                 format!(
-                    "on {} kiln.ops.qr factors matrices of up to {} elements; this one is {m} x {n}",
+                    "on {} kiln.ops.qr factors matrices whose rows padded to an odd length hold at most {} \
+                     elements (64 x 64 does); this one is {m} x {n}",
                     a.device(),
                     ops::qr::SHARED_MAX_ELEMS
                 ),
