@@ -424,3 +424,92 @@ fn make_launch(
         allocations,
     }))
 }
+
+/// `MetalKernel.__call__`: a descriptor whose binding runs a call without a Python frame (the
+/// cached path above where it applies, else the kernel's `_call`, the general path).
+#[pyclass(module = "kiln._kiln", frozen)]
+pub struct KernelCall;
+
+#[pymethods]
+impl KernelCall {
+    #[new]
+    fn new() -> Self {
+        KernelCall
+    }
+
+    fn __get__(&self, obj: Option<Py<PyAny>>, _owner: Option<&Bound<'_, PyAny>>) -> BoundKernelCall {
+        BoundKernelCall { kernel: obj }
+    }
+}
+
+/// A `MetalKernel`'s `__call__`, bound to the kernel.
+#[pyclass(module = "kiln._kiln", frozen)]
+pub struct BoundKernelCall {
+    kernel: Option<Py<PyAny>>,
+}
+
+static IS_DESCRIBING: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Whether kernel calls describe their outputs (`kiln._abstract.describing`).
+fn describing(py: Python<'_>) -> PyResult<bool> {
+    let get = IS_DESCRIBING.get_or_try_init(py, || {
+        py.import(intern!(py, "kiln._abstract"))?.getattr(intern!(py, "is_describing")).map(Bound::unbind)
+    })?;
+    get.bind(py).call0()?.is_truthy()
+}
+
+#[pymethods]
+impl BoundKernelCall {
+    #[pyo3(signature = (*args, **kwargs))]
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        let Some(kernel) = &self.kernel else {
+            return Err(pyo3::exceptions::PyTypeError::new_err("MetalKernel.__call__ needs a kernel"));
+        };
+        let kernel = kernel.bind(py);
+        if let (true, Some(kw)) = (args.is_empty(), kwargs) {
+            let absent = |name: &Bound<'_, PyString>| kw.get_item(name).map(|v| v.is_none_or(|v| v.is_none()));
+            let plain = absent(intern!(py, "stream"))?
+                && absent(intern!(py, "device"))?
+                && kw.get_item(intern!(py, "verbose"))?.map_or(Ok(true), |v| v.is_truthy().map(|t| !t))?;
+            if plain && !describing(py)? {
+                if let Some(outs) = cached_call(py, kernel, kw)? {
+                    return Ok(outs.into_any());
+                }
+            }
+        }
+        Ok(kernel.call_method(intern!(py, "_call"), args, kwargs)?.unbind())
+    }
+}
+
+/// The cached path of a call given by keywords, if every keyword it needs is there.
+fn cached_call<'py>(
+    py: Python<'py>,
+    kernel: &Bound<'py, PyAny>,
+    kw: &Bound<'py, PyDict>,
+) -> PyResult<Option<Py<PyList>>> {
+    let get = |name: &Bound<'py, PyString>| kw.get_item(name);
+    let (Some(inputs), Some(shapes), Some(dtypes), Some(grid), Some(threadgroup)) = (
+        get(intern!(py, "inputs"))?,
+        get(intern!(py, "output_shapes"))?,
+        get(intern!(py, "output_dtypes"))?,
+        get(intern!(py, "grid"))?,
+        get(intern!(py, "threadgroup"))?,
+    ) else {
+        return Ok(None);
+    };
+    // Anything but MLX's keywords goes to the general path, which reports it.
+    if kw.len() > 10 {
+        return Ok(None);
+    }
+    let none = py.None().into_bound(py);
+    let template = get(intern!(py, "template"))?.unwrap_or_else(|| none.clone());
+    let init_value = get(intern!(py, "init_value"))?.unwrap_or(none);
+    let inner = kernel.getattr(intern!(py, "_kernel"))?;
+    let inner = inner.cast::<crate::kernel::Kernel>()?;
+    inner.get().call_cached(py, &inputs, &shapes, &dtypes, &grid, &threadgroup, &template, &init_value)
+}
