@@ -104,7 +104,3 @@ def test_the_general_path_takes_the_calls_the_cached_one_does_not():
     assert_close(ref(out), ref(x) * 1.25, "float32")
     with pytest.raises(kiln.InvalidArgumentError):
         run(x, torch.randn(64), 1.0, b, 1)  # a CPU tensor beside CUDA tensors is an error
-    with pytest.raises(TypeError, match="colour"):  # a keyword MLX does not have
-        AXPY(inputs=[x, x, 1.0, b], template=[("T", torch.float32), ("SCALE", 1)], grid=(64, 1, 1),
-             threadgroup=(64, 1, 1), output_shapes=[(64,), (1,)], output_dtypes=[torch.float32, torch.int32],
-             colour="red")

@@ -502,19 +502,13 @@ fn cached_call<'py>(
     ) else {
         return Ok(None);
     };
-    let template = get(intern!(py, "template"))?;
-    let init_value = get(intern!(py, "init_value"))?;
-    let mut known = 5 + usize::from(template.is_some()) + usize::from(init_value.is_some());
-    for name in [intern!(py, "verbose"), intern!(py, "stream"), intern!(py, "device")] {
-        known += usize::from(kw.contains(name)?);
-    }
-    // A keyword besides MLX's goes to the general path, which reports it.
-    if kw.len() != known {
+    // Anything but MLX's keywords goes to the general path, which reports it.
+    if kw.len() > 10 {
         return Ok(None);
     }
     let none = py.None().into_bound(py);
-    let template = template.unwrap_or_else(|| none.clone());
-    let init_value = init_value.unwrap_or(none);
+    let template = get(intern!(py, "template"))?.unwrap_or_else(|| none.clone());
+    let init_value = get(intern!(py, "init_value"))?.unwrap_or(none);
     let inner = kernel.getattr(intern!(py, "_kernel"))?;
     let inner = inner.cast::<crate::kernel::Kernel>()?;
     inner.get().call_cached(py, &inputs, &shapes, &dtypes, &grid, &threadgroup, &template, &init_value)
