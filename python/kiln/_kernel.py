@@ -171,13 +171,8 @@ class MetalKernel:
         self.input_names = tuple(input_names)
         self.output_names = tuple(output_names)
 
-    # Runs a call in the extension: PyTorch CUDA tensors of the current device (with Python
-    # scalars) are read, looked up in the launch cache and launched there; anything else goes
-    # to `_call`.
-    __call__ = _kiln.KernelCall()
-
-    def _call(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
-              init_value=None, verbose=False, stream=None, device=None):
+    def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
+                 init_value=None, verbose=False, stream=None, device=None):
         """Runs the kernel (MLX's call keywords) and returns its outputs, one per output name.
 
         ``inputs`` are arrays (NumPy, PyTorch, DLPack or CUDA-array-interface objects) or Python
@@ -187,6 +182,12 @@ class MetalKernel:
         ``CUstream``) queues a CUDA launch there instead of on PyTorch's current stream;
         ``device="cuda:N"`` copies NumPy inputs to that GPU and returns NumPy outputs.
         """
+        if stream is None and device is None and not verbose and not is_describing():
+            # PyTorch CUDA tensors on the current device: read, cached and launched in one step.
+            outs = self._kernel.call_torch(inputs, output_shapes, output_dtypes, grid, threadgroup, template,
+                                           init_value)
+            if outs is not None:
+                return outs
         if is_describing():
             return empty_outputs(f"metal_kernel {self.name}", inputs, output_shapes, output_dtypes)
         if stream is not None and not isinstance(stream, (str, bytes)):

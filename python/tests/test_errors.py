@@ -29,19 +29,6 @@ def test_compile_errors_name_the_kernel_and_the_users_line(rng):
     assert "broken_kernel" in str(e.value) and "undefined_thing" in str(e.value)
 
 
-def test_a_kernel_call_takes_mlx_keywords_only(rng):
-    k = kiln.metal_kernel("keywords_only", ["a"], ["out"], "out[0] = a[0];")
-    a = rng.normal(size=4).astype(np.float32)
-    call = dict(inputs=[a], output_shapes=[(1,)], output_dtypes=[np.float32], grid=(1, 1, 1), threadgroup=(1, 1, 1))
-    assert k(**call)[0][0] == a[0]
-    with pytest.raises(TypeError):
-        k([a], **{n: v for n, v in call.items() if n != "inputs"})
-    with pytest.raises(TypeError, match="threadgroup"):
-        k(**{n: v for n, v in call.items() if n != "threadgroup"})
-    with pytest.raises(TypeError, match="colour"):
-        k(**call, colour="red")
-
-
 def test_unsupported_dtypes_are_type_errors(rng):
     k = kiln.metal_kernel("f64", ["a"], ["out"], "out[0] = a[0];")
     with pytest.raises(kiln.UnsupportedDTypeError, match="float64"):

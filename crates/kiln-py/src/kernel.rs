@@ -115,6 +115,36 @@ impl Kernel {
         Ok(Kernel { kernel, ensure_row_contiguous, launches: Default::default() })
     }
 
+    /// A call on PyTorch CUDA tensors on PyTorch's current stream and device (the common case,
+    /// read and launched in one step with the launch description cached): returns the outputs,
+    /// or `None` when the call is not one this path takes and the general path must run it.
+    #[pyo3(signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value))]
+    #[allow(clippy::too_many_arguments)]
+    fn call_torch(
+        &self,
+        py: Python<'_>,
+        inputs: &Bound<'_, PyAny>,
+        output_shapes: &Bound<'_, PyAny>,
+        output_dtypes: &Bound<'_, PyAny>,
+        grid: &Bound<'_, PyAny>,
+        threadgroup: &Bound<'_, PyAny>,
+        template: &Bound<'_, PyAny>,
+        init_value: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Py<PyList>>> {
+        self.launches.call(
+            py,
+            &self.kernel,
+            self.ensure_row_contiguous,
+            inputs,
+            output_shapes,
+            output_dtypes,
+            grid,
+            threadgroup,
+            template,
+            init_value,
+        )
+    }
+
     /// The Metal source MLX would generate for these arguments, without running.
     #[pyo3(signature = (inputs, output_shapes, output_dtypes, template))]
     fn generate(
@@ -250,37 +280,6 @@ impl Kernel {
     #[getter]
     fn name(&self) -> &str {
         self.kernel.name()
-    }
-}
-
-impl Kernel {
-    /// A call on PyTorch CUDA tensors on PyTorch's current stream and device (the common case,
-    /// read and launched in one step with the launch description cached): the outputs, or
-    /// `None` when the call is not one this path takes and the general path must run it.
-    #[allow(clippy::too_many_arguments)]
-    pub fn call_cached(
-        &self,
-        py: Python<'_>,
-        inputs: &Bound<'_, PyAny>,
-        output_shapes: &Bound<'_, PyAny>,
-        output_dtypes: &Bound<'_, PyAny>,
-        grid: &Bound<'_, PyAny>,
-        threadgroup: &Bound<'_, PyAny>,
-        template: &Bound<'_, PyAny>,
-        init_value: &Bound<'_, PyAny>,
-    ) -> PyResult<Option<Py<PyList>>> {
-        self.launches.call(
-            py,
-            &self.kernel,
-            self.ensure_row_contiguous,
-            inputs,
-            output_shapes,
-            output_dtypes,
-            grid,
-            threadgroup,
-            template,
-            init_value,
-        )
     }
 }
 

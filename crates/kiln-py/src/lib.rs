@@ -46,8 +46,6 @@ fn devices() -> Vec<(String, String)> {
 fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<kernel::Kernel>()?;
     m.add_class::<kernel::Library>()?;
-    m.add_class::<torch_call::KernelCall>()?;
-    m.add_class::<torch_call::BoundKernelCall>()?;
     m.add_class::<arrays::HostArray>()?;
     m.add_class::<arrays::DeviceArray>()?;
     m.add_function(wrap_pyfunction!(cuda_status, m)?)?;
