@@ -46,6 +46,25 @@ def host_cost_us(fn, calls):
     return elapsed / calls * 1e6
 
 
+def takes_cached_path(call) -> bool:
+    """Whether ``call`` runs without the general path's Python descriptors."""
+    import kiln._kernel
+
+    general = kiln._kernel._Inputs
+    used = []
+
+    def spy(*args, **kwargs):
+        used.append(True)
+        return general(*args, **kwargs)
+
+    kiln._kernel._Inputs = spy
+    try:
+        call()
+    finally:
+        kiln._kernel._Inputs = general
+    return not used
+
+
 def triton_add_one():
     try:
         import triton
@@ -87,6 +106,7 @@ def main():
 
     (check,) = kiln_call()
     assert torch.equal(check, x + 1), "kiln's add_one is wrong"
+    print(f"kiln's call takes the cached path: {takes_cached_path(kiln_call)}")
     results = {"host_us": {}, "device_ms": {}}
     def kiln_general_call():
         # `stream=` takes the general path (Python descriptors), for comparison in the same run.
