@@ -1,8 +1,12 @@
 """`kiln.check`: a call run under the sanitizer returns its findings on the kernel's lines."""
 
+import inspect
+
 import numpy as np
+import pytest
 
 import kiln
+import test_cookbook
 
 EXCHANGE = """
 uint i = thread_position_in_threadgroup.x;
@@ -80,3 +84,34 @@ def test_library_kernels_are_checked_with_dispatch_keywords(rng):
     assert clean == []
     (sums,) = lib.dispatch("full_sum", [a, out], threadgroup=(64, 1, 1), threads=(64, 1, 1))
     np.testing.assert_allclose(sums, np.repeat(a.reshape(2, 32).astype(np.float64).sum(axis=1), 32), rtol=1e-5)
+
+
+# Every kernel of the seed cookbook (test_cookbook.py) comes back clean: each cookbook test runs
+# once in float32 with every call of a kernel also run under the sanitizer, so the test's own
+# reference checks still hold and the sanitizer must find nothing.
+COOKBOOK_TESTS = sorted(name for name in vars(test_cookbook) if name.startswith("test_"))
+
+
+@pytest.mark.parametrize("name", COOKBOOK_TESTS)
+def test_cookbook_kernels_have_no_findings(name, rng, monkeypatch):
+    call = kiln.MetalKernel.__call__
+    checked, found = [], []
+
+    def call_checked(kernel, **keywords):
+        checked.append(kernel.name)
+        found.extend(f"{kernel.name} line {f['line']}: {f['kind']} ({f['severity']}): {f['message']}"
+                     for f in kiln.check(kernel, **keywords))
+        return call(kernel, **keywords)
+
+    monkeypatch.setattr(kiln.MetalKernel, "__call__", call_checked)
+    test = getattr(test_cookbook, name)
+    params = inspect.signature(test).parameters
+    for traditional in (False, True) if "traditional" in params else (None,):
+        arguments = {"rng": rng}
+        if "dtype" in params:
+            arguments["dtype"] = np.dtype(np.float32)
+        if traditional is not None:
+            arguments["traditional"] = traditional
+        test(**arguments)
+    assert checked, f"{name} called no kernel"
+    assert found == [], "\n".join(found)

@@ -183,7 +183,11 @@ pub fn plan_grid_sample_vjp(
     cotangent: &Bound<'_, PyTuple>,
 ) -> PyResult<OpPlan> {
     let (x, g, c) = (convert::array(x)?, convert::array(grid)?, convert::array(cotangent)?);
-    plan(ops::grid_sample::grid_sample_vjp_call(&x, &g, &c))
+    // The plan's first call is the VJP kernel (float32 gradients); the casts after it are left
+    // to the caller's framework.
+    let vjp = ops::grid_sample_vjp_plan(&x, &g, &c).map_err(to_py)?.calls().first().cloned();
+    let vjp = vjp.ok_or_else(|| to_py(kiln::Error::invalid("grid_sample_vjp", "the plan has no calls")))?;
+    Ok(OpPlan { plan: vjp.into() })
 }
 
 #[pyfunction]
@@ -227,7 +231,22 @@ pub fn plan_cholesky(a: &Bound<'_, PyTuple>) -> PyResult<OpPlan> {
 pub fn cholesky_check(py: Python<'_>, info: &Bound<'_, PyTuple>, stream: Option<(usize, usize)>) -> PyResult<()> {
     let info = convert::array(info)?;
     let stream = external_stream(stream);
-    run_interruptible(py, false, None, || ops::cholesky::check_factored(&info, stream))
+    run_interruptible(py, false, None, || {
+        let (kernel, mut spec) = ops::cholesky::first_failure_kernel_and_spec(&info)?;
+        spec.stream = stream;
+        let first = kernel.call(&[(&info).into()], &spec)?;
+        let first =
+            first.first().ok_or_else(|| kiln::Error::invalid("cholesky", "the flag reduction returned no output"))?;
+        if let [index, col] = first.to_host()?.to_vec::<i32>()?[..] {
+            if index >= 0 {
+                return Err(kiln::Error::invalid(
+                    "cholesky",
+                    format!("matrix {index} of the batch is not positive definite (pivot {} is not > 0)", col - 1),
+                ));
+            }
+        }
+        Ok(())
+    })
 }
 
 /// The one-kernel QR (up to 64 x 64, `ops::qr::uses_shared`): outputs `(q, r)`. Larger

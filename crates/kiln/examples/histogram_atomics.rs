@@ -9,6 +9,12 @@ use kiln::check::Rng;
 use kiln::{Array, DType, LaunchSpec, MetalKernel};
 
 fn main() -> kiln::Result<()> {
+    run(kiln::best_device())
+}
+
+/// The example on `device` (public: tests/sanitizer_clean.rs runs it on the CPU under the
+/// sanitizer).
+pub fn run(device: kiln::Device) -> kiln::Result<()> {
     let kernel = MetalKernel::new(
         "histogram",
         &["values"],
@@ -25,7 +31,6 @@ fn main() -> kiln::Result<()> {
     let mut rng = Rng::new(seed);
     // Skewed towards the low bins, so some bins are much hotter than others.
     let values: Vec<u32> = (0..n).map(|_| (rng.uniform(0.0, 1.0).powi(2) * bins as f64) as u32).collect();
-    let device = kiln::best_device();
     let a = Array::from_slice(&[n], &values)?.to_device(device)?;
 
     let spec = LaunchSpec::new(n, 256usize).output(&[bins], DType::U32).init_value(0.0);

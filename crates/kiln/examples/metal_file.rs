@@ -39,6 +39,12 @@ kernel void scale_and_sum_rows(const device float* x [[buffer(0)]],
 "#;
 
 fn main() -> kiln::Result<()> {
+    run(kiln::best_device())
+}
+
+/// The example on `device` (public: tests/sanitizer_clean.rs runs it on the CPU under the
+/// sanitizer).
+pub fn run(device: kiln::Device) -> kiln::Result<()> {
     let library = MetalLibrary::new("rows.metal", SOURCE);
 
     let seed = fresh_seed();
@@ -46,7 +52,6 @@ fn main() -> kiln::Result<()> {
     let mut rng = Rng::new(seed);
     let host: Vec<f32> = rng.normals(rows * cols, 1.0).into_iter().map(|v| v as f32).collect();
     let scale = rng.uniform(0.5, 2.0) as f32;
-    let device = kiln::best_device();
     let x = Array::from_slice(&[rows, cols], &host)?.to_device(device)?;
 
     // `struct Params { uint cols; float scale; }`, packed as C lays it out.

@@ -7,6 +7,12 @@ use kiln::check::{rel_l2, tolerance, Rng};
 use kiln::{f16, Array, DType, LaunchSpec, MetalKernel};
 
 fn main() -> kiln::Result<()> {
+    run(kiln::best_device())
+}
+
+/// The example on `device` (public: tests/sanitizer_clean.rs runs it on the CPU under the
+/// sanitizer).
+pub fn run(device: kiln::Device) -> kiln::Result<()> {
     let kernel = MetalKernel::new(
         "myexp",
         &["inp"],
@@ -21,7 +27,6 @@ fn main() -> kiln::Result<()> {
     let seed = fresh_seed();
     let (rows, cols) = (37usize, 129usize);
     let host: Vec<f16> = Rng::new(seed).normals(rows * cols, 2.0).into_iter().map(f16::from_f64).collect();
-    let device = kiln::best_device();
     let a = Array::from_slice(&[rows, cols], &host)?.to_device(device)?;
 
     // The grid counts threads (MLX's rule); 37·129 is not a multiple of 256, as MLX allows.

@@ -10,6 +10,12 @@ use kiln::ops::{elementwise::silu, rms_norm::rms_norm, softmax::softmax};
 use kiln::{Array, DType};
 
 fn main() -> kiln::Result<()> {
+    run(kiln::best_device())
+}
+
+/// The example on `device` (public: tests/sanitizer_clean.rs runs it on the CPU under the
+/// sanitizer).
+pub fn run(device: kiln::Device) -> kiln::Result<()> {
     let seed = fresh_seed();
     let (rows, d) = (64usize, 512usize);
     let eps = 1e-5f32;
@@ -17,7 +23,6 @@ fn main() -> kiln::Result<()> {
     let x_host: Vec<f32> = rng.normals(rows * d, 1.5).into_iter().map(|v| v as f32).collect();
     let w_host: Vec<f32> = rng.uniforms(d, 0.5, 1.5).into_iter().map(|v| v as f32).collect();
 
-    let device = kiln::best_device();
     let x = Array::from_slice(&[rows, d], &x_host)?.to_device(device)?;
     let w = Array::from_slice(&[d], &w_host)?.to_device(device)?;
 

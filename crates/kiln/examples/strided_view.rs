@@ -9,6 +9,12 @@ use kiln::check::{rel_l2, tolerance, Rng};
 use kiln::{Array, DType, LaunchSpec, MetalKernel, SliceArg};
 
 fn main() -> kiln::Result<()> {
+    run(kiln::best_device())
+}
+
+/// The example on `device` (public: tests/sanitizer_clean.rs runs it on the CPU under the
+/// sanitizer).
+pub fn run(device: kiln::Device) -> kiln::Result<()> {
     let kernel = MetalKernel::new(
         "myexp_strided",
         &["inp"],
@@ -28,7 +34,6 @@ fn main() -> kiln::Result<()> {
     let full = Array::from_slice(&[rows, cols], &host)?;
     let view = full.slice(&SliceArg::parse_list("::2, ::-3")?)?;
     assert!(!view.is_row_contiguous());
-    let device = kiln::best_device();
     let view = view.to_device(device)?;
 
     let spec = LaunchSpec::new(view.size(), 64usize).output(view.shape(), DType::F32);

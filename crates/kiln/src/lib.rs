@@ -41,6 +41,7 @@ pub mod config;
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub mod finding;
 pub mod kernel;
 pub mod kernel_log;
 pub mod ops;

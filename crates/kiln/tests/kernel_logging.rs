@@ -145,6 +145,30 @@ fn c_exp(x: f64) -> String {
     format!("{mantissa}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
 }
 
+/// Asserts `r` is kiln's compile error for `kernel` naming `at` (e.g. `body line 2, column 1`)
+/// with the line's text `text` and a caret under column `column`, and saying `what`.
+#[track_caller]
+fn assert_names_the_line<T: std::fmt::Debug>(
+    r: kiln::Result<T>,
+    kernel: &str,
+    at: &str,
+    text: &str,
+    column: usize,
+    what: &str,
+) {
+    match r {
+        Err(Error::Compile { kernel: k, log, .. }) => {
+            assert_eq!(k, kernel);
+            assert!(log.contains(&format!("{at}: ")), "names {at}: {log}");
+            let gutter = at.split(',').next().unwrap();
+            let caret = format!("  {} | {}^", " ".repeat(gutter.len()), " ".repeat(column - 1));
+            assert!(log.contains(&format!("  {gutter} | {text}\n{caret}")), "quotes the line with a caret: {log}");
+            assert!(log.contains(what), "{log} lacks {what}");
+        }
+        other => panic!("{at}: expected a compile error, got {other:?}"),
+    }
+}
+
 #[test]
 fn unsupported_conversions_are_compile_errors_with_the_line() {
     let cases = [
@@ -155,21 +179,48 @@ fn unsupported_conversions_are_compile_errors_with_the_line() {
         ("os_log_default.log(\"%Lf\", 1.0f);", "%Lf"),
     ];
     for (call, what) in cases {
-        let body = format!("uint i = thread_position_in_grid.x;\n{call}\nout[i] = x[i];\n");
+        // The call is the body's second line, indented by two spaces.
+        let body = format!("uint i = thread_position_in_grid.x;\n  {call}\nout[i] = x[i];\n");
         let k = MetalKernel::new("bad_log", &["x"], &["out"], &body).unwrap();
         let x = Array::from_f64(DType::F32, &[4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
         let spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32).device(Device::Cpu);
-        let generated = k.generate(std::slice::from_ref(&x), &spec).unwrap();
-        let line = generated.source.lines().position(|l| l.contains("os_log_default")).unwrap() + 1;
-        match k.call(&[(&x).into()], &spec) {
-            Err(Error::Compile { kernel, log, .. }) => {
-                assert_eq!(kernel, "bad_log");
-                assert!(log.contains(&format!("line {line}:")), "{call}: {log}");
-                assert!(log.contains(what), "{call}: {log} lacks {what}");
-            }
-            other => panic!("{call}: expected a compile error, got {other:?}"),
-        }
+        let program = k.program(&k.generate(std::slice::from_ref(&x), &spec).unwrap());
+        let text = format!("  {call}");
+        assert_names_the_line(k.call(&[(&x).into()], &spec), "bad_log", "body line 2, column 3", &text, 3, what);
+        // CUDA refuses it while lowering, before NVRTC runs.
+        assert_names_the_line(
+            cuda::compile_cubin(&program, (9, 0)),
+            "bad_log",
+            "body line 2, column 3",
+            &text,
+            3,
+            what,
+        );
     }
+}
+
+#[test]
+fn refused_conversions_in_a_header_or_a_metal_file_name_that_line() {
+    let header = "inline void note(uint i) {\n    os_log_default.log(\"%n\", i);\n}\n";
+    let body = "uint i = thread_position_in_grid.x;\nnote(i);\nout[i] = x[i];\n";
+    let k = MetalKernel::new("bad_header_log", &["x"], &["out"], body).unwrap().header(header);
+    let x = Array::from_f64(DType::F32, &[4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    let spec = LaunchSpec::new([4, 1, 1], [4, 1, 1]).output(&[4], DType::F32).device(Device::Cpu);
+    let program = k.program(&k.generate(std::slice::from_ref(&x), &spec).unwrap());
+    let text = "    os_log_default.log(\"%n\", i);";
+    let at = "header line 2, column 5";
+    assert_names_the_line(k.call(&[(&x).into()], &spec), "bad_header_log", at, text, 5, "%n");
+    assert_names_the_line(cuda::compile_cubin(&program, (9, 0)), "bad_header_log", at, text, 5, "%n");
+
+    let file = "#include <metal_stdlib>\nusing namespace metal;\n\nkernel void k(device float* y [[buffer(0)]],\n              uint i [[thread_position_in_grid]]) {\n    os_log_default.log(\"%d %d\", 1);\n    y[i] = 1.0f;\n}\n";
+    let library = MetalLibrary::new("bad_file_log", file);
+    let launch = LibraryLaunch::new("k", Dispatch::Threads([4, 1, 1]), [4, 1, 1]);
+    let out = LibraryArg::Output { shape: vec![4], dtype: DType::F32, init_value: None };
+    let text = "    os_log_default.log(\"%d %d\", 1);";
+    let at = "source line 6, column 5";
+    let what = "2 conversion(s) but 1 argument(s)";
+    assert_names_the_line(library.dispatch(Device::Cpu, &[out], &launch), "bad_file_log:k", at, text, 5, what);
+    assert_names_the_line(cuda::compile_cubin(&library.program(&launch), (9, 0)), "bad_file_log:k", at, text, 5, what);
 }
 
 #[test]

@@ -580,3 +580,6 @@ fn every_case_compiles_with_nvrtc() {
         assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", case.name);
     }
 }
+
+// A representative kernel or two of this file, run once more under the sanitizer (`kiln check`).
+sanitizer_clean_tests!(threadgroup_arrays_sized_by_expressions_are_shared, mlx_row_reduction_in_a_full_file);

@@ -205,3 +205,6 @@ backend_tests!(
     t10_mixed_dtypes,
     t11_invalid_source_is_an_error,
 );
+
+// A representative kernel or two of this file, run once more under the sanitizer (`kiln check`).
+sanitizer_clean_tests!(t3_strides);

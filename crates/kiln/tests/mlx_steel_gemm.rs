@@ -210,3 +210,6 @@ fn steel_gemm_compiles_with_nvrtc() {
         assert_eq!(&cubin[..4], b"\x7fELF", "steel GEMM {dtype}: not a cubin");
     }
 }
+
+// A representative kernel or two of this file, run once more under the sanitizer (`kiln check`).
+sanitizer_clean_tests!(steel_gemm_f32_edges);

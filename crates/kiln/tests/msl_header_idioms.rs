@@ -303,3 +303,8 @@ fn header_idioms_compile_with_nvrtc() {
         assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", program.kernel);
     }
 }
+
+// A representative kernel or two of this file, run once more under the sanitizer (`kiln check`).
+// `simd_loop_in_const_thread_member` is left out: it calls `simd_sum` from both arms of a branch on
+// purpose, which the sanitizer rightly reports.
+sanitizer_clean_tests!(address_space_specialisations);

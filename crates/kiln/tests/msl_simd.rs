@@ -512,3 +512,10 @@ fn barrier_in_divergent_code_before_a_collective_is_refused_on_cpu() {
     let e = cpu_error("barrier_divergent", "", src);
     assert!(e.contains("barrier_divergent") && e.contains("already executed"), "{e}");
 }
+
+// A representative kernel or two of this file, run once more under the sanitizer (`kiln check`).
+// Left out: `divergent_lanes_meet_where_metal_reconverges`,
+// `lambdas_called_from_two_branches_keep_their_lanes_apart` and
+// `quad_and_vote_functions_follow_active_lanes` call SIMD-group functions from divergent branches
+// on purpose, which the sanitizer rightly reports.
+sanitizer_clean_tests!(shuffle_and_fill_wraps_filling_data_in);

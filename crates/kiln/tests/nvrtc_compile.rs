@@ -374,6 +374,23 @@ fn compile_errors_point_at_the_users_lines() {
     assert!(text.contains("broken"), "the log names the kernel's own source: {text}");
 }
 
+/// kiln's own lowering refuses the call before NVRTC runs; its error names the body's line, as
+/// NVRTC's errors do.
+#[test]
+fn lowering_errors_point_at_the_users_lines() {
+    let b = body(
+        "bad_log",
+        &["x"],
+        &["out"],
+        "uint i = thread_position_in_grid.x;\n  os_log_default.log(\"%n\", i);\nout[i] = x[i];\n",
+    );
+    let b = Body { arrays: vec![f32s(&[64])], ..b };
+    let err = cuda::compile_cubin(&program_of(&b, DType::F32), ARCH).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("body line 2, column 3: log(\"%n\")"), "{text}");
+    assert!(text.contains("  body line 2 |   os_log_default.log(\"%n\", i);\n              |   ^"), "{text}");
+}
+
 #[test]
 fn every_golden_spec_compiles_to_sm90_cubin() {
     if !common::nvrtc_or_skip() {

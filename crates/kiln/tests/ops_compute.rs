@@ -709,4 +709,49 @@ fn op_plans_name_their_variant_and_match_the_reference(device: Device) {
     assert_within("grid_sample call", &host_values(&out), &reference, tolerance(dtype));
 }
 
-backend_tests!(op_plans_name_their_variant_and_match_the_reference);
+/// The registry's plans of the ops of several launches name their kernels and, poisoned and run,
+/// give the op's result: Cholesky (registers, blocked), QR (threadgroup memory, blocked) and the
+/// grid_sample VJP with its casts to float16.
+fn registry_plans_of_multi_launch_ops_match_the_reference(device: Device) {
+    let entry = |name: &str| *kiln::ops::registry().iter().find(|e| e.name == name).unwrap();
+    let tol = tolerance(DType::F32);
+    for (n, want) in [(5, "kiln_cholesky_simd"), (70, "cholesky_blocked")] {
+        let mut rng = Rng::new(900 + n as u64);
+        let values: Vec<f64> = (0..2).flat_map(|_| spd(&mut rng, n)).collect();
+        let (a, av) = batched_input(device, &[2, n, n], &values);
+        let plan = (entry("cholesky").plan)(&[a], &[]).unwrap();
+        assert_eq!(plan.variant(), format!("{want}+kiln_cholesky_first_failure"));
+        let l = host_values(&plan.poisoned().run_one().unwrap());
+        for b in 0..2 {
+            let want = cholesky::reference(&av[b * n * n..][..n * n], n).unwrap();
+            assert_within(&format!("cholesky plan N={n} matrix {b}"), &l[b * n * n..][..n * n], &want, tol);
+        }
+    }
+    for (m, n, want) in [(9, 5, "kiln_qr_shared"), (65, 64, "qr_blocked")] {
+        let mut rng = Rng::new(950 + m as u64);
+        let (a, av) = batched_input(device, &[1, m, n], &well_conditioned(&mut rng, m, n));
+        let plan = (entry("qr").plan)(&[a], &[]).unwrap();
+        assert_eq!(plan.variant(), want);
+        let outs = plan.poisoned().run().unwrap();
+        let (want_q, want_r) = qr::reference(&av, m, n);
+        assert_within(&format!("qr plan {m}x{n} Q"), &host_values(&outs[0]), &want_q, tol);
+        assert_within(&format!("qr plan {m}x{n} R"), &host_values(&outs[1]), &want_r, tol);
+    }
+    let dims = [2, 5, 7, 8, 3, 4];
+    let [b, _, _, c, gh, gw] = dims;
+    let mut rng = Rng::new(990);
+    let [(x, xv), (grid, gv)] = grid_inputs(&mut rng, device, DType::F16, dims);
+    let (cot, cv) = input(&mut rng, device, DType::F16, &[b, gh, gw, c], 1.0);
+    let plan = (entry("grid_sample_vjp").plan)(&[x, grid, cot], &[]).unwrap();
+    assert_eq!(plan.variant(), "kiln_grid_sample_vjp+kiln_grid_sample_cast");
+    let outs = plan.poisoned().run().unwrap();
+    assert_eq!((outs[0].dtype(), outs[1].dtype()), (DType::F16, DType::F16));
+    let (want_x, want_g) = grid_sample::reference_vjp(&xv, &gv, &cv, dims);
+    assert_within("grid_sample_vjp plan x_grad", &host_values(&outs[0]), &want_x, tolerance(DType::F16));
+    assert_within("grid_sample_vjp plan grid_grad", &host_values(&outs[1]), &want_g, tolerance(DType::F16));
+}
+
+backend_tests!(
+    op_plans_name_their_variant_and_match_the_reference,
+    registry_plans_of_multi_launch_ops_match_the_reference
+);

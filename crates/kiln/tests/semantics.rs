@@ -422,3 +422,8 @@ fn out_of_bounds_output_write_is_a_fault(device: Device) {
 fn out_of_bounds_write_faults_on_cpu() {
     out_of_bounds_output_write_is_a_fault(Device::Cpu);
 }
+
+// A representative kernel or two of this file, run once more under the sanitizer (`kiln check`).
+// `divergent_simd_calls_use_active_lanes` is left out: it calls SIMD-group functions from divergent
+// branches on purpose, which the sanitizer rightly reports.
+sanitizer_clean_tests!(mem_none_barrier_exchanges_data, threadgroup_atomics_count_the_group);

@@ -213,3 +213,6 @@ fn multiply_in_partial_simdgroup_is_a_fault_on_cpu() {
         other => panic!("expected a kernel fault, got {other:?}"),
     }
 }
+
+// A representative kernel or two of this file, run once more under the sanitizer (`kiln check`).
+sanitizer_clean_tests!(tiled_matmul_32x32_matches_reference);

@@ -80,7 +80,7 @@ fn assert_limit(r: &kiln::Result<String>, limit: &str, line: usize) {
             assert_eq!((*backend, kernel.as_str()), ("translate", "limits"), "{log}");
             assert!(log.contains(limit), "the error names the limit `{limit}`: {log}");
             assert!(log.contains("kiln's limit of"), "the error says it is a limit: {log}");
-            assert!(log.starts_with(&format!("line {line}:")), "the error names line {line}: {log}");
+            assert!(log.starts_with(&format!("source line {line}:")), "the error names line {line} of the file: {log}");
         }
         Err(e) => panic!("expected a translation error naming `{limit}`, got {e}"),
         Ok(text) => panic!("expected a translation error naming `{limit}`, got {} bytes of text", text.len()),

@@ -10,6 +10,10 @@
 // collective (lanes of one SIMD group) lies between them. Findings are merged by kind, buffer and
 // the two instructions, and counted. The host runs a checked launch on one OS thread and one
 // launch at a time, so the state here is plain globals.
+//
+// Most instrumented accesses are the emulator's own (its scheduler, the fibers' frames): a page
+// found to lie outside every buffer and threadgroup window is remembered in a small direct-mapped
+// table, so that the next access to it costs one compare.
 #pragma once
 
 extern "C" const char __ehdr_start __attribute__((visibility("hidden")));
@@ -92,9 +96,18 @@ struct Pending {
 
 const int MAX_PENDING = 256;
 const int TG_SLOTS = 80;
+// Bytes either side of a threadgroup array in which an access counts as out of bounds of it.
+const uint64_t TG_WINDOW = 65536;
+const int PAGE_SHIFT = 12;
+const int OUTSIDE_BITS = 12;
 
 struct State {
   Launch* l;
+  // Pages known to hold no tracked memory, by `outside_slot` (~0: none).
+  uint64_t outside[1u << OUTSIDE_BITS];
+  // The running OS thread's emulator state (its address is fixed for the launch: read once, not
+  // through thread-local storage on every access).
+  kiln::rt::Current* cur;
   Cell* cells[32];
   Tg tg[TG_SLOTS];
   // The slots of `tg` the running group opened, so an access scans only those.
@@ -107,8 +120,9 @@ struct State {
   uint32_t last_pc[1024];  // each thread's latest access to the launch's memory
   uint32_t last_write[32];
   uint64_t serial;  // counts accesses, so one access counts once per finding
-  // The latest accesses: a fault outside every buffer is one of them (what runs after the fault
-  // records more).
+  // The latest accesses to pages not known to be untracked: a fault outside every buffer is one
+  // of them (the compiler may move a load past the hooks of the next few accesses; an access to
+  // a page remembered as untracked met mapped memory before).
   struct Last { uint64_t addr, size; uint32_t pc, tid, wrote, pad; } last[64];
   uint32_t n_last;
   Pending pend_dev[MAX_PENDING], pend_tg[MAX_PENDING];
@@ -245,13 +259,33 @@ KILN_NOSAN inline void settle_overwrite() {
   s.n_over = 0;
 }
 
-KILN_NOSAN inline void access(const void* p, uint64_t size, bool write, bool atomic, const void* ret) {
-  if (!g_armed) return;
+__attribute__((no_sanitize_thread, always_inline)) inline uint64_t outside_slot(uint64_t page) {
+  return (page * 0x9E3779B97F4A7C15ull) >> (64 - OUTSIDE_BITS);
+}
+
+// Whether the page at `page` meets a buffer of the launch (with its padding) or the window of a
+// threadgroup array the running group opened.
+KILN_NOSAN inline bool page_tracked(uint64_t page) {
+  const State& s = g_state;
+  const uint64_t lo = page << PAGE_SHIFT, hi = lo + (1ull << PAGE_SHIFT);
+  for (uint32_t i = 0; i < s.l->n_buffers; ++i) {
+    const Buffer& b = s.l->buffers[i];
+    if (lo < b.data + b.len + b.pad && hi > b.data - b.pad) return true;
+  }
+  for (int j = 0; j < s.n_tg_active; ++j) {
+    const Tg& g = s.tg[s.tg_active[j]];
+    const uint64_t d = (uint64_t)(uintptr_t)g.data;
+    if (lo < d + g.size + TG_WINDOW && hi > d - TG_WINDOW) return true;
+  }
+  return false;
+}
+
+// An access to memory of a page not known to be untracked.
+KILN_NOSAN inline void record(uint64_t a, uint64_t size, bool write, bool atomic, const void* ret) {
   settle_overwrite();
-  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
-  if (!t) return;
-  const uint64_t a = (uint64_t)(uintptr_t)p;
   State& s = g_state;
+  kiln::rt::Thread* t = s.cur ? s.cur->thread : nullptr;
+  if (!t) return;
   ++s.serial;
   // A plain store of up to 16 bytes may wait in `over` (see `touch`).
   s.cur_addr = a;
@@ -283,7 +317,7 @@ KILN_NOSAN inline void access(const void* p, uint64_t size, bool write, bool ato
     const int i = s.tg_active[j];
     Tg& g = s.tg[i];
     const uint64_t lo = (uint64_t)(uintptr_t)g.data;
-    if (a + size <= lo - 65536 || a >= lo + g.size + 65536) continue;
+    if (a + size <= lo - TG_WINDOW || a >= lo + g.size + TG_WINDOW) continue;
     s.last_pc[local] = me.pc;
     if (a < lo || a + size > lo + g.size) {
       report(write ? OOB_WRITE : OOB_READ, me.pc, 0, 1, i, me.tid, 0, (int64_t)(a - lo));
@@ -294,6 +328,18 @@ KILN_NOSAN inline void access(const void* p, uint64_t size, bool write, bool ato
     for (uint64_t k = first; k <= last; ++k) touch(g.cells[k], s.tg_gen, me, write, false, 1, i, k * e);
     return;
   }
+  const uint64_t page = a >> PAGE_SHIFT;
+  if (((a + size - 1) >> PAGE_SHIFT) == page && !page_tracked(page)) s.outside[outside_slot(page)] = page;
+}
+
+__attribute__((no_sanitize_thread, always_inline)) inline void access(const void* p, uint64_t size, bool write,
+                                                                      bool atomic, const void* ret) {
+  if (!g_armed) return;
+  State& s = g_state;
+  const uint64_t a = (uint64_t)(uintptr_t)p;
+  const uint64_t page = a >> PAGE_SHIFT;
+  if (s.outside[outside_slot(page)] == page && ((a + size - 1) >> PAGE_SHIFT) == page) return;
+  record(a, size, write, atomic, ret);
 }
 
 KILN_NOSAN inline void tg_opened(int slot, const char* data, uint64_t size, const char* name, uint32_t elem) {
@@ -305,6 +351,11 @@ KILN_NOSAN inline void tg_opened(int slot, const char* data, uint64_t size, cons
     g.cap = g.cells ? size : 0;
   }
   if (!g.cells) return;
+  // Pages of its window remembered as untracked (the emulator's own accesses there before the
+  // array opened) are tracked from now on.
+  const uint64_t lo = (uint64_t)(uintptr_t)data;
+  for (uint64_t p = (lo - TG_WINDOW) >> PAGE_SHIFT; p <= (lo + size + TG_WINDOW) >> PAGE_SHIFT; ++p)
+    if (g_state.outside[outside_slot(p)] == p) g_state.outside[outside_slot(p)] = ~0ull;
   if (!g.data) g_state.tg_active[g_state.n_tg_active++] = slot;
   g.data = data;
   g.size = size;
@@ -315,6 +366,7 @@ KILN_NOSAN inline void tg_opened(int slot, const char* data, uint64_t size, cons
 KILN_NOSAN inline void group_begin(uint64_t lin) {
   if (!g_armed) return;
   State& s = g_state;
+  s.cur = &kiln::rt::g_cur;
   s.group_base = (uint32_t)(lin * s.l->group_threads);
   ++s.tg_gen;
   for (int j = 0; j < s.n_tg_active; ++j) s.tg[s.tg_active[j]].data = nullptr;
@@ -517,6 +569,9 @@ extern "C" __attribute__((no_sanitize_thread, noinline, visibility("default"))) 
   using namespace kiln::chk;
   State& s = g_state;
   s.l = l;
+  s.cur = nullptr;
+  s.n_last = 0;
+  __builtin_memset(s.outside, 0xFF, sizeof s.outside);
   s.over_size = 0;
   s.n_over = 0;
   s.n_pend_dev = 0;

@@ -18,7 +18,7 @@
 use super::function_constants;
 use crate::error::{Error, Result};
 use crate::program::{MetalProgram, MAX_THREADGROUP_MEMORY};
-use crate::source::parse::{first_declarator, parse, split_args, AddressSpace, EntryParam, Outline, Scope};
+use crate::source::parse::{first_declarator, parse_shared, split_args, AddressSpace, EntryParam, Outline, Scope};
 use crate::source::tokens::{tokenize, Kind, Token};
 
 /// Bytes of a kernel's own `threadgroup` declarations.
@@ -45,7 +45,7 @@ impl EntryContract {
     /// `op`). `None` when the program does not parse or has no such entry: compiling it fails
     /// with the backend's own message.
     pub fn of(op: &str, program: &MetalProgram) -> Result<Option<EntryContract>> {
-        let Ok(parsed) = parse(program) else { return Ok(None) };
+        let Ok(parsed) = parse_shared(program) else { return Ok(None) };
         let Some(entry) = parsed.entry(&program.function) else { return Ok(None) };
         let outline = Outline::new(&program.source);
         let (base, args) = split_callee(&entry.callee);

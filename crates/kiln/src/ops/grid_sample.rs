@@ -273,16 +273,16 @@ pub fn channels_per_lane(c: usize) -> usize {
 /// The VJP of [`grid_sample`]: `(x_grad, grid_grad)` for `cotangent` (B, gH, gW, C), in the
 /// dtypes of `x` and `grid`.
 pub fn grid_sample_vjp(x: &Array, grid: &Array, cotangent: &Array) -> Result<(Array, Array)> {
-    let mut outs = grid_sample_vjp_call(x, grid, cotangent)?.run()?;
-    let (Some(grid_grad), Some(x_grad)) = (outs.pop(), outs.pop()) else {
-        return Err(Error::invalid(OP_VJP, "the kernel returned too few outputs"));
-    };
-    Ok((cast(&x_grad, x.dtype())?, cast(&grid_grad, grid.dtype())?))
+    let mut outs = grid_sample_vjp_plan(x, grid, cotangent)?.run()?;
+    match (outs.pop(), outs.pop()) {
+        (Some(grid_grad), Some(x_grad)) => Ok((x_grad, grid_grad)),
+        _ => Err(Error::invalid(OP_VJP, "the kernels returned too few outputs")),
+    }
 }
 
-/// The validated call of the VJP kernel: `(x_grad, grid_grad)` in float32, zeroed first (the
-/// kernel accumulates); [`grid_sample_vjp`] casts them to the dtypes of `x` and `grid`.
-pub fn grid_sample_vjp_call(x: &Array, grid: &Array, cotangent: &Array) -> Result<OpCall> {
+/// The plan of [`grid_sample_vjp`]: the VJP kernel (gradients accumulated in float32), then a
+/// cast of each gradient whose input is not float32; its outputs are `(x_grad, grid_grad)`.
+pub fn grid_sample_vjp_plan(x: &Array, grid: &Array, cotangent: &Array) -> Result<OpPlan> {
     let [b, _, _, c, gh, gw] = check(OP_VJP, x, grid)?;
     if !is_float(cotangent.dtype()) {
         return Err(Error::dtype(OP_VJP, cotangent.dtype(), "cotangent must be float32, float16 or bfloat16"));
@@ -304,19 +304,21 @@ pub fn grid_sample_vjp_call(x: &Array, grid: &Array, cotangent: &Array) -> Resul
         .template("K", channels_per_lane(c) as i32)
         .init_value(0.0)
         .device(x.device());
-    Ok(OpCall::new(backward_kernel()?, vec![x.into(), grid.into(), cotangent.into()], spec))
-}
-
-fn cast(a: &Array, dtype: DType) -> Result<Array> {
-    if a.dtype() == dtype {
-        return Ok(a.clone());
+    let mut calls = vec![OpCall::new(backward_kernel()?, vec![x.into(), grid.into(), cotangent.into()], spec)];
+    let mut outputs = Vec::new();
+    for (i, like) in [x, grid].into_iter().enumerate() {
+        if like.dtype() == DType::F32 {
+            outputs.push((0, i));
+            continue;
+        }
+        let spec = LaunchSpec::new([grid_dim(OP_VJP, like.size())?, 1, 1], [THREADS, 1, 1])
+            .output(like.shape(), like.dtype())
+            .template("T", like.dtype())
+            .device(x.device());
+        calls.push(OpCall::new(cast_kernel()?, Vec::new(), spec).reads(&[(0, i)]));
+        outputs.push((calls.len() - 1, 0));
     }
-    let spec = LaunchSpec::new([grid_dim(OP_VJP, a.size())?, 1, 1], [THREADS, 1, 1])
-        .output(a.shape(), dtype)
-        .template("T", dtype)
-        .device(a.device());
-    let mut outs = cast_kernel()?.call(&[a.into()], &spec)?;
-    outs.pop().ok_or_else(|| Error::invalid(OP_VJP, "the cast returned no output"))
+    Ok(OpPlan::new(calls).outputs(&outputs))
 }
 
 /// The kernels with one launch each for `x`, `grid` (compile-only checks): forward, VJP.

@@ -3,8 +3,9 @@
 //!
 //! The ops are functions here (`kiln::ops::rms_norm(&x, &w, 1e-5)`). The op's work for given
 //! inputs has one shape, an [`OpPlan`]: the kernel calls its rule picked, with the variant's
-//! name; `*_call` forms return the one validated [`OpCall`] of a single-kernel op, and
-//! `scaled_dot_product_attention_plan` attention's plan, without running them. One file
+//! name; `*_call` forms return the one validated [`OpCall`] of a single-kernel op, and `*_plan`
+//! forms the plan of an op of several launches (attention, cholesky, qr, grid_sample_vjp,
+//! scatter_add), without running them. One file
 //! per op: its header states the maths, the layouts and dtypes, the reference it is checked
 //! against and its tolerance. Each op validates its inputs with a typed error, picks its kernel
 //! variant by a deterministic rule on shape, dtype and device, and has a `reference` function
@@ -47,18 +48,18 @@ pub mod util;
 pub use attention::{
     scaled_dot_product_attention, scaled_dot_product_attention_plan, scaled_dot_product_attention_with, Mask,
 };
-pub use cholesky::{cholesky, cholesky_with};
+pub use cholesky::{cholesky, cholesky_plan, cholesky_with};
 pub use elementwise::{exp, gelu, gelu_erf, silu, unary, unary_call, Unary};
 pub use gdn_kkt::{gdn_chunk_scaled_dot_kkt, gdn_chunk_scaled_dot_kkt_call, gdn_chunk_scaled_dot_kkt_with};
-pub use grid_sample::{grid_sample, grid_sample_call, grid_sample_vjp, grid_sample_with};
+pub use grid_sample::{grid_sample, grid_sample_call, grid_sample_vjp, grid_sample_vjp_plan, grid_sample_with};
 pub use kernel_cache::KernelCache;
 pub use overlap_add::{overlap_add, overlap_add_call};
-pub use plan::{OpCall, OpKernel, OpPlan};
-pub use qr::{qr, qr_with};
+pub use plan::{OpCall, OpFinish, OpKernel, OpPlan};
+pub use qr::{qr, qr_plan, qr_with};
 pub use registry::{registry, BenchShape, DemoShape, OpEntry};
 pub use residual_rms_norm::{residual_rms_norm, residual_rms_norm_call};
 pub use rms_norm::{rms_norm, rms_norm_call};
 pub use rope::{rope, rope_call};
-pub use scatter_add::{scatter_add, scatter_add_call};
+pub use scatter_add::{scatter_add, scatter_add_call, scatter_add_plan};
 pub use softmax::{softmax, softmax_call};
 pub use util::FLOAT_DTYPES;

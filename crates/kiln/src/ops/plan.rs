@@ -1,38 +1,49 @@
 //! The one shape of an op's work: an [`OpPlan`], the kernel calls the op's rule picked for given
-//! inputs, in order, each an [`OpCall`] (a kernel, its inputs, its launch). A plan can be
-//! inspected (its variant, its calls and launches), poisoned (outputs filled with NaN first, for
-//! tests) or run. Ops of one kernel call also hand out that [`OpCall`] itself (`*_call`).
+//! inputs, in order, each an [`OpCall`] (a kernel or a function of a Metal library, its inputs,
+//! its launch, and which outputs of earlier calls it reads). A plan can be inspected (its
+//! variant, its calls and launches), poisoned (outputs filled with NaN first, for tests) or run.
+//! Ops of one kernel call also hand out that [`OpCall`] itself (`*_call`).
+
+use std::sync::Arc;
 
 use crate::array::Array;
 use crate::backend::MetalProgram;
+use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kernel::{CudaKernel, KernelInput, LaunchSpec, MetalKernel};
+use crate::kernel::{CudaKernel, KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MetalKernel, MetalLibrary};
 
-/// The kernel of one call: the portable Metal kernel, or a CUDA one where the op's rule picks a
-/// CUDA-only path.
-#[derive(Clone, Copy, Debug)]
+/// The kernel of one call: the portable Metal kernel or library, or a CUDA one where the op's
+/// rule picks a CUDA-only path.
+#[derive(Clone, Debug)]
 pub enum OpKernel {
     /// A Metal kernel (runs on every backend).
     Metal(&'static MetalKernel),
     /// A CUDA C++ kernel (NVIDIA devices only).
     Cuda(&'static CudaKernel),
+    /// A CUDA C++ kernel built for this call (its shared memory depends on the inputs).
+    CudaBuilt(Arc<CudaKernel>),
+    /// A function of a Metal library (runs on every backend), dispatched as the call says.
+    Library(&'static MetalLibrary),
 }
 
 impl OpKernel {
-    /// The kernel's name: the variant it stands for.
+    /// The kernel's name: the variant it stands for (a library's name for its functions).
     pub fn name(&self) -> &str {
         match self {
             OpKernel::Metal(k) => k.name(),
             OpKernel::Cuda(k) => k.name(),
+            OpKernel::CudaBuilt(k) => k.name(),
+            OpKernel::Library(l) => l.name(),
         }
     }
+}
 
-    fn call(&self, inputs: &[KernelInput], spec: &LaunchSpec) -> Result<Vec<Array>> {
-        match self {
-            OpKernel::Metal(k) => k.call(inputs, spec),
-            OpKernel::Cuda(k) => k.call(inputs, spec),
-        }
-    }
+/// A library function's dispatch within a call: its launch, its own arguments and the device.
+#[derive(Clone, Debug)]
+pub(crate) struct LibraryCall {
+    launch: LibraryLaunch,
+    args: Vec<LibraryArg>,
+    device: Device,
 }
 
 /// A validated kernel call: the kernel the variant rule picked, its inputs and its launch.
@@ -41,18 +52,49 @@ pub struct OpCall {
     pub(crate) kernel: OpKernel,
     pub(crate) inputs: Vec<KernelInput>,
     pub(crate) spec: LaunchSpec,
+    /// Library calls: the dispatch (the `spec` is then unused).
+    library: Option<LibraryCall>,
+    /// Outputs of earlier calls of a plan this call reads, as (call, output); `None`: every
+    /// output of the call before it. A kernel reads them after its `inputs`; a library
+    /// function as its first buffers, before its own arguments (the arrays it updates in place).
+    reads: Option<Vec<(usize, usize)>>,
 }
 
 impl OpCall {
     /// A call of the Metal `kernel` on `inputs` with the launch `spec` (the caller has validated
     /// them).
     pub fn new(kernel: &'static MetalKernel, inputs: Vec<KernelInput>, spec: LaunchSpec) -> Self {
-        OpCall { kernel: OpKernel::Metal(kernel), inputs, spec }
+        OpCall { kernel: OpKernel::Metal(kernel), inputs, spec, library: None, reads: None }
     }
 
     /// A call of the CUDA `kernel` on `inputs` with the launch `spec`.
     pub fn cuda(kernel: &'static CudaKernel, inputs: Vec<KernelInput>, spec: LaunchSpec) -> Self {
-        OpCall { kernel: OpKernel::Cuda(kernel), inputs, spec }
+        OpCall { kernel: OpKernel::Cuda(kernel), inputs, spec, library: None, reads: None }
+    }
+
+    /// A call of a CUDA `kernel` built for these inputs.
+    pub fn cuda_built(kernel: CudaKernel, inputs: Vec<KernelInput>, spec: LaunchSpec) -> Self {
+        OpCall { kernel: OpKernel::CudaBuilt(Arc::new(kernel)), inputs, spec, library: None, reads: None }
+    }
+
+    /// A dispatch of `launch` (a function of `library`) on `device` with `args` (after the
+    /// outputs of earlier calls it [`reads`](Self::reads)).
+    pub fn library(
+        library: &'static MetalLibrary,
+        launch: LibraryLaunch,
+        args: Vec<LibraryArg>,
+        device: Device,
+    ) -> Self {
+        let spec = LaunchSpec::new([1, 1, 1], [1, 1, 1]).device(device);
+        let dispatch = Some(LibraryCall { launch, args, device });
+        OpCall { kernel: OpKernel::Library(library), inputs: Vec::new(), spec, library: dispatch, reads: None }
+    }
+
+    /// This call reading the outputs `reads` of earlier calls of its plan, as (call, output),
+    /// instead of every output of the call before it.
+    pub fn reads(mut self, reads: &[(usize, usize)]) -> Self {
+        self.reads = Some(reads.to_vec());
+        self
     }
 
     /// The name of the kernel variant the rule picked.
@@ -62,14 +104,14 @@ impl OpCall {
 
     /// The kernel the rule picked.
     pub fn kernel(&self) -> OpKernel {
-        self.kernel
+        self.kernel.clone()
     }
 
     /// The Metal kernel the rule picked, if it is one.
     pub fn metal_kernel(&self) -> Option<&'static MetalKernel> {
         match self.kernel {
             OpKernel::Metal(k) => Some(k),
-            OpKernel::Cuda(_) => None,
+            _ => None,
         }
     }
 
@@ -91,27 +133,49 @@ impl OpCall {
 
     /// Fills the outputs with NaN before the kernel runs, so an element it fails to write can
     /// never pass a check. Outputs that accumulate from a defined start value keep it.
-    pub fn poisoned(mut self) -> Self {
-        if self.spec.init_value.is_none() {
-            self.spec = self.spec.init_value(f64::NAN);
+    pub fn poisoned(self) -> Self {
+        self.with_init(None, f64::NAN)
+    }
+
+    /// Fills output `output` (every output when `None`) with `init` before the call runs,
+    /// unless it has a start value of its own.
+    fn with_init(mut self, output: Option<usize>, init: f64) -> Self {
+        match &mut self.library {
+            Some(call) => {
+                let outputs = call.args.iter_mut().filter_map(|a| match a {
+                    LibraryArg::Output { init_value, .. } => Some(init_value),
+                    _ => None,
+                });
+                for (i, init_value) in outputs.enumerate() {
+                    if output.is_none_or(|o| o == i) && init_value.is_none() {
+                        *init_value = Some(init);
+                    }
+                }
+            }
+            None if self.spec.init_value.is_none() => self.spec = self.spec.init_value(init),
+            None => {}
         }
         self
     }
 
-    /// The program a backend compiles for this call (Metal source generated for these inputs),
-    /// e.g. to compile it ahead of time; an error for a CUDA kernel, which has none.
+    /// The program a backend compiles for this call (Metal source generated for these inputs,
+    /// or the library's function), e.g. to compile it ahead of time; an error for a CUDA kernel,
+    /// which has none.
     pub fn program(&self) -> Result<MetalProgram> {
-        let OpKernel::Metal(kernel) = self.kernel else {
-            return Err(Error::invalid(self.variant(), "a CUDA kernel has no Metal program"));
-        };
-        let arrays: Vec<Array> = self.inputs.iter().map(KernelInput::to_array).collect();
-        let generated = kernel.generate(&arrays, &self.spec)?;
-        Ok(kernel.program(&generated))
+        match (&self.kernel, &self.library) {
+            (OpKernel::Metal(kernel), _) => {
+                let arrays: Vec<Array> = self.inputs.iter().map(KernelInput::to_array).collect();
+                let generated = kernel.generate(&arrays, &self.spec)?;
+                Ok(kernel.program(&generated))
+            }
+            (OpKernel::Library(library), Some(call)) => Ok(library.program(&call.launch)),
+            _ => Err(Error::invalid(self.variant(), "a CUDA kernel has no Metal program")),
+        }
     }
 
     /// Runs the call; the outputs live on the inputs' device.
     pub fn run(&self) -> Result<Vec<Array>> {
-        self.kernel.call(&self.inputs, &self.spec)
+        self.run_reading(Vec::new())
     }
 
     /// Runs a call with a single output.
@@ -129,33 +193,84 @@ impl OpCall {
         Ok((host, start.elapsed()))
     }
 
-    /// Runs the call with `carried` (the previous call's outputs) appended to its inputs.
-    fn run_after(&self, carried: Vec<Array>) -> Result<Vec<Array>> {
-        if carried.is_empty() {
-            return self.run();
+    /// Runs the call with `earlier` (the outputs of earlier calls it reads).
+    fn run_reading(&self, earlier: Vec<Array>) -> Result<Vec<Array>> {
+        match (&self.kernel, &self.library) {
+            (OpKernel::Library(library), Some(call)) => {
+                let mut args: Vec<LibraryArg> = earlier.into_iter().map(LibraryArg::Array).collect();
+                args.extend(call.args.iter().cloned());
+                library.dispatch(call.device, &args, &call.launch)
+            }
+            (kernel, _) => {
+                let mut inputs = self.inputs.clone();
+                inputs.extend(earlier.into_iter().map(KernelInput::Array));
+                match kernel {
+                    OpKernel::Metal(k) => k.call(&inputs, &self.spec),
+                    OpKernel::Cuda(k) => k.call(&inputs, &self.spec),
+                    OpKernel::CudaBuilt(k) => k.call(&inputs, &self.spec),
+                    OpKernel::Library(_) => Err(Error::invalid(self.variant(), "a library call without its dispatch")),
+                }
+            }
         }
-        let mut inputs = self.inputs.clone();
-        inputs.extend(carried.into_iter().map(KernelInput::Array));
-        self.kernel.call(&inputs, &self.spec)
     }
 }
 
-/// An op's work on given inputs: the kernel calls its rule picked, in order. Each call's outputs
-/// are appended to the next call's inputs; the last call's outputs are the op's.
-#[derive(Clone, Debug)]
+/// What a plan does with its outputs once its calls ran, given also the outputs it reads for the
+/// purpose: checks them (an error the op reports, such as a matrix that is not positive
+/// definite) or trims them to the op's result.
+pub type OpFinish = Arc<dyn Fn(Vec<Array>, Vec<Array>) -> Result<Vec<Array>> + Send + Sync>;
+
+/// An op's work on given inputs: the kernel calls its rule picked, in order. Each call reads the
+/// outputs of earlier calls it names (by default every output of the call before it); the op's
+/// outputs are the outputs the plan names (by default the last call's), finished by the plan's
+/// own step where it has one.
+#[derive(Clone)]
 pub struct OpPlan {
     calls: Vec<OpCall>,
+    outputs: Option<Vec<(usize, usize)>>,
+    /// The finishing step and the outputs it reads besides the op's, as (call, output).
+    finish: Option<(Vec<(usize, usize)>, OpFinish)>,
+}
+
+impl std::fmt::Debug for OpPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpPlan")
+            .field("calls", &self.calls)
+            .field("outputs", &self.outputs)
+            .field("finish", &self.finish.is_some())
+            .finish()
+    }
 }
 
 impl OpPlan {
     /// A plan of `calls`, run in order.
     pub fn new(calls: Vec<OpCall>) -> Self {
-        OpPlan { calls }
+        OpPlan { calls, outputs: None, finish: None }
     }
 
-    /// The variant the rule picked: its kernels' names, joined by `+`.
+    /// This plan giving the outputs `outputs`, as (call, output), instead of the last call's.
+    pub fn outputs(mut self, outputs: &[(usize, usize)]) -> Self {
+        self.outputs = Some(outputs.to_vec());
+        self
+    }
+
+    /// This plan passing its outputs through `finish` (a check or a trim) after its calls, with
+    /// the outputs `reads` (call, output) beside them.
+    pub fn finish(
+        mut self,
+        reads: &[(usize, usize)],
+        finish: impl Fn(Vec<Array>, Vec<Array>) -> Result<Vec<Array>> + Send + Sync + 'static,
+    ) -> Self {
+        self.finish = Some((reads.to_vec(), Arc::new(finish)));
+        self
+    }
+
+    /// The variant the rule picked: its kernels' names, joined by `+` (a name repeated by
+    /// consecutive calls, such as a library's steps, once).
     pub fn variant(&self) -> String {
-        self.calls.iter().map(OpCall::variant).collect::<Vec<_>>().join("+")
+        let mut names: Vec<&str> = self.calls.iter().map(OpCall::variant).collect();
+        names.dedup();
+        names.join("+")
     }
 
     /// The calls, in order.
@@ -163,34 +278,60 @@ impl OpPlan {
         &self.calls
     }
 
-    /// Fills the op's outputs (the last call's) with NaN before it runs (see
-    /// [`OpCall::poisoned`]).
+    /// Fills the op's outputs with NaN before it runs (see [`OpCall::poisoned`]).
     pub fn poisoned(self) -> Self {
         self.with_init(Some(f64::NAN))
     }
 
-    /// Fills the op's outputs (the last call's) with `init` before it runs, if given.
+    /// Fills the op's outputs with `init` before it runs, if given.
     pub fn with_init(mut self, init: Option<f64>) -> Self {
-        if let (Some(last), Some(v)) = (self.calls.last_mut(), init) {
-            if last.spec.init_value.is_none() {
-                last.spec.init_value = Some(v);
+        let Some(v) = init else { return self };
+        let targets: Vec<(usize, Option<usize>)> = match &self.outputs {
+            Some(outputs) => outputs.iter().map(|&(c, o)| (c, Some(o))).collect(),
+            None => vec![(self.calls.len().saturating_sub(1), None)],
+        };
+        for (c, o) in targets {
+            if let Some(call) = self.calls.get_mut(c) {
+                *call = call.clone().with_init(o, v);
             }
         }
         self
     }
 
-    /// Runs the calls in order; returns the last call's outputs.
+    /// Runs the calls in order; returns the op's outputs.
     pub fn run(&self) -> Result<Vec<Array>> {
-        let mut carried = Vec::new();
+        let mut made: Vec<Vec<Array>> = Vec::with_capacity(self.calls.len());
         for call in &self.calls {
-            carried = call.run_after(carried)?;
+            let earlier = match &call.reads {
+                Some(reads) => reads.iter().map(|&r| self.output(&made, r)).collect::<Result<Vec<_>>>()?,
+                None => made.last().cloned().unwrap_or_default(),
+            };
+            made.push(call.run_reading(earlier)?);
         }
-        Ok(carried)
+        let read = |reads: &[(usize, usize)]| reads.iter().map(|&r| self.output(&made, r)).collect::<Result<Vec<_>>>();
+        let outputs = match &self.outputs {
+            Some(outputs) => read(outputs)?,
+            None => made.last().cloned().unwrap_or_default(),
+        };
+        match &self.finish {
+            Some((reads, finish)) => finish(outputs, read(reads)?),
+            None => Ok(outputs),
+        }
     }
 
     /// Runs a plan with a single output.
     pub fn run_one(&self) -> Result<Array> {
         one_output(&self.variant(), self.run()?)
+    }
+
+    /// Output `output` of call `call`, among the outputs `made` so far.
+    fn output(&self, made: &[Vec<Array>], (call, output): (usize, usize)) -> Result<Array> {
+        made.get(call).and_then(|outs| outs.get(output)).cloned().ok_or_else(|| {
+            Error::invalid(
+                self.variant(),
+                format!("the plan reads output {output} of call {call}, which it has not made"),
+            )
+        })
     }
 }
 

@@ -11,13 +11,7 @@ use super::prelude::{headers, Header, CPU_CHECKED_RUNTIME, CPU_CONFIG, CPU_RUNTI
 use crate::error::{Error, Result};
 use crate::program::{MetalProgram, ProgramKind};
 use crate::source::scan::ATTRIBUTES;
-
-/// The file name compiler messages use for the user's Metal text.
-pub fn user_file_name(program: &MetalProgram) -> String {
-    let safe: String =
-        program.kernel.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
-    format!("{safe}.metal")
-}
+pub use crate::source::user_lines::user_file_name;
 
 fn push_header(out: &mut String, (name, text): (&str, &str)) {
     let _ = writeln!(out, "#line 1 \"kiln/{name}\"");

@@ -130,6 +130,18 @@ impl Cursor {
         &self.toks[self.sig[k]]
     }
 
+    /// The 1-based byte column where the significant token at `k` starts on its line.
+    pub fn column(&self, k: usize) -> usize {
+        let mut column = 1;
+        for t in self.toks[..self.sig[k]].iter().rev() {
+            match t.text.rfind('\n') {
+                Some(i) => return column + t.text.len() - i - 1,
+                None => column += t.text.len(),
+            }
+        }
+        column
+    }
+
     /// Whether position `k` exists and is the punctuator or identifier `s`.
     pub fn is(&self, k: usize, s: &str) -> bool {
         k < self.sig.len() && self.tok(k).is(s)

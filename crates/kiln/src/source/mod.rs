@@ -1,7 +1,7 @@
 //! Pure text: what MLX detects in a kernel body, name mangling, Metal source generation
 //! byte-identical to MLX, the one front end over MSL (tokens, a cursor over them, the
-//! preprocessor and a target-independent parse) and the lowerings of MSL to CUDA C++ and host
-//! C++.
+//! preprocessor and a target-independent parse), the lowerings of MSL to CUDA C++ and host
+//! C++, and the map from a program's lines back to the user's (`user_lines`).
 
 pub mod cpu;
 pub mod cuda;
@@ -15,3 +15,4 @@ pub mod prelude;
 pub mod preprocess;
 pub mod scan;
 pub mod tokens;
+pub mod user_lines;

@@ -87,6 +87,26 @@ macro_rules! backend_tests {
     };
 }
 
+/// Runs `fn $name(device: Device)` once more on the CPU under the sanitizer (`kiln check`): the
+/// test's own checks still hold, and the sanitizer finds nothing in its kernels.
+#[macro_export]
+macro_rules! sanitizer_clean_tests {
+    ($($name:ident),* $(,)?) => {
+        mod sanitizer_clean {
+            $(
+                #[test]
+                fn $name() {
+                    if let Some(device) = $crate::common::device_or_skip("cpu") {
+                        let (_, found) = kiln::sanitize::check(|| super::$name(device));
+                        let text: Vec<String> = found.iter().map(|f| f.render()).collect();
+                        assert!(found.is_empty(), "findings on a correct kernel:\n{}", text.join("\n"));
+                    }
+                }
+            )*
+        }
+    };
+}
+
 /// `a` as a kernel input living on `device` (moving arrays between devices is explicit).
 pub fn on(device: Device, a: &Array) -> kiln::KernelInput {
     kiln::KernelInput::Array(a.to_device(device).expect("move input to the device"))

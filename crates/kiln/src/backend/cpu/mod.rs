@@ -30,6 +30,7 @@ mod kernel_log;
 mod lent;
 mod pch;
 pub mod sanitize;
+pub mod sanitize_report;
 mod stacks;
 mod threadgroup;
 mod toolchain;
@@ -46,6 +47,7 @@ use crate::error::{Error, Result};
 use crate::program::{MathMode, MetalProgram, ProgramKind};
 use crate::source::cpu::{prelude, translation_unit};
 use crate::source::lower::{lower, LowerTarget};
+use crate::source::user_lines::user_compile_error;
 
 pub use lent::{lent_host_array, LentHostMemory};
 pub use toolchain::flags as compile_flags;
@@ -58,7 +60,7 @@ pub struct CpuBackend {
     /// Sanitizer mode (`kiln check`) and the findings of its launches made outside
     /// `sanitize::check`.
     sanitize: bool,
-    findings: Arc<Mutex<Vec<crate::sanitize::Finding>>>,
+    findings: Arc<Mutex<Vec<crate::finding::Finding>>>,
 }
 
 impl Default for CpuBackend {
@@ -91,14 +93,14 @@ impl CpuBackend {
 
     /// The findings of this backend's sanitized launches made outside `sanitize::check`, since
     /// the last call.
-    pub fn take_findings(&self) -> Vec<crate::sanitize::Finding> {
+    pub fn take_findings(&self) -> Vec<crate::finding::Finding> {
         self.findings.lock().map(|mut f| std::mem::take(&mut *f)).unwrap_or_default()
     }
 
     fn launch_sanitized(&self, launch: &Launch<'_>) -> Result<Vec<Array>> {
         let run = sanitize::run(&self.cxx, launch)?;
-        let found = crate::sanitize::findings_of(launch.program, &run);
-        if let Some(left) = crate::sanitize::collect(found) {
+        let found = sanitize_report::findings_of(launch.program, &run);
+        if let Some(left) = crate::finding::collect(found) {
             if let Ok(mut f) = self.findings.lock() {
                 f.extend(left);
             }
@@ -227,7 +229,7 @@ impl Backend for CpuBackend {
                 programs.push(program.clone());
             }
         });
-        if self.sanitize || crate::sanitize::active() {
+        if self.sanitize || crate::finding::active() {
             return self.launch_sanitized(launch);
         }
         let (compiled, entry) = self.resolve(program)?;
@@ -294,7 +296,7 @@ impl CpuBackend {
         })?;
         let tu = translation_unit(program, &module)?;
         let compiled = compile::compile(&self.cxx, &program.kernel, &tu, prelude(program.kind), program.math_mode)
-            .map_err(|e| crate::sanitize::user_compile_error(program, e))?;
+            .map_err(|e| user_compile_error(program, e))?;
         if let Ok(mut m) = resolved.lock() {
             m.insert(key, (compiled.clone(), entry));
         }

@@ -5,7 +5,7 @@
 //! memory of the launch's own and are reported with their distance instead of faulting.
 //!
 //! What comes back is raw: instruction offsets resolved to file and line of the generated unit
-//! (`addr2line` over the library's line tables), which `crate::sanitize` maps to the user's text.
+//! (`addr2line` over the library's line tables), which `sanitize_report` maps to the user's text.
 //! A launch that read outside a buffer runs a second time with other bytes in the padding: equal
 //! outputs mean the values read there were discarded (load, then select).
 
@@ -32,6 +32,7 @@ use crate::dtype::f64_to_element_bytes;
 use crate::error::{Error, Result};
 use crate::source::cpu::{checked_prelude, translation_unit_after};
 use crate::source::lower::{lower, EntryParam, LowerTarget};
+use crate::source::user_lines::user_compile_error;
 
 /// Bytes of padding on each side of every buffer of a checked launch.
 pub const PAD_BYTES: usize = 1 << 20;
@@ -213,8 +214,10 @@ fn instrumented(cxx: &str, program: &MetalProgram) -> Result<Arc<Instrumented>> 
     let compiler = toolchain::host_compiler(cxx)?;
     let mut flags: Vec<&str> =
         toolchain::flags(program.math_mode, &compiler).into_iter().filter(|f| *f != "-shared").collect();
-    // Identical calls in two branches stay two calls, so each keeps its own line.
-    flags.extend(["-fsanitize=thread", "-g", "-c", "-fno-tree-tail-merge", "-fno-crossjumping"]);
+    // Identical calls in two branches stay two calls, so each keeps its own line. Line tables
+    // and inline chains (`-g1`) are all the findings need: full debug information costs compile
+    // time.
+    flags.extend(["-fsanitize=thread", "-g1", "-c", "-fno-tree-tail-merge", "-fno-crossjumping"]);
     let mut h = Sha256::new();
     h.update(tu.as_bytes());
     h.update(flags.join(" ").as_bytes());
@@ -227,8 +230,7 @@ fn instrumented(cxx: &str, program: &MetalProgram) -> Result<Arc<Instrumented>> 
     let image = match disk_cache::load_verified(&so, &key) {
         Some(image) => image,
         None => {
-            let image = build(cxx, &program.kernel, &flags, &tu)
-                .map_err(|e| crate::sanitize::user_compile_error(program, e))?;
+            let image = build(cxx, &program.kernel, &flags, &tu).map_err(|e| user_compile_error(program, e))?;
             let _ = disk_cache::store(&so, &key, &image);
             image
         }
@@ -309,7 +311,10 @@ pub fn run(cxx: &str, launch: &Launch<'_>) -> Result<CheckedRun> {
     } else {
         None
     };
-    let last_writes: Vec<u32> = first.written.iter().map(|w| w.2).collect();
+    // The last store names an output's line only in an unwritten-output finding: resolving it
+    // otherwise would cost an `addr2line` run per clean launch.
+    let last_writes: Vec<u32> =
+        first.written.iter().filter(|w| w.1.iter().any(|&state| state != 1)).map(|w| w.2).collect();
     let sites = symbolize(&inst, &first.raw, &last_writes);
     let site = |pc: u32| if pc == 0 { None } else { sites.get(&pc).cloned() };
     let findings = first
@@ -371,7 +376,7 @@ pub fn run(cxx: &str, launch: &Launch<'_>) -> Result<CheckedRun> {
 }
 
 /// An output's shape, dtype and bytes.
-type OutputBytes = ((Vec<usize>, crate::DType), Vec<u8>);
+type OutputBytes = ((Vec<usize>, crate::dtype::DType), Vec<u8>);
 
 /// One run's results before symbolisation.
 struct Once {

@@ -38,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::program::{MathMode, MetalProgram, ProgramKind};
 use crate::source::cuda as cuda_source;
 use crate::source::lower::{self, LowerTarget};
+use crate::source::user_lines::user_compile_error;
 
 pub use compile::{compile_with_log as compile_source_with_log, nvrtc_version, options as nvrtc_options, Arch};
 pub use external::{lent_cuda_array, ExternalStream, LentCudaMemory};
@@ -199,7 +200,7 @@ pub fn compile_cubin(program: &MetalProgram, arch: Arch) -> Result<Vec<u8>> {
     }
     let unit = translate_unit(program)?;
     let image = compile::compile(&program.kernel, &unit.source, arch, program.math_mode)
-        .map_err(|e| crate::sanitize::user_compile_error(program, e))?;
+        .map_err(|e| user_compile_error(program, e))?;
     Ok(image.as_ref().clone())
 }
 
@@ -422,7 +423,7 @@ impl CudaBackend {
         let unit = translate_unit(program)?;
         let module = self
             .module(&program.kernel, &unit.source, program.math_mode)
-            .map_err(|e| crate::sanitize::user_compile_error(program, e))?;
+            .map_err(|e| user_compile_error(program, e))?;
         let symbol = cuda_source::entry_symbol(&program.function);
         let func = self.entry(&program.kernel, &module, &symbol, 0)?;
         let max_threads = func.max_threads_per_block().unwrap_or(1024).max(1) as u64;

@@ -18,6 +18,7 @@ use crate::backend::{Dispatch, MetalProgram};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{LibraryArg, LibraryLaunch, MetalLibrary};
+use crate::ops::plan::OpCall;
 
 use super::OP;
 
@@ -57,42 +58,33 @@ fn step_launches(n: usize, k0: usize, batch: u32) -> Result<[LibraryLaunch; 2]> 
     ])
 }
 
-/// Factors every matrix of `a` (batch, n, n): `(L, flags)`, the flags one i32 per matrix.
-pub fn factor(a: &Array, n: usize, batch: usize, init: Option<f64>) -> Result<(Array, Array)> {
+/// The calls that factor every matrix of `a` (batch, n, n): a copy into the output (whose
+/// outputs are L, the flags (one i32 per matrix) and the diagonal block's scratch), then two
+/// calls per block column that update them in place.
+pub fn calls(a: &Array, n: usize, batch: usize) -> Result<Vec<OpCall>> {
     let device = a.device();
     let total = u32_of(batch * n * n)?;
     let count = u32_of(batch)?;
     let lib = library();
     let a = if a.is_row_contiguous() { a.clone() } else { crate::backend::backend_for(device)?.row_contiguous(a)? };
     let copy = LibraryLaunch::new("chol_copy", Dispatch::Threads([total, 1, 1]), [256, 1, 1]);
-    let outs = lib.dispatch(
-        device,
-        &[
-            LibraryArg::Array(a.clone()),
-            LibraryArg::Output { shape: a.shape().to_vec(), dtype: DType::F32, init_value: init },
-            LibraryArg::Output { shape: vec![batch], dtype: DType::I32, init_value: None },
-            LibraryArg::Output { shape: vec![batch, NB, NB], dtype: DType::F32, init_value: None },
-            params(n, 0),
-            LibraryArg::Bytes(count.to_le_bytes().to_vec()),
-        ],
-        &copy,
-    )?;
-    let [w, info, d] = &outs[..] else {
-        return Err(Error::invalid(OP, "the copy kernel returned the wrong number of outputs"));
-    };
+    let args = vec![
+        LibraryArg::Array(a.clone()),
+        LibraryArg::Output { shape: a.shape().to_vec(), dtype: DType::F32, init_value: None },
+        LibraryArg::Output { shape: vec![batch], dtype: DType::I32, init_value: None },
+        LibraryArg::Output { shape: vec![batch, NB, NB], dtype: DType::F32, init_value: None },
+        params(n, 0),
+        LibraryArg::Bytes(count.to_le_bytes().to_vec()),
+    ];
+    let mut calls = vec![OpCall::library(lib, copy, args, device)];
+    // The copy's outputs: L, the flags and the scratch, each updated in place by every step.
+    let (w, info, d) = ((0, 0), (0, 1), (0, 2));
     for k0 in (0..n).step_by(NB) {
         let [panel, update] = step_launches(n, k0, count)?;
-        let panel_args = [
-            LibraryArg::Array(w.clone()),
-            LibraryArg::Array(info.clone()),
-            LibraryArg::Array(d.clone()),
-            params(n, k0),
-        ];
-        lib.dispatch(device, &panel_args, &panel)?;
-        let update_args = [LibraryArg::Array(w.clone()), LibraryArg::Array(d.clone()), params(n, k0)];
-        lib.dispatch(device, &update_args, &update)?;
+        calls.push(OpCall::library(lib, panel, vec![params(n, k0)], device).reads(&[w, info, d]));
+        calls.push(OpCall::library(lib, update, vec![params(n, k0)], device).reads(&[w, d]));
     }
-    Ok((w.clone(), info.clone()))
+    Ok(calls)
 }
 
 /// The programs of every blocked kernel, for compile-only checks.

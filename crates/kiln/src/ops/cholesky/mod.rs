@@ -31,6 +31,7 @@ use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{KernelInput, LaunchSpec, MetalKernel};
+use crate::ops::plan::{OpCall, OpPlan};
 use crate::ops::util::vec4_aligned;
 
 const OP: &str = "cholesky";
@@ -212,12 +213,18 @@ const FIRST_FAILURE_SOURCE: &str = r#"
 
 /// The flag reduction's kernel and launch for the flags `info` (one i32 per matrix).
 pub fn first_failure_kernel_and_spec(info: &Array) -> Result<(&'static MetalKernel, LaunchSpec)> {
+    Ok((first_failure_kernel()?, first_failure_spec(info.size(), info.device())))
+}
+
+fn first_failure_kernel() -> Result<&'static MetalKernel> {
     static CELL: KernelCache<MetalKernel> = KernelCache::new();
-    let kernel =
-        CELL.one(OP, || MetalKernel::new("kiln_cholesky_first_failure", &["info"], &["first"], FIRST_FAILURE_SOURCE))?;
-    let threads = info.size().div_ceil(32).clamp(1, 32) as u32 * 32;
-    let spec = LaunchSpec::new([threads, 1, 1], [threads, 1, 1]).output(&[2], DType::I32).device(info.device());
-    Ok((kernel, spec))
+    CELL.one(OP, || MetalKernel::new("kiln_cholesky_first_failure", &["info"], &["first"], FIRST_FAILURE_SOURCE))
+}
+
+/// The flag reduction's launch over `batch` flags on `device`.
+fn first_failure_spec(batch: usize, device: crate::device::Device) -> LaunchSpec {
+    let threads = batch.div_ceil(32).clamp(1, 32) as u32 * 32;
+    LaunchSpec::new([threads, 1, 1], [threads, 1, 1]).output(&[2], DType::I32).device(device)
 }
 
 /// The lower Cholesky factor of every matrix of `a` (..., N, N) f32. A matrix that is not
@@ -228,40 +235,34 @@ pub fn cholesky(a: &Array) -> Result<Array> {
 
 /// As [`cholesky`], the output first filled with `init` (tests poison it with NaN).
 pub fn cholesky_with(a: &Array, init: Option<f64>) -> Result<Array> {
-    let (n, batch) = check_input(a)?;
-    let (l, info) = if let Variant::Simd { .. } = variant(n) {
-        let (kernel, inputs, mut spec) = kernel_and_spec(a)?;
-        spec.init_value = init;
-        let mut outs = kernel.call(&inputs, &spec)?;
-        let (Some(info), Some(l)) = (outs.pop(), outs.pop()) else {
-            return Err(Error::invalid(OP, "the kernel returned too few outputs"));
-        };
-        (l, info)
-    } else {
-        blocked::factor(a, n, batch, init)?
-    };
-    check_factored(&info, None)?;
-    Ok(l)
+    cholesky_plan(a)?.with_init(init).run_one()
 }
 
-/// An error naming the first matrix whose flag in `info` (the factor's second output) says it
-/// is not positive definite; the flags are reduced on their device, queued on `stream` if given
-/// (where the factor ran), and 8 bytes are read back.
-pub fn check_factored(info: &Array, stream: Option<crate::backend::cuda::ExternalStream>) -> Result<()> {
-    let (kernel, mut spec) = first_failure_kernel_and_spec(info)?;
-    spec.stream = stream;
-    let first = kernel.call(&[info.into()], &spec)?;
-    let first = first.first().ok_or_else(|| Error::invalid(OP, "the flag reduction returned no output"))?;
-    let first = first.to_host()?.to_vec::<i32>()?;
-    if let [index, col] = first[..] {
-        if index >= 0 {
-            return Err(Error::invalid(
-                OP,
-                format!("matrix {index} of the batch is not positive definite (pivot {} is not > 0)", col - 1),
-            ));
+/// The plan of [`cholesky`]: the factorisation (one register kernel, or the blocked launches),
+/// then the flag reduction, whose result the plan turns into an error naming the first matrix
+/// that is not positive definite.
+pub fn cholesky_plan(a: &Array) -> Result<OpPlan> {
+    let (n, batch) = check_input(a)?;
+    let (mut calls, flags) = if let Variant::Simd { .. } = variant(n) {
+        let (kernel, inputs, spec) = kernel_and_spec(a)?;
+        (vec![OpCall::new(kernel, inputs, spec)], (0, 1))
+    } else {
+        (blocked::calls(a, n, batch)?, (0, 1))
+    };
+    calls.push(OpCall::new(first_failure_kernel()?, Vec::new(), first_failure_spec(batch, a.device())).reads(&[flags]));
+    let first = (calls.len() - 1, 0);
+    Ok(OpPlan::new(calls).outputs(&[(0, 0)]).finish(&[first], |l, first| {
+        let first = first.first().ok_or_else(|| Error::invalid(OP, "the flag reduction returned no output"))?;
+        if let [index, col] = first.to_host()?.to_vec::<i32>()?[..] {
+            if index >= 0 {
+                return Err(Error::invalid(
+                    OP,
+                    format!("matrix {index} of the batch is not positive definite (pivot {} is not > 0)", col - 1),
+                ));
+            }
         }
-    }
-    Ok(())
+        Ok(l)
+    }))
 }
 
 /// Cholesky–Banachiewicz in f64 of one row-major N x N matrix; `None` when a pivot is not > 0.

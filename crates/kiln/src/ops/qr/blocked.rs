@@ -20,6 +20,7 @@ use crate::backend::{Dispatch, MetalProgram};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{LibraryArg, LibraryLaunch, MetalLibrary};
+use crate::ops::plan::{OpCall, OpPlan};
 
 use super::OP;
 
@@ -81,60 +82,51 @@ fn panel_launch(rows: usize, batch: u32) -> LibraryLaunch {
     LibraryLaunch::new(panel_function(rows), Dispatch::Threadgroups([batch, 1, 1]), [PANEL_THREADS, 1, 1])
 }
 
-/// `(Q, R)` of every matrix of `a` (batch, m, n) (row-contiguous), outputs filled with `init`
-/// first.
-pub fn factor(a: &Array, m: usize, n: usize, batch: usize, init: Option<f64>) -> Result<(Array, Array)> {
+/// The plan giving `(Q, R)` of every matrix of `a` (batch, m, n): an init call (whose outputs
+/// are the working matrix, Q, and the T and Y scratch), the panel and update calls on them in
+/// place, then R from the working matrix.
+pub fn plan(a: &Array, m: usize, n: usize, batch: usize) -> Result<OpPlan> {
     let device = a.device();
     let count = u32_of(batch)?;
     let lib = library();
     let a = if a.is_row_contiguous() { a.clone() } else { crate::backend::backend_for(device)?.row_contiguous(a)? };
     let panels = n.div_ceil(NB);
-    let outs = lib.dispatch(
-        device,
-        &[
-            LibraryArg::Array(a.clone()),
-            LibraryArg::Output { shape: vec![batch, m, n], dtype: DType::F32, init_value: None },
-            LibraryArg::Output { shape: a.shape().to_vec(), dtype: DType::F32, init_value: init },
-            LibraryArg::Output { shape: vec![batch, panels * NB, NB], dtype: DType::F32, init_value: None },
-            LibraryArg::Output { shape: vec![batch, NB, n], dtype: DType::F32, init_value: None },
-            params(m, n, 0, 0, false),
-        ],
-        &flat("qr_init", batch * m * n)?,
-    )?;
-    let [w, q, t, y] = &outs[..] else {
-        return Err(Error::invalid(OP, "the init kernel returned the wrong number of outputs"));
-    };
-    let arr = |x: &Array| LibraryArg::Array(x.clone());
-    let update = |x: &Array, k0: usize, c0: usize, trans: bool| -> Result<()> {
+    let init_args = vec![
+        LibraryArg::Array(a.clone()),
+        LibraryArg::Output { shape: vec![batch, m, n], dtype: DType::F32, init_value: None },
+        LibraryArg::Output { shape: a.shape().to_vec(), dtype: DType::F32, init_value: None },
+        LibraryArg::Output { shape: vec![batch, panels * NB, NB], dtype: DType::F32, init_value: None },
+        LibraryArg::Output { shape: vec![batch, NB, n], dtype: DType::F32, init_value: None },
+        params(m, n, 0, 0, false),
+    ];
+    let mut calls = vec![OpCall::library(lib, flat("qr_init", batch * m * n)?, init_args, device)];
+    // The init call's outputs, each updated in place by the calls after it.
+    let (w, q, t, y) = ((0, 0), (0, 1), (0, 2), (0, 3));
+    let update = |calls: &mut Vec<OpCall>, x: (usize, usize), k0: usize, c0: usize, trans: bool| -> Result<()> {
         let [vty, apply] = update_launches(m, n, k0, c0, count)?;
-        lib.dispatch(device, &[arr(w), arr(x), arr(y), params(m, n, k0, c0, trans)], &vty)?;
-        lib.dispatch(device, &[arr(w), arr(x), arr(t), arr(y), params(m, n, k0, c0, trans)], &apply)?;
+        calls.push(OpCall::library(lib, vty, vec![params(m, n, k0, c0, trans)], device).reads(&[w, x, y]));
+        calls.push(OpCall::library(lib, apply, vec![params(m, n, k0, c0, trans)], device).reads(&[w, x, t, y]));
         Ok(())
     };
     for k0 in (0..n).step_by(NB) {
-        lib.dispatch(device, &[arr(w), arr(t), params(m, n, k0, k0, true)], &panel_launch(m - k0, count))?;
+        let panel = panel_launch(m - k0, count);
+        calls.push(OpCall::library(lib, panel, vec![params(m, n, k0, k0, true)], device).reads(&[w, t]));
         let c0 = k0 + NB.min(n - k0);
         if c0 < n {
-            update(w, k0, c0, true)?;
+            update(&mut calls, w, k0, c0, true)?;
         }
     }
     for k0 in (0..n).step_by(NB).rev() {
-        update(q, k0, k0, false)?;
+        update(&mut calls, q, k0, k0, false)?;
     }
     let mut r_shape = a.shape().to_vec();
     let last = r_shape.len() - 2;
     r_shape[last] = n;
-    let mut r = lib.dispatch(
-        device,
-        &[
-            arr(w),
-            LibraryArg::Output { shape: r_shape, dtype: DType::F32, init_value: init },
-            params(m, n, 0, 0, false),
-        ],
-        &flat("qr_r", batch * n * n)?,
-    )?;
-    let r = r.pop().ok_or_else(|| Error::invalid(OP, "the R kernel returned no output"))?;
-    Ok((q.clone(), r))
+    let r_args =
+        vec![LibraryArg::Output { shape: r_shape, dtype: DType::F32, init_value: None }, params(m, n, 0, 0, false)];
+    calls.push(OpCall::library(lib, flat("qr_r", batch * n * n)?, r_args, device).reads(&[w]));
+    let r = (calls.len() - 1, 0);
+    Ok(OpPlan::new(calls).outputs(&[q, r]))
 }
 
 /// The programs of every blocked kernel, for compile-only checks.

@@ -31,6 +31,7 @@ use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel};
+use crate::ops::plan::{OpCall, OpPlan};
 
 const OP: &str = "qr";
 
@@ -219,17 +220,22 @@ pub fn qr(a: &Array) -> Result<(Array, Array)> {
 
 /// As [`qr`], the outputs first filled with `init` (tests poison them with NaN).
 pub fn qr_with(a: &Array, init: Option<f64>) -> Result<(Array, Array)> {
-    let (m, n, batch) = check_input(a)?;
-    if !uses_shared(m, n) {
-        return blocked::factor(a, m, n, batch, init);
-    }
-    let (kernel, mut spec) = kernel_and_spec(a)?;
-    spec.init_value = init;
-    let mut outs = kernel.call(&[a.into()], &spec)?;
+    let mut outs = qr_plan(a)?.with_init(init).run()?;
     match (outs.pop(), outs.pop()) {
         (Some(r), Some(q)) => Ok((q, r)),
-        _ => Err(Error::invalid(OP, "the kernel returned too few outputs")),
+        _ => Err(Error::invalid(OP, "the kernels returned too few outputs")),
     }
+}
+
+/// The plan of [`qr`]: one kernel in threadgroup memory, or the blocked launches; its outputs
+/// are `(Q, R)`.
+pub fn qr_plan(a: &Array) -> Result<OpPlan> {
+    let (m, n, batch) = check_input(a)?;
+    if !uses_shared(m, n) {
+        return blocked::plan(a, m, n, batch);
+    }
+    let (kernel, spec) = kernel_and_spec(a)?;
+    Ok(OpPlan::from(OpCall::new(kernel, vec![a.into()], spec)))
 }
 
 /// The same Householder QR in f64 for one row-major m x n matrix: `(Q, R)`.

@@ -259,7 +259,11 @@ pub fn spec(index: DType, bins: usize, launch: Launch) -> Result<LaunchSpec> {
 pub fn run(values: &Array, indices: &Array, bins: usize, launch: Launch) -> Result<Array> {
     let spec = spec(indices.dtype(), bins, launch)?.device(values.device());
     let inputs = [KernelInput::from(values), KernelInput::from(indices)];
-    let out = kernel(bins)?.call(&inputs, &spec)?.into_iter().next();
-    let out = out.ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))?;
+    bins_of(&kernel(bins)?.call(&inputs, &spec)?, bins)
+}
+
+/// The `bins` bins of the kernel's outputs `outs` (without the padding and the tile counter).
+pub fn bins_of(outs: &[Array], bins: usize) -> Result<Array> {
+    let out = outs.first().ok_or_else(|| Error::invalid(OP, "the kernel returned no output"))?;
     out.slice(&[SliceArg { start: Some(0), stop: Some(bins as isize), step: 1 }])
 }

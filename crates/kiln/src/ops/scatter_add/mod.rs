@@ -32,7 +32,7 @@
 //! (integers). Tolerance: the f32 table for float values, exact for integers.
 
 use super::kernel_cache::KernelCache;
-use super::plan::OpCall;
+use super::plan::{OpCall, OpPlan};
 use super::util::{check_nonempty, common_device, grid_dim, vec4_aligned};
 use crate::array::Array;
 use crate::device::Device;
@@ -209,6 +209,13 @@ pub fn scatter_add_call(values: &Array, indices: &Array, bins: usize) -> Result<
 /// Sums the rows of `values` (N, ...) into `bins` rows chosen by `indices` (N,); returns
 /// (bins, ...) in the accumulation dtype, on the device of `values`.
 pub fn scatter_add(values: &Array, indices: &Array, bins: usize) -> Result<Array> {
+    scatter_add_plan(values, indices, bins)?.run_one()
+}
+
+/// The plan of [`scatter_add`]: the call of the kernel [`path`] picks (the portable one of
+/// [`scatter_add_call`], or the CUDA shared-memory histogram, whose output the plan trims to
+/// the bins).
+pub fn scatter_add_plan(values: &Array, indices: &Array, bins: usize) -> Result<OpPlan> {
     let call = scatter_add_call(values, indices, bins)?;
     match path(values, indices, bins) {
         Path::CudaSmem => {
@@ -216,9 +223,12 @@ pub fn scatter_add(values: &Array, indices: &Array, bins: usize) -> Result<Array
                 return Err(Error::invalid(OP, "the CUDA path needs values on a CUDA device"));
             }
             let sms = crate::backend::capabilities(values.device())?.multiprocessors;
-            cuda::run(values, indices, bins, cuda::Launch::for_multiprocessors(sms))
+            let launch = cuda::Launch::for_multiprocessors(sms);
+            let spec = cuda::spec(indices.dtype(), bins, launch)?.device(values.device());
+            let call = OpCall::cuda_built(cuda::kernel(bins)?, vec![values.into(), indices.into()], spec);
+            Ok(OpPlan::from(call).finish(&[], move |outs, _| Ok(vec![cuda::bins_of(&outs, bins)?])))
         }
-        Path::Portable => call.run_one(),
+        Path::Portable => Ok(call.into()),
     }
 }
 

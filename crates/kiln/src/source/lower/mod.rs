@@ -18,8 +18,9 @@ mod ternary;
 
 use crate::error::{Error, Result};
 use crate::program::MetalProgram;
-use crate::source::parse::{parse, ProgramParse};
+use crate::source::parse::{parse_shared, ProgramParse};
 pub use crate::source::parse::{AddressSpace, Entry, EntryParam};
+use crate::source::user_lines::user_translate_log;
 
 /// The language a lowering produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -57,18 +58,22 @@ impl LoweredModule {
 ///
 /// The program is parsed first (`source::parse`: preprocessed, its macros expanded and
 /// inactive `#if` branches dropped, so kernels and Metal syntax produced by macros are lowered
-/// like any other text). The output keeps the input's line structure exactly (line N of `code`
+/// like any other text); a launch reuses the parse its validation made. The output keeps the input's line structure exactly (line N of `code`
 /// is line N of `program.source`), so `line_map` is the identity; backends may prefix `#line 1`
 /// to have the compiler report the user's own lines directly.
 pub fn lower(program: &MetalProgram, target: LowerTarget) -> Result<LoweredModule> {
-    lower_parsed(program, &parse(program)?, target)
+    lower_parsed(program, &*parse_shared(program)?, target)
 }
 
 /// Lowers an already parsed `program` for `target`. This is where the lowered text of the
 /// user's code is made, once, for every target: the one place to map its lines or add
 /// instrumentation.
 fn lower_parsed(program: &MetalProgram, parse: &ProgramParse, target: LowerTarget) -> Result<LoweredModule> {
-    let error = |log: String| Error::Compile { backend: "translate", kernel: program.kernel.clone(), log };
+    let error = |log: String| Error::Compile {
+        backend: "translate",
+        kernel: program.kernel.clone(),
+        log: user_translate_log(program, &log),
+    };
     let rewritten = rewrite::rewrite(program, parse, target).map_err(error)?;
     let lines = rewritten.code.lines().count().max(program.source.lines().count());
     let code = ternary::wrap_conditionals(&rewritten.code);

@@ -70,34 +70,34 @@ fn lower_call(
     method: &str,
     level: &str,
 ) -> Result<usize, String> {
-    let line = src.tok(k).line;
+    // Where the call stands, as kiln's errors name it (mapped to the user's line later).
+    let at = format!("line {}, column {}", src.tok(k).line, src.column(k));
     let open = k + 3;
-    let close = src.matching(open).ok_or_else(|| format!("line {line}: unbalanced call of {method}"))?;
+    let close = src.matching(open).ok_or_else(|| format!("{at}: unbalanced call of {method}"))?;
     let starts = src.arg_starts(open, close, false);
     let sig = &src.sig;
     let with_type = method == "log_with_type";
     let fmt_at = usize::from(with_type);
     let Some(&fmt_start) = starts.get(fmt_at) else {
-        return Err(format!("line {line}: `{method}` needs a format string"));
+        return Err(format!("{at}: `{method}` needs a format string"));
     };
     let fmt_end = starts.get(fmt_at + 1).map_or(close, |&s| s - 1);
     if fmt_start == fmt_end || (fmt_start..fmt_end).any(|j| src.tok(j).kind != Kind::Str) {
-        return Err(format!("line {line}: the format of `{method}` must be a string literal"));
+        return Err(format!("{at}: the format of `{method}` must be a string literal"));
     }
     let mut literal = String::new();
     for j in fmt_start..fmt_end {
         let text = &src.tok(j).text;
         if !text.starts_with('"') || text.len() < 2 {
-            return Err(format!("line {line}: the format of `{method}` must be a string literal"));
+            return Err(format!("{at}: the format of `{method}` must be a string literal"));
         }
         literal.push_str(&text[1..text.len() - 1]);
     }
-    let (format, conversions) =
-        translate(&literal).map_err(|e| format!("line {line}: {method}(\"{literal}\"): {e}"))?;
+    let (format, conversions) = translate(&literal).map_err(|e| format!("{at}: {method}(\"{literal}\"): {e}"))?;
     let values = &starts[fmt_at + 1..];
     if values.len() != conversions.len() {
         return Err(format!(
-            "line {line}: {method}(\"{literal}\") has {} conversion(s) but {} argument(s)",
+            "{at}: {method}(\"{literal}\") has {} conversion(s) but {} argument(s)",
             conversions.len(),
             values.len()
         ));

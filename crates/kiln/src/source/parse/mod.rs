@@ -18,13 +18,16 @@ pub(crate) use entry::{first_declarator, join};
 pub(crate) use outline::Outline;
 pub(crate) use program::{in_template_arguments, is_function_qualifier};
 
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
 
 use crate::error::{Error, Result};
 use crate::program::MathMode;
 use crate::program::MetalProgram;
 use crate::source::cursor::Cursor;
 use crate::source::preprocess;
+use crate::source::user_lines::user_translate_log;
 
 /// The address space of a buffer parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,7 +142,11 @@ impl ProgramParse {
 /// (brackets nested too deep, overloads and specialisations that differ only in address
 /// spaces, a host name defined twice) and finds its entries. Errors name the program's kernel.
 pub(crate) fn parse(program: &MetalProgram) -> Result<ProgramParse> {
-    let error = |log: String| Error::Compile { backend: "translate", kernel: program.kernel.clone(), log };
+    let error = |log: String| Error::Compile {
+        backend: "translate",
+        kernel: program.kernel.clone(),
+        log: user_translate_log(program, &log),
+    };
     let mut predefined = preprocess::METAL_PREDEFINED.to_vec();
     if program.math_mode == MathMode::Fast {
         predefined.push(("__FAST_MATH__", "1"));
@@ -149,4 +156,59 @@ pub(crate) fn parse(program: &MetalProgram) -> Result<ProgramParse> {
     cursor.check_nesting().map_err(error)?;
     let repeated = overloads::check(&cursor).map_err(error)?;
     program::walk(cursor, repeated).map_err(error)
+}
+
+/// Parses kept, per thread, for the programs that thread parsed last, so that the one parse of
+/// a program feeds both its launch validation (read before its first compile) and its lowering
+/// (at that compile), which a launch runs on its caller's thread.
+const RECENT_PARSES: usize = 4;
+
+type RecentParses = VecDeque<(MathMode, String, Rc<ProgramParse>)>;
+
+thread_local! {
+    static RECENT: RefCell<RecentParses> = const { RefCell::new(VecDeque::new()) };
+}
+
+/// The parse of `program` ([`parse`]), shared with this thread's recent parse of the same text
+/// under the same math mode. Errors are not kept: each caller gets its own, naming its kernel.
+pub(crate) fn parse_shared(program: &MetalProgram) -> Result<Rc<ProgramParse>> {
+    let same = |(mode, source, _): &&(MathMode, String, Rc<ProgramParse>)| {
+        *mode == program.math_mode && *source == program.source
+    };
+    if let Some(hit) = RECENT.with(|r| r.borrow().iter().find(same).map(|e| e.2.clone())) {
+        return Ok(hit);
+    }
+    let parsed = Rc::new(parse(program)?);
+    RECENT.with(|r| {
+        let mut recent = r.borrow_mut();
+        if recent.len() == RECENT_PARSES {
+            recent.pop_front();
+        }
+        recent.push_back((program.math_mode, program.source.clone(), parsed.clone()));
+    });
+    Ok(parsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+
+    use super::parse_shared;
+    use crate::program::{MathMode, MetalProgram, ProgramKind};
+
+    #[test]
+    fn a_program_validated_before_its_compile_is_parsed_once() {
+        let program = MetalProgram {
+            kernel: "once".into(),
+            source: "kernel void k(device float* y [[buffer(0)]]) { y[0] = 1.0f; }\n".into(),
+            kind: ProgramKind::FullFile,
+            function: "k".into(),
+            math_mode: MathMode::Safe,
+            constants: vec![],
+        };
+        let first = parse_shared(&program).unwrap();
+        assert!(Rc::ptr_eq(&first, &parse_shared(&program).unwrap()), "the second reader parsed again");
+        let fast = MetalProgram { math_mode: MathMode::Fast, ..program.clone() };
+        assert!(!Rc::ptr_eq(&first, &parse_shared(&fast).unwrap()), "another math mode is another parse");
+    }
 }

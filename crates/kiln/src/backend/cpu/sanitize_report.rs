@@ -1,12 +1,10 @@
 //! A checked launch's raw findings turned into the user's: kinds, severities, lines and
 //! sentences.
 
-use serde_json::{json, Value};
-
-use super::lines::{UserLine, UserLines};
-use super::{Finding, Severity};
-use crate::backend::cpu::sanitize::{CheckedRun, Memory, RawFinding, RawKind, PAD_BYTES};
-use crate::backend::MetalProgram;
+use super::sanitize::{CheckedRun, Memory, RawFinding, RawKind, PAD_BYTES};
+use crate::finding::{Finding, Severity};
+use crate::program::MetalProgram;
+use crate::source::user_lines::{UserLine, UserLines};
 
 /// The findings of one checked launch of `program`.
 pub fn findings_of(program: &MetalProgram, run: &CheckedRun) -> Vec<Finding> {
@@ -332,38 +330,4 @@ fn describe_ranges(ranges: &[(usize, usize)]) -> String {
         parts.push(format!("and {} more ranges", ranges.len() - 6));
     }
     parts.join(", ")
-}
-
-/// The findings as one JSON array (what `kiln check --json` prints).
-pub fn to_json(findings: &[Finding]) -> Value {
-    Value::Array(
-        findings
-            .iter()
-            .map(|f| {
-                let line = |l: &Option<UserLine>| l.as_ref().map(|l| l.line);
-                let text = |l: &Option<UserLine>| l.as_ref().map(|l| l.text.clone());
-                let mut lines: Vec<u32> = [line(&f.line), line(&f.other_line)].into_iter().flatten().collect();
-                lines.sort_unstable();
-                lines.dedup();
-                json!({
-                    "kind": f.kind,
-                    "severity": f.severity.as_str(),
-                    "kernel": f.kernel,
-                    "line": line(&f.line),
-                    "text": text(&f.line),
-                    "part": f.line.as_ref().map(|l| l.part),
-                    "other_line": line(&f.other_line),
-                    "other_text": text(&f.other_line),
-                    "lines": lines,
-                    "threads": f.threads.iter().map(|t| t.0).collect::<Vec<_>>(),
-                    "thread_positions": f.threads.iter().map(|t| t.1.to_vec()).collect::<Vec<_>>(),
-                    "buffer": f.buffer,
-                    "index": f.index,
-                    "count": f.count,
-                    "distance": f.distance,
-                    "message": f.message,
-                })
-            })
-            .collect(),
-    )
 }

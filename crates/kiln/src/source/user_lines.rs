@@ -1,7 +1,8 @@
 //! Lines of the generated Metal text mapped back to what the user wrote: the body or header of a
 //! body kernel (MLX wraps them in a signature of its own), or the lines of a `.metal` file.
 
-use crate::backend::{MetalProgram, ProgramKind};
+use crate::error::Error;
+use crate::program::{MetalProgram, ProgramKind};
 
 /// A line of the user's text.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,12 +26,19 @@ pub struct UserLines {
     body: Option<(u32, u32)>,
 }
 
+/// The file name compiler messages use for the user's Metal text (the generated unit's `#line`).
+pub fn user_file_name(program: &MetalProgram) -> String {
+    let safe: String =
+        program.kernel.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    format!("{safe}.metal")
+}
+
 impl UserLines {
     /// The map of `program`.
     pub fn of(program: &MetalProgram) -> UserLines {
         let source = &program.source;
         let lines: Vec<String> = source.lines().map(str::to_string).collect();
-        let file = crate::source::cpu::user_file_name(program);
+        let file = user_file_name(program);
         if program.kind == ProgramKind::FullFile {
             return UserLines { file, lines, header_end: 0, body: None };
         }
@@ -107,11 +115,11 @@ fn word_at(text: &str, name: &str) -> Option<usize> {
 /// with an excerpt and a caret at the column, in place of the generated unit's file and line;
 /// the host compiler's hints ("did you mean ...?"), which name the prelude's identifiers, are
 /// dropped. The generated source stays one command away (`kiln translate --emit cpu|cuda`).
-pub fn user_compile_error(program: &MetalProgram, error: crate::Error) -> crate::Error {
+pub fn user_compile_error(program: &MetalProgram, error: Error) -> Error {
     match error {
-        crate::Error::Compile { backend, kernel, log } => {
+        Error::Compile { backend, kernel, log } => {
             let log = user_compile_log(program, &log);
-            crate::Error::Compile { backend, kernel, log }
+            Error::Compile { backend, kernel, log }
         }
         other => other,
     }
@@ -137,17 +145,53 @@ pub fn user_compile_log(program: &MetalProgram, log: &str) -> String {
         };
         mapped = true;
         let rest = drop_hint(rest.trim());
-        let at = match column {
-            Some(c) => format!("{} line {}, column {c}", user.part, user.line),
-            None => format!("{} line {}", user.part, user.line),
-        };
-        out.push(format!("{at}: {rest}"));
+        out.push(format!("{}: {rest}", located(&user, column)));
         out.push(caret_excerpt(&user, column));
     }
     if mapped {
         out.push("(the generated source: `kiln translate SPEC --emit cpu` or `--emit cuda`)".to_string());
     }
     out.join("\n")
+}
+
+/// The log of kiln's own translation of `program` (the preprocessor, the parse and the lowering
+/// write `line N: ...` or `line N, column C: ...` about the program's Metal text) with the
+/// user's lines, as [`user_compile_log`] gives a compiler's: each such message names the body,
+/// header or file line, with an excerpt and a caret. Other lines stay as they are.
+pub fn user_translate_log(program: &MetalProgram, log: &str) -> String {
+    if !log.lines().any(|l| translate_location(l).is_some()) {
+        return log.to_string();
+    }
+    let lines = UserLines::of(program);
+    let mut out = Vec::new();
+    for raw in log.lines() {
+        match translate_location(raw).and_then(|(line, column, rest)| Some((lines.map(line)?, column, rest))) {
+            Some((user, column, rest)) => {
+                out.push(format!("{}: {rest}", located(&user, column)));
+                out.push(caret_excerpt(&user, column));
+            }
+            None => out.push(raw.to_string()),
+        }
+    }
+    out.join("\n")
+}
+
+/// (line, column, what follows) of a message of kiln's translation: `line N: ...` or
+/// `line N, column C: ...`.
+fn translate_location(raw: &str) -> Option<(u32, Option<u32>, &str)> {
+    let (at, rest) = raw.strip_prefix("line ")?.split_once(": ")?;
+    match at.split_once(", column ") {
+        Some((line, column)) => Some((line.parse().ok()?, Some(column.parse().ok()?), rest)),
+        None => Some((at.parse().ok()?, None, rest)),
+    }
+}
+
+/// `body line N, column C` (or without the column when it is not known).
+fn located(user: &UserLine, column: Option<u32>) -> String {
+    match column {
+        Some(c) => format!("{} line {}, column {c}", user.part, user.line),
+        None => format!("{} line {}", user.part, user.line),
+    }
 }
 
 /// (line, column, what follows) of a compiler message about `file`.
@@ -178,12 +222,25 @@ fn drop_hint(message: &str) -> String {
     }
 }
 
-/// The line with a caret under `column` (1-based bytes; else its first character).
+/// The line with a caret under `column` (1-based bytes; else its first character). A line
+/// longer than [`EXCERPT_WIDTH`] bytes shows the part around the column.
 fn caret_excerpt(line: &UserLine, column: Option<u32>) -> String {
     let gutter = format!("{} line {}", line.part, line.line);
     let text = line.text.trim_end();
     let indent = text.len() - text.trim_start().len();
-    let col = column.map_or(indent, |c| (c as usize).saturating_sub(1).min(text.len()));
-    let pad: String = text[..col].chars().map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
-    format!("  {gutter} | {text}\n  {} | {pad}^", " ".repeat(gutter.len()))
+    let col = char_floor(text, column.map_or(indent, |c| (c as usize).saturating_sub(1).min(text.len())));
+    let start = char_floor(text, col.saturating_sub(EXCERPT_WIDTH / 2));
+    let end = char_floor(text, (start + EXCERPT_WIDTH).min(text.len()));
+    let (open, close) = (if start > 0 { "..." } else { "" }, if end < text.len() { "..." } else { "" });
+    let pad: String =
+        open.chars().chain(text[start..col].chars()).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+    format!("  {gutter} | {open}{}{close}\n  {} | {pad}^", &text[start..end], " ".repeat(gutter.len()))
+}
+
+/// The widest part of a line an excerpt shows.
+const EXCERPT_WIDTH: usize = 160;
+
+/// The largest character boundary of `text` at or before `at`.
+fn char_floor(text: &str, at: usize) -> usize {
+    (0..=at.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0)
 }
