@@ -1,6 +1,8 @@
 //! `kiln cache {list,size,clear}`: the on-disk kernel cache under `kiln::config::cache_dir()`.
 //! An entry is one compiled kernel: a CPU library directory (`cpu/<key>/`), a precompiled CPU
-//! prelude (`cpu-pch/<key>/`) or a CUDA cubin with its manifest (`cuda/<key>.cubin*`).
+//! prelude (`cpu-pch/<key>/`), a CPU scheduler object (`cpu-scheduler/<key>/`), a CUDA cubin
+//! with its manifest (`cuda/<key>.cubin*`) or a process's precompiled CUDA prelude
+//! (`cuda-pch/<pid>-<n>.pch`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -119,9 +121,11 @@ fn total(entries: &[Entry]) -> u64 {
 /// Every entry under `root`, oldest first; a missing cache has none.
 fn entries(root: &Path) -> kiln::Result<Vec<Entry>> {
     let mut out = Vec::new();
-    for (dir, kind) in [("cpu", "cpu"), ("cpu-pch", "cpu-pch")] {
+    for (dir, kind) in
+        [("cpu", "cpu"), ("cpu-pch", "cpu-pch"), ("cpu-scheduler", "cpu-sched"), ("cuda-pch", "cuda-pch")]
+    {
         for path in children(&root.join(dir))? {
-            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() || dir == "cuda-pch") {
                 let (bytes, built) = measure(&path);
                 out.push(Entry { kind, key: file_name(&path), files: vec![path], bytes, built });
             }

@@ -81,13 +81,15 @@ struct Group {
 
 // The group and thread running on this OS thread. Functions look it up once and keep the
 // reference across fiber switches (a group never leaves its OS thread): a TLS lookup in a
-// dlopen'ed library is a call. Internal linkage keeps that call to one per function.
+// dlopen'ed library is a call; the local-dynamic model keeps it to one per function. One
+// definition per kernel library (in scheduler.h, which may come as a separate object linked in),
+// hidden so that no other library's copy stands in for it.
 struct Current {
   Group* group;
   Thread* thread;
   const volatile int* cancel;
 };
-static thread_local Current g_cur;
+extern __thread Current g_cur __attribute__((visibility("hidden"), tls_model("local-dynamic")));
 
 inline void poll(const Current& c) {
   if (__builtin_expect(*c.cancel != 0, 0)) throw Cancelled();
@@ -144,26 +146,9 @@ struct View {
 // Posts `bytes` and blocks until the collective at `site` resolves. The lowering tags every
 // collective call in the kernel's source with its call site (`pending_site`, see convergence.h),
 // so lanes that reach one source call through code the optimiser duplicated still meet;
-// untagged calls fall back to the out-of-line function's return address.
-__attribute__((noinline)) inline View post_bytes(const void* bytes, unsigned size, const void* site) {
-  Current& c = g_cur;
-  Thread* t = c.thread;
-  if (!t->stack) throw Fault{"a SIMD collective ran in a kernel compiled without cooperative threads"};
-  poll(c);
-  __builtin_memcpy(t->slot, bytes, size);
-  // The out-of-line SIMD-group function's return address: the user's call (its line).
-  KILN_CHECK(kiln::chk::collective_enter(site));
-  if (t->pending_site) {
-    site = t->pending_site;
-    t->pending_site = nullptr;
-  }
-  t->site = site;
-  t->state = AT_COLLECTIVE;
-  yield_to_scheduler(c);
-  KILN_CHECK(kiln::chk::collective_leave());
-  uint sg = t->simdgroup_index_in_threadgroup;
-  return View{c.group->snap[sg], c.group->active[sg], t->thread_index_in_simdgroup};
-}
+// untagged calls fall back to the out-of-line function's return address. Defined once per
+// library, with the scheduler (scheduler.h), so kernels do not compile it again.
+__attribute__((noinline, visibility("hidden"))) View post_bytes(const void* bytes, unsigned size, const void* site);
 
 template <class T> __attribute__((always_inline)) inline View post(const T& v, const void* site) {
   static_assert(sizeof(T) <= SLOT_BYTES, "SIMD collective on a value larger than 32 bytes");

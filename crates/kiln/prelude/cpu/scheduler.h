@@ -1,8 +1,91 @@
-// kiln CPU prelude, part 4: the group scheduler and the C entry the host calls. Included once,
-// after the lowered kernel and its entry wrappers.
+// kiln CPU prelude, part 4: the group scheduler and the C entries the host calls. Included once,
+// after the lowered kernel and its entry wrappers, or compiled once on its own into an object
+// linked into every kernel library (`scheduler_link.h` then declares what the kernel calls):
+// there `KILN_SCHEDULER_LINKAGE` makes `run_groups` an out-of-line function of the library.
 #pragma once
 
+#ifndef KILN_SCHEDULER_LINKAGE
+#define KILN_SCHEDULER_LINKAGE inline
+#endif
+
 namespace kiln { namespace rt {
+
+__thread Current g_cur;
+
+// Declared in runtime.h (SIMD collectives) and threadgroup.h (threadgroup memory).
+View post_bytes(const void* bytes, unsigned size, const void* site) {
+  Current& c = g_cur;
+  Thread* t = c.thread;
+  if (!t->stack) throw Fault{"a SIMD collective ran in a kernel compiled without cooperative threads"};
+  poll(c);
+  __builtin_memcpy(t->slot, bytes, size);
+  // The out-of-line SIMD-group function's return address: the user's call (its line).
+  KILN_CHECK(kiln::chk::collective_enter(site));
+  if (t->pending_site) {
+    site = t->pending_site;
+    t->pending_site = nullptr;
+  }
+  t->site = site;
+  t->state = AT_COLLECTIVE;
+  yield_to_scheduler(c);
+  KILN_CHECK(kiln::chk::collective_leave());
+  uint sg = t->simdgroup_index_in_threadgroup;
+  return View{c.group->snap[sg], c.group->active[sg], t->thread_index_in_simdgroup};
+}
+
+char* tg_open(TgArena* a, int s, uint64_t size, const char* name, bool checked, const char** fault_text, char* text,
+              int cap) {
+  TgRegion& r = a->regions[s];
+  const uint64_t aligned = (size + 15) & ~(uint64_t)15;
+  const uint64_t page = tg_page();
+  const uint64_t need = aligned ? (aligned + page - 1) / page * page : page;
+  const int prot = checked ? PROT_NONE : PROT_READ;
+  if (r.map && r.state == 1 && (r.size != size || r.name != name)) {
+    const TgMiss m = tg_canaries(r);
+    if (m.before || m.past) {
+      int at = 0;
+      tg_describe(r, s, "out-of-bounds write", text, cap, &at);
+      tg_where(m.before, m.past, false, text, cap, &at);
+      *fault_text = text;
+      r.state = 2;
+      return nullptr;
+    }
+  }
+  if (!r.map || r.room < need) {
+    if (r.map) munmap(r.map, r.map_bytes);
+    r.map = nullptr;
+    const uint64_t bytes = need + 2 * TG_GUARD_BYTES;
+    void* m = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    r.map = (char*)m;
+    r.map_bytes = bytes;
+    r.room = need;
+    r.open = 0;
+    r.guard_prot = PROT_NONE;
+    r.state = 2;
+  }
+  char* room_end = r.map + TG_GUARD_BYTES + r.room;
+  if (r.open != need || r.guard_prot != prot) {
+    if (mprotect(r.map, r.map_bytes, prot) != 0 || mprotect(room_end - need, need, PROT_READ | PROT_WRITE) != 0) {
+      munmap(r.map, r.map_bytes);
+      r.map = nullptr;
+      return nullptr;
+    }
+    r.open = need;
+    r.guard_prot = prot;
+    r.state = 2;
+  }
+  char* data = room_end - aligned;
+  // The canaries cover what lies outside this size's data.
+  if (r.data != data || r.size != size) r.state = 2;
+  r.data = data;
+  r.size = size;
+  r.name = name;
+  if (r.state == 2) __builtin_memset(room_end - r.open, TG_CANARY, r.open);
+  r.state = 1;
+  __builtin_memset(data, 0, size);
+  return data;
+}
 
 const size_t STACK_BYTES = 256 * 1024;
 // Below each stack, nearly as large as the stack itself (address space only, never committed):
@@ -656,8 +739,9 @@ inline int run_groups_guarded(Body body, bool cooperative, const LaunchDesc* d, 
 
 // `run_groups_guarded`, then the canaries of the threadgroup arrays the call used: a write that
 // stayed next to an array's data (inside its canaries) is reported here.
-inline int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin, uint64_t end,
-                      StackSet* stacks, TgArena* arena, const char* const* tg_names, char* msg, int msg_cap) {
+KILN_SCHEDULER_LINKAGE int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin,
+                                      uint64_t end, StackSet* stacks, TgArena* arena, const char* const* tg_names,
+                                      char* msg, int msg_cap) {
   int rc = run_groups_guarded(body, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
   if (rc == 2) {
     tg_forget_call(arena);

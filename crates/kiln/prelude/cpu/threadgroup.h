@@ -145,60 +145,10 @@ inline void tg_forget_call(TgArena* a) {
 
 // The data of slot `s`, `size` bytes zeroed, for the running group; null when no memory could
 // be had. A slot that changes array (another size or name) has its canaries checked first; a
-// change found there is a fault (message in `*fault_text`).
-inline char* tg_open(TgArena* a, int s, uint64_t size, const char* name, bool checked, const char** fault_text,
-                     char* text, int cap) {
-  TgRegion& r = a->regions[s];
-  const uint64_t aligned = (size + 15) & ~(uint64_t)15;
-  const uint64_t page = tg_page();
-  const uint64_t need = aligned ? (aligned + page - 1) / page * page : page;
-  const int prot = checked ? PROT_NONE : PROT_READ;
-  if (r.map && r.state == 1 && (r.size != size || r.name != name)) {
-    const TgMiss m = tg_canaries(r);
-    if (m.before || m.past) {
-      int at = 0;
-      tg_describe(r, s, "out-of-bounds write", text, cap, &at);
-      tg_where(m.before, m.past, false, text, cap, &at);
-      *fault_text = text;
-      r.state = 2;
-      return nullptr;
-    }
-  }
-  if (!r.map || r.room < need) {
-    if (r.map) munmap(r.map, r.map_bytes);
-    r.map = nullptr;
-    const uint64_t bytes = need + 2 * TG_GUARD_BYTES;
-    void* m = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) return nullptr;
-    r.map = (char*)m;
-    r.map_bytes = bytes;
-    r.room = need;
-    r.open = 0;
-    r.guard_prot = PROT_NONE;
-    r.state = 2;
-  }
-  char* room_end = r.map + TG_GUARD_BYTES + r.room;
-  if (r.open != need || r.guard_prot != prot) {
-    if (mprotect(r.map, r.map_bytes, prot) != 0 || mprotect(room_end - need, need, PROT_READ | PROT_WRITE) != 0) {
-      munmap(r.map, r.map_bytes);
-      r.map = nullptr;
-      return nullptr;
-    }
-    r.open = need;
-    r.guard_prot = prot;
-    r.state = 2;
-  }
-  char* data = room_end - aligned;
-  // The canaries cover what lies outside this size's data.
-  if (r.data != data || r.size != size) r.state = 2;
-  r.data = data;
-  r.size = size;
-  r.name = name;
-  if (r.state == 2) __builtin_memset(room_end - r.open, TG_CANARY, r.open);
-  r.state = 1;
-  __builtin_memset(data, 0, size);
-  return data;
-}
+// change found there is a fault (message in `*fault_text`). Defined once per library, with the
+// scheduler (scheduler.h), so kernels do not compile it again.
+__attribute__((visibility("hidden"))) char* tg_open(TgArena* a, int s, uint64_t size, const char* name, bool checked,
+                                                 const char** fault_text, char* text, int cap);
 
 // Which region the running call uses holds `addr` (its data, open bytes or guards), or -1.
 inline int tg_region_of(const TgArena* a, uint64_t addr) {

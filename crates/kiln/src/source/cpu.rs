@@ -7,7 +7,9 @@ use std::fmt::Write;
 use std::sync::OnceLock;
 
 use super::lower::{EntryParam, LoweredModule};
-use super::prelude::{headers, Header, CPU_CHECKED_RUNTIME, CPU_CONFIG, CPU_RUNTIME, CPU_SCHEDULER, MLX_UTILS};
+use super::prelude::{
+    headers, Header, CPU_CHECKED_RUNTIME, CPU_CONFIG, CPU_RUNTIME, CPU_SCHEDULER, CPU_SCHEDULER_LINK, MLX_UTILS,
+};
 use crate::error::{Error, Result};
 use crate::program::{MetalProgram, ProgramKind};
 use crate::source::scan::ATTRIBUTES;
@@ -142,4 +144,35 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
     }
     out.push_str("  }\n  kiln::rt::copy_msg(msg, cap, \"no such entry\");\n  return 2;\n}\n");
     Ok(out)
+}
+
+/// The group scheduler as a translation unit of its own, compiled after the prelude into an
+/// object that kernel libraries link (`without_scheduler` gives them the declarations instead).
+pub fn scheduler_unit() -> &'static str {
+    static UNIT: OnceLock<String> = OnceLock::new();
+    UNIT.get_or_init(|| {
+        let mut out = String::from("#define KILN_SCHEDULER_LINKAGE __attribute__((visibility(\"hidden\")))\n");
+        push_header(&mut out, CPU_SCHEDULER);
+        out
+    })
+}
+
+/// `unit` (a translation unit, or its part after the prelude) with the group scheduler declared
+/// instead of defined, for linking with `scheduler_unit`'s object; `None` when `unit` has no
+/// scheduler.
+pub fn without_scheduler(unit: &str) -> Option<String> {
+    static BLOCKS: OnceLock<(String, String)> = OnceLock::new();
+    let (defined, declared) = BLOCKS.get_or_init(|| {
+        let (mut defined, mut declared) = (String::new(), String::new());
+        push_header(&mut defined, CPU_SCHEDULER);
+        push_header(&mut declared, CPU_SCHEDULER_LINK);
+        (defined, declared)
+    });
+    // The scheduler comes after the user's code, so the last occurrence is the prelude's.
+    let at = unit.rfind(defined.as_str())?;
+    let mut out = String::with_capacity(unit.len());
+    out.push_str(&unit[..at]);
+    out.push_str(declared);
+    out.push_str(&unit[at + defined.len()..]);
+    Some(out)
 }

@@ -211,6 +211,17 @@ pub fn entry_symbol(host_name: &str) -> String {
 /// Everything lives in `namespace kiln_metal`: NVRTC predeclares CUDA's own `float4`, `uint3`,
 /// ... at global scope, and Metal's vector types of the same names must not collide with them.
 pub fn prelude() -> String {
+    shared_prelude().to_string()
+}
+
+/// [`prelude`], built once: the same text starts every unit [`emit`] writes, which NVRTC may
+/// take from a precompiled header.
+pub fn shared_prelude() -> &'static str {
+    static PRELUDE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PRELUDE.get_or_init(build_prelude)
+}
+
+fn build_prelude() -> String {
     let mut out = String::from("namespace kiln_metal {\n");
     for (name, text) in headers(CUDA_CONFIG, &CUDA_RUNTIME) {
         let _ = writeln!(out, "// ---- kiln prelude: {name}");
@@ -248,7 +259,7 @@ fn requalify(text: &str) -> String {
 /// header), else it keeps generic pointers.
 pub fn emit(module: &LoweredModule, kernel: &str, mlx_body: bool, restrict_pointers: bool) -> CudaUnit {
     let inline_bytes = inline_capacity(module, mlx_body);
-    let mut out = prelude();
+    let mut out = shared_prelude().to_string();
     let _ = writeln!(out, "\nnamespace kiln_metal {{\nusing KilnArgs = KilnArgsT<{inline_bytes}>;");
     // A kernel's own `namespace metal { ... }` (MLX's steel headers add traits there) opens
     // kiln_user::metal, which sees all of Metal's names.

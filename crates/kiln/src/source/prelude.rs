@@ -60,6 +60,10 @@ pub const CPU_CHECKED_RUNTIME: [Header; 6] = [
 /// The CPU group scheduler, after the user's code and entry wrappers.
 pub const CPU_SCHEDULER: Header = header!("cpu/scheduler.h");
 
+/// In place of `CPU_SCHEDULER` when the scheduler comes as an object linked into the library:
+/// the declaration of what the entries call.
+pub const CPU_SCHEDULER_LINK: Header = header!("cpu/scheduler_link.h");
+
 /// The CUDA target's configuration, before the common headers.
 pub const CUDA_CONFIG: Header = header!("cuda/config.h");
 

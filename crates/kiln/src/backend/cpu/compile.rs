@@ -19,12 +19,13 @@ use sha2::{Digest, Sha256};
 
 use super::abi::{CheckedFn, ReleaseFn, RunFn};
 use super::pch;
+use super::scheduler_object::{self, SchedulerObject};
 use super::toolchain::{flags, host_compiler, HostCompiler};
 use crate::backend::disk_cache;
 use crate::config;
 use crate::error::{Error, Result};
 use crate::program::MathMode;
-use crate::source::cpu::ABI_VERSION;
+use crate::source::cpu::{without_scheduler, ABI_VERSION};
 
 /// A loaded kernel library. Libraries are never unloaded: kernels may be called again, other
 /// threads could still be running their code, and their fault handlers stay chained.
@@ -71,7 +72,7 @@ pub fn compile(cxx: &str, kernel: &str, tu: &str, prelude: &str, mode: MathMode)
     if let Some(c) = loaded().lock().ok().and_then(|m| m.get(&key).cloned()) {
         return Ok(c);
     }
-    let unit = Unit { cxx, compiler: &compiler, kernel, tu, prelude };
+    let unit = Unit { cxx, compiler: &compiler, kernel, tu, prelude, shortcuts: shortcuts_on_this_thread() };
     let compiled = Arc::new(load_or_build(&unit, &flags, &key)?);
     if let Ok(mut m) = loaded().lock() {
         m.entry(key).or_insert_with(|| compiled.clone());
@@ -79,24 +80,53 @@ pub fn compile(cxx: &str, kernel: &str, tu: &str, prelude: &str, mode: MathMode)
     Ok(compiled)
 }
 
-/// As `compile`, past the in-memory cache: the library from the disk cache, else built (the
-/// compile benchmark's disk-hit and inline-prelude times).
-pub(crate) fn compile_past_memory(cxx: &str, kernel: &str, tu: &str, prelude: &str, mode: MathMode) -> Result<()> {
+/// As `compile`, past the in-memory cache: the library from the disk cache, else built with
+/// `shortcuts` (the compile benchmark's disk-hit and slower-path times).
+pub(crate) fn compile_past_memory(
+    cxx: &str,
+    kernel: &str,
+    tu: &str,
+    prelude: &str,
+    mode: MathMode,
+    shortcuts: Shortcuts,
+) -> Result<()> {
     let compiler = host_compiler(cxx)?;
     let flags = flags(mode, &compiler);
     let key = library_key(tu, &flags, cxx, &compiler);
-    load_or_build(&Unit { cxx, compiler: &compiler, kernel, tu, prelude }, &flags, &key).map(|_| ())
+    load_or_build(&Unit { cxx, compiler: &compiler, kernel, tu, prelude, shortcuts }, &flags, &key).map(|_| ())
 }
 
-/// Compiles a one-function C++ file with the flags of `mode`: the floor under any compile with
-/// this compiler, which the compile benchmark divides by.
-pub(crate) fn compile_trivial(cxx: &str, mode: MathMode) -> Result<()> {
+#[cfg(test)]
+thread_local! {
+    static TEST_SHORTCUTS: std::cell::Cell<Shortcuts> = const { std::cell::Cell::new(Shortcuts::ALL) };
+}
+
+/// Runs `f` with the libraries this thread builds compiled with `shortcuts`, for tests that
+/// compare the ways of building.
+#[cfg(test)]
+pub fn with_shortcuts<R>(shortcuts: Shortcuts, f: impl FnOnce() -> R) -> R {
+    let before = TEST_SHORTCUTS.with(|s| s.replace(shortcuts));
+    let out = f();
+    TEST_SHORTCUTS.with(|s| s.set(before));
+    out
+}
+
+fn shortcuts_on_this_thread() -> Shortcuts {
+    #[cfg(test)]
+    return TEST_SHORTCUTS.with(|s| s.get());
+    #[cfg(not(test))]
+    Shortcuts::ALL
+}
+
+/// Compiles a one-function C++ file with the flags of `mode` and `linker`: the floor under any
+/// compile with this compiler, which the compile benchmark divides by.
+pub(crate) fn compile_trivial(cxx: &str, mode: MathMode, linker: Option<&str>) -> Result<()> {
     let compiler = host_compiler(cxx)?;
     let dir = std::env::temp_dir();
     let cpp = disk_cache::private_name(&dir, "kiln-trivial", "cpp");
     let so = cpp.with_extension("so");
     std::fs::write(&cpp, "extern \"C\" int kiln_trivial(int x) { return x + 1; }\n").map_err(|e| Error::io(&cpp, e))?;
-    let out = Command::new(cxx).args(flags(mode, &compiler)).arg("-o").arg(&so).arg(&cpp).output();
+    let out = Command::new(cxx).args(flags(mode, &compiler)).args(linker).arg("-o").arg(&so).arg(&cpp).output();
     let _ = std::fs::remove_file(&cpp);
     let _ = std::fs::remove_file(&so);
     match out {
@@ -108,6 +138,15 @@ pub(crate) fn compile_trivial(cxx: &str, mode: MathMode) -> Result<()> {
         }),
         Err(e) => Err(Error::BackendUnavailable { backend: "cpu", reason: format!("cannot run `{cxx}`: {e}") }),
     }
+}
+
+/// The scheduler object kernels of `prelude` link with `mode`'s flags (built if needed), for
+/// the compile benchmark: `None` when the compiler cannot have one.
+pub(crate) fn scheduler_object_for(cxx: &str, prelude: &str, mode: MathMode) -> Result<Option<SchedulerObject>> {
+    let compiler = host_compiler(cxx)?;
+    let flags = flags(mode, &compiler);
+    let pch = pch::prepare(cxx, &compiler, &flags, prelude);
+    Ok(scheduler_object::prepare(cxx, &compiler, &flags, prelude, pch.as_ref()))
 }
 
 /// The library of `key` from the disk cache when a checked entry is there (one that fails to
@@ -131,6 +170,13 @@ fn load_or_build(unit: &Unit<'_>, flags: &[&str], key: &str) -> Result<Compiled>
 
 thread_local! {
     static LIBRARIES_OPENED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static LINKED_WITH_SCHEDULER_OBJECT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+/// How many libraries this thread has built linked with the scheduler object.
+pub fn linked_with_scheduler_object_on_this_thread() -> u64 {
+    LINKED_WITH_SCHEDULER_OBJECT.with(|n| n.get())
 }
 
 #[cfg(test)]
@@ -176,60 +222,96 @@ struct Unit<'a> {
     tu: &'a str,
     /// The prefix of `tu` that may come precompiled (empty: none).
     prelude: &'a str,
+    shortcuts: Shortcuts,
 }
 
-/// Compiles the unit, with its prelude precompiled where that can be had, and returns the
-/// library's bytes. A failure with a precompiled prelude that no longer checks out is retried
-/// with the prelude inline.
+/// How a unit is compiled: its prelude precompiled, the scheduler linked as an object, each
+/// where that can be had (`Shortcuts::ALL`), or everything inline (`NONE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shortcuts {
+    pub precompiled_prelude: bool,
+    pub scheduler_object: bool,
+}
+
+impl Shortcuts {
+    pub const ALL: Shortcuts = Shortcuts { precompiled_prelude: true, scheduler_object: true };
+    #[cfg(test)]
+    pub const NONE: Shortcuts = Shortcuts { precompiled_prelude: false, scheduler_object: false };
+}
+
+/// Compiles the unit, with its prelude precompiled and its scheduler linked as an object where
+/// those can be had, and returns the library's bytes. A failure with a precompiled prelude that
+/// no longer checks out is retried with everything inline.
 fn build(unit: &Unit<'_>, flags: &[&str], dir: &Path) -> Result<Vec<u8>> {
+    let shortcuts = unit.shortcuts;
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let prepared = match unit.tu.strip_prefix(unit.prelude) {
-        Some(rest) if !unit.prelude.is_empty() => {
-            pch::prepare(unit.cxx, unit.compiler, flags, unit.prelude).map(|p| (p, rest))
-        }
-        _ => None,
+    let after_prelude = unit.tu.strip_prefix(unit.prelude).filter(|_| !unit.prelude.is_empty());
+    let pch = after_prelude
+        .filter(|_| shortcuts.precompiled_prelude)
+        .and_then(|_| pch::prepare(unit.cxx, unit.compiler, flags, unit.prelude));
+    let scheduler = after_prelude
+        .filter(|_| shortcuts.scheduler_object)
+        .and_then(|_| scheduler_object::prepare(unit.cxx, unit.compiler, flags, unit.prelude, pch.as_ref()));
+    let source = match (&pch, after_prelude) {
+        (Some(_), Some(rest)) => rest,
+        _ => unit.tu,
     };
-    let image = match &prepared {
-        Some((pch, rest)) => match build_source(unit, flags, dir, rest, Some(pch)) {
-            Err(Error::Compile { .. }) if !pch::still_sound(pch) => build_source(unit, flags, dir, unit.tu, None),
-            other => other,
-        },
-        None => build_source(unit, flags, dir, unit.tu, None),
+    let linked = scheduler.as_ref().and_then(|s| Some((without_scheduler(source)?, s)));
+    let image = match &linked {
+        Some((source, object)) => build_source(unit, flags, dir, source, pch.as_ref(), Some(object)),
+        None => build_source(unit, flags, dir, source, pch.as_ref(), None),
+    };
+    let image = match (image, &pch) {
+        (Err(Error::Compile { .. }), Some(p)) if !pch::still_sound(p) => {
+            build_source(unit, flags, dir, unit.tu, None, None)
+        }
+        (other, _) => other,
     }?;
     // The kernel's part of the unit stays beside the library for whoever wants to read it; the
     // prelude, the same for every kernel, would make most of the cache's size.
-    let kept = match unit.tu.strip_prefix(unit.prelude) {
-        Some(rest) if !unit.prelude.is_empty() => {
-            format!("// After the CPU prelude (`kiln translate --emit cpu` prints the whole unit).\n{rest}")
-        }
-        _ => unit.tu.to_string(),
+    let kept = match after_prelude {
+        Some(rest) => format!("// After the CPU prelude (`kiln translate --emit cpu` prints the whole unit).\n{rest}"),
+        None => unit.tu.to_string(),
     };
     let _ = std::fs::write(dir.join("kernel.cpp"), kept);
     Ok(image)
 }
 
-/// Compiles `source` (after `-include` of the prepared prelude, if any) and returns the
-/// library's bytes.
+/// Compiles `source` (after `-include` of the prepared prelude, if any; linked with the
+/// scheduler object, if any) and returns the library's bytes.
 fn build_source(
     unit: &Unit<'_>,
     flags: &[&str],
     dir: &Path,
     source: &str,
     prelude: Option<&pch::PreparedPrelude>,
+    scheduler: Option<&SchedulerObject>,
 ) -> Result<Vec<u8>> {
     let (cxx, kernel) = (unit.cxx, unit.kernel);
-    // Source and library under names of this build alone: another thread or process building
-    // the same key never reads a half-written source.
+    // Source, object and library under names of this build alone: another thread or process
+    // building the same key never reads a half-written file.
     let cpp = disk_cache::private_name(dir, "kernel", "cpp");
     let tmp = cpp.with_extension("so");
-    std::fs::write(&cpp, source).map_err(|e| Error::io(&cpp, e))?;
+    let object = cpp.with_extension("scheduler.o");
+    if let Some(s) = scheduler {
+        std::fs::write(&object, &*s.image).map_err(|e| Error::io(&object, e))?;
+    }
+    if let Err(e) = std::fs::write(&cpp, source) {
+        let _ = std::fs::remove_file(&object);
+        return Err(Error::io(&cpp, e));
+    }
     let mut command = Command::new(cxx);
     command.args(flags);
     if let Some(p) = prelude {
         command.arg("-include").arg(&p.header);
     }
-    let out = command.arg("-o").arg(&tmp).arg(&cpp).output();
+    command.arg("-o").arg(&tmp).arg(&cpp);
+    if let Some(s) = scheduler {
+        command.args(s.linker).arg(&object);
+    }
+    let out = command.output();
     let _ = std::fs::remove_file(&cpp);
+    let _ = std::fs::remove_file(&object);
     let out = match out {
         Ok(out) => out,
         Err(e) => {
@@ -244,6 +326,9 @@ fn build_source(
             log = log.replace(&*p.header.to_string_lossy(), "kiln/prelude.h");
         }
         return Err(Error::Compile { backend: "cpu", kernel: kernel.to_string(), log });
+    }
+    if scheduler.is_some() {
+        LINKED_WITH_SCHEDULER_OBJECT.with(|n| n.set(n.get() + 1));
     }
     let image = std::fs::read(&tmp).map_err(|e| Error::io(&tmp, e));
     let _ = std::fs::remove_file(&tmp);
@@ -333,7 +418,7 @@ mod tests {
     }
 
     fn unit<'a>(cxx: &'a str, compiler: &'a HostCompiler, kernel: &'a str, tu: &'a str) -> Unit<'a> {
-        Unit { cxx, compiler, kernel, tu, prelude: "" }
+        Unit { cxx, compiler, kernel, tu, prelude: "", shortcuts: Shortcuts::ALL }
     }
 
     fn tag_of(c: &Compiled) -> u64 {

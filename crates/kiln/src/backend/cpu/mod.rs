@@ -31,6 +31,7 @@ mod lent;
 mod pch;
 pub mod sanitize;
 pub mod sanitize_report;
+mod scheduler_object;
 mod stacks;
 mod threadgroup;
 mod toolchain;
@@ -165,32 +166,57 @@ pub fn status() -> BackendStatus {
     }
 }
 
-/// Compiles `program` past the in-memory caches, with the prelude precompiled or inline: a
-/// disk-cache hit when the library is there. For the compile benchmark.
-pub fn compile_past_memory(program: &MetalProgram, precompiled_prelude: bool) -> Result<()> {
+/// Compiles `program` past the in-memory caches, with the prelude precompiled or inline and
+/// the scheduler linked as an object or compiled inline: a disk-cache hit when the library is
+/// there. For the compile benchmark.
+pub fn compile_past_memory(program: &MetalProgram, precompiled_prelude: bool, scheduler_object: bool) -> Result<()> {
     let tu = translate(program)?;
-    let prelude = if precompiled_prelude { prelude(program.kind) } else { "" };
-    compile::compile_past_memory(&config::host_cxx(), &program.kernel, &tu, prelude, program.math_mode)
+    let shortcuts = compile::Shortcuts { precompiled_prelude, scheduler_object };
+    let cxx = config::host_cxx();
+    compile::compile_past_memory(&cxx, &program.kernel, &tu, prelude(program.kind), program.math_mode, shortcuts)
 }
 
-/// Builds the precompiled prelude of a `kind` of program afresh (under a new key, the cached
-/// one untouched); `false` when the compiler cannot. For the compile benchmark.
-pub fn build_fresh_prelude(kind: ProgramKind, nonce: u128) -> Result<bool> {
+/// What building the once-per-compiler parts afresh took (`None`: the compiler cannot).
+#[derive(Clone, Copy, Debug)]
+pub struct FreshBuild {
+    /// The precompiled prelude (`pch`).
+    pub precompiled_prelude: Option<std::time::Duration>,
+    /// The scheduler object, after the precompiled prelude (`scheduler_object`).
+    pub scheduler_object: Option<std::time::Duration>,
+}
+
+/// Builds the precompiled prelude of a `kind` of program and then its scheduler object afresh
+/// (under new keys, the cached ones untouched). For the compile benchmark.
+pub fn build_fresh_prelude(kind: ProgramKind, nonce: u128) -> Result<FreshBuild> {
     let cxx = config::host_cxx();
     let compiler = toolchain::host_compiler(&cxx)?;
+    let flags = toolchain::flags(MathMode::Safe, &compiler);
     let text = format!("{}// {nonce}\n", prelude(kind));
-    let Some(built) = pch::prepare(&cxx, &compiler, &toolchain::flags(MathMode::Safe, &compiler), &text) else {
-        return Ok(false);
-    };
-    if let Some(dir) = built.header.parent() {
-        let _ = std::fs::remove_dir_all(dir);
-    }
-    Ok(true)
+    let t = std::time::Instant::now();
+    let built = pch::prepare(&cxx, &compiler, &flags, &text);
+    let precompiled_prelude = built.as_ref().map(|_| t.elapsed());
+    let t = std::time::Instant::now();
+    let object = scheduler_object::prepare(&cxx, &compiler, &flags, &text, built.as_ref());
+    let scheduler_object = object.map(|_| t.elapsed());
+    let _ = std::fs::remove_dir_all(pch::prelude_dir(&pch::prelude_key(&cxx, &compiler, &flags, &text)));
+    let _ = std::fs::remove_dir_all(scheduler_object::object_dir(&scheduler_object::object_key(
+        &cxx, &compiler, &flags, &text,
+    )));
+    Ok(FreshBuild { precompiled_prelude, scheduler_object })
 }
 
-/// Compiles a one-function C++ file with the configured compiler and the safe-math flags.
+/// Compiles a one-function C++ file with the configured compiler, the safe-math flags and the
+/// linker kernel libraries link with.
 pub fn compile_trivial() -> Result<()> {
-    compile::compile_trivial(&config::host_cxx(), MathMode::Safe)
+    let cxx = config::host_cxx();
+    let object = compile::scheduler_object_for(&cxx, prelude(ProgramKind::MlxBody), MathMode::Safe)?;
+    compile::compile_trivial(&cxx, MathMode::Safe, object.and_then(|o| o.linker))
+}
+
+/// The linker flag kernel libraries link with (`None`: the compiler's default), for reports.
+pub fn kernel_linker() -> Result<Option<&'static str>> {
+    let object = compile::scheduler_object_for(&config::host_cxx(), prelude(ProgramKind::MlxBody), MathMode::Safe)?;
+    Ok(object.and_then(|o| o.linker))
 }
 
 /// The full host C++ translation unit for `program` (what `kiln translate --emit cpu` prints).
@@ -306,5 +332,7 @@ impl CpuBackend {
 
 #[cfg(test)]
 mod precompile_tests;
+#[cfg(test)]
+mod scheduler_tests;
 #[cfg(test)]
 mod tests;

@@ -139,7 +139,7 @@ fn build_or_check(
 
 /// Waits for an exclusive lock on `file`, held until the file is closed; whether it was had.
 #[cfg(unix)]
-fn lock_exclusive(file: &std::fs::File) -> bool {
+pub(super) fn lock_exclusive(file: &std::fs::File) -> bool {
     use std::os::fd::AsRawFd;
     extern "C" {
         fn flock(fd: i32, operation: i32) -> i32;
@@ -150,7 +150,7 @@ fn lock_exclusive(file: &std::fs::File) -> bool {
 }
 
 #[cfg(not(unix))]
-fn lock_exclusive(_file: &std::fs::File) -> bool {
+pub(super) fn lock_exclusive(_file: &std::fs::File) -> bool {
     false
 }
 

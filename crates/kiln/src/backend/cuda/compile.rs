@@ -5,14 +5,14 @@
 //! names the key and the cubin's SHA-256 (`backend::disk_cache`); otherwise it is compiled again.
 
 use std::collections::HashMap;
-use std::ffi::{c_char, CString};
+use std::ffi::c_char;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
 use sha2::{Digest, Sha256};
 
-use super::libs;
+use super::{libs, nvrtc_pch};
 use crate::backend::disk_cache;
 use crate::config;
 use crate::error::{Error, Result};
@@ -110,11 +110,53 @@ pub fn compile_for(
         *guard = Some(image.clone());
         return Ok(image);
     }
-    let image = Arc::new(nvrtc_compile(kernel, source, &opts)?);
+    let image = Arc::new(nvrtc_compile_fast(kernel, source, &opts)?);
     // The disk cache only saves time: a read-only or full cache directory must not fail a kernel.
     let _ = write_disk_cache(&dir, &key, source, &image);
     *guard = Some(image.clone());
     Ok(image)
+}
+
+/// How the compile benchmark reaches a cubin past the in-memory cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PastMemory {
+    /// From the disk cache (compiled and stored when it is not there).
+    DiskCache,
+    /// Compiled now with the precompiled prelude, built first if need be (no cache).
+    PrecompiledPrelude,
+    /// Compiled now whole, as the first units of a process are (no cache).
+    Whole,
+}
+
+/// `source` compiled to cubin for `arch` past the in-memory cache, the `how` way. For the
+/// compile benchmark.
+pub fn compile_past_memory(kernel: &str, source: &str, arch: Arch, math: MathMode, how: PastMemory) -> Result<Vec<u8>> {
+    libs::require_nvrtc()?;
+    let opts = options_for(arch, math, false);
+    match how {
+        PastMemory::DiskCache => {
+            let key = cache_key(source, &opts, arch, nvrtc_version()?);
+            let dir = disk_dir();
+            if let Some(bytes) = disk_cache::load_verified(&dir.join(format!("{key}.cubin")), &key) {
+                return Ok(bytes);
+            }
+            let image = nvrtc_compile_fast(kernel, source, &opts)?;
+            let _ = write_disk_cache(&dir, &key, source, &image);
+            Ok(image)
+        }
+        PastMemory::PrecompiledPrelude => {
+            nvrtc_pch::build_now(&opts);
+            nvrtc_compile_fast(kernel, source, &opts)
+        }
+        PastMemory::Whole => nvrtc_compile(kernel, source, &opts),
+    }
+}
+
+/// Builds this process's precompiled CUDA prelude for `arch` and `math` now (or waits for the
+/// build under way); whether NVRTC made one. For the compile benchmark.
+pub fn build_precompiled_prelude(arch: Arch, math: MathMode) -> Result<bool> {
+    libs::require_nvrtc()?;
+    Ok(nvrtc_pch::build_now(&options_for(arch, math, false)).is_some())
 }
 
 fn write_disk_cache(dir: &std::path::Path, key: &str, source: &str, image: &[u8]) -> std::io::Result<()> {
@@ -158,21 +200,45 @@ fn nvrtc_compile(kernel: &str, source: &str, opts: &[String]) -> Result<Vec<u8>>
 
 /// One NVRTC run, no caching: the cubin and the compiler's log.
 fn nvrtc_compile_with_log(kernel: &str, source: &str, opts: &[String]) -> Result<(Vec<u8>, String)> {
-    let fail = |log: String| Error::Compile { backend: "cuda", kernel: kernel.to_string(), log };
-    let src = CString::new(source).map_err(|_| fail("the generated source contains a NUL byte".into()))?;
-    let name = CString::new(format!("{kernel}.cu").replace('\0', "_")).map_err(|_| fail("bad kernel name".into()))?;
-    let prog = nvrtc::create_program(&src, Some(&name)).map_err(|e| fail(format!("nvrtcCreateProgram: {e:?}")))?;
-    // SAFETY: `prog` was just created and is destroyed exactly once below.
-    let compiled = unsafe { nvrtc::compile_program(prog, opts) };
-    // SAFETY: `prog` is live.
-    let log = unsafe { nvrtc::get_program_log(prog) }.map(|raw| c_chars_to_string(&raw)).unwrap_or_default();
-    let result = match compiled {
-        Err(e) => Err(fail(if log.trim().is_empty() { format!("{e:?}") } else { log })),
-        Ok(()) => cubin_of(prog).map(|image| (image, log)).map_err(fail),
+    run_nvrtc(kernel, source, &[], opts)
+}
+
+/// One NVRTC run of a unit, with its prelude precompiled where this process has that ready
+/// (`nvrtc_pch`; the first units of a process compile whole while it is built).
+fn nvrtc_compile_fast(kernel: &str, source: &str, opts: &[String]) -> Result<Vec<u8>> {
+    let precompiled = nvrtc_pch::after_prelude(source).and_then(|rest| Some((rest, nvrtc_pch::ready(opts)?)));
+    let Some((rest, header)) = precompiled else {
+        return nvrtc_compile(kernel, source, opts);
     };
-    // SAFETY: `prog` is live and not used afterwards.
-    let _ = unsafe { nvrtc::destroy_program(prog) };
-    result
+    let (text, headers) = nvrtc_pch::unit_after_prelude(rest);
+    let mut with = opts.to_vec();
+    with.push(format!("--use-pch={}", header.display()));
+    let result = match run_nvrtc(kernel, &text, &headers, &with) {
+        Ok((image, log)) => Ok((image, nvrtc_pch::without_header_note(&log))),
+        Err(Error::Compile { log, .. }) => Err(nvrtc_pch::without_header_note(&log)),
+        Err(other) => return Err(other),
+    };
+    match result {
+        Ok((image, (_, false))) => Ok(image),
+        Err((log, false)) => Err(Error::Compile { backend: "cuda", kernel: kernel.to_string(), log }),
+        Ok((_, (_, true))) | Err((_, true)) => {
+            nvrtc_pch::give_up(opts);
+            nvrtc_compile(kernel, source, opts)
+        }
+    }
+}
+
+/// One NVRTC run of `source` with in-memory `headers`: the cubin and the compiler's log.
+fn run_nvrtc(kernel: &str, source: &str, headers: &[(&str, &str)], opts: &[String]) -> Result<(Vec<u8>, String)> {
+    let fail = |log: String| Error::Compile { backend: "cuda", kernel: kernel.to_string(), log };
+    let (prog, compiled) =
+        nvrtc_pch::compile_with_headers(source, &format!("{kernel}.cu"), headers, opts).map_err(fail)?;
+    // SAFETY: `prog` is live until it drops at the end of this function.
+    let log = unsafe { nvrtc::get_program_log(prog.raw()) }.map(|raw| c_chars_to_string(&raw)).unwrap_or_default();
+    if !compiled {
+        return Err(fail(if log.trim().is_empty() { "NVRTC failed without a log".into() } else { log }));
+    }
+    cubin_of(prog.raw()).map(|image| (image, log)).map_err(fail)
 }
 
 fn cubin_of(prog: nvrtc_sys::nvrtcProgram) -> std::result::Result<Vec<u8>, String> {
@@ -205,6 +271,41 @@ mod tests {
     fn from_disk(source: &str, key: &str) -> Arc<Vec<u8>> {
         memory_cache().lock().unwrap().remove(key);
         compile("damaged_cache", source, (9, 0), MathMode::Safe).unwrap()
+    }
+
+    #[test]
+    fn a_unit_compiled_after_the_precompiled_prelude_matches_the_whole_unit() {
+        match libs::require_nvrtc() {
+            Err(e) if config::required_backend().is_none() => {
+                eprintln!("skipped: {e}");
+                return;
+            }
+            r => r.unwrap(),
+        }
+        let tag = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let source = format!(
+            "{}\nnamespace kiln_metal {{\nextern \"C\" __global__ void pch_match_{tag}(float* p, uint n) {{\n  \
+             uint i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) p[i] = metal::exp(p[i]) + metal::simd_sum(p[i]);\n}}\n}}\n",
+            crate::source::cuda::shared_prelude()
+        );
+        let arch = (9, 0);
+        assert!(build_precompiled_prelude(arch, MathMode::Safe).unwrap(), "NVRTC builds the precompiled prelude");
+        let whole = compile_past_memory("pch_match", &source, arch, MathMode::Safe, PastMemory::Whole).unwrap();
+        let fast =
+            compile_past_memory("pch_match", &source, arch, MathMode::Safe, PastMemory::PrecompiledPrelude).unwrap();
+        let opts = options_for(arch, MathMode::Safe, false);
+        assert!(nvrtc_pch::ready(&opts).is_some(), "the precompiled prelude was used, not given up");
+        assert_eq!(whole, fast);
+        // A kernel error is still the kernel's, with its log.
+        let broken = format!(
+            "{}\nnamespace kiln_metal {{ __global__ void broken() {{ undeclared_name(); }} }}\n",
+            crate::source::cuda::shared_prelude()
+        );
+        match compile_past_memory("pch_broken", &broken, arch, MathMode::Safe, PastMemory::PrecompiledPrelude) {
+            Err(Error::Compile { log, .. }) => assert!(log.contains("undeclared_name"), "{log}"),
+            other => panic!("expected a compile error, got {other:?}"),
+        }
+        assert!(nvrtc_pch::ready(&opts).is_some(), "a kernel's own error does not give up the header");
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod external;
 mod graphs;
 mod libs;
 mod memory;
+mod nvrtc_pch;
 mod pool;
 mod programs;
 mod tensor_map;
@@ -40,7 +41,10 @@ use crate::source::cuda as cuda_source;
 use crate::source::lower::{self, LowerTarget};
 use crate::source::user_lines::user_compile_error;
 
-pub use compile::{compile_with_log as compile_source_with_log, nvrtc_version, options as nvrtc_options, Arch};
+pub use compile::{
+    build_precompiled_prelude, compile_past_memory as compile_source_past_memory,
+    compile_with_log as compile_source_with_log, nvrtc_version, options as nvrtc_options, Arch, PastMemory,
+};
 pub use external::{lent_cuda_array, ExternalStream, LentCudaMemory};
 pub use memory::CudaBuffer;
 pub use pool::APRON_BYTES;
@@ -202,6 +206,13 @@ pub fn compile_cubin(program: &MetalProgram, arch: Arch) -> Result<Vec<u8>> {
     let image = compile::compile(&program.kernel, &unit.source, arch, program.math_mode)
         .map_err(|e| user_compile_error(program, e))?;
     Ok(image.as_ref().clone())
+}
+
+/// Lowers `program` and compiles it for `arch` past the in-memory cache, the `how` way (no
+/// device needed). For the compile benchmark.
+pub fn compile_cubin_past_memory(program: &MetalProgram, arch: Arch, how: PastMemory) -> Result<Vec<u8>> {
+    let unit = translate_unit(program)?;
+    compile::compile_past_memory(&program.kernel, &unit.source, arch, program.math_mode, how)
 }
 
 /// Compiles CUDA source text to a cubin for `arch` with NVRTC alone (no device needed).

@@ -1,0 +1,188 @@
+//! The group scheduler (`prelude/cpu/scheduler.h`) compiled once per (compiler, flags, prelude)
+//! into an object that kernel libraries link, instead of into every kernel: it is the same code
+//! for every kernel, and with the prelude precompiled its code generation is most of a kernel's
+//! compile time. Each library still gets its own copy of the scheduler and of its state (the
+//! fault handler's, the workers'), hidden inside it, as when the scheduler is compiled inline.
+//!
+//! The object is a cache entry like the precompiled prelude (`pch`): under
+//! `config::cache_dir()/cpu-scheduler/<sha256>/`, used only when its manifest vouches for it,
+//! built under a file lock so parallel processes build it once, and kept in memory once checked,
+//! so every link reads a private copy of checked bytes. Building it also tries the faster gold
+//! linker on it and records whether that works. When it cannot be built, kernels compile the
+//! scheduler inline.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use sha2::{Digest, Sha256};
+
+use super::pch::{self, PreparedPrelude};
+use super::toolchain::HostCompiler;
+use crate::backend::disk_cache;
+use crate::config;
+use crate::source::cpu::scheduler_unit;
+
+/// The linker flag tried first: gold links a kernel library in about half the time of the
+/// default linker.
+const GOLD: &str = "-fuse-ld=gold";
+
+/// A checked scheduler object and how to link it.
+#[derive(Clone, Debug)]
+pub struct SchedulerObject {
+    /// The object's bytes, checked against its manifest.
+    pub image: Arc<Vec<u8>>,
+    /// The linker flag the object was found to link with (`None`: the compiler's default).
+    pub linker: Option<&'static str>,
+}
+
+type Known = HashMap<String, Option<SchedulerObject>>;
+
+fn known() -> &'static Mutex<Known> {
+    static KNOWN: OnceLock<Mutex<Known>> = OnceLock::new();
+    KNOWN.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn gate(key: &str) -> Arc<Mutex<()>> {
+    static GATES: OnceLock<Mutex<HashMap<String, Arc<Mutex<()>>>>> = OnceLock::new();
+    let gates = GATES.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut m = gates.lock().unwrap_or_else(|e| e.into_inner());
+    m.entry(key.to_string()).or_default().clone()
+}
+
+/// The cache key of a scheduler object: everything that goes into it.
+pub fn object_key(cxx: &str, compiler: &HostCompiler, flags: &[&str], prelude: &str) -> String {
+    let mut h = Sha256::new();
+    for part in ["kiln cpu scheduler object 1", cxx, &compiler.identity, &flags.join(" "), prelude, scheduler_unit()] {
+        h.update(part.as_bytes());
+        h.update(b"\0");
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The directory of the scheduler object of `key`.
+pub fn object_dir(key: &str) -> PathBuf {
+    config::cache_dir().join("cpu-scheduler").join(key)
+}
+
+/// The scheduler object for units starting with `prelude` compiled with `flags`, built if
+/// needed (after `precompiled` when given); `None` when it cannot be had (the caller then
+/// compiles the scheduler inline). A checked prelude is refused: its sanitizer state must have
+/// one copy per library, which only the inline scheduler shares with the kernel.
+pub fn prepare(
+    cxx: &str,
+    compiler: &HostCompiler,
+    flags: &[&str],
+    prelude: &str,
+    precompiled: Option<&PreparedPrelude>,
+) -> Option<SchedulerObject> {
+    if prelude.is_empty() || prelude.contains("#define KILN_CHECKED") {
+        return None;
+    }
+    let key = object_key(cxx, compiler, flags, prelude);
+    if let Some(k) = known().lock().ok().and_then(|m| m.get(&key).cloned()) {
+        return k;
+    }
+    let gate = gate(&key);
+    let _building = gate.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(k) = known().lock().ok().and_then(|m| m.get(&key).cloned()) {
+        return k;
+    }
+    let object = build_or_check(cxx, flags, prelude, precompiled, &key);
+    if let Ok(mut m) = known().lock() {
+        m.insert(key, object.clone());
+    }
+    object
+}
+
+/// Forgets what this process knows of scheduler objects (as a new process would), for tests.
+#[cfg(test)]
+pub fn forget() {
+    if let Ok(mut m) = known().lock() {
+        m.clear();
+    }
+}
+
+fn build_or_check(
+    cxx: &str,
+    flags: &[&str],
+    prelude: &str,
+    precompiled: Option<&PreparedPrelude>,
+    key: &str,
+) -> Option<SchedulerObject> {
+    let dir = object_dir(key);
+    std::fs::create_dir_all(&dir).ok()?;
+    // One builder at a time across processes; a lock that cannot be had only costs a duplicate
+    // build (entries are renamed into place).
+    let lock = std::fs::File::create(dir.join("build.lock")).ok()?;
+    pch::lock_exclusive(&lock);
+    let object = dir.join("scheduler.o");
+    let linker = dir.join("linker");
+    let image = disk_cache::load_verified(&object, key);
+    let with = disk_cache::load_verified(&linker, key).and_then(|w| match w.as_slice() {
+        b"gold" => Some(Some(GOLD)),
+        b"default" => Some(None),
+        _ => None,
+    });
+    if let (Some(image), Some(linker)) = (image, with) {
+        return Some(SchedulerObject { image: Arc::new(image), linker });
+    }
+    let image = compile(cxx, flags, prelude, precompiled, &dir)?;
+    let with = [Some(GOLD), None].into_iter().find(|l| links(cxx, flags, *l, &image, &dir))?;
+    disk_cache::store(&object, key, &image).ok()?;
+    disk_cache::store(&linker, key, if with.is_some() { b"gold" } else { b"default" }).ok()?;
+    Some(SchedulerObject { image: Arc::new(image), linker: with })
+}
+
+/// The flags of a kernel library's compile with `-c` in place of `-shared`.
+fn object_flags<'a>(flags: &[&'a str]) -> Vec<&'a str> {
+    flags.iter().copied().filter(|f| *f != "-shared").chain(["-c"]).collect()
+}
+
+/// Compiles the scheduler unit after the prelude and returns the object's bytes.
+fn compile(
+    cxx: &str,
+    flags: &[&str],
+    prelude: &str,
+    precompiled: Option<&PreparedPrelude>,
+    dir: &Path,
+) -> Option<Vec<u8>> {
+    let cpp = disk_cache::private_name(dir, "scheduler", "cpp");
+    let tmp = cpp.with_extension("o");
+    let text = match precompiled {
+        Some(_) => scheduler_unit().to_string(),
+        None => format!("{prelude}{}", scheduler_unit()),
+    };
+    std::fs::write(&cpp, text).ok()?;
+    let mut command = Command::new(cxx);
+    command.args(object_flags(flags));
+    if let Some(p) = precompiled {
+        command.arg("-include").arg(&p.header);
+    }
+    let ok = command.arg("-o").arg(&tmp).arg(&cpp).output().is_ok_and(|o| o.status.success());
+    let image = if ok { std::fs::read(&tmp).ok() } else { None };
+    let _ = std::fs::remove_file(&cpp);
+    let _ = std::fs::remove_file(&tmp);
+    image
+}
+
+/// Whether the object links into a shared library with `linker`.
+fn links(cxx: &str, flags: &[&str], linker: Option<&str>, image: &[u8], dir: &Path) -> bool {
+    let object = disk_cache::private_name(dir, "scheduler-probe", "o");
+    let library = object.with_extension("so");
+    if std::fs::write(&object, image).is_err() {
+        return false;
+    }
+    let ok = Command::new(cxx)
+        .args(flags)
+        .args(linker)
+        .arg("-o")
+        .arg(&library)
+        .arg(&object)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let _ = std::fs::remove_file(&object);
+    let _ = std::fs::remove_file(&library);
+    ok
+}
