@@ -70,7 +70,7 @@ class custom_function:  # noqa: N801 - MLX's name
 
     def _torch_op(self):
         if self._torch is None:
-            from .torch import _FunctionOp
+            from ._torch_ops import _FunctionOp
 
             self._torch = _FunctionOp(self)
         return self._torch

@@ -182,6 +182,12 @@ class MetalKernel:
         ``CUstream``) queues a CUDA launch there instead of on PyTorch's current stream;
         ``device="cuda:N"`` copies NumPy inputs to that GPU and returns NumPy outputs.
         """
+        if stream is None and device is None and not verbose and not is_describing():
+            # PyTorch CUDA tensors on the current device: read, cached and launched in one step.
+            outs = self._kernel.call_torch(inputs, output_shapes, output_dtypes, grid, threadgroup, template,
+                                           init_value)
+            if outs is not None:
+                return outs
         if is_describing():
             return empty_outputs(f"metal_kernel {self.name}", inputs, output_shapes, output_dtypes)
         if stream is not None and not isinstance(stream, (str, bytes)):

@@ -9,8 +9,12 @@ Ops return arrays of their first input's kind on its device. Ops that are one ke
 CPU tensors on the CPU emulator, PyTorch CUDA tensors on their GPU, queued on PyTorch's current
 stream into outputs PyTorch allocates (as :func:`kiln.metal_kernel` does). The others
 (``scaled_dot_product_attention``, ``grid_sample``, ``grid_sample_vjp``, ``cholesky``, ``qr``,
-``gdn_chunk_scaled_dot_kkt``) take several launches on kiln's own stream and run on host arrays;
-on CUDA tensors they raise :class:`kiln.InvalidArgumentError`.
+``gdn_chunk_scaled_dot_kkt``) may take several launches; on PyTorch CUDA tensors every launch is
+queued on PyTorch's current stream and the outputs are PyTorch's (strided inputs are first made
+contiguous by PyTorch, as MLX copies them; intermediate buffers are kiln's). On CUDA tensors
+``cholesky`` and ``qr`` factor matrices up to 64 x 64 (the larger ones take kiln's blocked
+launches, host arrays only), and ``cholesky`` reads 8 bytes back to report a matrix that is not
+positive definite, as on the host.
 """
 
 from __future__ import annotations
@@ -55,6 +59,20 @@ def _plan(make, arrays, *args, like_x=1):
             plan.run((_stream_handle(None, ordinal), ordinal), [torch_desc(o, ordinal) for o in outs])
         return outs
     return [host_output(h, lead) for h in plan.run(None, None)]
+
+
+def _on_cuda(x) -> bool:
+    torch = torch_module()
+    return torch is not None and isinstance(x, torch.Tensor) and x.is_cuda
+
+
+def _plan_on_cuda(make, arrays, *args):
+    """An op's kernel calls on PyTorch CUDA tensors: all on the current stream, the outputs
+    PyTorch's. Inputs are made contiguous by PyTorch on that stream (a kernel's own copy of a
+    strided input would run on kiln's stream)."""
+    torch = torch_module()
+    arrays = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in arrays]
+    return _plan(make, arrays, *args, like_x=None)
 
 
 def _run(fn, arrays, *args):
@@ -117,6 +135,11 @@ def scaled_dot_product_attention(q, k, v, *, scale, mask=None):
     """``mx.fast.scaled_dot_product_attention(q, k, v, *, scale, mask=None)``: q (B, Hq, Tq, D),
     k and v (B, Hkv, Tk, D) with Hq a multiple of Hkv (grouped-query heads); ``mask`` None,
     ``"causal"`` or an additive array broadcastable to (B, Hq, Tq, Tk)."""
+    if _on_cuda(q):
+        kind = "none" if mask is None else "causal" if isinstance(mask, str) and mask == "causal" else "array"
+        arrays = [q, k, v] if kind != "array" else [q, k, v, mask]
+        return _plan_on_cuda(lambda a, b, c, *m: _kiln.plan_scaled_dot_product_attention(
+            a, b, c, float(scale), kind, m[0] if m else None), arrays)[0]
     if mask is None or (isinstance(mask, str) and mask == "causal"):
         kind = "none" if mask is None else "causal"
         return _run(lambda a, b, c: _kiln.scaled_dot_product_attention(a, b, c, float(scale), kind, None),
@@ -128,11 +151,17 @@ def scaled_dot_product_attention(q, k, v, *, scale, mask=None):
 def grid_sample(x, grid):
     """Bilinear grid sampling with zeros padding (align_corners=False): x (B, H, W, C) NHWC,
     grid (B, gH, gW, 2) in [-1, 1]; returns (B, gH, gW, C). The MLX docs' custom-kernel example."""
+    if _on_cuda(x):
+        return _plan_on_cuda(_kiln.plan_grid_sample, [x, grid])[0]
     return _run(_kiln.grid_sample, [x, grid])[0]
 
 
 def grid_sample_vjp(x, grid, cotangent):
     """The VJP of :func:`grid_sample`: returns ``(x_grad, grid_grad)`` in float32."""
+    if _on_cuda(x):
+        # The kernel accumulates in float32; PyTorch casts to the inputs' dtypes on the stream.
+        dx, dg = _plan_on_cuda(_kiln.plan_grid_sample_vjp, [x, grid, cotangent])
+        return dx.to(x.dtype), dg.to(grid.dtype)
     return tuple(_run(_kiln.grid_sample_vjp, [x, grid, cotangent]))
 
 
@@ -150,11 +179,19 @@ def overlap_add(frames, hop):
 def cholesky(a):
     """``mx.linalg.cholesky(a)`` (lower): batched; a matrix that is not positive definite is an
     error naming its batch index."""
+    if _on_cuda(a):
+        factor, info = _plan_on_cuda(_kiln.plan_cholesky, [a])
+        ordinal = a.get_device()
+        with _DeviceGuard(ordinal):
+            _kiln.cholesky_check(torch_desc(info, ordinal), (_stream_handle(None, ordinal), ordinal))
+        return factor
     return _run(_kiln.cholesky, [a])[0]
 
 
 def qr(a):
     """``mx.linalg.qr(a)``: batched Householder QR, returns ``(q, r)``."""
+    if _on_cuda(a):
+        return tuple(_plan_on_cuda(_kiln.plan_qr, [a]))
     return tuple(_run(_kiln.qr, [a]))
 
 
@@ -162,4 +199,6 @@ def gdn_chunk_scaled_dot_kkt(k, beta, g, chunk=64):
     """Gated delta net ``chunk_scaled_dot_kkt``: ``k`` (B, T, Hg, K), ``beta`` and ``g``
     (B, T, H) float32 with H a multiple of Hg; returns ``A`` (B, T, H, chunk) float32, per chunk
     the strictly lower-triangular ``beta_i * exp(g_i - g_j) * <k_i, k_j>``."""
+    if _on_cuda(k):
+        return _plan_on_cuda(_kiln.plan_gdn_chunk_scaled_dot_kkt, [k, beta, g], int(chunk))[0]
     return _run(_kiln.gdn_chunk_scaled_dot_kkt, [k, beta, g], int(chunk))[0]

@@ -34,23 +34,66 @@ pub fn array(desc: &Bound<'_, PyTuple>) -> PyResult<Array> {
     let strides: Strides = tuple_of(desc.get_borrowed_item(5)?)?;
     let dtype = dtype(desc.get_borrowed_item(6)?.cast::<PyString>()?.to_str()?)?;
     let ordinal: i64 = desc.get_borrowed_item(7)?.extract()?;
+    lent(Box::new(owner), address, nbytes, offset, &shape, &strides, dtype, ordinal)
+}
+
+/// A kiln array over `nbytes` of lent memory at `address` (host memory for `ordinal` < 0, else
+/// device memory of CUDA device `ordinal`), viewed `offset` elements in with `shape` and element
+/// `strides`; `owner` is kept alive while kiln views the memory.
+#[allow(clippy::too_many_arguments)]
+pub fn lent(
+    owner: Box<dyn std::any::Any + Send + Sync>,
+    address: usize,
+    nbytes: usize,
+    offset: usize,
+    shape: &[usize],
+    strides: &[isize],
+    dtype: DType,
+    ordinal: i64,
+) -> PyResult<Array> {
     if address == 0 && nbytes > 0 {
         return Err(PyValueError::new_err("an array's data pointer is null"));
     }
     if ordinal < 0 {
-        // SAFETY: the Python side passes the address and length of the allocation that holds
-        // the array `owner` (NumPy's `__array_interface__`, a tensor's storage), which stays at
+        // SAFETY: the callers pass the address and length of the allocation that holds the
+        // array `owner` (NumPy's `__array_interface__`, a tensor's storage), which stays at
         // that address while `owner` lives; kiln keeps `owner` alive for as long as it views the
         // memory, and the GIL-holding caller does not write the array during the call.
-        let memory = unsafe { LentHostMemory::new(address as *const u8, nbytes, Box::new(owner)) };
-        lent_host_array(memory, dtype, offset, &shape, &strides).py_err()
+        let memory = unsafe { LentHostMemory::new(address as *const u8, nbytes, owner) };
+        lent_host_array(memory, dtype, offset, shape, strides).py_err()
     } else {
         // SAFETY: as above, for device memory of the tensor's device, which PyTorch and the
         // CUDA runtime allocate in the device's primary context (the one kiln uses); kiln queues
         // its work on the tensor owner's current stream, after the work that produced it.
-        let memory = unsafe { LentCudaMemory::new(address as u64, nbytes, ordinal as usize, Box::new(owner)) };
-        lent_cuda_array(memory, dtype, offset, &shape, &strides).py_err()
+        let memory = unsafe { LentCudaMemory::new(address as u64, nbytes, ordinal as usize, owner) };
+        lent_cuda_array(memory, dtype, offset, shape, strides).py_err()
     }
+}
+
+/// The span of memory a view at `address` (its first element) with element `strides` reaches:
+/// `(start, nbytes, offset)`, the view's first element `offset` elements after `start`. The span
+/// starts at a 64-byte boundary where that is a whole number of elements (same page, same
+/// allocation granule), so that kiln sees a view's true alignment in its element offset and
+/// picks vector loads only where they are aligned.
+pub fn span(address: usize, shape: &[usize], strides: &[isize], itemsize: usize) -> (usize, usize, usize) {
+    if shape.contains(&0) {
+        return (address, 0, 0);
+    }
+    let (mut lo, mut hi) = (0isize, 0isize);
+    for (&n, &s) in shape.iter().zip(strides) {
+        let r = (n as isize - 1) * s;
+        if r < 0 {
+            lo += r;
+        } else {
+            hi += r;
+        }
+    }
+    let start = address.wrapping_add_signed(lo * itemsize as isize);
+    let pad = match start % 64 {
+        p if p % itemsize == 0 => p,
+        _ => 0,
+    };
+    (start - pad, (hi - lo + 1) as usize * itemsize + pad, pad / itemsize + (-lo) as usize)
 }
 
 /// The integers of a tuple (a shape, strides), inline up to four.

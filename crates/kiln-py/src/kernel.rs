@@ -85,6 +85,8 @@ fn parse_device(device: Option<&str>) -> PyResult<Option<Device>> {
 #[pyclass(module = "kiln._kiln", frozen)]
 pub struct Kernel {
     kernel: MetalKernel,
+    ensure_row_contiguous: bool,
+    launches: crate::torch_call::LaunchCache,
 }
 
 #[pymethods]
@@ -110,7 +112,37 @@ impl Kernel {
             .ensure_row_contiguous(ensure_row_contiguous)
             .atomic_outputs(atomic_outputs)
             .math_mode(math_mode(math_mode_name)?);
-        Ok(Kernel { kernel })
+        Ok(Kernel { kernel, ensure_row_contiguous, launches: Default::default() })
+    }
+
+    /// A call on PyTorch CUDA tensors on PyTorch's current stream and device (the common case,
+    /// read and launched in one step with the launch description cached): returns the outputs,
+    /// or `None` when the call is not one this path takes and the general path must run it.
+    #[pyo3(signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value))]
+    #[allow(clippy::too_many_arguments)]
+    fn call_torch(
+        &self,
+        py: Python<'_>,
+        inputs: &Bound<'_, PyAny>,
+        output_shapes: &Bound<'_, PyAny>,
+        output_dtypes: &Bound<'_, PyAny>,
+        grid: &Bound<'_, PyAny>,
+        threadgroup: &Bound<'_, PyAny>,
+        template: &Bound<'_, PyAny>,
+        init_value: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Py<PyList>>> {
+        self.launches.call(
+            py,
+            &self.kernel,
+            self.ensure_row_contiguous,
+            inputs,
+            output_shapes,
+            output_dtypes,
+            grid,
+            threadgroup,
+            template,
+            init_value,
+        )
     }
 
     /// The Metal source MLX would generate for these arguments, without running.

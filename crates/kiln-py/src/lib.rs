@@ -10,6 +10,7 @@ mod convert;
 mod errors;
 mod kernel;
 mod ops;
+mod torch_call;
 
 use pyo3::prelude::*;
 

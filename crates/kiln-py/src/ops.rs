@@ -1,8 +1,8 @@
-//! `kiln.ops`: the kernel library on arrays of the caller's framework. Ops that are one kernel
-//! call (`OpPlan`) run wherever their inputs live: on a CUDA tensor's device they are queued on
-//! the caller's stream into outputs the caller allocated, like `metal_kernel`. Ops of several
-//! launches run on host arrays (the CPU emulator); on CUDA tensors they are refused, since they
-//! launch on kiln's own stream, which a caller's stream would not be ordered with.
+//! `kiln.ops`: the kernel library on arrays of the caller's framework. An op's kernel calls
+//! (`OpPlan`) run wherever their inputs live: on a CUDA tensor's device every call is queued on
+//! the caller's stream and the last writes outputs the caller allocated, like `metal_kernel`
+//! (intermediate buffers are kiln's, ordered with that stream by the backend). On host arrays the
+//! ops of several launches also run whole here (`scaled_dot_product_attention`, ...).
 
 use kiln::ops;
 use kiln::{Array, Device};
@@ -30,17 +30,19 @@ fn run(py: Python<'_>, f: impl FnOnce() -> kiln::Result<Vec<Array>> + Send) -> P
     arrays::wrap(py, outputs)
 }
 
-/// One validated op call, ready to run on its inputs' device.
+/// One validated op: its kernel calls, ready to run on its inputs' device.
 #[pyclass(module = "kiln._kiln", frozen)]
 pub struct OpPlan {
-    call: ops::OpCall,
+    plan: ops::OpPlan,
 }
 
 #[pymethods]
 impl OpPlan {
-    /// `(shape, dtype, init_value)` of every output, for a caller that allocates them.
+    /// `(shape, dtype, init_value)` of every output (the last call's), for a caller that
+    /// allocates them.
     fn outputs(&self) -> Vec<(Vec<usize>, &'static str, Option<f64>)> {
-        let spec = self.call.spec();
+        let Some(last) = self.plan.calls().last() else { return Vec::new() };
+        let spec = last.spec();
         spec.output_shapes
             .iter()
             .zip(&spec.output_dtypes)
@@ -48,14 +50,15 @@ impl OpPlan {
             .collect()
     }
 
-    /// The kernel variant the op's rule picked.
+    /// The kernel variant the op's rule picked (the kernels' names joined by `+`).
     #[getter]
-    fn variant(&self) -> &str {
-        self.call.variant()
+    fn variant(&self) -> String {
+        self.plan.variant()
     }
 
-    /// Runs the call: on a caller's `stream` into `outputs_into` (then returns `None`), or into
-    /// fresh outputs kiln allocates.
+    /// Runs the calls: every one on a caller's `stream` and the last into `outputs_into` (then
+    /// returns `None`), or into fresh outputs kiln allocates. Intermediate outputs are kiln's,
+    /// ordered with the caller's stream by the backend.
     #[pyo3(signature = (stream, outputs_into))]
     fn run(
         &self,
@@ -63,15 +66,18 @@ impl OpPlan {
         stream: Option<(usize, usize)>,
         outputs_into: Option<&Bound<'_, PyList>>,
     ) -> PyResult<Option<Vec<Py<PyAny>>>> {
-        let mut call = self.call.clone();
-        call.spec_mut().stream = external_stream(stream);
+        let mut calls = self.plan.calls().to_vec();
+        for call in calls.iter_mut() {
+            call.spec_mut().stream = external_stream(stream);
+        }
         let given = outputs_into.is_some();
-        if let Some(outs) = outputs_into {
+        if let (Some(outs), Some(last)) = (outputs_into, calls.last_mut()) {
             let outs: Vec<Array> =
                 outs.iter().map(|o| convert::array(o.cast::<PyTuple>()?)).collect::<PyResult<_>>()?;
-            call.spec_mut().outputs_into = Some(outs);
+            last.spec_mut().outputs_into = Some(outs);
         }
-        let outputs = run_interruptible(py, false, None, || call.run())?;
+        let plan = ops::OpPlan::new(calls);
+        let outputs = run_interruptible(py, false, None, || plan.run())?;
         if given {
             return Ok(None);
         }
@@ -80,7 +86,7 @@ impl OpPlan {
 }
 
 fn plan(call: kiln::Result<ops::OpCall>) -> PyResult<OpPlan> {
-    call.map(|call| OpPlan { call }).map_err(to_py)
+    call.map(|call| OpPlan { plan: call.into() }).map_err(to_py)
 }
 
 /// `kiln.ops.<unary>(x)`: exp, silu, gelu (tanh approximation), gelu_erf.
@@ -137,6 +143,133 @@ pub fn plan_overlap_add(frames: &Bound<'_, PyTuple>, hop: usize) -> PyResult<OpP
 #[pyfunction]
 pub fn plan_scatter_add(values: &Bound<'_, PyTuple>, indices: &Bound<'_, PyTuple>, bins: usize) -> PyResult<OpPlan> {
     plan(ops::scatter_add_call(&convert::array(values)?, &convert::array(indices)?, bins))
+}
+
+fn mask_of<'a>(kind: &str, mask: Option<&'a Array>) -> ops::Mask<'a> {
+    match (kind, mask) {
+        ("causal", _) => ops::Mask::Causal,
+        ("array", Some(m)) => ops::Mask::Additive(m),
+        _ => ops::Mask::None,
+    }
+}
+
+/// The attention's kernel calls, on any device (several launches on some paths).
+#[pyfunction]
+#[pyo3(signature = (q, k, v, scale, mask_kind, mask))]
+pub fn plan_scaled_dot_product_attention(
+    q: &Bound<'_, PyTuple>,
+    k: &Bound<'_, PyTuple>,
+    v: &Bound<'_, PyTuple>,
+    scale: f32,
+    mask_kind: &str,
+    mask: Option<&Bound<'_, PyTuple>>,
+) -> PyResult<OpPlan> {
+    let (q, k, v) = (convert::array(q)?, convert::array(k)?, convert::array(v)?);
+    let mask = mask.map(convert::array).transpose()?;
+    let plan = ops::scaled_dot_product_attention_plan(&q, &k, &v, scale, mask_of(mask_kind, mask.as_ref()));
+    plan.map(|plan| OpPlan { plan }).map_err(to_py)
+}
+
+#[pyfunction]
+pub fn plan_grid_sample(x: &Bound<'_, PyTuple>, grid: &Bound<'_, PyTuple>) -> PyResult<OpPlan> {
+    plan(ops::grid_sample_call(&convert::array(x)?, &convert::array(grid)?))
+}
+
+/// The VJP's kernel call: float32 `(x_grad, grid_grad)`, zeroed first.
+#[pyfunction]
+pub fn plan_grid_sample_vjp(
+    x: &Bound<'_, PyTuple>,
+    grid: &Bound<'_, PyTuple>,
+    cotangent: &Bound<'_, PyTuple>,
+) -> PyResult<OpPlan> {
+    let (x, g, c) = (convert::array(x)?, convert::array(grid)?, convert::array(cotangent)?);
+    // The plan's first call is the VJP kernel (float32 gradients); the casts after it are left
+    // to the caller's framework.
+    let vjp = ops::grid_sample_vjp_plan(&x, &g, &c).map_err(to_py)?.calls().first().cloned();
+    let vjp = vjp.ok_or_else(|| to_py(kiln::Error::invalid("grid_sample_vjp", "the plan has no calls")))?;
+    Ok(OpPlan { plan: vjp.into() })
+}
+
+#[pyfunction]
+pub fn plan_gdn_chunk_scaled_dot_kkt(
+    k: &Bound<'_, PyTuple>,
+    beta: &Bound<'_, PyTuple>,
+    g: &Bound<'_, PyTuple>,
+    chunk: usize,
+) -> PyResult<OpPlan> {
+    let (k, b, g) = (convert::array(k)?, convert::array(beta)?, convert::array(g)?);
+    plan(ops::gdn_chunk_scaled_dot_kkt_call(&k, &b, &g, chunk))
+}
+
+/// The one-kernel Cholesky (N <= 64): outputs `(L, info)`, `info` one flag per matrix for
+/// [`cholesky_check`]. Larger matrices are factored by a sequence of library dispatches that
+/// run on kiln's own stream, so on a caller's stream they are refused.
+#[pyfunction]
+pub fn plan_cholesky(a: &Bound<'_, PyTuple>) -> PyResult<OpPlan> {
+    let a = convert::array(a)?;
+    if let Some(&n) = a.shape().last() {
+        if n > ops::cholesky::SIMD_MAX_N && a.device() != Device::Cpu {
+            return Err(to_py(kiln::Error::invalid(
+                "cholesky",
+                format!(
+                    "on {} kiln.ops.cholesky factors matrices up to {} x {}; this one is {n} x {n}",
+                    a.device(),
+                    ops::cholesky::SIMD_MAX_N,
+                    ops::cholesky::SIMD_MAX_N
+                ),
+            )));
+        }
+    }
+    let (kernel, inputs, spec) = ops::cholesky::kernel_and_spec(&a).map_err(to_py)?;
+    Ok(OpPlan { plan: ops::OpCall::new(kernel, inputs, spec).into() })
+}
+
+/// The error naming the first matrix that is not positive definite, from `info` (the second
+/// output of [`plan_cholesky`]), reduced on `stream`; reads 8 bytes back (a wait).
+#[pyfunction]
+#[pyo3(signature = (info, stream))]
+pub fn cholesky_check(py: Python<'_>, info: &Bound<'_, PyTuple>, stream: Option<(usize, usize)>) -> PyResult<()> {
+    let info = convert::array(info)?;
+    let stream = external_stream(stream);
+    run_interruptible(py, false, None, || {
+        let (kernel, mut spec) = ops::cholesky::first_failure_kernel_and_spec(&info)?;
+        spec.stream = stream;
+        let first = kernel.call(&[(&info).into()], &spec)?;
+        let first =
+            first.first().ok_or_else(|| kiln::Error::invalid("cholesky", "the flag reduction returned no output"))?;
+        if let [index, col] = first.to_host()?.to_vec::<i32>()?[..] {
+            if index >= 0 {
+                return Err(kiln::Error::invalid(
+                    "cholesky",
+                    format!("matrix {index} of the batch is not positive definite (pivot {} is not > 0)", col - 1),
+                ));
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The one-kernel QR (up to 64 x 64, `ops::qr::uses_shared`): outputs `(q, r)`. Larger
+/// matrices are factored by a sequence of library dispatches on kiln's own stream, refused on a
+/// caller's stream.
+#[pyfunction]
+pub fn plan_qr(a: &Bound<'_, PyTuple>) -> PyResult<OpPlan> {
+    let a = convert::array(a)?;
+    if let [.., m, n] = a.shape() {
+        if !ops::qr::uses_shared(*m, *n) && a.device() != Device::Cpu {
+            return Err(to_py(kiln::Error::invalid(
+                "qr",
+                format!(
+                    "on {} kiln.ops.qr factors matrices whose rows padded to an odd length hold at most {} \
+                     elements (64 x 64 does); this one is {m} x {n}",
+                    a.device(),
+                    ops::qr::SHARED_MAX_ELEMS
+                ),
+            )));
+        }
+    }
+    let (kernel, spec) = ops::qr::kernel_and_spec(&a).map_err(to_py)?;
+    Ok(OpPlan { plan: ops::OpCall::new(kernel, vec![(&a).into()], spec).into() })
 }
 
 #[pyfunction]
@@ -230,6 +363,13 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(plan_rope, m)?)?;
     m.add_function(wrap_pyfunction!(plan_overlap_add, m)?)?;
     m.add_function(wrap_pyfunction!(plan_scatter_add, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_scaled_dot_product_attention, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_grid_sample, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_grid_sample_vjp, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_gdn_chunk_scaled_dot_kkt, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_cholesky, m)?)?;
+    m.add_function(wrap_pyfunction!(cholesky_check, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_qr, m)?)?;
     m.add_function(wrap_pyfunction!(scaled_dot_product_attention, m)?)?;
     m.add_function(wrap_pyfunction!(grid_sample, m)?)?;
     m.add_function(wrap_pyfunction!(grid_sample_vjp, m)?)?;

@@ -1,0 +1,426 @@
+//! The cached call of `kiln.metal_kernel` on PyTorch CUDA tensors, read and launched here in one
+//! step: each tensor's pointer, shape, strides, dtype and device come from a few attribute
+//! calls, the launch description (output shapes and dtypes, template, grid, threadgroup, device)
+//! is looked up in a per-kernel cache instead of being validated and converted again, the
+//! outputs are allocated by `torch.empty` with cached arguments and the kernel is queued on
+//! PyTorch's current stream. Anything else (NumPy, CPU tensors, tensor subclasses, a stream or
+//! device argument, non-contiguous inputs to be copied, another current device) is left to the
+//! general path in Python, which this must agree with.
+
+use std::sync::{Arc, Mutex};
+
+use kiln::array::{Shape, Strides};
+use kiln::{DType, Device, KernelInput, LaunchSpec, MetalKernel};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
+
+use crate::convert;
+use crate::kernel::external_stream;
+
+/// The most launch descriptions a kernel keeps (a kernel is rarely called with more).
+const CACHED_LAUNCHES: usize = 16;
+
+/// PyTorch's objects the call uses, looked up once PyTorch is imported.
+struct Torch {
+    tensor: Py<PyType>,
+    empty: Py<PyAny>,
+    full: Py<PyAny>,
+    device: Py<PyAny>,
+    current_device: Py<PyAny>,
+    current_stream: Py<PyAny>,
+    /// PyTorch's dtype objects (singletons, compared by identity) and kiln's dtypes.
+    dtypes: Vec<(Py<PyAny>, DType)>,
+}
+
+static TORCH: PyOnceLock<Option<Torch>> = PyOnceLock::new();
+static MODULES: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// PyTorch, if the caller has imported it (kiln never imports it first) and it has CUDA.
+fn torch(py: Python<'_>) -> Option<&Torch> {
+    if let Some(t) = TORCH.get(py) {
+        return t.as_ref();
+    }
+    // Until PyTorch is imported this runs on every call (of NumPy arrays, say): one dict lookup.
+    let modules = MODULES
+        .get_or_try_init(py, || py.import(intern!(py, "sys"))?.getattr(intern!(py, "modules")).map(Bound::unbind))
+        .ok()?;
+    let module = modules.bind(py).get_item(intern!(py, "torch")).ok()?;
+    TORCH.get_or_init(py, || look_up(&module).ok()).as_ref()
+}
+
+fn look_up(torch: &Bound<'_, PyAny>) -> PyResult<Torch> {
+    let c = torch.getattr("_C")?;
+    let mut dtypes = Vec::new();
+    for dtype in DType::ALL {
+        if let Ok(d) = torch.getattr(dtype.name()) {
+            dtypes.push((d.unbind(), dtype));
+        }
+    }
+    Ok(Torch {
+        tensor: torch.getattr("Tensor")?.cast_into::<PyType>()?.unbind(),
+        empty: torch.getattr("empty")?.unbind(),
+        full: torch.getattr("full")?.unbind(),
+        device: torch.getattr("device")?.unbind(),
+        current_device: c.getattr("_cuda_getDevice")?.unbind(),
+        current_stream: c.getattr("_cuda_getCurrentRawStream")?.unbind(),
+        dtypes,
+    })
+}
+
+impl Torch {
+    fn dtype(&self, d: &Bound<'_, PyAny>) -> Option<DType> {
+        self.dtypes.iter().find(|(o, _)| d.is(o)).map(|(_, dtype)| *dtype)
+    }
+}
+
+/// A template value as the cache compares it: dtypes by identity.
+#[derive(PartialEq)]
+enum TemplateKey {
+    Bool(bool),
+    Int(i64),
+    Dtype(usize),
+}
+
+/// One launch description: what the call's arguments were and what they became.
+struct CachedLaunch {
+    ordinal: usize,
+    output_shapes: Vec<Shape>,
+    /// Identities of the output dtype objects.
+    output_dtypes: Vec<usize>,
+    grid: (u32, u32, u32),
+    threadgroup: (u32, u32, u32),
+    template: Vec<(String, TemplateKey)>,
+    has_init: bool,
+    spec: LaunchSpec,
+    /// Per output: the shape tuple and keywords (`dtype`, `device`) `torch.empty` takes.
+    allocations: Vec<(Py<PyTuple>, Py<PyDict>)>,
+    /// Per output: its row-major strides.
+    output_strides: Vec<Strides>,
+}
+
+/// The launch descriptions a kernel has seen on PyTorch CUDA tensors, newest last.
+#[derive(Default)]
+pub struct LaunchCache {
+    launches: Mutex<Vec<Arc<CachedLaunch>>>,
+}
+
+/// The call's arguments as the cache compares them.
+struct Key {
+    ordinal: usize,
+    output_shapes: Vec<Shape>,
+    output_dtypes: Vec<usize>,
+    grid: (u32, u32, u32),
+    threadgroup: (u32, u32, u32),
+    template: Vec<(String, TemplateKey)>,
+    has_init: bool,
+}
+
+impl CachedLaunch {
+    fn matches(&self, k: &Key) -> bool {
+        self.ordinal == k.ordinal
+            && self.grid == k.grid
+            && self.threadgroup == k.threadgroup
+            && self.has_init == k.has_init
+            && self.output_dtypes == k.output_dtypes
+            && self.output_shapes == k.output_shapes
+            && self.template == k.template
+    }
+}
+
+/// A tuple or list of integers (a shape), if it is one.
+fn shape_of(item: &Bound<'_, PyAny>) -> Option<Shape> {
+    let mut out = Shape::new();
+    if let Ok(t) = item.cast::<PyTuple>() {
+        for v in t.iter_borrowed() {
+            out.push(v.extract().ok()?);
+        }
+    } else {
+        for v in item.cast::<PyList>().ok()?.iter() {
+            out.push(v.extract().ok()?);
+        }
+    }
+    Some(out)
+}
+
+fn template_key(template: &Bound<'_, PyAny>) -> Option<Vec<(String, TemplateKey)>> {
+    if template.is_none() {
+        return Some(Vec::new());
+    }
+    let mut out = Vec::new();
+    for item in template.try_iter().ok()? {
+        let item = item.ok()?;
+        let pair = item.cast::<PyTuple>().ok()?;
+        if pair.len() != 2 {
+            return None;
+        }
+        let name = pair.get_borrowed_item(0).ok()?.cast::<PyString>().ok()?.to_str().ok()?.to_owned();
+        let value = pair.get_borrowed_item(1).ok()?;
+        let key = if let Ok(b) = value.cast::<PyBool>() {
+            TemplateKey::Bool(b.is_true())
+        } else if value.is_exact_instance_of::<PyInt>() {
+            TemplateKey::Int(value.extract().ok()?)
+        } else {
+            TemplateKey::Dtype(value.as_ptr() as usize)
+        };
+        out.push((name, key));
+    }
+    Some(out)
+}
+
+/// A tensor input read from PyTorch: its kiln array (over its memory, kept alive by it) and
+/// whether it has dimensions.
+fn tensor_input(
+    t: &Bound<'_, PyAny>,
+    torch: &Torch,
+    ensure_row_contiguous: bool,
+    ordinal: &mut Option<usize>,
+) -> Option<(KernelInput, bool)> {
+    let py = t.py();
+    if !t.getattr(intern!(py, "is_cuda")).ok()?.is_truthy().ok()? {
+        return None;
+    }
+    let on: usize = t.call_method0(intern!(py, "get_device")).ok()?.extract().ok()?;
+    if ordinal.is_some_and(|o| o != on) {
+        return None;
+    }
+    *ordinal = Some(on);
+    let dtype = torch.dtype(&t.getattr(intern!(py, "dtype")).ok()?)?;
+    let shape = shape_of(&t.getattr(intern!(py, "shape")).ok()?)?;
+    let stride = t.call_method0(intern!(py, "stride")).ok()?;
+    let mut strides = Strides::new();
+    for s in stride.cast::<PyTuple>().ok()?.iter_borrowed() {
+        strides.push(s.extract().ok()?);
+    }
+    if ensure_row_contiguous && !is_contiguous(&shape, &strides) {
+        // The general path copies it first, as MLX does.
+        return None;
+    }
+    let address: usize = t.call_method0(intern!(py, "data_ptr")).ok()?.extract().ok()?;
+    let (start, nbytes, offset) = convert::span(address, &shape, &strides, dtype.size());
+    let owner = Box::new(t.clone().unbind());
+    let array = convert::lent(owner, start, nbytes, offset, &shape, &strides, dtype, on as i64).ok()?;
+    Some((KernelInput::Array(array), !shape.is_empty()))
+}
+
+/// PyTorch's contiguity: row-major strides, axes of one element ignored.
+fn is_contiguous(shape: &[usize], strides: &[isize]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut expected = 1isize;
+    for (&n, &s) in shape.iter().zip(strides).rev() {
+        if n != 1 {
+            if s != expected {
+                return false;
+            }
+            expected *= n as isize;
+        }
+    }
+    true
+}
+
+impl LaunchCache {
+    /// One call on PyTorch CUDA tensors, or `None` when the call is not one this path takes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn call(
+        &self,
+        py: Python<'_>,
+        kernel: &MetalKernel,
+        ensure_row_contiguous: bool,
+        inputs: &Bound<'_, PyAny>,
+        output_shapes: &Bound<'_, PyAny>,
+        output_dtypes: &Bound<'_, PyAny>,
+        grid: &Bound<'_, PyAny>,
+        threadgroup: &Bound<'_, PyAny>,
+        template: &Bound<'_, PyAny>,
+        init_value: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Py<PyList>>> {
+        let Ok(inputs) = inputs.cast::<PyList>() else { return Ok(None) };
+        let Some(torch) = torch(py) else { return Ok(None) };
+        let tensor_type = torch.tensor.bind(py);
+        let mut ordinal = None;
+        let mut has_lead = false;
+        let mut args = Vec::with_capacity(inputs.len());
+        for item in inputs.iter() {
+            let input = if item.get_type().is(tensor_type) {
+                let Some((input, dims)) = tensor_input(&item, torch, ensure_row_contiguous, &mut ordinal) else {
+                    return Ok(None);
+                };
+                has_lead |= dims;
+                input
+            } else if item.is_exact_instance_of::<PyFloat>()
+                || item.is_exact_instance_of::<PyInt>()
+                || item.is_exact_instance_of::<PyBool>()
+            {
+                convert::input(&item)?
+            } else {
+                return Ok(None);
+            };
+            args.push(input);
+        }
+        let Some(ordinal) = ordinal.filter(|_| has_lead) else { return Ok(None) };
+        let init = if init_value.is_none() {
+            None
+        } else if let Ok(v) = init_value.extract::<f64>() {
+            Some(v)
+        } else {
+            return Ok(None);
+        };
+        let Some(key) = key_of(ordinal, output_shapes, output_dtypes, grid, threadgroup, template, init.is_some())
+        else {
+            return Ok(None);
+        };
+        // PyTorch's current device must be the tensors' (kiln binds their device's context).
+        let current: usize = torch.current_device.bind(py).call0()?.extract()?;
+        if current != ordinal {
+            return Ok(None);
+        }
+        let Some(launch) = self.launch_for(py, torch, key, output_dtypes, template)? else { return Ok(None) };
+        let stream: usize = torch.current_stream.bind(py).call1((ordinal,))?.extract()?;
+
+        let outputs = PyList::empty(py);
+        let mut lent = Vec::with_capacity(launch.allocations.len());
+        let outs = launch.allocations.iter().zip(&launch.output_strides);
+        for (((shape, kwargs), strides), (dims, dtype)) in
+            outs.zip(launch.spec.output_shapes.iter().zip(&launch.spec.output_dtypes))
+        {
+            let out = match init {
+                None => torch.empty.bind(py).call((shape.bind(py),), Some(kwargs.bind(py)))?,
+                Some(v) => torch.full.bind(py).call((shape.bind(py), v), Some(kwargs.bind(py)))?,
+            };
+            let address: usize = out.call_method0(intern!(py, "data_ptr"))?.extract()?;
+            let (start, nbytes, offset) = convert::span(address, dims, strides, dtype.size());
+            let owner = Box::new(out.clone().unbind());
+            lent.push(convert::lent(owner, start, nbytes, offset, dims, strides, *dtype, ordinal as i64)?);
+            outputs.append(out)?;
+        }
+        let mut spec = launch.spec.clone();
+        spec.init_value = init;
+        spec.stream = external_stream(Some((stream, ordinal)));
+        spec.outputs_into = Some(lent);
+        spec.device = Some(Device::Cuda(ordinal));
+        py.detach(|| kernel.call(&args, &spec)).map_err(crate::errors::to_py)?;
+        Ok(Some(outputs.unbind()))
+    }
+
+    /// The cached launch for `key`, made (and remembered) on a miss; `None` when the call's
+    /// description is not one this path converts (the general path reports any error).
+    fn launch_for(
+        &self,
+        py: Python<'_>,
+        torch: &Torch,
+        key: Key,
+        output_dtypes: &Bound<'_, PyAny>,
+        template: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Arc<CachedLaunch>>> {
+        {
+            let launches = self.launches.lock().map_err(|_| poisoned())?;
+            if let Some(hit) = launches.iter().rev().find(|l| l.matches(&key)) {
+                return Ok(Some(hit.clone()));
+            }
+        }
+        let Some(launch) = make_launch(py, torch, key, output_dtypes, template)? else { return Ok(None) };
+        let launch = Arc::new(launch);
+        let mut launches = self.launches.lock().map_err(|_| poisoned())?;
+        if launches.len() == CACHED_LAUNCHES {
+            launches.remove(0);
+        }
+        launches.push(launch.clone());
+        Ok(Some(launch))
+    }
+}
+
+fn poisoned() -> PyErr {
+    pyo3::exceptions::PyRuntimeError::new_err("kiln's launch cache lock is poisoned")
+}
+
+fn row_major(shape: &[usize]) -> Strides {
+    let mut strides = Strides::from_elem(0, shape.len());
+    let mut step = 1isize;
+    for (s, &n) in strides.iter_mut().zip(shape).rev() {
+        *s = step;
+        step *= n.max(1) as isize;
+    }
+    strides
+}
+
+#[allow(clippy::too_many_arguments)]
+fn key_of(
+    ordinal: usize,
+    output_shapes: &Bound<'_, PyAny>,
+    output_dtypes: &Bound<'_, PyAny>,
+    grid: &Bound<'_, PyAny>,
+    threadgroup: &Bound<'_, PyAny>,
+    template: &Bound<'_, PyAny>,
+    has_init: bool,
+) -> Option<Key> {
+    let shapes = output_shapes.cast::<PyList>().ok()?;
+    let dtypes = output_dtypes.cast::<PyList>().ok()?;
+    if shapes.len() != dtypes.len() {
+        return None;
+    }
+    Some(Key {
+        ordinal,
+        output_shapes: shapes.iter().map(|s| shape_of(&s)).collect::<Option<_>>()?,
+        output_dtypes: dtypes.iter().map(|d| d.as_ptr() as usize).collect(),
+        grid: grid.extract().ok()?,
+        threadgroup: threadgroup.extract().ok()?,
+        template: template_key(template)?,
+        has_init,
+    })
+}
+
+/// The launch description of a new key: kiln's spec, as the general path builds it, and the
+/// arguments of the outputs' allocations.
+fn make_launch(
+    py: Python<'_>,
+    torch: &Torch,
+    key: Key,
+    output_dtypes: &Bound<'_, PyAny>,
+    template: &Bound<'_, PyAny>,
+) -> PyResult<Option<CachedLaunch>> {
+    let (g, t) = (key.grid, key.threadgroup);
+    let mut spec = LaunchSpec::new([g.0, g.1, g.2], [t.0, t.1, t.2]).mlx_keywords(true);
+    let device = torch.device.bind(py).call1(("cuda", key.ordinal))?;
+    let mut allocations = Vec::with_capacity(key.output_shapes.len());
+    for (shape, d) in key.output_shapes.iter().zip(output_dtypes.try_iter()?) {
+        let d = d?;
+        let Some(dtype) = torch.dtype(&d) else { return Ok(None) };
+        spec.output_shapes.push(shape.clone());
+        spec.output_dtypes.push(dtype);
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("dtype", d)?;
+        kwargs.set_item("device", &device)?;
+        allocations.push((PyTuple::new(py, shape.iter())?.unbind(), kwargs.unbind()));
+    }
+    if !template.is_none() {
+        for item in template.try_iter()? {
+            let item = item?;
+            let (name, value): (String, Bound<'_, PyAny>) = item.extract()?;
+            spec = if let Ok(b) = value.cast::<PyBool>() {
+                spec.template(name, b.is_true())
+            } else if value.is_exact_instance_of::<PyInt>() {
+                let Ok(v) = value.extract::<i32>() else { return Ok(None) };
+                spec.template(name, v)
+            } else if let Some(dtype) = torch.dtype(&value) {
+                spec.template(name, dtype)
+            } else {
+                return Ok(None);
+            };
+        }
+    }
+    Ok(Some(CachedLaunch {
+        output_strides: key.output_shapes.iter().map(|s| row_major(s)).collect(),
+        ordinal: key.ordinal,
+        output_shapes: key.output_shapes,
+        output_dtypes: key.output_dtypes,
+        grid: key.grid,
+        threadgroup: key.threadgroup,
+        template: key.template,
+        has_init: key.has_init,
+        spec,
+        allocations,
+    }))
+}

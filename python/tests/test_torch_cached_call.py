@@ -1,0 +1,106 @@
+"""The cached call of ``kiln.metal_kernel`` on PyTorch CUDA tensors (read, cached and launched
+in one step by the extension): results on fresh data through repeated calls whose launch
+descriptions change and come back, scalars and 0-d tensors beside the tensors, the current
+stream, and the general path taking over where the cached one does not apply. Need a GPU."""
+
+import os
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln._kernel
+from conftest import assert_close
+
+if os.environ.get("KILN_REQUIRE_BACKEND") == "cuda":
+    import torch  # a run that must reach CUDA fails without PyTorch
+else:
+    torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.cuda
+
+AXPY = kiln.metal_kernel("cached_axpy", ["x", "y", "a", "b"], ["out", "count"], """
+    uint i = thread_position_in_grid.x;
+    if (i < x_shape[0]) {
+        out[i] = static_cast<T>(static_cast<float>(x[i]) * a * b + static_cast<float>(y[i]));
+    }
+    if (i == 0) {
+        count[0] = static_cast<int>(x_shape[0]) * SCALE;
+    }
+""")
+
+
+def ref(t):
+    return t.detach().to("cpu", torch.float64).numpy()
+
+
+def run(x, y, a, b, scale, dtype=None, init_value=None):
+    dtype = dtype or x.dtype
+    n = x.shape[0]
+    return AXPY(inputs=[x, y, a, b], template=[("T", dtype), ("SCALE", scale)], grid=(n, 1, 1),
+                threadgroup=(128, 1, 1), output_shapes=[(n,), [1]], output_dtypes=[dtype, torch.int32],
+                init_value=init_value)
+
+
+class _NoGeneralPath:
+    """Makes the general (Python) path fail, to show a call did not take it."""
+
+    def __init__(self, *args, **kwargs):
+        raise AssertionError("the call took the general path")
+
+
+def test_repeated_calls_change_and_reuse_their_launch_description(monkeypatch):
+    monkeypatch.setattr(kiln._kernel, "_Inputs", _NoGeneralPath)
+    b = torch.tensor(1.5, device="cuda")  # a 0-d tensor input beside the arrays
+    # Sizes, dtypes and template values change and come back: each call must get its own.
+    for n, dtype, scale in [(1000, torch.float32, 2), (37, torch.float32, 2), (1000, torch.float16, 3),
+                            (1000, torch.float32, 5), (37, torch.float32, 2), (4096, torch.bfloat16, 7)]:
+        x = torch.randn(n, device="cuda").to(dtype)
+        y = torch.randn(n, device="cuda").to(dtype)
+        out, count = run(x, y, -0.5, b, scale)
+        assert out.device == x.device and out.dtype == dtype and out.shape == (n,)
+        assert count.dtype == torch.int32 and int(count[0]) == n * scale
+        assert_close(ref(out), ref(x) * -0.75 + ref(y), str(dtype).rpartition(".")[2])
+
+
+def test_cached_calls_queue_on_the_current_stream(monkeypatch):
+    monkeypatch.setattr(kiln._kernel, "_Inputs", _NoGeneralPath)
+    side = torch.cuda.Stream()
+    b = torch.tensor(2.0, device="cuda")
+    x0 = torch.randn(1 << 22, device="cuda")
+    side.wait_stream(torch.cuda.current_stream())
+    outs = []
+    with torch.cuda.stream(side):
+        for i in range(3):
+            x = x0 * (i + 1)  # queued on `side` just before the call
+            out, _ = run(x, x, 1.0, b, 1)
+            outs.append(out + 0)  # read back on `side` right after it
+    side.synchronize()
+    for i, out in enumerate(outs):
+        assert_close(ref(out), ref(x0) * (i + 1) * 3, "float32")
+
+
+def test_init_value_fills_outputs_the_kernel_does_not_write(monkeypatch):
+    monkeypatch.setattr(kiln._kernel, "_Inputs", _NoGeneralPath)
+    x = torch.randn(300, device="cuda")
+    b = torch.tensor(1.0, device="cuda")
+    fill = AXPY(inputs=[x, x, 1.0, b], template=[("T", torch.float32), ("SCALE", 1)], grid=(100, 1, 1),
+                threadgroup=(128, 1, 1), output_shapes=[(300,), (1,)], output_dtypes=[torch.float32, torch.int32],
+                init_value=-7)
+    want = np.full(300, -7.0)
+    want[:100] = ref(x)[:100] * 2
+    assert_close(ref(fill[0]), want, "float32")
+
+
+def test_the_general_path_takes_the_calls_the_cached_one_does_not():
+    b = torch.tensor(1.0, device="cuda")
+    base = torch.randn(64, 3, device="cuda")
+    strided = base[:, 1]  # copied by the general path (ensure_row_contiguous), as MLX copies it
+    out, _ = run(strided, strided, 2.0, b, 1)
+    assert_close(ref(out), ref(strided) * 3, "float32")
+    x = torch.randn(64, device="cuda")
+    mixed = np.float32(0.25)  # a NumPy scalar keeps its dtype through the general path
+    out, _ = run(x, x, mixed, b, 1)
+    assert_close(ref(out), ref(x) * 1.25, "float32")
+    with pytest.raises(kiln.InvalidArgumentError):
+        run(x, torch.randn(64), 1.0, b, 1)  # a CPU tensor beside CUDA tensors is an error
