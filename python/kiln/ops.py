@@ -40,15 +40,19 @@ def _desc(x):
     return numpy_desc(a), (NUMPY, None)
 
 
-def _plan(make, arrays, *args, like_x=1):
+def _plan(make, arrays, *args, like_x=1, views=False):
     """Runs a one-launch op: on a CUDA tensor's stream into PyTorch outputs, else into kiln's.
     While describing (``kiln.torch.custom_op``'s fake), the op's ``like_x`` outputs have the shape
-    and dtype of ``x``."""
+    and dtype of ``x``. Ops whose kernel reads any view (``views``) take strided CUDA tensors as
+    they are; the others get them made contiguous by PyTorch, on its current stream (a kernel's
+    own copy would run on kiln's stream, unordered with the caller's)."""
     if is_describing():
         if like_x is None:
             raise InvalidArgumentError("[kiln.ops] this op cannot describe its outputs; give the custom op a fake=")
         x = arrays[0]
         return empty_outputs("kiln.ops", arrays, [x.shape] * like_x, [x.dtype] * like_x)
+    if not views:
+        arrays = [a.contiguous() if _on_cuda(a) and not a.is_contiguous() else a for a in arrays]
     descs, kinds = zip(*(_desc(a) for a in arrays))
     lead, tensor = kinds[0]
     plan = make(*descs, *args)
@@ -70,8 +74,6 @@ def _plan_on_cuda(make, arrays, *args):
     """An op's kernel calls on PyTorch CUDA tensors: all on the current stream, the outputs
     PyTorch's. Inputs are made contiguous by PyTorch on that stream (a kernel's own copy of a
     strided input would run on kiln's stream)."""
-    torch = torch_module()
-    arrays = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in arrays]
     return _plan(make, arrays, *args, like_x=None)
 
 
@@ -86,22 +88,22 @@ def _run(fn, arrays, *args):
 
 def exp(x):
     """``mx.exp``: the exponential, elementwise, of any float view (no copy)."""
-    return _plan(lambda d: _kiln.plan_unary("exp", d), [x])[0]
+    return _plan(lambda d: _kiln.plan_unary("exp", d), [x], views=True)[0]
 
 
 def silu(x):
     """``mlx.nn.silu``: ``x * sigmoid(x)``, elementwise."""
-    return _plan(lambda d: _kiln.plan_unary("silu", d), [x])[0]
+    return _plan(lambda d: _kiln.plan_unary("silu", d), [x], views=True)[0]
 
 
 def gelu_approx(x):
     """``mlx.nn.gelu_approx``: the tanh approximation of GELU, elementwise."""
-    return _plan(lambda d: _kiln.plan_unary("gelu", d), [x])[0]
+    return _plan(lambda d: _kiln.plan_unary("gelu", d), [x], views=True)[0]
 
 
 def gelu(x):
     """``mlx.nn.gelu``: the exact (erf) GELU, elementwise."""
-    return _plan(lambda d: _kiln.plan_unary("gelu_erf", d), [x])[0]
+    return _plan(lambda d: _kiln.plan_unary("gelu_erf", d), [x], views=True)[0]
 
 
 def rms_norm(x, weight, eps):

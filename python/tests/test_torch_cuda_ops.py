@@ -162,3 +162,21 @@ def test_gdn_chunk_scaled_dot_kkt(dtype):
             dot = np.einsum("bhk,bhk->bh", kk[:, row] * bb[:, row, :, None], kk[:, col])
             want[:, row, :, col - t0] = np.exp(gg[:, row] - gg[:, col]) * dot
     assert_close(ref(out), want, name(dtype))
+
+
+# One-launch row ops on strided CUDA tensors: the inputs are made contiguous by PyTorch on the
+# current stream, so the copy is ordered after the inputs' producers on that stream.
+def test_row_ops_on_strided_inputs_produced_on_the_current_stream():
+    def make():
+        base = torch.randn(384, 1000, device="cuda") * 3.0
+        return base.t(), torch.randn(384, device="cuda")  # x: 1000 x 384, strided
+
+    (x, w), outs = on_side_stream(
+        make, lambda x, w: (kiln.ops.rms_norm(x, w, 1e-5), kiln.ops.softmax(x)))
+    norm, soft = outs
+    xr, wr = ref(x), ref(w)
+    want_norm = xr / np.sqrt((xr * xr).mean(-1, keepdims=True) + 1e-5) * wr
+    e = np.exp(xr - xr.max(-1, keepdims=True))
+    assert norm.device == x.device and soft.device == x.device
+    assert_close(ref(norm), want_norm, "float32")
+    assert_close(ref(soft), e / e.sum(-1, keepdims=True), "float32")
