@@ -76,6 +76,9 @@ pub enum LibraryArg {
     /// copy (of the view's elements, in row-major order), which comes back among the outputs in
     /// slot order with the array's shape and dtype; the array passed here is never changed.
     InOut(Array),
+    /// A caller-allocated output (row-contiguous, on the launch device): the function writes it
+    /// in place and it comes back among the outputs in slot order, as an `Output` would.
+    OutputInto(Array),
 }
 
 /// How one function of a library is dispatched: by thread count ([`LibraryLaunch::threads`],
@@ -242,6 +245,15 @@ impl MetalLibrary {
                 LibraryArg::Output { shape, dtype, init_value } => {
                     byte_size(&op, format_args!("output buffer {slot}"), shape, *dtype)?;
                     Binding::Output(OutputSpec { shape: shape.as_slice().into(), dtype: *dtype, init_value: *init_value })
+                }
+                LibraryArg::OutputInto(a) => {
+                    if a.device() != device || !a.is_row_contiguous() {
+                        return Err(Error::invalid(
+                            op,
+                            format!("output buffer {slot} given as {a:?}; expected a row-contiguous array on {device}"),
+                        ));
+                    }
+                    Binding::OutputInto(a.clone())
                 }
             });
         }

@@ -55,7 +55,7 @@ pub use gdn_kkt::{gdn_chunk_scaled_dot_kkt, gdn_chunk_scaled_dot_kkt_call, gdn_c
 pub use grid_sample::{grid_sample, grid_sample_call, grid_sample_vjp, grid_sample_vjp_plan, grid_sample_with};
 pub use kernel_cache::KernelCache;
 pub use overlap_add::{overlap_add, overlap_add_call};
-pub use plan::{OpCall, OpFinish, OpKernel, OpPlan};
+pub use plan::{OpCall, OpFinish, OpKernel, OpOutput, OpPlan};
 pub use qr::{qr, qr_plan, qr_with};
 pub use registry::{registry, BenchShape, DemoShape, OpEntry, ROW_DIMS, UNARY_DIMS};
 pub use registry_setup::{CostFn, Fill, HostInput, InputSpec, Sampled, Setup};

@@ -7,8 +7,10 @@
 use std::sync::Arc;
 
 use crate::array::Array;
+use crate::backend::cuda::ExternalStream;
 use crate::backend::MetalProgram;
 use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{CudaKernel, KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MetalKernel, MetalLibrary};
 
@@ -95,6 +97,20 @@ impl OpCall {
     pub fn reads(mut self, reads: &[(usize, usize)]) -> Self {
         self.reads = Some(reads.to_vec());
         self
+    }
+
+    /// The device the call runs on where known before it runs: a library call's, else the
+    /// launch's or its first array input's (`None` for a kernel reading only earlier outputs).
+    fn device(&self) -> Option<Device> {
+        match &self.library {
+            Some(library) => Some(library.device),
+            None => self.spec.device.or_else(|| {
+                self.inputs.iter().find_map(|i| match i {
+                    KernelInput::Array(a) => Some(a.device()),
+                    _ => None,
+                })
+            }),
+        }
     }
 
     /// The name of the kernel variant the rule picked.
@@ -324,6 +340,139 @@ impl OpPlan {
         one_output(&self.variant(), self.run()?)
     }
 
+    /// This plan queueing every call (kernel launches and library dispatches) on a caller's CUDA
+    /// `stream` instead of the backend's own.
+    pub fn on_stream(mut self, stream: ExternalStream) -> Self {
+        for call in &mut self.calls {
+            call.spec.stream = Some(stream);
+            if let Some(library) = &mut call.library {
+                library.launch.stream = Some(stream);
+            }
+        }
+        self
+    }
+
+    /// The op's outputs (the plan's named outputs, else the last call's), as a caller that
+    /// allocates them for [`run_into`](Self::run_into) needs them.
+    pub fn output_specs(&self) -> Result<Vec<OpOutput>> {
+        self.targets()?.iter().map(|&t| self.output_slot(t).map(|(_, spec)| spec)).collect()
+    }
+
+    /// Runs the plan with the op's outputs written into `outputs` (caller-allocated, one per
+    /// [`output_specs`](Self::output_specs) entry: row-contiguous on the plan's device with that
+    /// shape and dtype; their `init_value` is the caller's to apply) wherever its calls make them.
+    /// Returns those arrays. Other outputs of a kernel call that makes one of them are kiln's.
+    pub fn run_into(&self, outputs: Vec<Array>) -> Result<Vec<Array>> {
+        let targets = self.targets()?;
+        if outputs.len() != targets.len() {
+            return Err(self.unplaceable(format!("{} outputs given for the op's {}", outputs.len(), targets.len())));
+        }
+        let mut placed = self.clone();
+        // Per kernel call, the arrays given for its outputs (the rest are allocated below).
+        let mut kernel_outputs: Vec<Option<Vec<Option<Array>>>> = vec![None; self.calls.len()];
+        for (k, (&(c, o), given)) in targets.iter().zip(&outputs).enumerate() {
+            let (slot, spec) = self.output_slot((c, o))?;
+            let device = self.calls[c].device().unwrap_or(given.device());
+            if given.device() != device
+                || given.dtype() != spec.dtype
+                || given.shape() != spec.shape.as_slice()
+                || !given.is_row_contiguous()
+            {
+                return Err(Error::invalid(
+                    self.variant(),
+                    format!(
+                        "output {k} given as {given:?}; expected a row-contiguous {} array of shape {:?} on {device}",
+                        spec.dtype, spec.shape
+                    ),
+                ));
+            }
+            let call = &mut placed.calls[c];
+            match (&mut call.library, slot) {
+                (Some(library), Some(arg)) => match &library.args[arg] {
+                    LibraryArg::Output { .. } => library.args[arg] = LibraryArg::OutputInto(given.clone()),
+                    LibraryArg::InOut(_) => {
+                        return Err(self.unplaceable(format!("output {o} of call {c} is a copy of an input it updates")))
+                    }
+                    _ => return Err(self.unplaceable(format!("output {o} of call {c} is given twice"))),
+                },
+                _ => {
+                    let n = call.spec.output_shapes.len();
+                    let slots = kernel_outputs[c].get_or_insert_with(|| vec![None; n]);
+                    if slots[o].replace(given.clone()).is_some() {
+                        return Err(self.unplaceable(format!("output {o} of call {c} is given twice")));
+                    }
+                }
+            }
+        }
+        for (call, given) in placed.calls.iter_mut().zip(kernel_outputs) {
+            let Some(given) = given else { continue };
+            let device = call.device().or_else(|| given.iter().flatten().next().map(Array::device));
+            let device = device.unwrap_or(Device::Cpu);
+            let spec = &call.spec;
+            let filled = given
+                .into_iter()
+                .zip(spec.output_shapes.iter().zip(&spec.output_dtypes))
+                .map(|(g, (shape, &dtype))| match g {
+                    Some(g) => Ok(g),
+                    None => Array::full(dtype, shape, spec.init_value.unwrap_or(0.0))?.to_device(device),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            call.spec.outputs_into = Some(filled);
+        }
+        let got = placed.run()?;
+        let same = got.len() == outputs.len()
+            && got.iter().zip(&outputs).all(|(g, o)| Arc::ptr_eq(g.storage(), o.storage()) && g.shape() == o.shape());
+        if !same {
+            return Err(self.unplaceable("its finishing step returns other arrays than its calls wrote".to_string()));
+        }
+        Ok(got)
+    }
+
+    /// The op's outputs as (call, output).
+    fn targets(&self) -> Result<Vec<(usize, usize)>> {
+        if let Some(outputs) = &self.outputs {
+            return Ok(outputs.clone());
+        }
+        let Some(c) = self.calls.len().checked_sub(1) else { return Ok(Vec::new()) };
+        let n = match &self.calls[c].library {
+            Some(library) => library.args.iter().filter(|a| returned(a)).count(),
+            None => self.calls[c].spec.output_shapes.len(),
+        };
+        Ok((0..n).map(|o| (c, o)).collect())
+    }
+
+    /// Where output `o` of call `c` is made (a library call's argument index; `None` for a
+    /// kernel call's output `o`) and what it is.
+    fn output_slot(&self, (c, o): (usize, usize)) -> Result<(Option<usize>, OpOutput)> {
+        let missing = || self.unplaceable(format!("it names output {o} of call {c}, which no call makes"));
+        let call = self.calls.get(c).ok_or_else(missing)?;
+        match &call.library {
+            Some(library) => {
+                let (arg, made) =
+                    library.args.iter().enumerate().filter(|(_, a)| returned(a)).nth(o).ok_or_else(missing)?;
+                let spec = match made {
+                    LibraryArg::Output { shape, dtype, init_value } => {
+                        OpOutput { shape: shape.clone(), dtype: *dtype, init_value: *init_value }
+                    }
+                    LibraryArg::OutputInto(a) | LibraryArg::InOut(a) => {
+                        OpOutput { shape: a.shape().to_vec(), dtype: a.dtype(), init_value: None }
+                    }
+                    _ => return Err(missing()),
+                };
+                Ok((Some(arg), spec))
+            }
+            None => {
+                let spec = &call.spec;
+                let (shape, dtype) = spec.output_shapes.get(o).zip(spec.output_dtypes.get(o)).ok_or_else(missing)?;
+                Ok((None, OpOutput { shape: shape.to_vec(), dtype: *dtype, init_value: spec.init_value }))
+            }
+        }
+    }
+
+    fn unplaceable(&self, why: String) -> Error {
+        Error::invalid(self.variant(), format!("the plan's outputs cannot be written into given arrays: {why}"))
+    }
+
     /// Output `output` of call `call`, among the outputs `made` so far.
     fn output(&self, made: &[Vec<Array>], (call, output): (usize, usize)) -> Result<Array> {
         made.get(call).and_then(|outs| outs.get(output)).cloned().ok_or_else(|| {
@@ -333,6 +482,22 @@ impl OpPlan {
             )
         })
     }
+}
+
+/// One of an op's outputs: what a caller allocates for [`OpPlan::run_into`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpOutput {
+    /// The output's shape.
+    pub shape: Vec<usize>,
+    /// The output's dtype.
+    pub dtype: DType,
+    /// The value the op fills it with before its calls run, if any (the caller's to apply).
+    pub init_value: Option<f64>,
+}
+
+/// Whether a library argument comes back among the call's outputs.
+fn returned(arg: &LibraryArg) -> bool {
+    matches!(arg, LibraryArg::Output { .. } | LibraryArg::OutputInto(_) | LibraryArg::InOut(_))
 }
 
 impl From<OpCall> for OpPlan {
