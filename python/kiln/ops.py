@@ -11,10 +11,10 @@ stream into outputs PyTorch allocates (as :func:`kiln.metal_kernel` does). The o
 (``scaled_dot_product_attention``, ``grid_sample``, ``grid_sample_vjp``, ``cholesky``, ``qr``,
 ``gdn_chunk_scaled_dot_kkt``) may take several launches; on PyTorch CUDA tensors every launch is
 queued on PyTorch's current stream and the outputs are PyTorch's (strided inputs are first made
-contiguous by PyTorch, as MLX copies them; intermediate buffers are kiln's). On CUDA tensors
-``cholesky`` and ``qr`` factor matrices up to 64 x 64 (the larger ones take kiln's blocked
-launches, host arrays only), and ``cholesky`` reads 8 bytes back to report a matrix that is not
-positive definite, as on the host.
+contiguous by PyTorch, as MLX copies them; intermediate buffers are kiln's). ``cholesky`` and
+``qr`` factor matrices of any size there (up to 64 x 64 in one kernel, larger ones by kiln's
+blocked launches, whose outputs are PyTorch's tensors updated in place), and ``cholesky`` reads
+8 bytes back to report a matrix that is not positive definite, as on the host.
 """
 
 from __future__ import annotations
@@ -182,11 +182,7 @@ def cholesky(a):
     """``mx.linalg.cholesky(a)`` (lower): batched; a matrix that is not positive definite is an
     error naming its batch index."""
     if _on_cuda(a):
-        factor, info = _plan_on_cuda(_kiln.plan_cholesky, [a])
-        ordinal = a.get_device()
-        with _DeviceGuard(ordinal):
-            _kiln.cholesky_check(torch_desc(info, ordinal), (_stream_handle(None, ordinal), ordinal))
-        return factor
+        return _plan_on_cuda(_kiln.plan_cholesky, [a])[0]
     return _run(_kiln.cholesky, [a])[0]
 
 

@@ -1,6 +1,7 @@
 //! `kiln.ops`: the kernel library on arrays of the caller's framework. An op's kernel calls
 //! (`OpPlan`) run wherever their inputs live: on a CUDA tensor's device every call is queued on
-//! the caller's stream and the last writes outputs the caller allocated, like `metal_kernel`
+//! the caller's stream and the op's outputs are written into arrays the caller allocated
+//! (wherever the plan's calls make them), like `metal_kernel`
 //! (intermediate buffers are kiln's, ordered with that stream by the backend). On host arrays the
 //! ops of several launches also run whole here (`scaled_dot_product_attention`, ...).
 
@@ -30,6 +31,9 @@ fn run(py: Python<'_>, f: impl FnOnce() -> kiln::Result<Vec<Array>> + Send) -> P
     arrays::wrap(py, outputs)
 }
 
+/// `(shape, dtype name, init_value)` of an op's output.
+type OutputDesc = (Vec<usize>, &'static str, Option<f64>);
+
 /// One validated op: its kernel calls, ready to run on its inputs' device.
 #[pyclass(module = "kiln._kiln", frozen)]
 pub struct OpPlan {
@@ -38,16 +42,10 @@ pub struct OpPlan {
 
 #[pymethods]
 impl OpPlan {
-    /// `(shape, dtype, init_value)` of every output (the last call's), for a caller that
-    /// allocates them.
-    fn outputs(&self) -> Vec<(Vec<usize>, &'static str, Option<f64>)> {
-        let Some(last) = self.plan.calls().last() else { return Vec::new() };
-        let spec = last.spec();
-        spec.output_shapes
-            .iter()
-            .zip(&spec.output_dtypes)
-            .map(|(s, d)| (s.to_vec(), d.name(), spec.init_value))
-            .collect()
+    /// `(shape, dtype, init_value)` of every output of the op, for a caller that allocates them.
+    fn outputs(&self) -> PyResult<Vec<OutputDesc>> {
+        let specs = self.plan.output_specs().map_err(to_py)?;
+        Ok(specs.into_iter().map(|s| (s.shape, s.dtype.name(), s.init_value)).collect())
     }
 
     /// The kernel variant the op's rule picked (the kernels' names joined by `+`).
@@ -56,9 +54,10 @@ impl OpPlan {
         self.plan.variant()
     }
 
-    /// Runs the calls: every one on a caller's `stream` and the last into `outputs_into` (then
-    /// returns `None`), or into fresh outputs kiln allocates. Intermediate outputs are kiln's,
-    /// ordered with the caller's stream by the backend.
+    /// Runs the calls: every one on a caller's `stream` and the op's outputs into
+    /// `outputs_into` wherever its calls make them (then returns `None`), or into fresh outputs
+    /// kiln allocates. Intermediate outputs are kiln's, ordered with the caller's stream by the
+    /// backend.
     #[pyo3(signature = (stream, outputs_into))]
     fn run(
         &self,
@@ -66,21 +65,17 @@ impl OpPlan {
         stream: Option<(usize, usize)>,
         outputs_into: Option<&Bound<'_, PyList>>,
     ) -> PyResult<Option<Vec<Py<PyAny>>>> {
-        let mut calls = self.plan.calls().to_vec();
-        for call in calls.iter_mut() {
-            call.spec_mut().stream = external_stream(stream);
-        }
-        let given = outputs_into.is_some();
-        if let (Some(outs), Some(last)) = (outputs_into, calls.last_mut()) {
+        let plan = match external_stream(stream) {
+            Some(stream) => self.plan.clone().on_stream(stream),
+            None => self.plan.clone(),
+        };
+        if let Some(outs) = outputs_into {
             let outs: Vec<Array> =
                 outs.iter().map(|o| convert::array(o.cast::<PyTuple>()?)).collect::<PyResult<_>>()?;
-            last.spec_mut().outputs_into = Some(outs);
-        }
-        let plan = ops::OpPlan::new(calls);
-        let outputs = run_interruptible(py, false, None, || plan.run())?;
-        if given {
+            run_interruptible(py, false, None, || plan.run_into(outs))?;
             return Ok(None);
         }
+        let outputs = run_interruptible(py, false, None, || plan.run())?;
         arrays::wrap(py, outputs).map(Some)
     }
 }
@@ -201,75 +196,21 @@ pub fn plan_gdn_chunk_scaled_dot_kkt(
     plan(ops::gdn_chunk_scaled_dot_kkt_call(&k, &b, &g, chunk))
 }
 
-/// The one-kernel Cholesky (N <= 64): outputs `(L, info)`, `info` one flag per matrix for
-/// [`cholesky_check`]. Larger matrices are factored by a sequence of library dispatches that
-/// run on kiln's own stream, so on a caller's stream they are refused.
+/// The Cholesky's plan (one register kernel up to 64 x 64, else the blocked library
+/// dispatches, then the flag reduction): output `L`; a matrix that is not positive definite is
+/// the plan's error naming it (its check reads 8 bytes back, a wait).
 #[pyfunction]
 pub fn plan_cholesky(a: &Bound<'_, PyTuple>) -> PyResult<OpPlan> {
-    let a = convert::array(a)?;
-    if let Some(&n) = a.shape().last() {
-        if n > ops::cholesky::SIMD_MAX_N && a.device() != Device::Cpu {
-            return Err(to_py(kiln::Error::invalid(
-                "cholesky",
-                format!(
-                    "on {} kiln.ops.cholesky factors matrices up to {} x {}; this one is {n} x {n}",
-                    a.device(),
-                    ops::cholesky::SIMD_MAX_N,
-                    ops::cholesky::SIMD_MAX_N
-                ),
-            )));
-        }
-    }
-    let (kernel, inputs, spec) = ops::cholesky::kernel_and_spec(&a).map_err(to_py)?;
-    Ok(OpPlan { plan: ops::OpCall::new(kernel, inputs, spec).into() })
+    let plan = ops::cholesky_plan(&convert::array(a)?).map_err(to_py)?;
+    Ok(OpPlan { plan })
 }
 
-/// The error naming the first matrix that is not positive definite, from `info` (the second
-/// output of [`plan_cholesky`]), reduced on `stream`; reads 8 bytes back (a wait).
-#[pyfunction]
-#[pyo3(signature = (info, stream))]
-pub fn cholesky_check(py: Python<'_>, info: &Bound<'_, PyTuple>, stream: Option<(usize, usize)>) -> PyResult<()> {
-    let info = convert::array(info)?;
-    let stream = external_stream(stream);
-    run_interruptible(py, false, None, || {
-        let (kernel, mut spec) = ops::cholesky::first_failure_kernel_and_spec(&info)?;
-        spec.stream = stream;
-        let first = kernel.call(&[(&info).into()], &spec)?;
-        let first =
-            first.first().ok_or_else(|| kiln::Error::invalid("cholesky", "the flag reduction returned no output"))?;
-        if let [index, col] = first.to_host()?.to_vec::<i32>()?[..] {
-            if index >= 0 {
-                return Err(kiln::Error::invalid(
-                    "cholesky",
-                    format!("matrix {index} of the batch is not positive definite (pivot {} is not > 0)", col - 1),
-                ));
-            }
-        }
-        Ok(())
-    })
-}
-
-/// The one-kernel QR (up to 64 x 64, `ops::qr::uses_shared`): outputs `(q, r)`. Larger
-/// matrices are factored by a sequence of library dispatches on kiln's own stream, refused on a
-/// caller's stream.
+/// The QR's plan (one kernel in threadgroup memory, or the blocked library dispatches):
+/// outputs `(q, r)`.
 #[pyfunction]
 pub fn plan_qr(a: &Bound<'_, PyTuple>) -> PyResult<OpPlan> {
-    let a = convert::array(a)?;
-    if let [.., m, n] = a.shape() {
-        if !ops::qr::uses_shared(*m, *n) && a.device() != Device::Cpu {
-            return Err(to_py(kiln::Error::invalid(
-                "qr",
-                format!(
-                    "on {} kiln.ops.qr factors matrices whose rows padded to an odd length hold at most {} \
-                     elements (64 x 64 does); this one is {m} x {n}",
-                    a.device(),
-                    ops::qr::SHARED_MAX_ELEMS
-                ),
-            )));
-        }
-    }
-    let (kernel, spec) = ops::qr::kernel_and_spec(&a).map_err(to_py)?;
-    Ok(OpPlan { plan: ops::OpCall::new(kernel, vec![(&a).into()], spec).into() })
+    let plan = ops::qr_plan(&convert::array(a)?).map_err(to_py)?;
+    Ok(OpPlan { plan })
 }
 
 #[pyfunction]
@@ -368,7 +309,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(plan_grid_sample_vjp, m)?)?;
     m.add_function(wrap_pyfunction!(plan_gdn_chunk_scaled_dot_kkt, m)?)?;
     m.add_function(wrap_pyfunction!(plan_cholesky, m)?)?;
-    m.add_function(wrap_pyfunction!(cholesky_check, m)?)?;
     m.add_function(wrap_pyfunction!(plan_qr, m)?)?;
     m.add_function(wrap_pyfunction!(scaled_dot_product_attention, m)?)?;
     m.add_function(wrap_pyfunction!(grid_sample, m)?)?;
