@@ -423,7 +423,9 @@ impl OpPlan {
         let same = got.len() == outputs.len()
             && got.iter().zip(&outputs).all(|(g, o)| Arc::ptr_eq(g.storage(), o.storage()) && g.shape() == o.shape());
         if !same {
-            return Err(self.unplaceable("its finishing step returns other arrays than its calls wrote".to_string()));
+            return Err(self.unplaceable(
+                "it returns other arrays than the given ones (a finishing step that makes its own)".to_string(),
+            ));
         }
         Ok(got)
     }
