@@ -2,7 +2,7 @@
 //! step: each tensor's pointer, shape, strides, dtype and device come from a few attribute
 //! calls, the launch description (output shapes and dtypes, template, grid, threadgroup, device)
 //! is looked up in a per-kernel cache instead of being validated and converted again, the
-//! outputs are allocated by `torch.empty` with cached arguments and the kernel is queued on
+//! outputs are allocated by `torch.empty_strided` with cached arguments and the kernel is queued on
 //! PyTorch's current stream. Anything else (NumPy, CPU tensors, tensor subclasses, a stream or
 //! device argument, non-contiguous inputs to be copied, another current device) is left to the
 //! general path in Python, which this must agree with.
@@ -25,7 +25,7 @@ const CACHED_LAUNCHES: usize = 16;
 /// PyTorch's objects the call uses, looked up once PyTorch is imported.
 struct Torch {
     tensor: Py<PyType>,
-    empty: Py<PyAny>,
+    empty_strided: Py<PyAny>,
     full: Py<PyAny>,
     device: Py<PyAny>,
     current_device: Py<PyAny>,
@@ -60,7 +60,7 @@ fn look_up(torch: &Bound<'_, PyAny>) -> PyResult<Torch> {
     }
     Ok(Torch {
         tensor: torch.getattr("Tensor")?.cast_into::<PyType>()?.unbind(),
-        empty: torch.getattr("empty")?.unbind(),
+        empty_strided: torch.getattr("empty_strided")?.unbind(),
         full: torch.getattr("full")?.unbind(),
         device: torch.getattr("device")?.unbind(),
         current_device: c.getattr("_cuda_getDevice")?.unbind(),
@@ -94,8 +94,10 @@ struct CachedLaunch {
     template: Vec<(String, TemplateKey)>,
     has_init: bool,
     spec: LaunchSpec,
-    /// Per output: the shape tuple and keywords (`dtype`, `device`) `torch.empty` takes.
-    allocations: Vec<(Py<PyTuple>, Py<PyDict>)>,
+    /// Per output: the shape and row-major stride tuples and the keywords (`dtype`, `device`)
+    /// `torch.empty_strided` takes (PyTorch's cheapest allocation from Python: it parses fewer
+    /// overloads than `torch.empty`).
+    allocations: Vec<(Py<PyTuple>, Py<PyTuple>, Py<PyDict>)>,
     /// Per output: its row-major strides.
     output_strides: Vec<Strides>,
 }
@@ -178,9 +180,7 @@ fn tensor_input(
     ordinal: &mut Option<usize>,
 ) -> Option<(KernelInput, bool)> {
     let py = t.py();
-    if !t.getattr(intern!(py, "is_cuda")).ok()?.is_truthy().ok()? {
-        return None;
-    }
+    // -1 on the CPU, which this path leaves to the general one.
     let on: usize = t.call_method0(intern!(py, "get_device")).ok()?.extract().ok()?;
     if ordinal.is_some_and(|o| o != on) {
         return None;
@@ -283,11 +283,11 @@ impl LaunchCache {
         let outputs = PyList::empty(py);
         let mut lent = Vec::with_capacity(launch.allocations.len());
         let outs = launch.allocations.iter().zip(&launch.output_strides);
-        for (((shape, kwargs), strides), (dims, dtype)) in
+        for (((shape, stride, kwargs), strides), (dims, dtype)) in
             outs.zip(launch.spec.output_shapes.iter().zip(&launch.spec.output_dtypes))
         {
             let out = match init {
-                None => torch.empty.bind(py).call((shape.bind(py),), Some(kwargs.bind(py)))?,
+                None => torch.empty_strided.bind(py).call((shape.bind(py), stride.bind(py)), Some(kwargs.bind(py)))?,
                 Some(v) => torch.full.bind(py).call((shape.bind(py), v), Some(kwargs.bind(py)))?,
             };
             let address: usize = out.call_method0(intern!(py, "data_ptr"))?.extract()?;
@@ -393,7 +393,8 @@ fn make_launch(
         let kwargs = PyDict::new(py);
         kwargs.set_item("dtype", d)?;
         kwargs.set_item("device", &device)?;
-        allocations.push((PyTuple::new(py, shape.iter())?.unbind(), kwargs.unbind()));
+        let stride = PyTuple::new(py, row_major(shape).iter())?;
+        allocations.push((PyTuple::new(py, shape.iter())?.unbind(), stride.unbind(), kwargs.unbind()));
     }
     if !template.is_none() {
         for item in template.try_iter()? {

@@ -259,11 +259,13 @@ impl Case {
         }
         let (mut gpu_cold, mut gpu_warm) = (None, None);
         if let Some(device) = gpu {
+            // The input lives on the GPU already: the first call is compile, load, run, copy back.
+            let x = x.to_device(device)?;
             let (mut c, mut w) = (Vec::new(), Vec::new());
             for _ in 0..REPEATS {
                 let kernel = self.kernel(&nonce().to_string())?;
-                c.push(self.timed_call(&kernel, x, device)?);
-                w.push(self.timed_call(&kernel, x, device)?);
+                c.push(self.timed_call(&kernel, &x, device)?);
+                w.push(self.timed_call(&kernel, &x, device)?);
             }
             (gpu_cold, gpu_warm) = (Some(median(c)), Some(median(w)));
         }
