@@ -6,6 +6,7 @@
 
 use kiln::array::{Shape, Strides};
 use kiln::backend::cpu::{lent_host_array, LentHostMemory};
+use kiln::backend::cuda::ExternalStream;
 use kiln::backend::cuda::{lent_cuda_array, LentCudaMemory};
 use kiln::{Array, DType, KernelInput};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -127,4 +128,12 @@ pub fn input(item: &Bound<'_, PyAny>) -> PyResult<KernelInput> {
         return Ok(KernelInput::Array(array(t)?));
     }
     Err(PyTypeError::new_err(format!("unsupported kernel input {}", item.get_type().name()?)))
+}
+
+/// `(handle, ordinal)` from Python as a stream of that device.
+pub fn external_stream(stream: Option<(usize, usize)>) -> Option<ExternalStream> {
+    // SAFETY: the Python side passes `torch.cuda.current_stream(device).cuda_stream` of the
+    // device the inputs live on (its primary context); PyTorch keeps its streams alive for the
+    // process.
+    stream.map(|(handle, ordinal)| unsafe { ExternalStream::from_raw(handle, ordinal) })
 }

@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use kiln::backend::cuda::ExternalStream;
 use kiln::backend::{ConstantKey, ConstantValue, Dispatch};
 use kiln::{Array, Device, KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MathMode, MetalKernel, MetalLibrary};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -15,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyInt, PyList, PyString, PyTuple};
 
 use crate::arrays;
-use crate::convert;
+use crate::convert::{self, external_stream};
 use crate::errors::IntoPy;
 
 /// How often the calling thread looks for Ctrl-C while a CPU kernel runs.
@@ -67,14 +66,6 @@ pub fn run_interruptible<T: Send>(
 
 fn math_mode(name: &str) -> PyResult<MathMode> {
     name.parse::<MathMode>().map_err(|e| PyValueError::new_err(e.to_string()))
-}
-
-/// `(handle, ordinal)` from Python as a stream of that device.
-pub fn external_stream(stream: Option<(usize, usize)>) -> Option<ExternalStream> {
-    // SAFETY: the Python side passes `torch.cuda.current_stream(device).cuda_stream` of the
-    // device the inputs live on (its primary context); PyTorch keeps its streams alive for the
-    // process.
-    stream.map(|(handle, ordinal)| unsafe { ExternalStream::from_raw(handle, ordinal) })
 }
 
 fn parse_device(device: Option<&str>) -> PyResult<Option<Device>> {

@@ -12,8 +12,9 @@ use pyo3::types::{PyList, PyTuple};
 
 use crate::arrays;
 use crate::convert;
+use crate::convert::external_stream;
 use crate::errors::to_py;
-use crate::kernel::{external_stream, run_interruptible};
+use crate::kernel::run_interruptible;
 
 fn host(op: &str, desc: &Bound<'_, PyTuple>) -> PyResult<Array> {
     let a = convert::array(desc)?;

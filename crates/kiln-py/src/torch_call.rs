@@ -17,7 +17,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
 
 use crate::convert;
-use crate::kernel::external_stream;
+use crate::convert::external_stream;
 
 /// The most launch descriptions a kernel keeps (a kernel is rarely called with more).
 const CACHED_LAUNCHES: usize = 16;

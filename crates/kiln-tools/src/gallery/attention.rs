@@ -11,7 +11,7 @@
 //! output (Lq, D) in the input dtype. Templates `T`, `D` (head dim) and `SG`. f32 accumulation.
 //! Reference: the two-pass softmax in f64 on the dtype-rounded inputs. Tolerance: dtype table.
 
-use super::{
+use super::entry::{
     check_dtype, check_shape, dim, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng,
     FLOAT_DTYPES,
 };

@@ -14,7 +14,7 @@
 //! Reference: unblocked Cholesky–Banachiewicz in f64 on the dtype-rounded `A` (itself checked by
 //! reconstruction). Tolerance: the dtype table.
 
-use super::{
+use super::entry::{
     check_dtype, dim, host_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
 };
 use kiln::array::Array;
@@ -174,7 +174,7 @@ fn demo(device: Device, dtype: DType, seed: u64) -> Result<Outcome> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Rng;
+    use super::super::entry::Rng;
 
     #[test]
     fn reference_reconstructs_a_and_is_lower_triangular() {

@@ -8,7 +8,7 @@
 //! Layout: input any shape of f32/f16/bf16; output the same shape, row-contiguous, same dtype.
 //! Reference: `f64::exp` of the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::{
+use super::entry::{
     check_dtype, dim, host_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
 };
 use kiln::array::{Array, SliceArg};

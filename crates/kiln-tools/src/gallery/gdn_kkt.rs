@@ -17,7 +17,7 @@
 
 use std::time::Instant;
 
-use super::{check_dtype, host_input, normal_input, values, Demo, Entry, Outcome, Part, Rng, FLOAT_DTYPES};
+use super::entry::{check_dtype, host_input, normal_input, values, Demo, Entry, Outcome, Part, Rng, FLOAT_DTYPES};
 use kiln::array::Array;
 use kiln::backend::Dispatch;
 use kiln::device::Device;
@@ -54,8 +54,8 @@ fn prepare(k: &Array, beta: &Array, g: &Array, heads: usize) -> Result<Call> {
     if hg == 0 || heads == 0 || heads % hg != 0 || t == 0 || kd == 0 {
         return Err(Error::shape(op, format!("need T, K > 0 and H ({heads}) a multiple of Hg ({hg})")));
     }
-    super::check_shape(op, "beta", beta, &[b, t, heads])?;
-    super::check_shape(op, "g", g, &[b, t, heads])?;
+    super::entry::check_shape(op, "beta", beta, &[b, t, heads])?;
+    super::entry::check_shape(op, "g", g, &[b, t, heads])?;
     let function = match k.dtype() {
         DType::F32 => "gdn_kkt_f32",
         DType::F16 => "gdn_kkt_f16",
@@ -68,7 +68,7 @@ fn prepare(k: &Array, beta: &Array, g: &Array, heads: usize) -> Result<Call> {
         .iter()
         .flat_map(|v| v.to_le_bytes())
         .collect();
-    let groups = [super::dim(op, t.div_ceil(BT))?, super::dim(op, heads)?, super::dim(op, b)?];
+    let groups = [super::entry::dim(op, t.div_ceil(BT))?, super::entry::dim(op, heads)?, super::entry::dim(op, b)?];
     let mut launch = LibraryLaunch::new(function, Dispatch::Threadgroups(groups), [THREADS, 1, 1]);
     launch.threadgroup_memory = vec![BT * BK * k.dtype().size(), BT * BT * 4];
     let args = vec![

@@ -11,7 +11,7 @@
 //! in that dtype. Reference: the formula in f64 on the dtype-rounded inputs (`sample`, shared
 //! with the VJP's finite-difference test). Tolerance: the dtype table.
 
-use super::{
+use super::entry::{
     check_dtype, dim, host_input, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng,
     FLOAT_DTYPES,
 };

@@ -13,10 +13,10 @@
 //! Reference: f64 on the dtype-rounded inputs, itself checked against finite differences of
 //! the forward reference. Tolerance: the f32 entry (outputs are f32 sums of rounded inputs).
 
-use super::grid_sample::{dims, inputs};
-use super::{
+use super::entry::{
     check_shape, dim, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
 };
+use super::grid_sample::{dims, inputs};
 use kiln::array::Array;
 use kiln::device::Device;
 use kiln::dtype::DType;
@@ -136,8 +136,8 @@ fn demo(device: Device, dtype: DType, seed: u64) -> Result<Outcome> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::entry::Rng;
     use super::super::grid_sample;
-    use super::super::Rng;
 
     #[test]
     fn generated_source_declares_atomic_outputs() {

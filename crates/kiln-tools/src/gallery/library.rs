@@ -3,7 +3,7 @@
 //! and run through the entry, and checked against the entry's f64 reference, so the demo shows
 //! the library beside the custom-kernel gallery.
 
-use super::{Demo, Entry, Outcome, Part, Rng};
+use super::entry::{Demo, Entry, Outcome, Part, Rng};
 use crate::op_runs::{host_input, OpInputs};
 use kiln::device::Device;
 use kiln::dtype::DType;

@@ -8,7 +8,7 @@
 //! Layout: `frames` (B, n_frames, frame_len) of f32/f16/bf16; output (B, out_len) in its dtype.
 //! Reference: f64 scatter of the dtype-rounded frames. Tolerance: the dtype table.
 
-use super::{
+use super::entry::{
     check_dtype, dim, host_input, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng,
     FLOAT_DTYPES,
 };

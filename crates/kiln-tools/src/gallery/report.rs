@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{tolerance, Outcome};
+use super::entry::{tolerance, Outcome};
 use kiln::device::Device;
 use kiln::dtype::DType;
 use kiln::error::Result;

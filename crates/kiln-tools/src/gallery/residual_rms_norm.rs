@@ -8,7 +8,7 @@
 //! and `h` (rows, D) in the dtype of `x`. Accumulation in f32.
 //! Reference: the formulas in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::{
+use super::entry::{
     check_dtype, check_shape, dim, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng,
     FLOAT_DTYPES,
 };

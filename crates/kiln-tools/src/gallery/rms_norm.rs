@@ -11,7 +11,7 @@
 //! dtype of `x`. Accumulation in f32, one rounding to `T` on store.
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::{
+use super::entry::{
     check_dtype, check_shape, dim, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng,
     FLOAT_DTYPES,
 };

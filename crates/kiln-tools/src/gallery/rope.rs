@@ -10,7 +10,7 @@
 //! in the dtype of `x`.
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::{
+use super::entry::{
     check_dtype, dim, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
 };
 use kiln::array::Array;

@@ -9,7 +9,7 @@
 //! float32 (the atomic type). The f32 sums of dtype-rounded values are held to the f32 tolerance.
 //! Reference: f64 sums of the dtype-rounded values.
 
-use super::{
+use super::entry::{
     check_dtype, check_shape, dim, host_input, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared,
     Rng, FLOAT_DTYPES,
 };

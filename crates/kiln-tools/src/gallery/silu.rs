@@ -4,7 +4,7 @@
 //! and rounded once to `T`; output the same shape and dtype.
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::{
+use super::entry::{
     check_dtype, dim, host_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
 };
 use kiln::array::Array;

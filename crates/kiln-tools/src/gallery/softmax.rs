@@ -8,7 +8,7 @@
 //! Layout: `x` (rows, D) of f32/f16/bf16; output (rows, D) in its dtype; f32 accumulation.
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
-use super::{
+use super::entry::{
     check_dtype, dim, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng, FLOAT_DTYPES,
 };
 use kiln::array::Array;
