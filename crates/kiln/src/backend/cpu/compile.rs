@@ -13,11 +13,12 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
 
 use super::abi::{CheckedFn, ReleaseFn, RunFn};
+use super::built_once::BuiltOnce;
 use super::pch;
 use super::scheduler_object::{self, SchedulerObject};
 use super::toolchain::{flags, host_compiler, HostCompiler};
@@ -197,10 +198,8 @@ fn library_key(tu: &str, flags: &[&str], cxx: &str, compiler: &HostCompiler) -> 
 }
 
 fn build_gate(key: &str) -> Arc<Mutex<()>> {
-    static GATES: OnceLock<Mutex<HashMap<String, Arc<Mutex<()>>>>> = OnceLock::new();
-    let gates = GATES.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut m = gates.lock().unwrap_or_else(|e| e.into_inner());
-    m.entry(key.to_string()).or_default().clone()
+    static LIBRARIES: LazyLock<BuiltOnce<()>> = LazyLock::new(BuiltOnce::new);
+    LIBRARIES.gate(key)
 }
 
 /// Where the library of `key` lives: the cache directory, or the system's temporary directory

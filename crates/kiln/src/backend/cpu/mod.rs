@@ -23,6 +23,7 @@
 //! mode a read past it is too.
 
 mod abi;
+mod built_once;
 mod checked;
 mod compile;
 mod exec;

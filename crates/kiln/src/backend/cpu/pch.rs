@@ -10,13 +10,13 @@
 //! is built under a file lock, so parallel processes build it once. A compiler that cannot
 //! build it compiles kernels with the whole prelude inline, as before.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::LazyLock;
 
 use sha2::{Digest, Sha256};
 
+use super::built_once::BuiltOnce;
 use super::toolchain::HostCompiler;
 use crate::backend::disk_cache;
 use crate::config;
@@ -33,18 +33,11 @@ pub struct PreparedPrelude {
 
 /// What this process knows of a key: ready (checked once), or not to be used (the compiler
 /// could not build it, or the cache directory cannot hold it).
-type Known = HashMap<String, Option<PreparedPrelude>>;
+type Known = Option<PreparedPrelude>;
 
-fn known() -> &'static Mutex<Known> {
-    static KNOWN: OnceLock<Mutex<Known>> = OnceLock::new();
-    KNOWN.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-fn gate(key: &str) -> Arc<Mutex<()>> {
-    static GATES: OnceLock<Mutex<HashMap<String, Arc<Mutex<()>>>>> = OnceLock::new();
-    let gates = GATES.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut m = gates.lock().unwrap_or_else(|e| e.into_inner());
-    m.entry(key.to_string()).or_default().clone()
+fn known() -> &'static BuiltOnce<Known> {
+    static KNOWN: LazyLock<BuiltOnce<Known>> = LazyLock::new(BuiltOnce::new);
+    &KNOWN
 }
 
 /// The file name extension of the precompiled header `compiler` picks up for `-include x.h`.
@@ -82,19 +75,7 @@ pub fn prepare(cxx: &str, compiler: &HostCompiler, flags: &[&str], prelude: &str
         return None;
     }
     let key = prelude_key(cxx, compiler, flags, prelude);
-    if let Some(k) = known().lock().ok().and_then(|m| m.get(&key).cloned()) {
-        return k;
-    }
-    let gate = gate(&key);
-    let _building = gate.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(k) = known().lock().ok().and_then(|m| m.get(&key).cloned()) {
-        return k;
-    }
-    let prepared = build_or_check(cxx, compiler, flags, prelude, &key);
-    if let Ok(mut m) = known().lock() {
-        m.insert(key, prepared.clone());
-    }
-    prepared
+    known().get_or_build(&key, || build_or_check(cxx, compiler, flags, prelude, &key))
 }
 
 /// Called when a compile that used `prepared` failed: whether the precompiled header still
@@ -104,9 +85,7 @@ pub fn still_sound(prepared: &PreparedPrelude) -> bool {
     if disk_cache::load_verified(&prepared.precompiled, &prepared.key).is_some() {
         return true;
     }
-    if let Ok(mut m) = known().lock() {
-        m.remove(&prepared.key);
-    }
+    known().forget(&prepared.key);
     false
 }
 
@@ -215,7 +194,7 @@ mod tests {
         let built = std::fs::metadata(&prepared.precompiled).unwrap().modified().unwrap();
 
         // Another process (no memory of it) finds the entry and does not build it again.
-        known().lock().unwrap().clear();
+        known().forget_all();
         let again = prepare(&cxx, &compiler, &flags, &prelude).unwrap();
         assert_eq!(again.precompiled, prepared.precompiled);
         assert_eq!(std::fs::metadata(&again.precompiled).unwrap().modified().unwrap(), built);

@@ -11,13 +11,13 @@
 //! linker on it and records whether that works. When it cannot be built, kernels compile the
 //! scheduler inline.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock};
 
 use sha2::{Digest, Sha256};
 
+use super::built_once::BuiltOnce;
 use super::pch::{self, PreparedPrelude};
 use super::toolchain::HostCompiler;
 use crate::backend::disk_cache;
@@ -37,18 +37,11 @@ pub struct SchedulerObject {
     pub linker: Option<&'static str>,
 }
 
-type Known = HashMap<String, Option<SchedulerObject>>;
+type Known = Option<SchedulerObject>;
 
-fn known() -> &'static Mutex<Known> {
-    static KNOWN: OnceLock<Mutex<Known>> = OnceLock::new();
-    KNOWN.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-fn gate(key: &str) -> Arc<Mutex<()>> {
-    static GATES: OnceLock<Mutex<HashMap<String, Arc<Mutex<()>>>>> = OnceLock::new();
-    let gates = GATES.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut m = gates.lock().unwrap_or_else(|e| e.into_inner());
-    m.entry(key.to_string()).or_default().clone()
+fn known() -> &'static BuiltOnce<Known> {
+    static KNOWN: LazyLock<BuiltOnce<Known>> = LazyLock::new(BuiltOnce::new);
+    &KNOWN
 }
 
 /// The cache key of a scheduler object: everything that goes into it.
@@ -81,27 +74,13 @@ pub fn prepare(
         return None;
     }
     let key = object_key(cxx, compiler, flags, prelude);
-    if let Some(k) = known().lock().ok().and_then(|m| m.get(&key).cloned()) {
-        return k;
-    }
-    let gate = gate(&key);
-    let _building = gate.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(k) = known().lock().ok().and_then(|m| m.get(&key).cloned()) {
-        return k;
-    }
-    let object = build_or_check(cxx, flags, prelude, precompiled, &key);
-    if let Ok(mut m) = known().lock() {
-        m.insert(key, object.clone());
-    }
-    object
+    known().get_or_build(&key, || build_or_check(cxx, flags, prelude, precompiled, &key))
 }
 
 /// Forgets what this process knows of scheduler objects (as a new process would), for tests.
 #[cfg(test)]
 pub fn forget() {
-    if let Ok(mut m) = known().lock() {
-        m.clear();
-    }
+    known().forget_all();
 }
 
 fn build_or_check(
