@@ -85,14 +85,7 @@ enum TemplateKey {
 
 /// One launch description: what the call's arguments were and what they became.
 struct CachedLaunch {
-    ordinal: usize,
-    output_shapes: Vec<Shape>,
-    /// Identities of the output dtype objects.
-    output_dtypes: Vec<usize>,
-    grid: (u32, u32, u32),
-    threadgroup: (u32, u32, u32),
-    template: Vec<(String, TemplateKey)>,
-    has_init: bool,
+    key: Key,
     spec: LaunchSpec,
     /// Per output: the shape and row-major stride tuples and the keywords (`dtype`, `device`)
     /// `torch.empty_strided` takes (PyTorch's cheapest allocation from Python: it parses fewer
@@ -108,7 +101,9 @@ pub struct LaunchCache {
     launches: Mutex<Vec<Arc<CachedLaunch>>>,
 }
 
-/// The call's arguments as the cache compares them.
+/// The call's arguments as the cache compares them (output dtypes and dtype template values
+/// by the identity of PyTorch's dtype objects).
+#[derive(PartialEq)]
 struct Key {
     ordinal: usize,
     output_shapes: Vec<Shape>,
@@ -117,18 +112,6 @@ struct Key {
     threadgroup: (u32, u32, u32),
     template: Vec<(String, TemplateKey)>,
     has_init: bool,
-}
-
-impl CachedLaunch {
-    fn matches(&self, k: &Key) -> bool {
-        self.ordinal == k.ordinal
-            && self.grid == k.grid
-            && self.threadgroup == k.threadgroup
-            && self.has_init == k.has_init
-            && self.output_dtypes == k.output_dtypes
-            && self.output_shapes == k.output_shapes
-            && self.template == k.template
-    }
 }
 
 /// A tuple or list of integers (a shape), if it is one.
@@ -317,7 +300,7 @@ impl LaunchCache {
     ) -> PyResult<Option<Arc<CachedLaunch>>> {
         {
             let launches = self.launches.lock().map_err(|_| poisoned())?;
-            if let Some(hit) = launches.iter().rev().find(|l| l.matches(&key)) {
+            if let Some(hit) = launches.iter().rev().find(|l| l.key == key) {
                 return Ok(Some(hit.clone()));
             }
         }
@@ -414,13 +397,7 @@ fn make_launch(
     }
     Ok(Some(CachedLaunch {
         output_strides: key.output_shapes.iter().map(|s| row_major(s)).collect(),
-        ordinal: key.ordinal,
-        output_shapes: key.output_shapes,
-        output_dtypes: key.output_dtypes,
-        grid: key.grid,
-        threadgroup: key.threadgroup,
-        template: key.template,
-        has_init: key.has_init,
+        key,
         spec,
         allocations,
     }))
