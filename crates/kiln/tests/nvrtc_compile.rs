@@ -428,3 +428,45 @@ fn every_demo_kernel_compiles_to_sm90_cubin() {
         assert_compiles(program);
     }
 }
+
+/// Compiles two kernels never seen before (the second starts this process's precompiled CUDA
+/// prelude on a thread of its own) and returns at once, so the process exits while that build
+/// may still run (the child of `a_process_exiting_during_the_prelude_build_exits_cleanly`).
+#[test]
+#[ignore = "a child process of a_process_exiting_during_the_prelude_build_exits_cleanly"]
+fn child_compiles_two_kernels_and_exits() {
+    let tag = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    for i in 0..2 {
+        let source: &'static str = Box::leak(
+            format!("uint i = thread_position_in_grid.x;\nout[i] = inp[i] * {i}.5f + {}.0f;", tag % 1000)
+                .into_boxed_str(),
+        );
+        let mut b = body("exit_during_build", &["inp"], &["out"], source);
+        b.arrays = vec![f32s(&[64])];
+        assert_compiles(&program_of(&b, DType::F32));
+    }
+}
+
+#[test]
+fn a_process_exiting_during_the_prelude_build_exits_cleanly() {
+    if !common::nvrtc_or_skip() {
+        return;
+    }
+    let cache = std::env::temp_dir().join(format!("kiln-exit-during-build-{}", std::process::id()));
+    let start = std::time::Instant::now();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_compiles_two_kernels_and_exits", "--include-ignored", "--test-threads=1"])
+        .env("KILN_CACHE_DIR", &cache)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&cache);
+    assert!(
+        out.status.success(),
+        "the child ended with {:?}: {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"), "the child ran its test");
+    assert!(start.elapsed() < std::time::Duration::from_secs(120), "the child took {:?}", start.elapsed());
+}

@@ -96,7 +96,14 @@ fn builds() -> &'static (Mutex<usize>, std::sync::Condvar) {
     BUILDS.get_or_init(Default::default)
 }
 
+/// The process that started the builds: a child forked meanwhile inherits the count but not
+/// the threads, and must not wait for them.
+static BUILDING_PROCESS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 extern "C" fn wait_for_builds() {
+    if BUILDING_PROCESS.load(Ordering::Relaxed) != std::process::id() {
+        return;
+    }
     let (count, done) = builds();
     let mut n = count.lock().unwrap_or_else(|e| e.into_inner());
     while *n > 0 {
@@ -117,6 +124,7 @@ impl BuildUnderWay {
         REGISTERED.call_once(|| unsafe {
             atexit(wait_for_builds);
         });
+        BUILDING_PROCESS.store(std::process::id(), Ordering::Relaxed);
         *builds().0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
         BuildUnderWay
     }
