@@ -6,7 +6,9 @@
    same kiln call given ``stream=`` (which takes the general path, descriptors built in Python). Each is
    called ``--calls`` times back to back (outputs allocated per call, as each framework does)
    and the mean host time per call is reported; the GPU is drained before and after, outside
-   the timed loop. Goal: kiln at or below the eager op, well below Triton.
+   the timed loop. The calls take turns for ``--rounds`` rounds (the host's speed drifts), and
+   each row's median round is its result. Goal: kiln at or below the eager op, well below
+   Triton.
 2. Device time of a large elementwise kernel (``exp`` over 64 M elements, float32 / float16 /
    bfloat16) called from Python as ``kiln.ops.exp`` — the same kernel ``kiln bench`` times from
    Rust — with CUDA events and the L2 flushed before each call (bench/peers.py's timer). Give
@@ -89,6 +91,7 @@ def triton_add_one():
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds in which the calls take turns")
     ap.add_argument("--kiln-json", help="kiln bench --json output of the exp cases, for the Rust times")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
@@ -122,11 +125,19 @@ def main():
         rows.append(("triton launch", lambda: triton_call(x)))
     else:
         print("triton is not installed: no Triton row")
-    print(f"\nhost cost of one call, mean over {args.calls} calls:")
-    for name, fn in rows:
-        us = host_cost_us(fn, args.calls)
+    print(f"\nhost cost of one call, mean over {args.calls} calls, {args.rounds} rounds taking turns:")
+    rounds = {name: [] for name, _ in rows}
+    for _ in range(args.rounds):
+        for name, fn in rows:
+            rounds[name].append(host_cost_us(fn, args.calls))
+    eager = rows[2][0]
+    for name, _ in rows:
+        us = sorted(rounds[name])[len(rounds[name]) // 2]
         results["host_us"][name] = us
-        print(f"  {name:34s} {us:8.2f} us")
+        results.setdefault("host_us_rounds", {})[name] = rounds[name]
+        each = " ".join(f"{r:6.2f}" for r in rounds[name])
+        vs = " ".join(f"{r / e:.2f}" for r, e in zip(rounds[name], rounds[eager]))
+        print(f"  {name:42s} median {us:6.2f} us   rounds {each}   / torch eager {vs}")
 
     rust = {}
     if args.kiln_json:

@@ -3,7 +3,7 @@
 that bench/python-host-instructions.sh counts under callgrind.
 
 PyTorch CPU tensors stand in for CUDA tensors (``get_device`` answers 0, ``is_cuda`` True, the
-current device and stream are 0, ``torch.empty`` ignores ``device=``) and kiln's CUDA backend
+current device and stream are 0, the allocations ignore ``device=``) and kiln's CUDA backend
 runs against bench/stand-in-driver (launches do nothing). The stand-ins are Python functions,
 so their own cost is in the count; it is the same whatever kiln's call path does.
 
@@ -20,14 +20,17 @@ torch.Tensor.get_device = lambda self: 0
 torch.Tensor.is_cuda = property(lambda self: True)
 torch._C._cuda_getDevice = lambda: 0
 torch._C._cuda_getCurrentRawStream = lambda ordinal: 0
-_empty = torch.empty
 
 
-def _empty_on_host(*args, device=None, **kwargs):
-    return _empty(*args, **kwargs)
+def _on_host(allocate):
+    def allocate_on_host(*args, device=None, **kwargs):
+        return allocate(*args, **kwargs)
+
+    return allocate_on_host
 
 
-torch.empty = _empty_on_host
+for _name in ("empty", "empty_strided", "empty_like", "full"):
+    setattr(torch, _name, _on_host(getattr(torch, _name)))
 
 calls = int(sys.argv[1])
 if not kiln.cuda_available():

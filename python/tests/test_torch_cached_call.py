@@ -63,6 +63,26 @@ def test_repeated_calls_change_and_reuse_their_launch_description(monkeypatch):
         assert_close(ref(out), ref(x) * -0.75 + ref(y), str(dtype).rpartition(".")[2])
 
 
+def test_outputs_shaped_like_an_input_are_fresh_tensors(monkeypatch):
+    """An output of an input's shape and dtype is allocated like that input: its own memory, on
+    its device, contiguous, every element written; the inputs are left as they were. A column
+    made by a transpose is contiguous with a stride other than 1 on its axis of one element."""
+    monkeypatch.setattr(kiln._kernel, "_Inputs", _NoGeneralPath)
+    b = torch.tensor(0.5, device="cuda")
+    for x in [torch.randn(4099, device="cuda"), torch.randn(1, 4099, device="cuda").t()]:
+        assert x.is_contiguous()
+        kept = x.clone()
+        n = x.shape[0]
+        torch.cuda.synchronize()
+        out = AXPY(inputs=[x, x, 3.0, b], template=[("T", x.dtype), ("SCALE", 1)], grid=(n, 1, 1),
+                   threadgroup=(128, 1, 1), output_shapes=[tuple(x.shape), (1,)],
+                   output_dtypes=[x.dtype, torch.int32])[0]
+        assert out.shape == x.shape and out.dtype == x.dtype and out.device == x.device and out.is_contiguous()
+        assert out.data_ptr() != x.data_ptr()
+        assert torch.equal(x, kept)
+        assert_close(ref(out).ravel(), ref(x).ravel() * 2.5, "float32")
+
+
 def test_cached_calls_queue_on_the_current_stream(monkeypatch):
     monkeypatch.setattr(kiln._kernel, "_Inputs", _NoGeneralPath)
     side = torch.cuda.Stream()
@@ -90,6 +110,22 @@ def test_init_value_fills_outputs_the_kernel_does_not_write(monkeypatch):
     want = np.full(300, -7.0)
     want[:100] = ref(x)[:100] * 2
     assert_close(ref(fill[0]), want, "float32")
+
+
+def test_calls_differing_only_in_grid_or_shape_spelling_get_their_launch(monkeypatch):
+    """The cache compares every argument: a grid or threadgroup that changes and comes back, and
+    an output shape given as a list or a tuple (the same shape), each run as asked."""
+    monkeypatch.setattr(kiln._kernel, "_Inputs", _NoGeneralPath)
+    x = torch.randn(512, device="cuda")
+    b = torch.tensor(1.0, device="cuda")
+    for rows, group, shape in [(512, 128, (512,)), (256, 128, [512]), (512, 64, [512]), (128, 32, (512,)),
+                               (256, 128, (512,)), (512, 128, [512])]:
+        out = AXPY(inputs=[x, x, 1.0, b], template=[("T", torch.float32), ("SCALE", 1)], grid=(rows, 1, 1),
+                   threadgroup=(group, 1, 1), output_shapes=[shape, (1,)],
+                   output_dtypes=[torch.float32, torch.int32], init_value=-3)[0]
+        want = np.full(512, -3.0)
+        want[:rows] = ref(x)[:rows] * 2
+        assert_close(ref(out), want, "float32")
 
 
 def test_the_general_path_takes_the_calls_the_cached_one_does_not():

@@ -1,20 +1,23 @@
 //! The cached call of `kiln.metal_kernel` on PyTorch CUDA tensors, read and launched here in one
-//! step: each tensor's pointer, shape, strides, dtype and device come from a few attribute
+//! step: each tensor's pointer, shape, contiguity, dtype and device come from a few attribute
 //! calls, the launch description (output shapes and dtypes, template, grid, threadgroup, device)
-//! is looked up in a per-kernel cache instead of being validated and converted again, the
-//! outputs are allocated by `torch.empty_strided` with cached arguments and the kernel is queued on
-//! PyTorch's current stream. Anything else (NumPy, CPU tensors, tensor subclasses, a stream or
+//! is looked up in a per-kernel cache (the call's arguments compared in place) instead of being
+//! validated and converted again, each output is allocated like a contiguous input of its shape
+//! and dtype (`torch.empty_like`, PyTorch's cheapest allocation from Python) or else by
+//! `torch.empty_strided` with cached arguments, and the kernel is queued on PyTorch's current
+//! stream. Anything else (NumPy, CPU tensors, tensor subclasses, a stream or
 //! device argument, non-contiguous inputs to be copied, another current device) is left to the
 //! general path in Python, which this must agree with.
 
 use std::sync::{Arc, Mutex};
 
-use kiln::array::{Shape, Strides};
+use kiln::array::{Array, Shape, Strides};
 use kiln::{DType, Device, KernelInput, LaunchSpec, MetalKernel};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
+use smallvec::SmallVec;
 
 use crate::convert;
 use crate::convert::external_stream;
@@ -26,6 +29,7 @@ const CACHED_LAUNCHES: usize = 16;
 struct Torch {
     tensor: Py<PyType>,
     empty_strided: Py<PyAny>,
+    empty_like: Py<PyAny>,
     full: Py<PyAny>,
     device: Py<PyAny>,
     current_device: Py<PyAny>,
@@ -61,6 +65,7 @@ fn look_up(torch: &Bound<'_, PyAny>) -> PyResult<Torch> {
     Ok(Torch {
         tensor: torch.getattr("Tensor")?.cast_into::<PyType>()?.unbind(),
         empty_strided: torch.getattr("empty_strided")?.unbind(),
+        empty_like: torch.getattr("empty_like")?.unbind(),
         full: torch.getattr("full")?.unbind(),
         device: torch.getattr("device")?.unbind(),
         current_device: c.getattr("_cuda_getDevice")?.unbind(),
@@ -154,14 +159,14 @@ fn template_key(template: &Bound<'_, PyAny>) -> Option<Vec<(String, TemplateKey)
     Some(out)
 }
 
-/// A tensor input read from PyTorch: its kiln array (over its memory, kept alive by it) and
-/// whether it has dimensions.
+/// A tensor input read from PyTorch: its kiln array (over its memory, kept alive by it), and
+/// whether it is contiguous (an output of its shape and dtype may then be allocated like it).
 fn tensor_input(
     t: &Bound<'_, PyAny>,
     torch: &Torch,
     ensure_row_contiguous: bool,
     ordinal: &mut Option<usize>,
-) -> Option<(KernelInput, bool)> {
+) -> Option<(Array, bool)> {
     let py = t.py();
     // -1 on the CPU, which this path leaves to the general one.
     let on: usize = t.call_method0(intern!(py, "get_device")).ok()?.extract().ok()?;
@@ -171,37 +176,27 @@ fn tensor_input(
     *ordinal = Some(on);
     let dtype = torch.dtype(&t.getattr(intern!(py, "dtype")).ok()?)?;
     let shape = shape_of(&t.getattr(intern!(py, "shape")).ok()?)?;
-    let stride = t.call_method0(intern!(py, "stride")).ok()?;
-    let mut strides = Strides::new();
-    for s in stride.cast::<PyTuple>().ok()?.iter_borrowed() {
-        strides.push(s.extract().ok()?);
-    }
-    if ensure_row_contiguous && !is_contiguous(&shape, &strides) {
+    // PyTorch's contiguity (a flag it keeps) spares reading the strides: row-major ones address
+    // the same elements (an axis of one element is only ever indexed at 0).
+    let contiguous = t.call_method0(intern!(py, "is_contiguous")).ok()?.is_truthy().ok()?;
+    let strides = if contiguous {
+        row_major(&shape)
+    } else if ensure_row_contiguous {
         // The general path copies it first, as MLX does.
         return None;
-    }
+    } else {
+        let stride = t.call_method0(intern!(py, "stride")).ok()?;
+        let mut strides = Strides::new();
+        for s in stride.cast::<PyTuple>().ok()?.iter_borrowed() {
+            strides.push(s.extract().ok()?);
+        }
+        strides
+    };
     let address: usize = t.call_method0(intern!(py, "data_ptr")).ok()?.extract().ok()?;
     let (start, nbytes, offset) = convert::span(address, &shape, &strides, dtype.size());
     let owner = Box::new(t.clone().unbind());
     let array = convert::lent(owner, start, nbytes, offset, &shape, &strides, dtype, on as i64).ok()?;
-    Some((KernelInput::Array(array), !shape.is_empty()))
-}
-
-/// PyTorch's contiguity: row-major strides, axes of one element ignored.
-fn is_contiguous(shape: &[usize], strides: &[isize]) -> bool {
-    if shape.contains(&0) {
-        return true;
-    }
-    let mut expected = 1isize;
-    for (&n, &s) in shape.iter().zip(strides).rev() {
-        if n != 1 {
-            if s != expected {
-                return false;
-            }
-            expected *= n as isize;
-        }
-    }
-    true
+    Some((array, contiguous))
 }
 
 impl LaunchCache {
@@ -226,13 +221,19 @@ impl LaunchCache {
         let mut ordinal = None;
         let mut has_lead = false;
         let mut args = Vec::with_capacity(inputs.len());
+        // Contiguous tensor inputs (their index in `args`): an output of the same shape and
+        // dtype is allocated like one of them.
+        let mut likes: SmallVec<[(usize, Bound<'_, PyAny>); 4]> = SmallVec::new();
         for item in inputs.iter() {
             let input = if item.get_type().is(tensor_type) {
-                let Some((input, dims)) = tensor_input(&item, torch, ensure_row_contiguous, &mut ordinal) else {
+                let Some((array, contiguous)) = tensor_input(&item, torch, ensure_row_contiguous, &mut ordinal) else {
                     return Ok(None);
                 };
-                has_lead |= dims;
-                input
+                has_lead |= array.ndim() > 0;
+                if contiguous {
+                    likes.push((args.len(), item));
+                }
+                KernelInput::Array(array)
             } else if item.is_exact_instance_of::<PyFloat>()
                 || item.is_exact_instance_of::<PyInt>()
                 || item.is_exact_instance_of::<PyBool>()
@@ -251,16 +252,14 @@ impl LaunchCache {
         } else {
             return Ok(None);
         };
-        let Some(key) = key_of(ordinal, output_shapes, output_dtypes, grid, threadgroup, template, init.is_some())
-        else {
-            return Ok(None);
-        };
+        let call =
+            CallArgs { ordinal, output_shapes, output_dtypes, grid, threadgroup, template, has_init: init.is_some() };
         // PyTorch's current device must be the tensors' (kiln binds their device's context).
         let current: usize = torch.current_device.bind(py).call0()?.extract()?;
         if current != ordinal {
             return Ok(None);
         }
-        let Some(launch) = self.launch_for(py, torch, key, output_dtypes, template)? else { return Ok(None) };
+        let Some(launch) = self.launch_for(py, torch, &call)? else { return Ok(None) };
         let stream: usize = torch.current_stream.bind(py).call1((ordinal,))?.extract()?;
 
         let outputs = PyList::empty(py);
@@ -269,9 +268,16 @@ impl LaunchCache {
         for (((shape, stride, kwargs), strides), (dims, dtype)) in
             outs.zip(launch.spec.output_shapes.iter().zip(&launch.spec.output_dtypes))
         {
-            let out = match init {
-                None => torch.empty_strided.bind(py).call((shape.bind(py), stride.bind(py)), Some(kwargs.bind(py)))?,
-                Some(v) => torch.full.bind(py).call((shape.bind(py), v), Some(kwargs.bind(py)))?,
+            let like = likes.iter().find(|(i, _)| {
+                matches!(&args[*i], KernelInput::Array(a) if a.dtype() == *dtype && a.shape() == dims.as_slice())
+            });
+            let out = match (init, like) {
+                // PyTorch's cheapest allocation from Python: one argument to parse.
+                (None, Some((_, x))) => torch.empty_like.bind(py).call1((x,))?,
+                (None, None) => {
+                    torch.empty_strided.bind(py).call((shape.bind(py), stride.bind(py)), Some(kwargs.bind(py)))?
+                }
+                (Some(v), _) => torch.full.bind(py).call((shape.bind(py), v), Some(kwargs.bind(py)))?,
             };
             let address: usize = out.call_method0(intern!(py, "data_ptr"))?.extract()?;
             let (start, nbytes, offset) = convert::span(address, dims, strides, dtype.size());
@@ -279,6 +285,7 @@ impl LaunchCache {
             lent.push(convert::lent(owner, start, nbytes, offset, dims, strides, *dtype, ordinal as i64)?);
             outputs.append(out)?;
         }
+        drop(likes);
         let mut spec = launch.spec.clone();
         spec.init_value = init;
         spec.stream = external_stream(Some((stream, ordinal)));
@@ -288,23 +295,23 @@ impl LaunchCache {
         Ok(Some(outputs.unbind()))
     }
 
-    /// The cached launch for `key`, made (and remembered) on a miss; `None` when the call's
-    /// description is not one this path converts (the general path reports any error).
+    /// The cached launch matching the call's arguments (compared in place, without building a
+    /// key), made and remembered on a miss; `None` when the call's description is not one this
+    /// path converts (the general path reports any error).
     fn launch_for(
         &self,
         py: Python<'_>,
         torch: &Torch,
-        key: Key,
-        output_dtypes: &Bound<'_, PyAny>,
-        template: &Bound<'_, PyAny>,
+        call: &CallArgs<'_, '_>,
     ) -> PyResult<Option<Arc<CachedLaunch>>> {
         {
             let launches = self.launches.lock().map_err(|_| poisoned())?;
-            if let Some(hit) = launches.iter().rev().find(|l| l.key == key) {
+            if let Some(hit) = launches.iter().rev().find(|l| l.key.matches(call)) {
                 return Ok(Some(hit.clone()));
             }
         }
-        let Some(launch) = make_launch(py, torch, key, output_dtypes, template)? else { return Ok(None) };
+        let Some(key) = call.key() else { return Ok(None) };
+        let Some(launch) = make_launch(py, torch, key, call.output_dtypes, call.template)? else { return Ok(None) };
         let launch = Arc::new(launch);
         let mut launches = self.launches.lock().map_err(|_| poisoned())?;
         if launches.len() == CACHED_LAUNCHES {
@@ -329,30 +336,78 @@ fn row_major(shape: &[usize]) -> Strides {
     strides
 }
 
-#[allow(clippy::too_many_arguments)]
-fn key_of(
+/// The arguments of one call that the launch cache compares.
+struct CallArgs<'a, 'py> {
     ordinal: usize,
-    output_shapes: &Bound<'_, PyAny>,
-    output_dtypes: &Bound<'_, PyAny>,
-    grid: &Bound<'_, PyAny>,
-    threadgroup: &Bound<'_, PyAny>,
-    template: &Bound<'_, PyAny>,
+    output_shapes: &'a Bound<'py, PyAny>,
+    output_dtypes: &'a Bound<'py, PyAny>,
+    grid: &'a Bound<'py, PyAny>,
+    threadgroup: &'a Bound<'py, PyAny>,
+    template: &'a Bound<'py, PyAny>,
     has_init: bool,
-) -> Option<Key> {
-    let shapes = output_shapes.cast::<PyList>().ok()?;
-    let dtypes = output_dtypes.cast::<PyList>().ok()?;
-    if shapes.len() != dtypes.len() {
-        return None;
+}
+
+impl CallArgs<'_, '_> {
+    /// The call's key, or `None` when its arguments are not of the forms this path caches.
+    fn key(&self) -> Option<Key> {
+        let shapes = self.output_shapes.cast::<PyList>().ok()?;
+        let dtypes = self.output_dtypes.cast::<PyList>().ok()?;
+        if shapes.len() != dtypes.len() {
+            return None;
+        }
+        Some(Key {
+            ordinal: self.ordinal,
+            output_shapes: shapes.iter().map(|s| shape_of(&s)).collect::<Option<_>>()?,
+            output_dtypes: dtypes.iter().map(|d| d.as_ptr() as usize).collect(),
+            grid: self.grid.extract().ok()?,
+            threadgroup: self.threadgroup.extract().ok()?,
+            template: template_key(self.template)?,
+            has_init: self.has_init,
+        })
     }
-    Some(Key {
-        ordinal,
-        output_shapes: shapes.iter().map(|s| shape_of(&s)).collect::<Option<_>>()?,
-        output_dtypes: dtypes.iter().map(|d| d.as_ptr() as usize).collect(),
-        grid: grid.extract().ok()?,
-        threadgroup: threadgroup.extract().ok()?,
-        template: template_key(template)?,
-        has_init,
-    })
+}
+
+impl Key {
+    /// Whether `call` has this key: what `call.key() == Some(self)` says, without allocating.
+    fn matches(&self, call: &CallArgs<'_, '_>) -> bool {
+        let (Ok(shapes), Ok(dtypes)) = (call.output_shapes.cast::<PyList>(), call.output_dtypes.cast::<PyList>())
+        else {
+            return false;
+        };
+        self.ordinal == call.ordinal
+            && self.has_init == call.has_init
+            && shapes.len() == self.output_shapes.len()
+            && dtypes.len() == self.output_dtypes.len()
+            && dtypes.iter().zip(&self.output_dtypes).all(|(d, &k)| d.as_ptr() as usize == k)
+            && shapes.iter().zip(&self.output_shapes).all(|(s, k)| shape_is(&s, k))
+            && triple(call.grid) == Some(self.grid)
+            && triple(call.threadgroup) == Some(self.threadgroup)
+            && if call.template.is_none() {
+                self.template.is_empty()
+            } else {
+                template_key(call.template).is_some_and(|t| t == self.template)
+            }
+    }
+}
+
+/// Whether `item` (a tuple or list of integers) is the shape `shape`.
+fn shape_is(item: &Bound<'_, PyAny>, shape: &[usize]) -> bool {
+    fn same<'a>(mut values: impl ExactSizeIterator<Item = Borrowed<'a, 'a, PyAny>>, shape: &[usize]) -> bool {
+        values.len() == shape.len()
+            && values.by_ref().zip(shape).all(|(v, &n)| v.extract::<usize>().is_ok_and(|v| v == n))
+    }
+    if let Ok(t) = item.cast::<PyTuple>() {
+        same(t.iter_borrowed(), shape)
+    } else if let Ok(l) = item.cast::<PyList>() {
+        l.len() == shape.len() && l.iter().zip(shape).all(|(v, &n)| v.extract::<usize>().is_ok_and(|v| v == n))
+    } else {
+        false
+    }
+}
+
+/// Three integers (a grid or threadgroup), if `item` is a tuple or list of them.
+fn triple(item: &Bound<'_, PyAny>) -> Option<(u32, u32, u32)> {
+    item.extract().ok()
 }
 
 /// The launch description of a new key: kiln's spec, as the general path builds it, and the
