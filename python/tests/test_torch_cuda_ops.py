@@ -178,3 +178,51 @@ def test_row_ops_on_strided_inputs_produced_on_the_current_stream():
     assert norm.device == x.device and soft.device == x.device
     assert_close(ref(norm), want_norm, "float32")
     assert_close(ref(soft), e / e.sum(-1, keepdims=True), "float32")
+
+
+def torch_attention_reference(q, k, v, scale, causal):
+    """Attention in float64 by PyTorch's matrix products on the GPU (large cases)."""
+    s = q.double() @ k.double().transpose(-1, -2) * scale
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(), float("-inf"))
+    return ref(torch.softmax(s, -1) @ v.double())
+
+
+def test_ops_called_back_to_back_on_one_stream_each_get_their_answer():
+    """Layers call ops one after another without waiting, often behind long work on the stream:
+    each call of the warpgroup prefill (its tensor maps and tile counter are kiln's memory,
+    written per call; more tiles than multiprocessors, so the counter matters), of decode and
+    of the blocked cholesky and qr must read its own tables and intermediates, never a later
+    call's, and must not have them reused while it runs. The stream first spins for a while, so
+    every call is queued before any runs. Each prefill reads the previous one's output."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    prefill, decode, chol, qr = [], [], [], []
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(100_000_000)
+        q = torch.randn(2, 16, 1024, 128, device="cuda").to(torch.bfloat16)
+        for i in range(6):
+            k, v = (torch.randn(2, 16, 1024, 128, device="cuda").to(torch.bfloat16) for _ in range(2))
+            causal = i % 2 == 1
+            out = kiln.ops.scaled_dot_product_attention(q, k, v, scale=0.09, mask="causal" if causal else None)
+            prefill.append((q, k, v, causal, out))
+            q = out * 4
+        for _ in range(6):
+            q1 = torch.randn(2, 4, 1, 64, device="cuda").to(torch.float16)
+            k, v = (torch.randn(2, 2, 700, 64, device="cuda").to(torch.float16) for _ in range(2))
+            decode.append((q1, k, v, kiln.ops.scaled_dot_product_attention(q1, k, v, scale=0.125)))
+        for _ in range(4):
+            m = torch.randn(3, 200, 200, device="cuda")
+            a = m @ m.transpose(1, 2) + 200 * torch.eye(200, device="cuda")
+            chol.append((a, kiln.ops.cholesky(a)))
+            b = torch.randn(3, 150, 70, device="cuda")
+            qr.append((b, kiln.ops.qr(b)))
+    side.synchronize()
+    for q, k, v, causal, out in prefill:
+        assert_close(ref(out), torch_attention_reference(q, k, v, 0.09, causal), "bfloat16")
+    for q1, k, v, out in decode:
+        assert_close(ref(out), attention_reference(q1, k, v, 0.125, None), "float16")
+    for a, out in chol:
+        assert_close(ref(out), np.linalg.cholesky(ref(a)), "float32")
+    for b, (qq, rr) in qr:
+        assert_close(ref(qq) @ ref(rr), ref(b), "float32")

@@ -3,13 +3,16 @@
 //! body; `X_shape`/`X_strides`/`X_ndim` are passed by value when the body names them; the grid
 //! counts threads and is covered by ceil-div blocks (so more than `grid` threads may run, as in
 //! MLX: the body bounds-checks); `shared_memory` bytes of dynamic shared memory are requested.
+//! The generated program is memoised per call signature, with the slot where the backend keeps
+//! the module it loaded, so a repeated call neither generates nor hashes the source again.
 
 use std::fmt::Write;
 
 use super::launch::{KernelInput, LaunchSpec};
 use super::marshal::{Convention, Marshal};
+use super::signature_memo::SignatureMemo;
 use crate::array::Array;
-use crate::backend::{self, Dispatch, Launch};
+use crate::backend::{self, Dispatch, Launch, ResolvedSlot};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -33,6 +36,14 @@ pub struct CudaKernel {
     arch_specific: Option<(u32, u32)>,
     launch_bounds: Option<(u32, u32)>,
     shape_info: Vec<ShapeInfo>,
+    memo: SignatureMemo<Generated>,
+}
+
+/// The program of one call signature and the slot where the backend keeps what it loaded.
+#[derive(Debug)]
+struct Generated {
+    program: MetalProgram,
+    resolved: ResolvedSlot,
 }
 
 /// The CUDA element type MLX uses for a dtype.
@@ -105,24 +116,28 @@ impl CudaKernel {
             arch_specific: None,
             launch_bounds: None,
             shape_info,
+            memo: SignatureMemo::default(),
         })
     }
 
     /// Text placed at global namespace before the kernel.
     pub fn header(mut self, header: impl Into<String>) -> Self {
         self.header = header.into();
+        self.memo = SignatureMemo::default();
         self
     }
 
     /// Copy non-row-contiguous inputs before the launch (default true).
     pub fn ensure_row_contiguous(mut self, on: bool) -> Self {
         self.ensure_row_contiguous = on;
+        self.memo = SignatureMemo::default();
         self
     }
 
     /// Bytes of dynamic shared memory requested at launch (default 0).
     pub fn shared_memory(mut self, bytes: usize) -> Self {
         self.shared_memory = bytes;
+        self.memo = SignatureMemo::default();
         self
     }
 
@@ -131,6 +146,7 @@ impl CudaKernel {
     /// capability fails with an error instead of running.
     pub fn arch_specific(mut self, capability: (u32, u32)) -> Self {
         self.arch_specific = Some(capability);
+        self.memo = SignatureMemo::default();
         self
     }
 
@@ -140,6 +156,7 @@ impl CudaKernel {
     /// error naming the kernel; `max_threads` must lie in 1..=1024 and `min_blocks` be at least 1.
     pub fn launch_bounds(mut self, max_threads: u32, min_blocks: u32) -> Self {
         self.launch_bounds = Some((max_threads, min_blocks));
+        self.memo = SignatureMemo::default();
         self
     }
 
@@ -257,7 +274,9 @@ impl CudaKernel {
             return Err(Error::invalid(self.op(), format!("only supports the GPU; the call resolved to {device}")));
         };
         let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
-        let program = self.program(&arrays, spec)?;
+        let generated = self.memo.get_or_make(&self.op(), &arrays, spec, || {
+            Ok(Generated { program: self.program(&arrays, spec)?, resolved: ResolvedSlot::default() })
+        })?;
         let backend = backend::backend_for(Device::Cuda(ordinal))?;
         let marshal = Marshal {
             op: &self.op(),
@@ -269,7 +288,7 @@ impl CudaKernel {
         };
         let bindings = marshal.bindings(inputs, arrays, spec)?;
         let launch = Launch {
-            program: &program,
+            program: &generated.program,
             bindings,
             dispatch: Dispatch::Threads(spec.grid),
             threadgroup: spec.threadgroup,
@@ -277,7 +296,7 @@ impl CudaKernel {
             timeout: spec.timeout,
             cancel: spec.cancel.clone(),
             stream: spec.stream,
-            resolved: None,
+            resolved: Some(&generated.resolved),
         };
         backend.launch(&launch)
     }

@@ -5,14 +5,14 @@
 //! lookup, not code generation.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use super::entry_contract::EntryContract;
-use super::launch::{KernelInput, LaunchSpec, OutputDTypes, TemplateArgs};
+use super::launch::{KernelInput, LaunchSpec};
 use super::marshal::{is_host_scalar, Convention, Marshal};
+use super::signature_memo::SignatureMemo;
 use crate::array::Array;
 use crate::backend::{self, Dispatch, Launch, ResolvedSlot};
 use crate::device::Device;
@@ -59,59 +59,11 @@ pub struct MetalKernel {
     math_mode: MathMode,
     attributes: Vec<(&'static str, &'static str)>,
     shape_info: Vec<ShapeInfo>,
-    memo: Memo,
+    memo: SignatureMemo<Generated>,
     /// `"metal_kernel <name>"`, the op named in errors.
     op: String,
     restrict_pointers: bool,
 }
-
-/// Everything the generated source depends on besides the kernel's own fields: per input its
-/// dtype, rank and whether it is small (fewer than 8 elements, bound in `constant` space), the
-/// template and the output dtypes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Signature {
-    inputs: Vec<(DType, usize, bool)>,
-    template: TemplateArgs,
-    outputs: OutputDTypes,
-}
-
-impl Signature {
-    fn of(arrays: &[Array], spec: &LaunchSpec) -> Self {
-        Signature {
-            inputs: arrays.iter().map(|a| (a.dtype(), a.ndim(), a.size() < 8)).collect(),
-            template: spec.template.clone(),
-            outputs: spec.output_dtypes.clone(),
-        }
-    }
-
-    /// Whether this is the signature of `arrays` and `spec`, without building theirs.
-    fn matches(&self, arrays: &[Array], spec: &LaunchSpec) -> bool {
-        self.inputs.len() == arrays.len()
-            && self
-                .inputs
-                .iter()
-                .zip(arrays)
-                .all(|(&(d, n, s), a)| d == a.dtype() && n == a.ndim() && s == (a.size() < 8))
-            && self.template == spec.template
-            && self.outputs == spec.output_dtypes
-    }
-}
-
-/// A cheap hash of what a signature holds, computed from the call's own arguments.
-fn signature_hash(arrays: &[Array], spec: &LaunchSpec) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = rustc_hash::FxHasher::default();
-    for a in arrays {
-        (a.dtype(), a.ndim(), a.size() < 8).hash(&mut h);
-    }
-    spec.template.hash(&mut h);
-    spec.output_dtypes.hash(&mut h);
-    h.finish()
-}
-
-/// Generated sources and programs by call signature. Builder methods start a fresh table, so a
-/// kernel changed after cloning never sees its original's programs.
-type Memo = Arc<Mutex<FxHashMap<u64, Vec<(Signature, Arc<Generated>)>>>>;
 
 /// The generated source of one signature, the program compiled from it, the slot where the
 /// backend keeps what it resolved for that program, and what its launches must satisfy.
@@ -162,7 +114,7 @@ impl MetalKernel {
             math_mode: MathMode::Safe,
             attributes,
             shape_info,
-            memo: Memo::default(),
+            memo: SignatureMemo::default(),
             op: format!("metal_kernel {name}"),
             restrict_pointers: true,
             name,
@@ -172,21 +124,21 @@ impl MetalKernel {
     /// Text placed before the kernel (helpers, structs, includes).
     pub fn header(mut self, header: impl Into<String>) -> Self {
         self.header = header.into();
-        self.memo = Memo::default();
+        self.memo = SignatureMemo::default();
         self
     }
 
     /// Copy non-row-contiguous inputs before the launch (default true).
     pub fn ensure_row_contiguous(mut self, on: bool) -> Self {
         self.ensure_row_contiguous = on;
-        self.memo = Memo::default();
+        self.memo = SignatureMemo::default();
         self
     }
 
     /// Declare every output `device atomic<T>*` (default false).
     pub fn atomic_outputs(mut self, on: bool) -> Self {
         self.atomic_outputs = on;
-        self.memo = Memo::default();
+        self.memo = SignatureMemo::default();
         self
     }
 
@@ -195,14 +147,14 @@ impl MetalKernel {
     /// read-only). `false` keeps plain generic pointers, for kernels that schedule better so.
     pub fn restrict_pointers(mut self, on: bool) -> Self {
         self.restrict_pointers = on;
-        self.memo = Memo::default();
+        self.memo = SignatureMemo::default();
         self
     }
 
     /// The compiler's math mode (default safe).
     pub fn math_mode(mut self, mode: MathMode) -> Self {
         self.math_mode = mode;
-        self.memo = Memo::default();
+        self.memo = SignatureMemo::default();
         self
     }
 
@@ -307,20 +259,12 @@ impl MetalKernel {
 
     /// The generated source and program for this call, from the memo when seen before.
     fn generate_memoised(&self, arrays: &[Array], spec: &LaunchSpec) -> Result<Arc<Generated>> {
-        let hash = signature_hash(arrays, spec);
-        let poisoned = || Error::invalid(self.op(), "source memo lock poisoned");
-        if let Some(bucket) = self.memo.lock().map_err(|_| poisoned())?.get(&hash) {
-            if let Some((_, hit)) = bucket.iter().find(|(sig, _)| sig.matches(arrays, spec)) {
-                return Ok(hit.clone());
-            }
-        }
-        let generated = self.generate(arrays, spec)?;
-        let program = self.program(&generated);
-        let contract = EntryContract::of(self.op(), &program)?;
-        let entry = Arc::new(Generated { source: generated, program, resolved: ResolvedSlot::default(), contract });
-        let mut memo = self.memo.lock().map_err(|_| poisoned())?;
-        memo.entry(hash).or_default().push((Signature::of(arrays, spec), entry.clone()));
-        Ok(entry)
+        self.memo.get_or_make(self.op(), arrays, spec, || {
+            let generated = self.generate(arrays, spec)?;
+            let program = self.program(&generated);
+            let contract = EntryContract::of(self.op(), &program)?;
+            Ok(Generated { source: generated, program, resolved: ResolvedSlot::default(), contract })
+        })
     }
 
     /// Runs the kernel and returns its outputs, in `output_names` order, on the launch device.

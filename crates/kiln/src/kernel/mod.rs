@@ -10,6 +10,7 @@ mod marshal;
 mod metal_kernel;
 mod metal_library;
 pub mod predefined;
+mod signature_memo;
 
 pub use dim3::Dim3;
 pub use launch::IntoTemplateArg;

@@ -8,13 +8,15 @@ use std::sync::Arc;
 use super::{Arch, CudaBackend, LoadedModule};
 use crate::array::Array;
 use crate::backend::{Binding, Dispatch, Launch};
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::program::{check_threadgroup, MathMode, MetalProgram};
 use crate::source::cuda as cuda_source;
 
 impl CudaBackend {
-    /// The loaded module of a CUDA program's text: looked up by that text (a few KB), so a
-    /// repeated call neither rebuilds nor rehashes the ~100 KB translation unit.
+    /// The loaded module of a CUDA program's text: looked up by that text (without the prelude),
+    /// so a call neither rebuilds nor hashes the whole translation unit; a launch that carries
+    /// a resolved slot (a `CudaKernel`'s memoised program) finds the module there instead.
     fn custom_module(&self, kernel: &str, user_source: &str, specific: bool) -> Result<Arc<LoadedModule>> {
         let hash = super::programs::fx(specific as u64, user_source.as_bytes());
         let poisoned = || Error::invalid(kernel, "CudaKernel module table lock poisoned");
@@ -60,7 +62,17 @@ impl CudaBackend {
         check_threadgroup(kernel, block)?;
         self.check_arch(kernel, arch_specific)?;
         let shared_memory: usize = launch.threadgroup_memory.iter().sum();
-        let module = self.custom_module(kernel, &program.source, arch_specific.is_some())?;
+        let device = Device::Cuda(self.ordinal);
+        let module = match launch.resolved.and_then(|slot| slot.get::<Arc<LoadedModule>>(device)) {
+            Some(module) => module.clone(),
+            None => {
+                let module = self.custom_module(kernel, &program.source, arch_specific.is_some())?;
+                if let Some(slot) = launch.resolved {
+                    slot.set(device, Arc::new(module.clone()));
+                }
+                module
+            }
+        };
         let func = self.entry(kernel, &module, &program.function, shared_memory)?;
         let stream = self.launch_stream(launch)?;
         let mut params: Vec<Vec<u8>> = Vec::with_capacity(launch.bindings.len());

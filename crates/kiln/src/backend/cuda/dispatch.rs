@@ -9,6 +9,7 @@
 use cudarc::driver::{sys, DriverError};
 use smallvec::{smallvec, SmallVec};
 
+use super::external::is_lent;
 use super::memory::CudaBuffer;
 use super::programs::Resolved;
 use super::CudaBackend;
@@ -296,7 +297,14 @@ impl CudaBackend {
             Binding::Bytes(_) => {
                 return Err(Error::invalid(kernel, format!("slot {slot} holds constant bytes, not memory")))
             }
-            Binding::Array(a) if a.device() == Device::Cuda(self.ordinal) => self.element_address(kernel, a)?,
+            Binding::Array(a) if a.device() == Device::Cuda(self.ordinal) => {
+                // kiln's own memory (an earlier call's output, an uploaded table) was written, and
+                // is freed, in the order of the backend's stream: a launch on a caller's stream
+                // must wait for it and be waited for. Memory lent by the caller is ordered by the
+                // caller's stream already.
+                *own_memory |= !is_lent(a);
+                self.element_address(kernel, a)?
+            }
             Binding::Array(a) => {
                 let uploaded = self.upload_view(kernel, a)?;
                 let addr = self.element_address(kernel, &uploaded)?;
@@ -318,6 +326,7 @@ impl CudaBackend {
                 addr
             }
             Binding::OutputInto(a) if a.device() == Device::Cuda(self.ordinal) => {
+                *own_memory |= !is_lent(a);
                 outputs.push(a.clone());
                 self.element_address(kernel, a)?
             }

@@ -54,6 +54,12 @@ impl DeviceBuffer for LentCudaMemory {
     }
 }
 
+/// Whether `array` views memory lent by another framework (ordered by that framework's
+/// streams), not kiln's own (ordered by the backend's stream).
+pub(super) fn is_lent(array: &Array) -> bool {
+    array.device_buffer().is_some_and(|b| b.as_any().is::<LentCudaMemory>())
+}
+
 /// A view of lent device memory: `offset` elements from its start, with `shape` and element
 /// `strides`; an error when the view reaches outside the memory.
 pub fn lent_cuda_array(
