@@ -226,3 +226,22 @@ def test_ops_called_back_to_back_on_one_stream_each_get_their_answer():
         assert_close(ref(out), np.linalg.cholesky(ref(a)), "float32")
     for b, (qq, rr) in qr:
         assert_close(ref(qq) @ ref(rr), ref(b), "float32")
+
+
+@pytest.mark.parametrize("stream", ["default", "side"])
+def test_attention_called_back_to_back_matches_one_call_alone(stream):
+    """A model calls attention layer after layer while the GPU is still busy with the earlier
+    ones: every call of a back-to-back run must give exactly what one call alone gives (more
+    query tiles than multiprocessors, so each call's tile counter is used, and kernels long
+    enough that later calls are queued while earlier ones run)."""
+    q, k, v = (torch.randn(1, 32, 4096, 128, device="cuda").to(torch.bfloat16) for _ in range(3))
+    alone = kiln.ops.scaled_dot_product_attention(q, k, v, scale=0.09)
+    torch.cuda.synchronize()
+    assert_close(ref(alone[:, :1]), torch_attention_reference(q[:, :1], k[:, :1], v[:, :1], 0.09, False), "bfloat16")
+    side = torch.cuda.Stream() if stream == "side" else torch.cuda.current_stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        outs = [kiln.ops.scaled_dot_product_attention(q, k, v, scale=0.09) for _ in range(12)]
+    side.synchronize()
+    for i, out in enumerate(outs):
+        assert torch.equal(out, alone), f"call {i} of the run differs from the call alone"
