@@ -4,7 +4,10 @@ PyTorch CUDA tensors) and PyTorch's SDPA backends taking turns on the same input
 round, so both see the GPU in the same state (its clocks drift with power and temperature
 between processes and minutes apart). Each time is bench/peers.py's: CUDA events, the L2 flushed
 before each call, the median of the calls of a round. Prints each round's times and ratio
-(PyTorch's best backend over kiln: above 1, kiln is faster) and the median of each side.
+(PyTorch's best backend over kiln: above 1, kiln is faster) and the median of each side. Each
+time starts from an idle GPU (the timer waits for queued work before its flush), so a call's
+host time beyond the flush shows in it; the host milliseconds per call while 20 calls are
+queued back to back, and the wall milliseconds per call until they are done, are printed too.
 
 Usage (on the GPU machine, with kiln and torch installed):
     python bench/attention_turns.py [--rounds 5] [--json out.json]
@@ -14,6 +17,7 @@ import json
 import math
 import os
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +36,20 @@ BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTEN
 def flops(b, h, t, d, causal):
     whole = 4 * b * h * t * t * d
     return whole / 2 if causal else whole
+
+
+def queued_ms(fn, calls=20):
+    """(host ms per call while ``calls`` calls are queued back to back, wall ms per call until
+    the GPU has run them all)."""
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    queued = time.perf_counter()
+    torch.cuda.synchronize()
+    done = time.perf_counter()
+    return (queued - start) / calls * 1e3, (done - start) / calls * 1e3
 
 
 def main():
@@ -68,6 +86,7 @@ def main():
             if not err < 8e-3:
                 sys.exit(f"{case}: {name} disagrees with the f32 reference (rel. L2 {err:.2e})")
             usable[name] = fn
+        queued = {name: queued_ms(fn) for name, fn in usable.items()}
         rounds = {name: [] for name in usable}
         for _ in range(args.rounds):
             for name, fn in usable.items():
@@ -79,10 +98,11 @@ def main():
         print(f"{case}")
         for name, r in rounds.items():
             tf = flops(b, h, t, d, causal) / (med[name] * 1e-3) / 1e12
-            print(f"  {name:6s} median {med[name]:.4f} ms ({tf:.0f} TFLOP/s)  rounds " + " ".join(f"{x:.4f}" for x in r))
+            print(f"  {name:6s} median {med[name]:.4f} ms ({tf:.0f} TFLOP/s)  rounds " + " ".join(f"{x:.4f}" for x in r)
+                  + f"  | back to back: host {queued[name][0]:.4f} ms/call, wall {queued[name][1]:.4f} ms/call")
         print(f"  best peer / kiln per round: " + " ".join(f"{x:.3f}" for x in ratios)
               + f"   (min {min(ratios):.3f}, median {sorted(ratios)[len(ratios) // 2]:.3f})")
-        results.append({"case": case, "rounds_ms": rounds, "ratio_per_round": ratios})
+        results.append({"case": case, "rounds_ms": rounds, "ratio_per_round": ratios, "queued_ms": queued})
         del q, k, v
         torch.cuda.empty_cache()
     if args.json:
