@@ -41,13 +41,18 @@
     auto first_query = [&](int t) { return (nm - 1 - t % nm) * BM; };
     auto head_of = [&](int t) { return t / nm; };
     // Key tiles consumer c uses in a tile starting at query q0 (causal: up to its last visible
-    // key); the last consumer's queries come last, so it never uses fewer, and the tile's key
-    // tiles are its.
+    // key; none when its rows all lie past the queries, as in the last tile of a head whose
+    // length is not a multiple of BM). Later consumers' queries come later, so the last
+    // consumer with queries uses the most, and the tile's key tiles are its.
     auto tiles_of = [&](int q0, int c) {
         const int w = q0 + 64 * c;
+        if (w >= Tq) {
+            return 0;
+        }
         const int end = CAUSAL ? min(max(min(w + 64, Tq) + shift, 0), Tk) : Tk;
         return (end + BN - 1) / BN;
     };
+    auto tile_tiles = [&](int q0) { return tiles_of(q0, min(NC - 1, (Tq - 1 - q0) / 64)); };
     if (tid == 0) {
         kiln_tma::bar_init(q_full, 1);
         kiln_tma::bar_init(q_empty, 4 * NC);
@@ -102,7 +107,7 @@
                 }
                 const int hb = head_of(t);
                 const int q0 = first_query(t);
-                const int ntiles = tiles_of(q0, NC - 1);
+                const int ntiles = tile_tiles(q0);
                 // The query rows, once every consumer's last S of the previous tile completed.
                 if (i >= 1) {
                     kiln_tma::wait(q_empty, (i - 1) & 1);
@@ -193,8 +198,10 @@
     // threads, so no consumer may pass twice before the next took the turn). In a tile with K
     // key tiles every consumer takes K + 1 turns: one per key tile it uses, one for its last
     // P V, and an empty one per key tile it does not use. The last consumer uses every key
-    // tile, so its last turn is its last P V (the empty one when K = 0); it passes that turn
-    // on to the next tile, which it learns just before, or not at all after the last tile.
+    // tile, so its last turn is its last P V, unless its rows lie past the queries: then its
+    // K empty turns come first and the one a P V would take last (the only one when K = 0).
+    // It passes its last turn on to the next tile, which it learns just before, or not at all
+    // after the last tile.
     int next = total;
     auto learn_next = [&](unsigned i) {
         if (cw == NC - 1) {
@@ -360,9 +367,6 @@
         kiln_tma::wait(q_full, i & 1);
         if (nw == 0) {
             release(q_empty);
-            learn_next(i);
-            take_turn();
-            pass_turn(true);
         } else {
             // Key tile 0: S_0 alone.
             kiln_tma::wait(k_full(k_stage(0)), phase(0));
@@ -424,7 +428,7 @@
             kiln_wg::keep<OACC>(o);
             release(v_empty(k_stage(nw - 1)));
         }
-        const int ntiles = tiles_of(w0 - cw * 64, NC - 1);
+        const int ntiles = tile_tiles(w0 - cw * 64);
         // Key tiles this consumer does not use are released as they arrive (so every stage's
         // barriers see every consumer once per load), each followed by an empty turn: a
         // consumer never waits for a load while it holds back a turn the others need.
@@ -435,6 +439,12 @@
             release(v_empty(k_stage(j)));
             take_turn();
             pass_turn(false);
+        }
+        if (nw == 0) {
+            // The turn a last P V would take, after the empty ones.
+            learn_next(i);
+            take_turn();
+            pass_turn(true);
         }
 
         // The output rows, staged in this consumer's output buffer (free once its threads are
