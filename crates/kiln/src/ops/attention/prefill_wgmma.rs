@@ -5,7 +5,8 @@
 //! `mma.sync` prefill.
 //!
 //! Work is cut into tiles of 64·NC queries of one (batch, query head), NC consumers (3 for
-//! D = 64, 2 for D = 128). The launch is persistent: one block per multiprocessor (fewer when
+//! D = 64, 2 for D = 128); a consumer whose 64 rows lie past the queries (the last tile of a
+//! head whose length is not a multiple of 64·NC) uses no key tiles. The launch is persistent: one block per multiprocessor (fewer when
 //! there are fewer tiles), block b starting with tile b and taking each next one from a counter
 //! in device memory (zero at the launch, after the tensor maps in `maps`), so blocks balance
 //! under the causal mask as under the hardware's block scheduler while the producer already
