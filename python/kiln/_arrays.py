@@ -3,8 +3,9 @@ arrays of the caller's framework.
 
 A descriptor is ``(owner, address, nbytes, offset, shape, strides, dtype, ordinal)``: the span
 of memory the view reaches (its lowest address and length in bytes), the view's first element
-as an offset in elements from there, element strides, kiln's dtype name and the CUDA device
-ordinal (-1 for host memory). ``owner`` stays alive while kiln uses the memory.
+as an offset in elements from there, element strides (None: row-major, for a contiguous
+tensor, whose strides on axes of one element PyTorch leaves free), kiln's dtype name and the
+CUDA device ordinal (-1 for host memory). ``owner`` stays alive while kiln uses the memory.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def torch_desc(t, ordinal: int):
         pad = ptr % 64
         if pad % itemsize:
             pad = 0
-        return (t, ptr - pad, t.numel() * itemsize + pad, pad // itemsize, t.shape, t.stride(), dtype, ordinal)
+        return (t, ptr - pad, t.numel() * itemsize + pad, pad // itemsize, t.shape, None, dtype, ordinal)
     return describe(t, t.data_ptr(), t.shape, t.stride(), itemsize, dtype, ordinal, False)
 
 

@@ -58,6 +58,25 @@ def test_cpu_tensor_views_keep_their_strides():
     assert_close(ref(out), ref(x) * 3, "float32")
 
 
+STRIDES_SEEN = kiln.metal_kernel("strides_seen", ["inp"], ["out"], """
+    uint i = thread_position_in_grid.x;
+    out[i] = int(inp_strides[i]);
+""", ensure_row_contiguous=False)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_a_contiguous_tensor_shows_row_major_strides_as_mlx_does(device):
+    """A transposed column is contiguous, with PyTorch's stride on its axis of one element left
+    free (5 here): kernels see the row-major strides an MLX array of that shape has, on the
+    cached path of CUDA tensors as on the general path."""
+    x = torch.randn(1, 5, device=device).t()
+    assert x.is_contiguous() and x.stride() == (1, 5)
+    for _ in range(2):
+        (out,) = STRIDES_SEEN(inputs=[x], output_shapes=[(2,)], output_dtypes=[torch.int32], grid=(2, 1, 1),
+                              threadgroup=(2, 1, 1))
+        assert out.tolist() == [1, 1]
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=np_name)
 def test_cuda_tensors_run_on_their_gpu(dtype):

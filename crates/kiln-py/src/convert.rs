@@ -32,7 +32,10 @@ pub fn array(desc: &Bound<'_, PyTuple>) -> PyResult<Array> {
     let nbytes: usize = desc.get_borrowed_item(2)?.extract()?;
     let offset: usize = desc.get_borrowed_item(3)?.extract()?;
     let shape: Shape = tuple_of(desc.get_borrowed_item(4)?)?;
-    let strides: Strides = tuple_of(desc.get_borrowed_item(5)?)?;
+    // None: row-major (a contiguous tensor, whose strides on axes of one element need not be).
+    let strides_item = desc.get_borrowed_item(5)?;
+    let strides: Strides =
+        if strides_item.is_none() { kiln::array::row_major_strides(&shape) } else { tuple_of(strides_item)? };
     let dtype = dtype(desc.get_borrowed_item(6)?.cast::<PyString>()?.to_str()?)?;
     let ordinal: i64 = desc.get_borrowed_item(7)?.extract()?;
     lent(Box::new(owner), address, nbytes, offset, &shape, &strides, dtype, ordinal)

@@ -11,7 +11,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use kiln::array::{Array, Shape, Strides};
+use kiln::array::{row_major_strides, Array, Shape, Strides};
 use kiln::{DType, Device, KernelInput, LaunchSpec, MetalKernel};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -180,7 +180,7 @@ fn tensor_input(
     // the same elements (an axis of one element is only ever indexed at 0).
     let contiguous = t.call_method0(intern!(py, "is_contiguous")).ok()?.is_truthy().ok()?;
     let strides = if contiguous {
-        row_major(&shape)
+        row_major_strides(&shape)
     } else if ensure_row_contiguous {
         // The general path copies it first, as MLX does.
         return None;
@@ -326,16 +326,6 @@ fn poisoned() -> PyErr {
     pyo3::exceptions::PyRuntimeError::new_err("kiln's launch cache lock is poisoned")
 }
 
-fn row_major(shape: &[usize]) -> Strides {
-    let mut strides = Strides::from_elem(0, shape.len());
-    let mut step = 1isize;
-    for (s, &n) in strides.iter_mut().zip(shape).rev() {
-        *s = step;
-        step *= n.max(1) as isize;
-    }
-    strides
-}
-
 /// The arguments of one call that the launch cache compares.
 struct CallArgs<'a, 'py> {
     ordinal: usize,
@@ -431,7 +421,7 @@ fn make_launch(
         let kwargs = PyDict::new(py);
         kwargs.set_item("dtype", d)?;
         kwargs.set_item("device", &device)?;
-        let stride = PyTuple::new(py, row_major(shape).iter())?;
+        let stride = PyTuple::new(py, row_major_strides(shape).iter())?;
         allocations.push((PyTuple::new(py, shape.iter())?.unbind(), stride.unbind(), kwargs.unbind()));
     }
     if !template.is_none() {
@@ -451,7 +441,7 @@ fn make_launch(
         }
     }
     Ok(Some(CachedLaunch {
-        output_strides: key.output_shapes.iter().map(|s| row_major(s)).collect(),
+        output_strides: key.output_shapes.iter().map(|s| row_major_strides(s)).collect(),
         key,
         spec,
         allocations,
