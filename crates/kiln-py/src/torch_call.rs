@@ -92,6 +92,10 @@ enum TemplateKey {
 struct CachedLaunch {
     key: Key,
     spec: LaunchSpec,
+    /// The spec a call runs with: `spec` and the call's stream, outputs and fill value, kept
+    /// between calls so a call sets those instead of cloning the spec (a call made while
+    /// another thread holds it clones `spec`).
+    running: Mutex<LaunchSpec>,
     /// Per output: the shape and row-major stride tuples and the keywords (`dtype`, `device`)
     /// `torch.empty_strided` takes (PyTorch's cheapest allocation from Python: it parses fewer
     /// overloads than `torch.empty`).
@@ -286,12 +290,20 @@ impl LaunchCache {
             outputs.append(out)?;
         }
         drop(likes);
-        let mut spec = launch.spec.clone();
-        spec.init_value = init;
-        spec.stream = external_stream(Some((stream, ordinal)));
-        spec.outputs_into = Some(lent);
-        spec.device = Some(Device::Cuda(ordinal));
-        py.detach(|| kernel.call(&args, &spec)).map_err(crate::errors::to_py)?;
+        let run = |spec: &mut LaunchSpec| {
+            spec.init_value = init;
+            spec.stream = external_stream(Some((stream, ordinal)));
+            spec.outputs_into = Some(lent);
+            let result = py.detach(|| kernel.call(&args, spec));
+            // The outputs' owners (PyTorch tensors) are not kept past the call.
+            spec.outputs_into = None;
+            result
+        };
+        let result = match launch.running.try_lock() {
+            Ok(mut spec) => run(&mut spec),
+            Err(_) => run(&mut launch.spec.clone()),
+        };
+        result.map_err(crate::errors::to_py)?;
         Ok(Some(outputs.unbind()))
     }
 
@@ -410,7 +422,8 @@ fn make_launch(
     template: &Bound<'_, PyAny>,
 ) -> PyResult<Option<CachedLaunch>> {
     let (g, t) = (key.grid, key.threadgroup);
-    let mut spec = LaunchSpec::new([g.0, g.1, g.2], [t.0, t.1, t.2]).mlx_keywords(true);
+    let mut spec =
+        LaunchSpec::new([g.0, g.1, g.2], [t.0, t.1, t.2]).mlx_keywords(true).device(Device::Cuda(key.ordinal));
     let device = torch.device.bind(py).call1(("cuda", key.ordinal))?;
     let mut allocations = Vec::with_capacity(key.output_shapes.len());
     for (shape, d) in key.output_shapes.iter().zip(output_dtypes.try_iter()?) {
@@ -443,6 +456,7 @@ fn make_launch(
     Ok(Some(CachedLaunch {
         output_strides: key.output_shapes.iter().map(|s| row_major_strides(s)).collect(),
         key,
+        running: Mutex::new(spec.clone()),
         spec,
         allocations,
     }))
