@@ -189,12 +189,7 @@ fn tensor_input(
         // The general path copies it first, as MLX does.
         return None;
     } else {
-        let stride = t.call_method0(intern!(py, "stride")).ok()?;
-        let mut strides = Strides::new();
-        for s in stride.cast::<PyTuple>().ok()?.iter_borrowed() {
-            strides.push(s.extract().ok()?);
-        }
-        strides
+        convert::tuple_of(t.call_method0(intern!(py, "stride")).ok()?.as_borrowed()).ok()?
     };
     let address: usize = t.call_method0(intern!(py, "data_ptr")).ok()?.extract().ok()?;
     let (start, nbytes, offset) = convert::span(address, &shape, &strides, dtype.size());
@@ -381,7 +376,7 @@ impl Key {
             && shapes.len() == self.output_shapes.len()
             && dtypes.len() == self.output_dtypes.len()
             && dtypes.iter().zip(&self.output_dtypes).all(|(d, &k)| d.as_ptr() as usize == k)
-            && shapes.iter().zip(&self.output_shapes).all(|(s, k)| shape_is(&s, k))
+            && shapes.iter().zip(&self.output_shapes).all(|(s, k)| shape_of(&s).is_some_and(|s| s == *k))
             && triple(call.grid) == Some(self.grid)
             && triple(call.threadgroup) == Some(self.threadgroup)
             && if call.template.is_none() {
@@ -389,21 +384,6 @@ impl Key {
             } else {
                 template_key(call.template).is_some_and(|t| t == self.template)
             }
-    }
-}
-
-/// Whether `item` (a tuple or list of integers) is the shape `shape`.
-fn shape_is(item: &Bound<'_, PyAny>, shape: &[usize]) -> bool {
-    fn same<'a>(mut values: impl ExactSizeIterator<Item = Borrowed<'a, 'a, PyAny>>, shape: &[usize]) -> bool {
-        values.len() == shape.len()
-            && values.by_ref().zip(shape).all(|(v, &n)| v.extract::<usize>().is_ok_and(|v| v == n))
-    }
-    if let Ok(t) = item.cast::<PyTuple>() {
-        same(t.iter_borrowed(), shape)
-    } else if let Ok(l) = item.cast::<PyList>() {
-        l.len() == shape.len() && l.iter().zip(shape).all(|(v, &n)| v.extract::<usize>().is_ok_and(|v| v == n))
-    } else {
-        false
     }
 }
 

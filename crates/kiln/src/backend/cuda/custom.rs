@@ -63,17 +63,18 @@ impl CudaBackend {
         self.check_arch(kernel, arch_specific)?;
         let shared_memory: usize = launch.threadgroup_memory.iter().sum();
         let device = Device::Cuda(self.ordinal);
-        let module = match launch.resolved.and_then(|slot| slot.get::<Arc<LoadedModule>>(device)) {
-            Some(module) => module.clone(),
+        let fresh;
+        let module = match launch.resolved.and_then(|slot| slot.get::<LoadedModule>(device)) {
+            Some(module) => module,
             None => {
-                let module = self.custom_module(kernel, &program.source, arch_specific.is_some())?;
+                fresh = self.custom_module(kernel, &program.source, arch_specific.is_some())?;
                 if let Some(slot) = launch.resolved {
-                    slot.set(device, Arc::new(module.clone()));
+                    slot.set(device, fresh.clone());
                 }
-                module
+                &*fresh
             }
         };
-        let func = self.entry(kernel, &module, &program.function, shared_memory)?;
+        let func = self.entry(kernel, module, &program.function, shared_memory)?;
         let stream = self.launch_stream(launch)?;
         let mut params: Vec<Vec<u8>> = Vec::with_capacity(launch.bindings.len());
         let mut outputs = Vec::new();
