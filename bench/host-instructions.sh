@@ -11,12 +11,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 kiln="${1:-$root/target/release/kiln}"
 n="${2:-20000}"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-"${CC:-cc}" -O2 -shared -fPIC -o "$work/libcuda.so" "$here/stand-in-driver/libcuda.c"
-nvrtc="$("$root/scripts/install-nvrtc.sh")"
-export LD_LIBRARY_PATH="$work:$nvrtc${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export KILN_CACHE_DIR="$work/cache"
+# shellcheck source=stand-in-driver/env.sh
+source "$here/stand-in-driver/env.sh"
 count() {
   # The run ends with an error (the stand-in never runs the kernel, so its output is not the
   # expected value); only the count matters.

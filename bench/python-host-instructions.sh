@@ -11,12 +11,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 python="${1:-$root/.deps/py-venv/bin/python}"
 n="${2:-2000}"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-"${CC:-cc}" -O2 -shared -fPIC -o "$work/libcuda.so" "$here/stand-in-driver/libcuda.c"
-nvrtc="$("$root/scripts/install-nvrtc.sh")"
-export LD_LIBRARY_PATH="$work:$nvrtc${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export KILN_CACHE_DIR="$work/cache"
+# shellcheck source=stand-in-driver/env.sh
+source "$here/stand-in-driver/env.sh"
 "$python" "$here/python_host_instructions.py" 10
 count() {
   # Only the loop runs inside `exec` after the imports (which also use it, equally in both runs).
