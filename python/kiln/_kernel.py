@@ -4,6 +4,7 @@ caller's device and (for PyTorch CUDA tensors) the caller's current stream."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import NamedTuple
 
@@ -153,41 +154,60 @@ class _DeviceGuard:
             self.guard.__exit__(*exc)
 
 
-class MetalKernel:
-    """A kernel built by :func:`metal_kernel`. Call it with MLX's keyword arguments."""
+def _call_keywords(*, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, init_value=None,
+                   verbose=False, stream=None, device=None):
+    """The keywords a :class:`MetalKernel` call takes (its signature for ``inspect``)."""
 
-    __slots__ = ("_kernel", "_ensure_row_contiguous", "name", "input_names", "output_names")
+
+class _CallSignature:
+    """A kernel's ``__signature__``: its call's keywords (the call is the extension's, which
+    ``inspect`` cannot read); the class itself keeps its constructor's signature."""
+
+    def __get__(self, kernel, owner):
+        if kernel is None:
+            raise AttributeError("__signature__")
+        return inspect.signature(_call_keywords)
+
+
+class MetalKernel(_kiln.MetalKernel):
+    """A kernel built by :func:`metal_kernel`. Call it with MLX's keyword arguments:
+    ``kernel(*, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
+    init_value=None, verbose=False, stream=None, device=None)`` returns the outputs, one per output
+    name.
+
+    ``inputs`` are arrays (NumPy, PyTorch, DLPack or CUDA-array-interface objects) or Python
+    scalars; ``grid`` counts threads; ``template`` is an ordered list of ``(name, value)`` with
+    bool, int or dtype values; ``init_value`` fills every output first; ``verbose`` prints the
+    generated Metal source. ``stream`` (a ``torch.cuda.Stream`` or a raw ``CUstream``) queues a
+    CUDA launch there instead of on PyTorch's current stream; ``device="cuda:N"`` copies NumPy
+    inputs to that GPU and returns NumPy outputs.
+
+    The call itself is kiln's extension (``_kiln.MetalKernel.__call__``): PyTorch CUDA tensors on the
+    current device and stream are launched there in one step; every other call comes to
+    :meth:`_call_general`.
+    """
+
+    __slots__ = ("_ensure_row_contiguous", "name", "input_names", "output_names")
+    __signature__ = _CallSignature()
+
+    def __new__(cls, name, input_names, output_names, source, header, ensure_row_contiguous, atomic_outputs,
+                compile_options):
+        if len(output_names) == 0:
+            raise InvalidArgumentError(f"[metal_kernel {name}] must specify at least one output")
+        return super().__new__(
+            cls, name, list(input_names), list(output_names), source, header, bool(ensure_row_contiguous),
+            bool(atomic_outputs), _math_mode(compile_options),
+        )
 
     def __init__(self, name, input_names, output_names, source, header, ensure_row_contiguous, atomic_outputs,
                  compile_options):
-        if len(output_names) == 0:
-            raise InvalidArgumentError(f"[metal_kernel {name}] must specify at least one output")
-        self._kernel = _kiln.Kernel(
-            name, list(input_names), list(output_names), source, header, bool(ensure_row_contiguous),
-            bool(atomic_outputs), _math_mode(compile_options),
-        )
         self._ensure_row_contiguous = bool(ensure_row_contiguous)
         self.name = name
         self.input_names = tuple(input_names)
         self.output_names = tuple(output_names)
 
-    def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
-                 init_value=None, verbose=False, stream=None, device=None):
-        """Runs the kernel (MLX's call keywords) and returns its outputs, one per output name.
-
-        ``inputs`` are arrays (NumPy, PyTorch, DLPack or CUDA-array-interface objects) or Python
-        scalars; ``grid`` counts threads; ``template`` is an ordered list of ``(name, value)``
-        with bool, int or dtype values; ``init_value`` fills every output first; ``verbose``
-        prints the generated Metal source. ``stream`` (a ``torch.cuda.Stream`` or a raw
-        ``CUstream``) queues a CUDA launch there instead of on PyTorch's current stream;
-        ``device="cuda:N"`` copies NumPy inputs to that GPU and returns NumPy outputs.
-        """
-        if stream is None and device is None and not verbose and not is_describing():
-            # PyTorch CUDA tensors on the current device: read, cached and launched in one step.
-            outs = self._kernel.call_torch(inputs, output_shapes, output_dtypes, grid, threadgroup, template,
-                                           init_value)
-            if outs is not None:
-                return outs
+    def _call_general(self, inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, verbose,
+                      stream, device):
         if is_describing():
             return empty_outputs(f"metal_kernel {self.name}", inputs, output_shapes, output_dtypes)
         if stream is not None and not isinstance(stream, (str, bytes)):
@@ -218,14 +238,14 @@ class MetalKernel:
             args = (ins.descs, shapes, dtypes, tuple(grid), tuple(threadgroup), tmpl, init, bool(verbose), None,
                     (_stream_handle(None, ordinal), ordinal), descs)
             if _current_device() == ordinal:
-                self._kernel.call(*args)
+                self._launch(*args)
             else:
                 with torch_module().cuda.device(ordinal):
-                    self._kernel.call(*args)
+                    self._launch(*args)
             return outs
         device = None if device is None else str(device)
-        res = self._kernel.call(ins.descs, shapes, dtypes, tuple(grid), tuple(threadgroup), tmpl, init,
-                                bool(verbose), device, None, None)
+        res = self._launch(ins.descs, shapes, dtypes, tuple(grid), tuple(threadgroup), tmpl, init, bool(verbose),
+                           device, None, None)
         lead = ins.lead
         out = []
         for h in res:
@@ -241,9 +261,9 @@ class MetalKernel:
             raise InvalidArgumentError(
                 f"[metal_kernel {self.name}] kiln.check runs on the CPU emulator; pass host arrays (NumPy)"
             )
-        text = self._kernel.check(ins.descs, [tuple(s) for s in output_shapes],
-                                  [dtype_name(d) for d in output_dtypes], tuple(grid), tuple(threadgroup),
-                                  _template(template), None if init_value is None else float(init_value))
+        text = self._check_json(ins.descs, [tuple(s) for s in output_shapes],
+                                [dtype_name(d) for d in output_dtypes], tuple(grid), tuple(threadgroup),
+                                _template(template), None if init_value is None else float(init_value))
         return json.loads(text)
 
     def precompile(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
@@ -254,24 +274,24 @@ class MetalKernel:
         ins = _Inputs(inputs, self._ensure_row_contiguous)
         if ins.ordinal >= 0 and device is None:
             device = f"cuda:{ins.ordinal}"
-        self._kernel.precompile(ins.descs, [tuple(s) for s in output_shapes],
-                                [dtype_name(d) for d in output_dtypes], tuple(grid), tuple(threadgroup),
-                                _template(template), None if device is None else str(device))
+        self._precompile(ins.descs, [tuple(s) for s in output_shapes],
+                         [dtype_name(d) for d in output_dtypes], tuple(grid), tuple(threadgroup),
+                         _template(template), None if device is None else str(device))
 
     def generate(self, *, inputs, output_shapes, output_dtypes, template=None, **_ignored) -> str:
         """The Metal source MLX would compile for this call (``verbose=True`` prints it)."""
         ins = _Inputs(inputs, self._ensure_row_contiguous)
-        return self._kernel.generate(ins.descs, [tuple(s) for s in output_shapes],
-                                     [dtype_name(d) for d in output_dtypes], _template(template))
+        return self._generate(ins.descs, [tuple(s) for s in output_shapes],
+                              [dtype_name(d) for d in output_dtypes], _template(template))
 
     def compile_cuda(self, *, inputs, output_shapes, output_dtypes, template=None, arch=(9, 0),
                      **_ignored) -> int:
         """Compiles this call's CUDA translation with NVRTC for compute capability ``arch``
         without running it (no GPU needed); returns the cubin's size in bytes."""
         ins = _Inputs(inputs, self._ensure_row_contiguous)
-        return self._kernel.compile_cuda(ins.descs, [tuple(s) for s in output_shapes],
-                                         [dtype_name(d) for d in output_dtypes], _template(template),
-                                         tuple(arch))
+        return self._compile_cuda(ins.descs, [tuple(s) for s in output_shapes],
+                                  [dtype_name(d) for d in output_dtypes], _template(template),
+                                  tuple(arch))
 
     def __repr__(self):
         return f"<kiln.MetalKernel {self.name!r}>"

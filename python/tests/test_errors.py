@@ -21,6 +21,28 @@ def test_the_hierarchy_is_under_kilnerror():
     assert issubclass(kiln.TimeoutError, TimeoutError)
 
 
+def test_a_call_takes_mlx_keywords_only_and_names_what_is_wrong(rng):
+    import inspect
+
+    k = kiln.metal_kernel("twice", ["x"], ["out"], "uint i = thread_position_in_grid.x; out[i] = 2 * x[i];")
+    x = rng.normal(size=4).astype(np.float32)
+    keywords = dict(inputs=[x], output_shapes=[(4,)], output_dtypes=[np.float32], grid=(4, 1, 1),
+                    threadgroup=(4, 1, 1))
+    params = inspect.signature(k).parameters
+    assert list(params) == ["inputs", "output_shapes", "output_dtypes", "grid", "threadgroup", "template",
+                            "init_value", "verbose", "stream", "device"]
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
+    assert params["verbose"].default is False and params["template"].default is None
+    with pytest.raises(TypeError, match="MetalKernel.*threadgroup"):
+        k(**{n: v for n, v in keywords.items() if n != "threadgroup"})
+    with pytest.raises(TypeError, match="MetalKernel.*positional"):
+        k([x], [(4,)], [np.float32], (4, 1, 1), (4, 1, 1))
+    with pytest.raises(TypeError, match="MetalKernel.*grids"):
+        k(**keywords, grids=(4, 1, 1))
+    (out,) = k(**keywords)
+    np.testing.assert_array_equal(out, 2 * x)
+
+
 def test_compile_errors_name_the_kernel_and_the_users_line(rng):
     k = kiln.metal_kernel("broken_kernel", ["a"], ["out"], "uint i = thread_position_in_grid.x;\nout[i] = undefined_thing;")
     with pytest.raises(kiln.CompileError) as e:

@@ -1,4 +1,4 @@
-//! `kiln._kiln.Kernel` (the object behind `kiln.metal_kernel`) and `kiln._kiln.Library` (behind
+//! `kiln._kiln.MetalKernel` (the base of `kiln.MetalKernel`, which `kiln.metal_kernel` makes) and `kiln._kiln.Library` (behind
 //! `kiln.metal_library`): argument conversion and the launch, with the GIL released. A launch
 //! on the CPU runs on a worker thread while this thread watches for Ctrl-C: a signal sets the
 //! kernel's cancel flag and the emulator stops at its next poll.
@@ -11,6 +11,7 @@ use kiln::backend::{ConstantKey, ConstantValue, Dispatch};
 use kiln::{Array, Device, KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MathMode, MetalKernel, MetalLibrary};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyInt, PyList, PyString, PyTuple};
 
 use crate::arrays;
@@ -72,8 +73,19 @@ fn parse_device(device: Option<&str>) -> PyResult<Option<Device>> {
     device.map(|d| d.parse::<Device>().map_err(|e| PyValueError::new_err(e.to_string()))).transpose()
 }
 
+static IS_DESCRIBING: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Whether kernel calls on this thread describe their outputs instead of running
+/// (`kiln._abstract.describing`, used while PyTorch traces a graph).
+fn describing(py: Python<'_>) -> PyResult<bool> {
+    let get = IS_DESCRIBING.get_or_try_init(py, || {
+        py.import(pyo3::intern!(py, "kiln._abstract"))?.getattr(pyo3::intern!(py, "is_describing")).map(Bound::unbind)
+    })?;
+    get.bind(py).call0()?.is_truthy()
+}
+
 /// A Metal kernel defined by its body (`mx.fast.metal_kernel`'s factory).
-#[pyclass(module = "kiln._kiln", frozen)]
+#[pyclass(module = "kiln._kiln", name = "MetalKernel", frozen, subclass)]
 pub struct Kernel {
     kernel: MetalKernel,
     ensure_row_contiguous: bool,
@@ -106,38 +118,60 @@ impl Kernel {
         Ok(Kernel { kernel, ensure_row_contiguous, launches: Default::default() })
     }
 
-    /// A call on PyTorch CUDA tensors on PyTorch's current stream and device (the common case,
-    /// read and launched in one step with the launch description cached): returns the outputs,
-    /// or `None` when the call is not one this path takes and the general path must run it.
-    #[pyo3(signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value))]
+    /// A call with MLX's keywords (`kiln.MetalKernel.__call__`). PyTorch CUDA tensors on
+    /// PyTorch's current device and stream (the common case) are read and launched in this one
+    /// step with the launch description cached; any other call goes to the subclass's
+    /// `_call_general` (Python), which converts every kind of input.
+    #[pyo3(signature = (*, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, init_value=None, verbose=None, stream=None, device=None))]
     #[allow(clippy::too_many_arguments)]
-    fn call_torch(
-        &self,
-        py: Python<'_>,
-        inputs: &Bound<'_, PyAny>,
-        output_shapes: &Bound<'_, PyAny>,
-        output_dtypes: &Bound<'_, PyAny>,
-        grid: &Bound<'_, PyAny>,
-        threadgroup: &Bound<'_, PyAny>,
-        template: &Bound<'_, PyAny>,
-        init_value: &Bound<'_, PyAny>,
-    ) -> PyResult<Option<Py<PyList>>> {
-        self.launches.call(
-            py,
-            &self.kernel,
-            self.ensure_row_contiguous,
-            inputs,
-            output_shapes,
-            output_dtypes,
-            grid,
-            threadgroup,
-            template,
-            init_value,
-        )
+    fn __call__<'py>(
+        slf: &Bound<'py, Self>,
+        inputs: &Bound<'py, PyAny>,
+        output_shapes: &Bound<'py, PyAny>,
+        output_dtypes: &Bound<'py, PyAny>,
+        grid: &Bound<'py, PyAny>,
+        threadgroup: &Bound<'py, PyAny>,
+        template: Option<&Bound<'py, PyAny>>,
+        init_value: Option<&Bound<'py, PyAny>>,
+        verbose: Option<&Bound<'py, PyAny>>,
+        stream: Option<&Bound<'py, PyAny>>,
+        device: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let none = py.None().into_bound(py);
+        let template = template.unwrap_or(&none);
+        let init_value = init_value.unwrap_or(&none);
+        let verbose = match verbose {
+            Some(v) => v.clone(),
+            None => PyBool::new(py, false).to_owned().into_any(),
+        };
+        if stream.is_none() && device.is_none() && !verbose.is_truthy()? && !describing(py)? {
+            let this = slf.get();
+            let outs = this.launches.call(
+                py,
+                &this.kernel,
+                this.ensure_row_contiguous,
+                inputs,
+                output_shapes,
+                output_dtypes,
+                grid,
+                threadgroup,
+                template,
+                init_value,
+            )?;
+            if let Some(outs) = outs {
+                return Ok(outs.into_bound(py).into_any());
+            }
+        }
+        let stream = stream.unwrap_or(&none);
+        let device = device.unwrap_or(&none);
+        let args =
+            (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, verbose, stream, device);
+        slf.call_method1(pyo3::intern!(py, "_call_general"), args)
     }
 
     /// The Metal source MLX would generate for these arguments, without running.
-    #[pyo3(signature = (inputs, output_shapes, output_dtypes, template))]
+    #[pyo3(name = "_generate", signature = (inputs, output_shapes, output_dtypes, template))]
     fn generate(
         &self,
         inputs: &Bound<'_, PyList>,
@@ -153,7 +187,7 @@ impl Kernel {
 
     /// Compiles the CUDA translation of this call with NVRTC for compute capability `arch`
     /// (no GPU needed); returns the cubin's size in bytes.
-    #[pyo3(signature = (inputs, output_shapes, output_dtypes, template, arch))]
+    #[pyo3(name = "_compile_cuda", signature = (inputs, output_shapes, output_dtypes, template, arch))]
     fn compile_cuda(
         &self,
         py: Python<'_>,
@@ -173,7 +207,7 @@ impl Kernel {
 
     /// One call: returns the outputs kiln allocated (`HostArray` / `DeviceArray`), or `None`
     /// when the caller gave them in `outputs_into`.
-    #[pyo3(signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, verbose, device, stream, outputs_into))]
+    #[pyo3(name = "_launch", signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, verbose, device, stream, outputs_into))]
     #[allow(clippy::too_many_arguments)]
     fn call(
         &self,
@@ -222,7 +256,7 @@ impl Kernel {
 
     /// Runs a call on the CPU emulator under the sanitizer (`kiln check`) and returns its findings
     /// as a JSON array (the format of `kiln check --json`).
-    #[pyo3(signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value))]
+    #[pyo3(name = "_check_json", signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value))]
     #[allow(clippy::too_many_arguments)]
     fn check(
         &self,
@@ -247,7 +281,7 @@ impl Kernel {
 
     /// Compiles (and caches) the kernel a call with these arguments would run, without running
     /// it; only the inputs' dtypes and ranks matter, not their data.
-    #[pyo3(signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, device))]
+    #[pyo3(name = "_precompile", signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, device))]
     #[allow(clippy::too_many_arguments)]
     fn precompile(
         &self,

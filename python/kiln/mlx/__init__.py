@@ -157,22 +157,22 @@ class MetalKernel:
             return self._run_on(override, descs, shapes, dtypes, grid, threadgroup, tmpl, init, verbose)
         if not counts_match:
             # kiln reports the count mismatch in MLX's words.
-            self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, init, bool(verbose), None,
-                                    None, None)
+            self._kiln._launch(descs, shapes, dtypes, grid, threadgroup, tmpl, init, bool(verbose), None,
+                               None, None)
         out_descs = [describe_dlpack(o, host) for o in outs]
         # Where kiln runs it: the GPU of the arrays' memory (device memory, or the CUDA managed
         # memory of MLX's CUDA build), else the CPU emulator.
         ordinals = [d[7] for d in descs + out_descs if isinstance(d, tuple) and d[7] >= 0]
         if not ordinals:
-            self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, None, bool(verbose), None, None,
-                                    out_descs)
+            self._kiln._launch(descs, shapes, dtypes, grid, threadgroup, tmpl, None, bool(verbose), None, None,
+                               out_descs)
             return outs
         # MLX's CUDA build: MLX's stream is not exposed, so its pending work is finished first
         # and kiln's launch on the legacy default stream is waited for.
         ordinal = ordinals[0]
         mx.synchronize()
-        self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, None, bool(verbose), None,
-                                (0, ordinal), out_descs)
+        self._kiln._launch(descs, shapes, dtypes, grid, threadgroup, tmpl, None, bool(verbose), None,
+                           (0, ordinal), out_descs)
         _cuda_synchronize_default_stream()
         return outs
 
@@ -194,8 +194,8 @@ class MetalKernel:
         from .._arrays import host_output
 
         mx = _mx()
-        res = self._kiln._kernel.call(descs, shapes, dtypes, grid, threadgroup, tmpl, init, bool(verbose),
-                                      device, None, None)
+        res = self._kiln._launch(descs, shapes, dtypes, grid, threadgroup, tmpl, init, bool(verbose),
+                                 device, None, None)
         out = []
         for h in res:
             if isinstance(h, _kiln.DeviceArray):
