@@ -37,7 +37,7 @@ N_ELEM = 64 << 20
 
 def host_cost_us(fn, calls):
     """Mean host microseconds per call of ``fn`` over ``calls`` calls (GPU drained outside)."""
-    for _ in range(200):
+    for _ in range(50):
         fn()
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -90,8 +90,8 @@ def triton_add_one():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--calls", type=int, default=20000)
-    ap.add_argument("--rounds", type=int, default=3, help="rounds in which the calls take turns")
+    ap.add_argument("--calls", type=int, default=500, help="calls timed together in one round")
+    ap.add_argument("--rounds", type=int, default=200, help="rounds in which the calls take turns")
     ap.add_argument("--kiln-json", help="kiln bench --json output of the exp cases, for the Rust times")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
@@ -132,12 +132,15 @@ def main():
             rounds[name].append(host_cost_us(fn, args.calls))
     eager = rows[2][0]
     for name, _ in rows:
-        us = sorted(rounds[name])[len(rounds[name]) // 2]
+        times = sorted(rounds[name])
+        us, p10 = times[len(times) // 2], times[len(times) // 10]
+        ratios = sorted(r / e for r, e in zip(rounds[name], rounds[eager]))
+        ratio = ratios[len(ratios) // 2]
         results["host_us"][name] = us
+        results.setdefault("host_us_p10", {})[name] = p10
+        results.setdefault("ratio_to_eager", {})[name] = ratio
         results.setdefault("host_us_rounds", {})[name] = rounds[name]
-        each = " ".join(f"{r:6.2f}" for r in rounds[name])
-        vs = " ".join(f"{r / e:.2f}" for r, e in zip(rounds[name], rounds[eager]))
-        print(f"  {name:42s} median {us:6.2f} us   rounds {each}   / torch eager {vs}")
+        print(f"  {name:42s} median {us:6.2f} us   p10 {p10:6.2f} us   / torch eager (same round, median) {ratio:.3f}")
 
     rust = {}
     if args.kiln_json:

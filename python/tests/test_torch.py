@@ -125,9 +125,15 @@ def test_a_second_device_when_present():
     if torch.cuda.device_count() < 2:
         pytest.skip("one CUDA device")
     x = torch.randn(5000, device="cuda:1")
-    out = run_exp(x)
-    assert out.device == torch.device("cuda:1")
-    assert torch.cuda.current_device() == 0, "the device guard restores the current device"
+    for _ in range(3):  # the first call and the calls after it (which a cache could take)
+        out = run_exp(x)
+        assert out.device == torch.device("cuda:1")
+        assert torch.cuda.current_device() == 0, "the call leaves the current device as it was"
+        assert_close(ref(out), np.exp(ref(x)), "float32")
+    with torch.cuda.device(1):
+        out = run_exp(x)
+        assert torch.cuda.current_device() == 1
+    assert torch.cuda.current_device() == 0
     assert_close(ref(out), np.exp(ref(x)), "float32")
 
 

@@ -4,6 +4,7 @@ descriptions change and come back, scalars and 0-d tensors beside the tensors, t
 stream, and the general path taking over where the cached one does not apply. Need a GPU."""
 
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -140,3 +141,34 @@ def test_the_general_path_takes_the_calls_the_cached_one_does_not():
     assert_close(ref(out), ref(x) * 1.25, "float32")
     with pytest.raises(kiln.InvalidArgumentError):
         run(x, torch.randn(64), 1.0, b, 1)  # a CPU tensor beside CUDA tensors is an error
+
+
+def test_a_new_threads_calls_are_cached_once_its_device_is_current(monkeypatch):
+    """The cached path runs where the tensors' device's context is the thread's current one (a
+    launch leaves it current, so PyTorch's current device is kept); a thread that has not used
+    CUDA yet gets its answer too, and its later calls are cached."""
+    b = torch.tensor(1.0, device="cuda")
+    x = torch.randn(1000, device="cuda")
+    y = torch.randn(1000, device="cuda")
+    seen = {}
+
+    def work():
+        try:
+            seen["first"] = run(x, y, 2.0, b, 1)[0]
+            seen["device after the first"] = torch.cuda.current_device()
+            with monkeypatch.context() as m:
+                m.setattr(kiln._kernel, "_Inputs", _NoGeneralPath)
+                seen["later"] = [run(x, y, a, b, 1)[0] for a in (3.0, -1.5)]
+        except BaseException as e:  # noqa: BLE001  (reported on the test's thread)
+            seen["error"] = e
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    if "error" in seen:
+        raise seen["error"]
+    torch.cuda.synchronize()
+    assert seen["device after the first"] == 0
+    assert torch.cuda.current_device() == 0
+    for a, out in zip((2.0, 3.0, -1.5), [seen["first"], *seen["later"]]):
+        assert_close(ref(out), ref(x) * a + ref(y), "float32")

@@ -32,7 +32,6 @@ struct Torch {
     empty_like: Py<PyAny>,
     full: Py<PyAny>,
     device: Py<PyAny>,
-    current_device: Py<PyAny>,
     current_stream: Py<PyAny>,
     /// PyTorch's dtype objects (singletons, compared by identity) and kiln's dtypes.
     dtypes: Vec<(Py<PyAny>, DType)>,
@@ -68,7 +67,6 @@ fn look_up(torch: &Bound<'_, PyAny>) -> PyResult<Torch> {
         empty_like: torch.getattr("empty_like")?.unbind(),
         full: torch.getattr("full")?.unbind(),
         device: torch.getattr("device")?.unbind(),
-        current_device: c.getattr("_cuda_getDevice")?.unbind(),
         current_stream: c.getattr("_cuda_getCurrentRawStream")?.unbind(),
         dtypes,
     })
@@ -253,9 +251,10 @@ impl LaunchCache {
         };
         let call =
             CallArgs { ordinal, output_shapes, output_dtypes, grid, threadgroup, template, has_init: init.is_some() };
-        // PyTorch's current device must be the tensors' (kiln binds their device's context).
-        let current: usize = torch.current_device.bind(py).call0()?.extract()?;
-        if current != ordinal {
+        // The launch makes the tensors' device's context current: only where it already is does
+        // that leave PyTorch's current device as it was (the general path guards the device).
+        // (An error here, the device unusable, is the general path's to report.)
+        if !matches!(kiln::backend::cuda::is_current_context(ordinal), Ok(true)) {
             return Ok(None);
         }
         let Some(launch) = self.launch_for(py, torch, &call)? else { return Ok(None) };

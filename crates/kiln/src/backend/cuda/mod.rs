@@ -45,7 +45,7 @@ pub use compile::{
     build_precompiled_prelude, compile_past_memory as compile_source_past_memory,
     compile_with_log as compile_source_with_log, nvrtc_version, options as nvrtc_options, Arch, PastMemory,
 };
-pub use external::{lent_cuda_array, ExternalStream, LentCudaMemory};
+pub use external::{is_current_context, lent_cuda_array, ExternalStream, LentCudaMemory};
 pub use memory::CudaBuffer;
 pub use pool::APRON_BYTES;
 use programs::{ProgramTable, Resolved};
