@@ -103,11 +103,12 @@ impl ExternalStream {
 }
 
 /// Whether device `ordinal`'s primary context (the one PyTorch and the CUDA runtime use) is the
-/// calling thread's current context. A launch makes its device's context current and leaves it
-/// so; when this holds, a launch on `ordinal` leaves the thread's current device (PyTorch's
-/// `torch.cuda.current_device()`) as it found it, so a caller needs no device guard around it.
+/// calling thread's current context, for a device kiln has already set up (false before: setting
+/// a device up makes its context current). A launch makes its device's context current and
+/// leaves it so; when this holds, a launch on `ordinal` leaves the thread's current device
+/// (PyTorch's `torch.cuda.current_device()`) as it found it, so a caller needs no device guard.
 pub fn is_current_context(ordinal: usize) -> Result<bool> {
-    let backend = super::cuda_backend(ordinal)?;
+    let Some(backend) = super::created_backend(ordinal) else { return Ok(false) };
     let current = cudarc::driver::result::ctx::get_current()
         .map_err(|e| backend.fail("current context", "reading the thread's current context", e))?;
     Ok(current == Some(backend.ctx.cu_ctx()))

@@ -111,6 +111,14 @@ pub fn cuda_backend(ordinal: usize) -> Result<Arc<CudaBackend>> {
     Ok(b)
 }
 
+/// Device `ordinal`'s backend if it has been created, without creating it.
+fn created_backend(ordinal: usize) -> Option<Arc<CudaBackend>> {
+    if let Some(b) = CREATED.get(ordinal).and_then(OnceLock::get) {
+        return Some(b.clone());
+    }
+    registry().lock().ok()?.get(&ordinal).cloned()
+}
+
 /// The backends of the first devices, once created (the registry holds every device).
 static CREATED: [OnceLock<Arc<CudaBackend>>; 16] = [const { OnceLock::new() }; 16];
 
