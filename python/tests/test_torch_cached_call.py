@@ -172,3 +172,26 @@ def test_a_new_threads_calls_are_cached_once_its_device_is_current(monkeypatch):
     assert torch.cuda.current_device() == 0
     for a, out in zip((2.0, 3.0, -1.5), [seen["first"], *seen["later"]]):
         assert_close(ref(out), ref(x) * a + ref(y), "float32")
+
+
+def test_verbose_and_describing_calls_on_cuda_tensors_leave_the_cached_path(capfd):
+    """`verbose=True` prints the generated source and still runs; inside `describing()` (PyTorch
+    tracing) a call returns fresh outputs of the right shapes and dtypes without running."""
+    from kiln._abstract import describing
+
+    b = torch.tensor(1.0, device="cuda")
+    x = torch.randn(300, device="cuda")
+    y = torch.randn(300, device="cuda")
+    run(x, y, 2.0, b, 1)  # cached for these arguments
+    capfd.readouterr()
+    out = AXPY(inputs=[x, y, 2.0, b], template=[("T", torch.float32), ("SCALE", 1)], grid=(300, 1, 1),
+               threadgroup=(128, 1, 1), output_shapes=[(300,), [1]], output_dtypes=[torch.float32, torch.int32],
+               verbose=True)[0]
+    printed = capfd.readouterr().out
+    assert printed.startswith("Generated source code for `cached_axpy`:") and "x_shape" in printed
+    assert_close(ref(out), ref(x) * 2 + ref(y), "float32")
+    with describing():
+        described = run(x, y, 2.0, b, 1)
+    assert [tuple(o.shape) for o in described] == [(300,), (1,)]
+    assert [o.dtype for o in described] == [torch.float32, torch.int32]
+    assert all(o.device == x.device for o in described)
