@@ -17,6 +17,7 @@ use pyo3::types::{PyBool, PyBytes, PyInt, PyList, PyString, PyTuple};
 use crate::arrays;
 use crate::convert::{self, external_stream};
 use crate::errors::IntoPy;
+use crate::torch_call::LaunchKeywords;
 
 /// How often the calling thread looks for Ctrl-C while a CPU kernel runs.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
@@ -147,18 +148,9 @@ impl Kernel {
         };
         if stream.is_none() && device.is_none() && !verbose.is_truthy()? && !describing(py)? {
             let this = slf.get();
-            let outs = this.launches.call(
-                py,
-                &this.kernel,
-                this.ensure_row_contiguous,
-                inputs,
-                output_shapes,
-                output_dtypes,
-                grid,
-                threadgroup,
-                template,
-                init_value,
-            )?;
+            let keywords =
+                LaunchKeywords { inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value };
+            let outs = this.launches.call(py, &this.kernel, this.ensure_row_contiguous, &keywords)?;
             if let Some(outs) = outs {
                 return Ok(outs.into_bound(py).into_any());
             }

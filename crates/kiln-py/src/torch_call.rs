@@ -196,22 +196,28 @@ fn tensor_input(
     Some((array, contiguous))
 }
 
+/// The keywords of a kernel call that describe the launch (MLX's names; `None` where not given).
+pub struct LaunchKeywords<'a, 'py> {
+    pub inputs: &'a Bound<'py, PyAny>,
+    pub output_shapes: &'a Bound<'py, PyAny>,
+    pub output_dtypes: &'a Bound<'py, PyAny>,
+    pub grid: &'a Bound<'py, PyAny>,
+    pub threadgroup: &'a Bound<'py, PyAny>,
+    pub template: &'a Bound<'py, PyAny>,
+    pub init_value: &'a Bound<'py, PyAny>,
+}
+
 impl LaunchCache {
     /// One call on PyTorch CUDA tensors, or `None` when the call is not one this path takes.
-    #[allow(clippy::too_many_arguments)]
     pub fn call(
         &self,
         py: Python<'_>,
         kernel: &MetalKernel,
         ensure_row_contiguous: bool,
-        inputs: &Bound<'_, PyAny>,
-        output_shapes: &Bound<'_, PyAny>,
-        output_dtypes: &Bound<'_, PyAny>,
-        grid: &Bound<'_, PyAny>,
-        threadgroup: &Bound<'_, PyAny>,
-        template: &Bound<'_, PyAny>,
-        init_value: &Bound<'_, PyAny>,
+        keywords: &LaunchKeywords<'_, '_>,
     ) -> PyResult<Option<Py<PyList>>> {
+        let LaunchKeywords { inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value } =
+            *keywords;
         let Ok(inputs) = inputs.cast::<PyList>() else { return Ok(None) };
         let Some(torch) = torch(py) else { return Ok(None) };
         let tensor_type = torch.tensor.bind(py);
