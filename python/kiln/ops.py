@@ -51,18 +51,31 @@ def _plan(make, arrays, *args, like_x=1, views=False):
             raise InvalidArgumentError("[kiln.ops] this op cannot describe its outputs; give the custom op a fake=")
         x = arrays[0]
         return empty_outputs("kiln.ops", arrays, [x.shape] * like_x, [x.dtype] * like_x)
-    if not views:
-        arrays = [a.contiguous() if _on_cuda(a) and not a.is_contiguous() else a for a in arrays]
+    torch = torch_module()
+    if torch is not None and type(arrays[0]) is torch.Tensor and arrays[0].is_cuda:
+        # PyTorch CUDA tensors go to the extension as they are (it reads them); outputs are
+        # allocated and the calls queued there too where the device's context is current.
+        if not views:
+            arrays = [a.contiguous() if _on_cuda(a) and not a.is_contiguous() else a for a in arrays]
+        plan = make(*(a if type(a) is torch.Tensor else _desc(a)[0] for a in arrays), *args)
+        outs = plan.run_torch(arrays[0])
+        return outs if outs is not None else _run_on_device(plan, arrays[0], arrays[0].get_device())
     descs, kinds = zip(*(_desc(a) for a in arrays))
     lead, tensor = kinds[0]
     plan = make(*descs, *args)
     ordinal = descs[0][7]
     if ordinal >= 0:
-        outs = [torch_outputs([tuple(s)], [d], tensor.device, init)[0] for s, d, init in plan.outputs()]
-        with _DeviceGuard(ordinal):
-            plan.run((_stream_handle(None, ordinal), ordinal), [torch_desc(o, ordinal) for o in outs])
-        return outs
+        return _run_on_device(plan, tensor, ordinal)
     return [host_output(h, lead) for h in plan.run(None, None)]
+
+
+def _run_on_device(plan, lead, ordinal):
+    """Runs ``plan`` on CUDA device ``ordinal`` under a device guard, into outputs PyTorch
+    allocates on ``lead``'s device, on PyTorch's current stream there."""
+    outs = [torch_outputs([tuple(s)], [d], lead.device, init)[0] for s, d, init in plan.outputs()]
+    with _DeviceGuard(ordinal):
+        plan.run((_stream_handle(None, ordinal), ordinal), [torch_desc(o, ordinal) for o in outs])
+    return outs
 
 
 def _on_cuda(x) -> bool:

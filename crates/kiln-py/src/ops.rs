@@ -7,14 +7,16 @@
 
 use kiln::ops;
 use kiln::{Array, Device};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::arrays;
 use crate::convert;
 use crate::convert::external_stream;
 use crate::errors::to_py;
 use crate::kernel::run_interruptible;
+use crate::torch_call;
 
 fn host(op: &str, desc: &Bound<'_, PyTuple>) -> PyResult<Array> {
     let a = convert::array(desc)?;
@@ -79,6 +81,72 @@ impl OpPlan {
         let outputs = run_interruptible(py, false, None, || plan.run())?;
         arrays::wrap(py, outputs).map(Some)
     }
+
+    /// Runs the op on PyTorch CUDA tensors like `lead` (the op's first input): outputs
+    /// allocated by PyTorch on `lead`'s device, every call queued on PyTorch's current stream
+    /// there. `None` (nothing run) where that device's context is not the thread's current one:
+    /// the caller then runs it under a device guard.
+    fn run_torch(&self, py: Python<'_>, lead: &Bound<'_, PyAny>) -> PyResult<Option<Vec<Py<PyAny>>>> {
+        let ordinal: i64 = lead.call_method0(pyo3::intern!(py, "get_device"))?.extract()?;
+        let Ok(ordinal) = usize::try_from(ordinal) else {
+            return Err(to_py(kiln::Error::invalid("kiln.ops", "run_torch takes a CUDA tensor")));
+        };
+        let Some(torch) = torch_call::torch(py) else { return Ok(None) };
+        if !matches!(kiln::backend::cuda::is_current_context(ordinal), Ok(true)) {
+            return Ok(None);
+        }
+        let specs = self.plan.output_specs().map_err(to_py)?;
+        let device = lead.getattr(pyo3::intern!(py, "device"))?;
+        let mut outputs = Vec::with_capacity(specs.len());
+        let mut arrays = Vec::with_capacity(specs.len());
+        for spec in &specs {
+            let Some(dtype) = torch.dtype_object(py, spec.dtype) else {
+                return Err(to_py(kiln::Error::dtype("kiln.ops", spec.dtype, "PyTorch has no such dtype")));
+            };
+            let kwargs = PyDict::new(py);
+            kwargs.set_item(pyo3::intern!(py, "dtype"), dtype)?;
+            kwargs.set_item(pyo3::intern!(py, "device"), &device)?;
+            let out = torch.allocate(&spec.shape, spec.init_value, &kwargs)?;
+            let Some((array, _, _)) = torch_call::tensor_array(&out, torch) else {
+                return Err(to_py(kiln::Error::invalid("kiln.ops", "could not read an output PyTorch allocated")));
+            };
+            arrays.push(array);
+            outputs.push(out.unbind());
+        }
+        let mut plan = self.plan.clone();
+        if let Some(stream) = external_stream(Some((torch.current_stream(py, ordinal)?, ordinal))) {
+            plan = plan.on_stream(stream);
+        }
+        run_interruptible(py, false, None, || plan.run_into(arrays))?;
+        Ok(Some(outputs))
+    }
+}
+
+/// An op's array argument: an array descriptor built in Python, or a PyTorch tensor read here
+/// (over its memory, as the descriptor of a contiguous one would describe it).
+fn arg(obj: &Bound<'_, PyAny>) -> PyResult<Array> {
+    if let Ok(desc) = obj.cast::<PyTuple>() {
+        return convert::array(desc);
+    }
+    let torch = torch_call::torch(obj.py()).filter(|t| obj.get_type().is(t.tensor_type(obj.py())));
+    let Some(torch) = torch else {
+        return Err(PyTypeError::new_err(format!(
+            "kiln.ops: expected an array descriptor or a PyTorch tensor, got {}",
+            obj.get_type().name()?
+        )));
+    };
+    match torch_call::tensor_array(obj, torch) {
+        Some((array, _, _)) => Ok(array),
+        None => {
+            let dtype = obj.getattr("dtype")?.str()?.to_string();
+            let name = dtype.rsplit('.').next().unwrap_or(&dtype).to_string();
+            Err(to_py(kiln::Error::UnsupportedDType {
+                op: "kiln".into(),
+                dtype: format!("{name:?}"),
+                msg: format!("kiln supports {}", kiln::DType::ALL.map(|d| d.name()).join(", ")),
+            }))
+        }
+    }
 }
 
 fn plan(call: kiln::Result<ops::OpCall>) -> PyResult<OpPlan> {
@@ -87,7 +155,7 @@ fn plan(call: kiln::Result<ops::OpCall>) -> PyResult<OpPlan> {
 
 /// `kiln.ops.<unary>(x)`: exp, silu, gelu (tanh approximation), gelu_erf.
 #[pyfunction]
-pub fn plan_unary(name: &str, x: &Bound<'_, PyTuple>) -> PyResult<OpPlan> {
+pub fn plan_unary(name: &str, x: &Bound<'_, PyAny>) -> PyResult<OpPlan> {
     let op = match name {
         "exp" => ops::Unary::Exp,
         "silu" => ops::Unary::Silu,
@@ -95,50 +163,50 @@ pub fn plan_unary(name: &str, x: &Bound<'_, PyTuple>) -> PyResult<OpPlan> {
         "gelu_erf" => ops::Unary::GeluErf,
         other => return Err(to_py(kiln::Error::invalid("kiln.ops", format!("no unary op {other:?}")))),
     };
-    plan(ops::unary_call(op, &convert::array(x)?))
+    plan(ops::unary_call(op, &arg(x)?))
 }
 
 #[pyfunction]
-pub fn plan_rms_norm(x: &Bound<'_, PyTuple>, w: &Bound<'_, PyTuple>, eps: f32) -> PyResult<OpPlan> {
-    plan(ops::rms_norm_call(&convert::array(x)?, &convert::array(w)?, eps))
+pub fn plan_rms_norm(x: &Bound<'_, PyAny>, w: &Bound<'_, PyAny>, eps: f32) -> PyResult<OpPlan> {
+    plan(ops::rms_norm_call(&arg(x)?, &arg(w)?, eps))
 }
 
 #[pyfunction]
 pub fn plan_residual_rms_norm(
-    x: &Bound<'_, PyTuple>,
-    residual: &Bound<'_, PyTuple>,
-    w: &Bound<'_, PyTuple>,
+    x: &Bound<'_, PyAny>,
+    residual: &Bound<'_, PyAny>,
+    w: &Bound<'_, PyAny>,
     eps: f32,
 ) -> PyResult<OpPlan> {
-    let (x, r, w) = (convert::array(x)?, convert::array(residual)?, convert::array(w)?);
+    let (x, r, w) = (arg(x)?, arg(residual)?, arg(w)?);
     plan(ops::residual_rms_norm_call(&x, &r, &w, eps))
 }
 
 #[pyfunction]
-pub fn plan_softmax(x: &Bound<'_, PyTuple>) -> PyResult<OpPlan> {
-    plan(ops::softmax_call(&convert::array(x)?))
+pub fn plan_softmax(x: &Bound<'_, PyAny>) -> PyResult<OpPlan> {
+    plan(ops::softmax_call(&arg(x)?))
 }
 
 #[pyfunction]
 pub fn plan_rope(
-    x: &Bound<'_, PyTuple>,
+    x: &Bound<'_, PyAny>,
     dims: usize,
     traditional: bool,
     base: f32,
     scale: f32,
     offset: i32,
 ) -> PyResult<OpPlan> {
-    plan(ops::rope_call(&convert::array(x)?, dims, traditional, base, scale, offset))
+    plan(ops::rope_call(&arg(x)?, dims, traditional, base, scale, offset))
 }
 
 #[pyfunction]
-pub fn plan_overlap_add(frames: &Bound<'_, PyTuple>, hop: usize) -> PyResult<OpPlan> {
-    plan(ops::overlap_add_call(&convert::array(frames)?, hop))
+pub fn plan_overlap_add(frames: &Bound<'_, PyAny>, hop: usize) -> PyResult<OpPlan> {
+    plan(ops::overlap_add_call(&arg(frames)?, hop))
 }
 
 #[pyfunction]
-pub fn plan_scatter_add(values: &Bound<'_, PyTuple>, indices: &Bound<'_, PyTuple>, bins: usize) -> PyResult<OpPlan> {
-    plan(ops::scatter_add_call(&convert::array(values)?, &convert::array(indices)?, bins))
+pub fn plan_scatter_add(values: &Bound<'_, PyAny>, indices: &Bound<'_, PyAny>, bins: usize) -> PyResult<OpPlan> {
+    plan(ops::scatter_add_call(&arg(values)?, &arg(indices)?, bins))
 }
 
 fn mask_of<'a>(kind: &str, mask: Option<&'a Array>) -> ops::Mask<'a> {
@@ -153,32 +221,32 @@ fn mask_of<'a>(kind: &str, mask: Option<&'a Array>) -> ops::Mask<'a> {
 #[pyfunction]
 #[pyo3(signature = (q, k, v, scale, mask_kind, mask))]
 pub fn plan_scaled_dot_product_attention(
-    q: &Bound<'_, PyTuple>,
-    k: &Bound<'_, PyTuple>,
-    v: &Bound<'_, PyTuple>,
+    q: &Bound<'_, PyAny>,
+    k: &Bound<'_, PyAny>,
+    v: &Bound<'_, PyAny>,
     scale: f32,
     mask_kind: &str,
-    mask: Option<&Bound<'_, PyTuple>>,
+    mask: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<OpPlan> {
-    let (q, k, v) = (convert::array(q)?, convert::array(k)?, convert::array(v)?);
-    let mask = mask.map(convert::array).transpose()?;
+    let (q, k, v) = (arg(q)?, arg(k)?, arg(v)?);
+    let mask = mask.map(arg).transpose()?;
     let plan = ops::scaled_dot_product_attention_plan(&q, &k, &v, scale, mask_of(mask_kind, mask.as_ref()));
     plan.map(|plan| OpPlan { plan }).map_err(to_py)
 }
 
 #[pyfunction]
-pub fn plan_grid_sample(x: &Bound<'_, PyTuple>, grid: &Bound<'_, PyTuple>) -> PyResult<OpPlan> {
-    plan(ops::grid_sample_call(&convert::array(x)?, &convert::array(grid)?))
+pub fn plan_grid_sample(x: &Bound<'_, PyAny>, grid: &Bound<'_, PyAny>) -> PyResult<OpPlan> {
+    plan(ops::grid_sample_call(&arg(x)?, &arg(grid)?))
 }
 
 /// The VJP's kernel call: float32 `(x_grad, grid_grad)`, zeroed first.
 #[pyfunction]
 pub fn plan_grid_sample_vjp(
-    x: &Bound<'_, PyTuple>,
-    grid: &Bound<'_, PyTuple>,
-    cotangent: &Bound<'_, PyTuple>,
+    x: &Bound<'_, PyAny>,
+    grid: &Bound<'_, PyAny>,
+    cotangent: &Bound<'_, PyAny>,
 ) -> PyResult<OpPlan> {
-    let (x, g, c) = (convert::array(x)?, convert::array(grid)?, convert::array(cotangent)?);
+    let (x, g, c) = (arg(x)?, arg(grid)?, arg(cotangent)?);
     // The plan's first call is the VJP kernel (float32 gradients); the casts after it are left
     // to the caller's framework.
     let vjp = ops::grid_sample_vjp_plan(&x, &g, &c).map_err(to_py)?.calls().first().cloned();
@@ -188,12 +256,12 @@ pub fn plan_grid_sample_vjp(
 
 #[pyfunction]
 pub fn plan_gdn_chunk_scaled_dot_kkt(
-    k: &Bound<'_, PyTuple>,
-    beta: &Bound<'_, PyTuple>,
-    g: &Bound<'_, PyTuple>,
+    k: &Bound<'_, PyAny>,
+    beta: &Bound<'_, PyAny>,
+    g: &Bound<'_, PyAny>,
     chunk: usize,
 ) -> PyResult<OpPlan> {
-    let (k, b, g) = (convert::array(k)?, convert::array(beta)?, convert::array(g)?);
+    let (k, b, g) = (arg(k)?, arg(beta)?, arg(g)?);
     plan(ops::gdn_chunk_scaled_dot_kkt_call(&k, &b, &g, chunk))
 }
 
@@ -201,16 +269,16 @@ pub fn plan_gdn_chunk_scaled_dot_kkt(
 /// dispatches, then the flag reduction): output `L`; a matrix that is not positive definite is
 /// the plan's error naming it (its check reads 8 bytes back, a wait).
 #[pyfunction]
-pub fn plan_cholesky(a: &Bound<'_, PyTuple>) -> PyResult<OpPlan> {
-    let plan = ops::cholesky_plan(&convert::array(a)?).map_err(to_py)?;
+pub fn plan_cholesky(a: &Bound<'_, PyAny>) -> PyResult<OpPlan> {
+    let plan = ops::cholesky_plan(&arg(a)?).map_err(to_py)?;
     Ok(OpPlan { plan })
 }
 
 /// The QR's plan (one kernel in threadgroup memory, or the blocked library dispatches):
 /// outputs `(q, r)`.
 #[pyfunction]
-pub fn plan_qr(a: &Bound<'_, PyTuple>) -> PyResult<OpPlan> {
-    let plan = ops::qr_plan(&convert::array(a)?).map_err(to_py)?;
+pub fn plan_qr(a: &Bound<'_, PyAny>) -> PyResult<OpPlan> {
+    let plan = ops::qr_plan(&arg(a)?).map_err(to_py)?;
     Ok(OpPlan { plan })
 }
 

@@ -26,7 +26,7 @@ use crate::convert::external_stream;
 const CACHED_LAUNCHES: usize = 16;
 
 /// PyTorch's objects the call uses, looked up once PyTorch is imported.
-struct Torch {
+pub(crate) struct Torch {
     tensor: Py<PyType>,
     empty_strided: Py<PyAny>,
     empty_like: Py<PyAny>,
@@ -41,7 +41,7 @@ static TORCH: PyOnceLock<Option<Torch>> = PyOnceLock::new();
 static MODULES: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// PyTorch, if the caller has imported it (kiln never imports it first) and it has CUDA.
-fn torch(py: Python<'_>) -> Option<&Torch> {
+pub(crate) fn torch(py: Python<'_>) -> Option<&Torch> {
     if let Some(t) = TORCH.get(py) {
         return t.as_ref();
     }
@@ -75,6 +75,40 @@ fn look_up(torch: &Bound<'_, PyAny>) -> PyResult<Torch> {
 impl Torch {
     fn dtype(&self, d: &Bound<'_, PyAny>) -> Option<DType> {
         self.dtypes.iter().find(|(o, _)| d.is(o)).map(|(_, dtype)| *dtype)
+    }
+
+    /// `torch.Tensor`.
+    pub(crate) fn tensor_type<'py>(&self, py: Python<'py>) -> &Bound<'py, PyType> {
+        self.tensor.bind(py)
+    }
+
+    /// PyTorch's dtype object of kiln's `dtype`.
+    pub(crate) fn dtype_object<'py>(&self, py: Python<'py>, dtype: DType) -> Option<&Bound<'py, PyAny>> {
+        self.dtypes.iter().find(|(_, d)| *d == dtype).map(|(o, _)| o.bind(py))
+    }
+
+    /// PyTorch's current stream of device `ordinal` (its raw handle).
+    pub(crate) fn current_stream(&self, py: Python<'_>, ordinal: usize) -> PyResult<usize> {
+        self.current_stream.bind(py).call1((ordinal,))?.extract()
+    }
+
+    /// `torch.empty_strided(shape, row-major strides, dtype=, device=)`, or `torch.full` with
+    /// `fill`.
+    pub(crate) fn allocate<'py>(
+        &self,
+        shape: &[usize],
+        fill: Option<f64>,
+        kwargs: &Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = kwargs.py();
+        let dims = PyTuple::new(py, shape.iter())?;
+        match fill {
+            None => {
+                let strides = PyTuple::new(py, row_major_strides(shape).iter())?;
+                self.empty_strided.bind(py).call((dims, strides), Some(kwargs))
+            }
+            Some(v) => self.full.bind(py).call((dims, v), Some(kwargs)),
+        }
     }
 }
 
@@ -161,38 +195,44 @@ fn template_key(template: &Bound<'_, PyAny>) -> Option<Vec<(String, TemplateKey)
     Some(out)
 }
 
-/// A tensor input read from PyTorch: its kiln array (over its memory, kept alive by it), and
-/// whether it is contiguous (an output of its shape and dtype may then be allocated like it).
-fn tensor_input(
-    t: &Bound<'_, PyAny>,
-    torch: &Torch,
-    ensure_row_contiguous: bool,
-    ordinal: &mut Option<usize>,
-) -> Option<(Array, bool)> {
+/// A PyTorch tensor as a kiln array over its memory (kept alive by it), with its device ordinal
+/// (-1 on the CPU) and whether it is contiguous; `None` where it cannot be read (a dtype kiln
+/// lacks). A contiguous tensor is described with row-major strides: they address the same
+/// elements (an axis of one element is only ever indexed at 0), and PyTorch's flag spares reading
+/// its strides.
+pub(crate) fn tensor_array(t: &Bound<'_, PyAny>, torch: &Torch) -> Option<(Array, bool, i64)> {
     let py = t.py();
-    // -1 on the CPU, which this path leaves to the general one.
-    let on: usize = t.call_method0(intern!(py, "get_device")).ok()?.extract().ok()?;
-    if ordinal.is_some_and(|o| o != on) {
-        return None;
-    }
-    *ordinal = Some(on);
+    let on: i64 = t.call_method0(intern!(py, "get_device")).ok()?.extract().ok()?;
     let dtype = torch.dtype(&t.getattr(intern!(py, "dtype")).ok()?)?;
     let shape = shape_of(&t.getattr(intern!(py, "shape")).ok()?)?;
-    // PyTorch's contiguity (a flag it keeps) spares reading the strides: row-major ones address
-    // the same elements (an axis of one element is only ever indexed at 0).
     let contiguous = t.call_method0(intern!(py, "is_contiguous")).ok()?.is_truthy().ok()?;
     let strides = if contiguous {
         row_major_strides(&shape)
-    } else if ensure_row_contiguous {
-        // The general path copies it first, as MLX does.
-        return None;
     } else {
         convert::tuple_of(t.call_method0(intern!(py, "stride")).ok()?.as_borrowed()).ok()?
     };
     let address: usize = t.call_method0(intern!(py, "data_ptr")).ok()?.extract().ok()?;
     let (start, nbytes, offset) = convert::span(address, &shape, &strides, dtype.size());
     let owner = Box::new(t.clone().unbind());
-    let array = convert::lent(owner, start, nbytes, offset, &shape, &strides, dtype, on as i64).ok()?;
+    let array = convert::lent(owner, start, nbytes, offset, &shape, &strides, dtype, on).ok()?;
+    Some((array, contiguous, on))
+}
+
+/// A tensor input of the cached call: its array and whether it is contiguous (an output of its
+/// shape and dtype may then be allocated like it); `None` for a tensor the general path takes
+/// (on the CPU, on another device than the inputs before it, or strided where MLX copies).
+fn tensor_input(
+    t: &Bound<'_, PyAny>,
+    torch: &Torch,
+    ensure_row_contiguous: bool,
+    ordinal: &mut Option<usize>,
+) -> Option<(Array, bool)> {
+    let (array, contiguous, on) = tensor_array(t, torch)?;
+    let on = usize::try_from(on).ok()?;
+    if ordinal.is_some_and(|o| o != on) || (!contiguous && ensure_row_contiguous) {
+        return None;
+    }
+    *ordinal = Some(on);
     Some((array, contiguous))
 }
 
@@ -264,7 +304,7 @@ impl LaunchCache {
             return Ok(None);
         }
         let Some(launch) = self.launch_for(py, torch, &call)? else { return Ok(None) };
-        let stream: usize = torch.current_stream.bind(py).call1((ordinal,))?.extract()?;
+        let stream = torch.current_stream(py, ordinal)?;
 
         let outputs = PyList::empty(py);
         let mut lent = Vec::with_capacity(launch.allocations.len());
