@@ -245,3 +245,21 @@ def test_attention_called_back_to_back_matches_one_call_alone(stream):
     side.synchronize()
     for i, out in enumerate(outs):
         assert torch.equal(out, alone), f"call {i} of the run differs from the call alone"
+
+
+def test_op_arguments_of_every_kind_beside_a_cuda_tensor():
+    """The extension reads plain CUDA tensors itself: a tensor subclass (a Parameter) and a
+    requires-grad tensor beside them give the same answers; a dtype kiln lacks and a CPU tensor
+    beside CUDA ones are errors naming what is wrong; the outputs land on the inputs' device."""
+    x = torch.randn(6, 512, device="cuda", requires_grad=True)
+    weight = torch.nn.Parameter(torch.randn(512, device="cuda"))
+    out = kiln.ops.rms_norm(x, weight, 1e-5)
+    assert out.device == x.device and out.shape == x.shape and not out.requires_grad
+    xd = ref(x)
+    want = xd / np.sqrt((xd * xd).mean(axis=1, keepdims=True) + 1e-5) * ref(weight)
+    assert_close(ref(out), want, "float32")
+    assert_close(ref(kiln.ops.exp(x)), np.exp(xd), "float32")
+    with pytest.raises(kiln.UnsupportedDTypeError, match="float64"):
+        kiln.ops.exp(torch.randn(8, device="cuda", dtype=torch.float64))
+    with pytest.raises(kiln.KilnError):
+        kiln.ops.rms_norm(x, torch.randn(512), 1e-5)  # the weight on the CPU
