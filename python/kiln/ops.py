@@ -57,24 +57,28 @@ def _plan(make, arrays, *args, like_x=1, views=False):
         # allocated and the calls queued there too where the device's context is current.
         if not views:
             arrays = [a.contiguous() if _on_cuda(a) and not a.is_contiguous() else a for a in arrays]
-        plan = make(*(a if type(a) is torch.Tensor else _desc(a)[0] for a in arrays), *args)
-        outs = plan.run_torch(arrays[0])
-        return outs if outs is not None else _run_on_device(plan, arrays[0], arrays[0].get_device())
+        lead = arrays[0]
+        # Planning may set the device up or upload to it (attention's tensor maps): under the
+        # guard too, so the current device stays the caller's.
+        with _DeviceGuard(lead.get_device()):
+            plan = make(*(a if type(a) is torch.Tensor else _desc(a)[0] for a in arrays), *args)
+            outs = plan.run_torch(lead)
+            return outs if outs is not None else _run_on_device(plan, lead)
     descs, kinds = zip(*(_desc(a) for a in arrays))
     lead, tensor = kinds[0]
+    if descs[0][7] >= 0:
+        with _DeviceGuard(descs[0][7]):
+            return _run_on_device(make(*descs, *args), tensor)
     plan = make(*descs, *args)
-    ordinal = descs[0][7]
-    if ordinal >= 0:
-        return _run_on_device(plan, tensor, ordinal)
     return [host_output(h, lead) for h in plan.run(None, None)]
 
 
-def _run_on_device(plan, lead, ordinal):
-    """Runs ``plan`` on CUDA device ``ordinal`` under a device guard, into outputs PyTorch
-    allocates on ``lead``'s device, on PyTorch's current stream there."""
+def _run_on_device(plan, lead):
+    """Runs ``plan`` (under the caller's device guard) into outputs PyTorch allocates on
+    ``lead``'s device, on PyTorch's current stream there."""
+    ordinal = lead.get_device()
     outs = [torch_outputs([tuple(s)], [d], lead.device, init)[0] for s, d, init in plan.outputs()]
-    with _DeviceGuard(ordinal):
-        plan.run((_stream_handle(None, ordinal), ordinal), [torch_desc(o, ordinal) for o in outs])
+    plan.run((_stream_handle(None, ordinal), ordinal), [torch_desc(o, ordinal) for o in outs])
     return outs
 
 

@@ -135,6 +135,15 @@ def test_a_second_device_when_present():
         assert torch.cuda.current_device() == 1
     assert torch.cuda.current_device() == 0
     assert_close(ref(out), np.exp(ref(x)), "float32")
+    # Library ops too, the attention's planning included (it uploads to the device).
+    q = torch.randn(1, 2, 128, 64, device="cuda:1", dtype=torch.bfloat16)
+    for _ in range(2):
+        att = kiln.ops.scaled_dot_product_attention(q, q, q, scale=0.125, mask="causal")
+        assert att.device == q.device and torch.cuda.current_device() == 0
+        assert kiln.ops.rms_norm(x.reshape(10, 500), torch.ones(500, device="cuda:1"), 1e-5).device == x.device
+        assert torch.cuda.current_device() == 0
+    want = torch.nn.functional.scaled_dot_product_attention(q.float(), q.float(), q.float(), is_causal=True, scale=0.125)
+    assert_close(ref(att), ref(want), "bfloat16")
 
 
 @pytest.mark.cuda
