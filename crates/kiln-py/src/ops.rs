@@ -2,8 +2,11 @@
 //! (`OpPlan`) run wherever their inputs live: on a CUDA tensor's device every call is queued on
 //! the caller's stream and the op's outputs are written into arrays the caller allocated
 //! (wherever the plan's calls make them), like `metal_kernel`
-//! (intermediate buffers are kiln's, ordered with that stream by the backend). On host arrays the
-//! ops of several launches also run whole here (`scaled_dot_product_attention`, ...).
+//! (intermediate buffers are kiln's, ordered with that stream by the backend). The plan
+//! functions take an array descriptor built in Python or a PyTorch tensor, read here; on CUDA
+//! tensors `OpPlan::run_torch` allocates the outputs with PyTorch and runs the calls in one step.
+//! On host arrays the ops of several launches also run whole here (`scaled_dot_product_attention`,
+//! ...).
 
 use kiln::ops;
 use kiln::{Array, Device};
@@ -135,18 +138,20 @@ fn arg(obj: &Bound<'_, PyAny>) -> PyResult<Array> {
             obj.get_type().name()?
         )));
     };
-    match torch_call::tensor_array(obj, torch) {
-        Some((array, _, _)) => Ok(array),
-        None => {
-            let dtype = obj.getattr("dtype")?.str()?.to_string();
-            let name = dtype.rsplit('.').next().unwrap_or(&dtype).to_string();
-            Err(to_py(kiln::Error::UnsupportedDType {
-                op: "kiln".into(),
-                dtype: format!("{name:?}"),
-                msg: format!("kiln supports {}", kiln::DType::ALL.map(|d| d.name()).join(", ")),
-            }))
-        }
+    if let Some((array, _, _)) = torch_call::tensor_array(obj, torch) {
+        return Ok(array);
     }
+    let dtype = obj.getattr("dtype")?;
+    if torch.knows_dtype(&dtype) {
+        return Err(to_py(kiln::Error::invalid("kiln.ops", "could not read a PyTorch tensor argument")));
+    }
+    let dtype = dtype.str()?.to_string();
+    let name = dtype.rsplit('.').next().unwrap_or(&dtype).to_string();
+    Err(to_py(kiln::Error::UnsupportedDType {
+        op: "kiln".into(),
+        dtype: format!("{name:?}"),
+        msg: format!("kiln supports {}", kiln::DType::ALL.map(|d| d.name()).join(", ")),
+    }))
 }
 
 fn plan(call: kiln::Result<ops::OpCall>) -> PyResult<OpPlan> {

@@ -6,8 +6,9 @@
 //! and dtype (`torch.empty_like`, PyTorch's cheapest allocation from Python) or else by
 //! `torch.empty_strided` with cached arguments, and the kernel is queued on PyTorch's current
 //! stream. Anything else (NumPy, CPU tensors, tensor subclasses, a stream or
-//! device argument, non-contiguous inputs to be copied, another current device) is left to the
-//! general path in Python, which this must agree with.
+//! device argument, non-contiguous inputs to be copied, a device whose context is not the
+//! thread's current one) is left to the general path in Python, which this must agree with.
+//! `kiln.ops` reads its PyTorch tensor arguments with the same `tensor_array`.
 
 use std::sync::{Arc, Mutex};
 
@@ -75,6 +76,11 @@ fn look_up(torch: &Bound<'_, PyAny>) -> PyResult<Torch> {
 impl Torch {
     fn dtype(&self, d: &Bound<'_, PyAny>) -> Option<DType> {
         self.dtypes.iter().find(|(o, _)| d.is(o)).map(|(_, dtype)| *dtype)
+    }
+
+    /// Whether `d` is a PyTorch dtype kiln has.
+    pub(crate) fn knows_dtype(&self, d: &Bound<'_, PyAny>) -> bool {
+        self.dtype(d).is_some()
     }
 
     /// `torch.Tensor`.
