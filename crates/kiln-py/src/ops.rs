@@ -8,6 +8,7 @@
 //! On host arrays the ops of several launches also run whole here (`scaled_dot_product_attention`,
 //! ...).
 
+use kiln::array::row_major_strides;
 use kiln::ops;
 use kiln::{Array, Device};
 use pyo3::exceptions::PyTypeError;
@@ -109,11 +110,9 @@ impl OpPlan {
             let kwargs = PyDict::new(py);
             kwargs.set_item(pyo3::intern!(py, "dtype"), dtype)?;
             kwargs.set_item(pyo3::intern!(py, "device"), &device)?;
-            let out = torch.allocate(&spec.shape, spec.init_value, &kwargs)?;
-            let Some((array, _, _)) = torch_call::tensor_array(&out, torch) else {
-                return Err(to_py(kiln::Error::invalid("kiln.ops", "could not read an output PyTorch allocated")));
-            };
-            arrays.push(array);
+            let strides = row_major_strides(&spec.shape);
+            let out = torch.allocate(&spec.shape, &strides, spec.init_value, &kwargs)?;
+            arrays.push(torch_call::output_array(&out, &spec.shape, &strides, spec.dtype, ordinal)?);
             outputs.push(out.unbind());
         }
         let mut plan = self.plan.clone();

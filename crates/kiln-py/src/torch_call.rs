@@ -98,21 +98,19 @@ impl Torch {
         self.current_stream.bind(py).call1((ordinal,))?.extract()
     }
 
-    /// `torch.empty_strided(shape, row-major strides, dtype=, device=)`, or `torch.full` with
-    /// `fill`.
+    /// `torch.empty_strided(shape, strides, dtype=, device=)` (`strides` row-major), or
+    /// `torch.full` with `fill`.
     pub(crate) fn allocate<'py>(
         &self,
         shape: &[usize],
+        strides: &[isize],
         fill: Option<f64>,
         kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = kwargs.py();
         let dims = PyTuple::new(py, shape.iter())?;
         match fill {
-            None => {
-                let strides = PyTuple::new(py, row_major_strides(shape).iter())?;
-                self.empty_strided.bind(py).call((dims, strides), Some(kwargs))
-            }
+            None => self.empty_strided.bind(py).call((dims, PyTuple::new(py, strides.iter())?), Some(kwargs)),
             Some(v) => self.full.bind(py).call((dims, v), Some(kwargs)),
         }
     }
@@ -224,6 +222,21 @@ pub(crate) fn tensor_array(t: &Bound<'_, PyAny>, torch: &Torch) -> Option<(Array
     Some((array, contiguous, on))
 }
 
+/// A tensor just allocated with `shape`, `strides` and `dtype` on device `ordinal` as a kiln
+/// array over its memory (kept alive by it): only its address is read.
+pub(crate) fn output_array(
+    out: &Bound<'_, PyAny>,
+    shape: &[usize],
+    strides: &[isize],
+    dtype: DType,
+    ordinal: usize,
+) -> PyResult<Array> {
+    let address: usize = out.call_method0(intern!(out.py(), "data_ptr"))?.extract()?;
+    let (start, nbytes, offset) = convert::span(address, shape, strides, dtype.size());
+    let owner = Box::new(out.clone().unbind());
+    convert::lent(owner, start, nbytes, offset, shape, strides, dtype, ordinal as i64)
+}
+
 /// A tensor input of the cached call: its array and whether it is contiguous (an output of its
 /// shape and dtype may then be allocated like it); `None` for a tensor the general path takes
 /// (on the CPU, on another device than the inputs before it, or strided where MLX copies).
@@ -329,10 +342,7 @@ impl LaunchCache {
                 }
                 (Some(v), _) => torch.full.bind(py).call((shape.bind(py), v), Some(kwargs.bind(py)))?,
             };
-            let address: usize = out.call_method0(intern!(py, "data_ptr"))?.extract()?;
-            let (start, nbytes, offset) = convert::span(address, dims, strides, dtype.size());
-            let owner = Box::new(out.clone().unbind());
-            lent.push(convert::lent(owner, start, nbytes, offset, dims, strides, *dtype, ordinal as i64)?);
+            lent.push(output_array(&out, dims, strides, *dtype, ordinal)?);
             outputs.append(out)?;
         }
         drop(likes);
