@@ -230,7 +230,7 @@ impl Kernel {
         if let Some(outs) = outputs_into {
             let outs: Vec<Array> =
                 outs.iter().map(|o| convert::array(o.cast::<PyTuple>()?)).collect::<PyResult<_>>()?;
-            spec.outputs_into = Some(outs);
+            spec.outputs_into = Some(outs.into_iter().map(Some).collect());
         }
         let launch_on = launch_device(&inputs, device);
         spec.device = Some(launch_on);

@@ -342,7 +342,7 @@ impl LaunchCache {
                 }
                 (Some(v), _) => torch.full.bind(py).call((shape.bind(py), v), Some(kwargs.bind(py)))?,
             };
-            lent.push(output_array(&out, dims, strides, *dtype, ordinal)?);
+            lent.push(Some(output_array(&out, dims, strides, *dtype, ordinal)?));
             outputs.append(out)?;
         }
         drop(likes);

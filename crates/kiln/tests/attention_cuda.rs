@@ -184,13 +184,26 @@ fn cuda_prefill_takes_negative_zero_and_large_scales() {
     }
 }
 
+/// Keys whose size grows along the sequence (x (1 + 3 key / Tk)): each row's largest score
+/// moves from key tile to key tile. Returns the device array and the values it holds.
+fn growing_keys(rng: &mut Rng, device: Device, shape: [usize; 4]) -> (Array, Vec<f64>) {
+    let [_, _, tk, d] = shape;
+    let mut values = rng.normals(shape.iter().product(), 1.0);
+    for (i, x) in values.iter_mut().enumerate() {
+        let key = (i / d) % tk;
+        *x *= 1.0 + 3.0 * key as f64 / tk as f64;
+    }
+    let k = Array::from_f64(DType::BF16, &shape, &values).unwrap();
+    let values = k.to_f64_vec().unwrap();
+    (k.to_device(device).unwrap(), values)
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --include-ignored and KILN_REQUIRE_BACKEND=cuda)"]
 fn cuda_prefill_follows_row_extremes_that_grow_along_the_keys() {
     let Some(device) = cuda_or_skip() else { return };
-    // Keys whose size grows along the sequence move each row's largest score from key tile to
-    // key tile, by more than the kernels' rescaling threshold in some rows and tiles and less
-    // in others; with a negative scale the smallest score moves instead.
+    // The largest score of a row moves by more than the kernels' rescaling threshold in some
+    // rows and tiles and less in others; with a negative scale the smallest score moves instead.
     let mut seed = 1200;
     for scale in [0.5f32, -0.5, 0.08] {
         for d in [64, 128] {
@@ -200,19 +213,101 @@ fn cuda_prefill_follows_row_extremes_that_grow_along_the_keys() {
                 let mut rng = Rng::new(seed);
                 seed += 1;
                 let (q, qv) = input(&mut rng, device, DType::BF16, &[b, hq, tq, d]);
-                let mut kvals = rng.normals(b * hkv * tk * d, 1.0);
-                for (i, x) in kvals.iter_mut().enumerate() {
-                    let key = (i / d) % tk;
-                    *x *= 1.0 + 3.0 * key as f64 / tk as f64;
-                }
-                let k = Array::from_f64(DType::BF16, &[b, hkv, tk, d], &kvals).unwrap();
-                let kv = k.to_f64_vec().unwrap();
-                let k = k.to_device(device).unwrap();
+                let (k, kv) = growing_keys(&mut rng, device, [b, hkv, tk, d]);
                 let (v, vv) = input(&mut rng, device, DType::BF16, &[b, hkv, tk, d]);
                 let what = format!("{dims:?} growing keys causal={causal} scale={scale}");
                 check(&what, &q, &k, &v, [&qv, &kv, &vv], dims, causal, tensor_core_route(device, d), scale);
             }
         }
+    }
+}
+
+/// Under the causal mask the `wgmma` prefill takes the tiles of its last heads longest first
+/// across those heads (asserted on the device to be some heads but not all): the order maps
+/// every tile once, with the diagonal shifted (Tq != Tk) and grouped heads.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --include-ignored and KILN_REQUIRE_BACKEND=cuda)"]
+fn cuda_prefill_orders_the_last_heads_longest_first_under_the_causal_mask() {
+    let Some(device) = cuda_or_skip() else { return };
+    let mut seed = 1400;
+    let mut ordered = 0;
+    for d in [64, 128] {
+        let wgmma = tensor_core_route(device, d) == Route::CudaPrefillWgmma;
+        for (tq, tk) in [(300, 300), (280, 330)] {
+            // As many heads as the longest-first ones, plus three taken in head order before them.
+            let last = attention::prefill_wgmma::schedule(device, 1 << 20, tq, tk, d, true).unwrap().last_heads;
+            let (hq, hkv) = (2 * (last.max(1) + 3).div_ceil(2), 2);
+            let dims = [1, hq, hkv, tq, tk, d];
+            let mut rng = Rng::new(seed);
+            seed += 1;
+            let (q, qv) = input(&mut rng, device, DType::BF16, &[1, hq, tq, d]);
+            let schedule = attention::prefill_wgmma::schedule(device, hq, tq, tk, d, true).unwrap();
+            if wgmma {
+                assert!(
+                    schedule.last_heads > 0 && schedule.last_heads < hq && schedule.split == 0,
+                    "{dims:?}: {schedule:?}"
+                );
+                ordered += 1;
+            }
+            let (k, kv) = input(&mut rng, device, DType::BF16, &[1, hkv, tk, d]);
+            let (v, vv) = input(&mut rng, device, DType::BF16, &[1, hkv, tk, d]);
+            let what = format!("{dims:?} {schedule:?} causal");
+            let scale = (1.0 / (d as f64).sqrt()) as f32;
+            check(&what, &q, &k, &v, [&qv, &kv, &vv], dims, true, tensor_core_route(device, d), scale);
+        }
+    }
+    if capability(device) == Some(attention::prefill_wgmma::CAPABILITY) {
+        assert_eq!(ordered, 4);
+    }
+}
+
+/// Without a mask the `wgmma` prefill splits the tiles of its last round over their keys, the
+/// last part to finish combining the parts (asserted split on the device): one tile split
+/// eight ways (its second consumers past the queries at D = 64, a partial last key tile),
+/// grouped heads, whole tiles before split ones, negative and zero scales, and keys that move
+/// each row's extreme from part to part, so the parts' extremes differ.
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --include-ignored and KILN_REQUIRE_BACKEND=cuda)"]
+fn cuda_prefill_splits_the_last_round_of_tiles_over_the_keys() {
+    let Some(device) = cuda_or_skip() else { return };
+    let mut seed = 1300;
+    let mut splits = 0;
+    for d in [64, 128] {
+        // Elsewhere the same inputs go through the `mma.sync` prefill, which splits nothing.
+        let wgmma = tensor_core_route(device, d) == Route::CudaPrefillWgmma;
+        let Device::Cuda(ordinal) = device else { unreachable!("a CUDA device") };
+        let multiprocessors = kiln::backend::cuda::cuda_backend(ordinal).unwrap().multiprocessors();
+        // [B, Hq, Hkv, Tq, Tk]; the last: one more tile than the blocks hold in a round.
+        let heads = multiprocessors + 2;
+        for [b, hq, hkv, tq, tk] in
+            [[1, 1, 1, 200, 4100], [1, 4, 2, 300, 1030], [3, 2, 2, 129, 2048], [1, heads, 1, 64, 1024]]
+        {
+            for (scale, keys) in [(0.1f32, false), (-0.5, false), (0.0, false), (0.5, true), (-0.5, true)] {
+                let dims = [b, hq, hkv, tq, tk, d];
+                let mut rng = Rng::new(seed);
+                seed += 1;
+                let (q, qv) = input(&mut rng, device, DType::BF16, &[b, hq, tq, d]);
+                let schedule = attention::prefill_wgmma::schedule(device, b * hq, tq, tk, d, false).unwrap();
+                if wgmma {
+                    assert!(schedule.parts >= 2 && schedule.split > 0, "{dims:?}: {schedule:?}");
+                    splits += 1;
+                }
+                let (k, kv) = if keys {
+                    growing_keys(&mut rng, device, [b, hkv, tk, d])
+                } else {
+                    input(&mut rng, device, DType::BF16, &[b, hkv, tk, d])
+                };
+                let (v, vv) = input(&mut rng, device, DType::BF16, &[b, hkv, tk, d]);
+                let what = format!("{dims:?} {schedule:?} growing keys={keys} scale={scale}");
+                check(&what, &q, &k, &v, [&qv, &kv, &vv], dims, false, tensor_core_route(device, d), scale);
+            }
+        }
+        // f16 once.
+        check_case(device, DType::F16, [1, 1, 1, 200, 4100, d], false, seed);
+        seed += 1;
+    }
+    if capability(device) == Some(attention::prefill_wgmma::CAPABILITY) {
+        assert_eq!(splits, 40);
     }
 }
 

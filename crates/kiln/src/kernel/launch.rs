@@ -151,10 +151,11 @@ pub struct LaunchSpec {
     pub cancel: Option<Arc<AtomicBool>>,
     /// Queue a CUDA launch on the caller's stream instead of the backend's own.
     pub stream: Option<ExternalStream>,
-    /// Caller-allocated outputs, one per output name, row-contiguous on the launch device with
-    /// the output shapes and dtypes: the kernel writes them in place and the call returns them.
-    /// `init_value` does not apply to them (their owner fills them).
-    pub outputs_into: Option<Vec<Array>>,
+    /// Caller-allocated outputs, one entry per output name: an array row-contiguous on the
+    /// launch device with the output's shape and dtype, which the kernel writes in place and the
+    /// call returns (`init_value` does not apply to it: its owner fills it), or `None` for an
+    /// output kiln allocates as it would without this field.
+    pub outputs_into: Option<Vec<Option<Array>>>,
     /// Errors name MLX's call keywords (`output_shapes`, `inputs`) instead of this type's
     /// methods: for callers that take MLX's keywords (the Python package).
     pub mlx_keywords: bool,
@@ -254,6 +255,13 @@ impl LaunchSpec {
 
     /// Writes the outputs into `outputs` (see the `outputs_into` field).
     pub fn outputs_into(mut self, outputs: Vec<Array>) -> Self {
+        self.outputs_into = Some(outputs.into_iter().map(Some).collect());
+        self
+    }
+
+    /// Writes the outputs given as `Some` into those arrays and allocates the others (see the
+    /// `outputs_into` field).
+    pub fn outputs_partly_into(mut self, outputs: Vec<Option<Array>>) -> Self {
         self.outputs_into = Some(outputs);
         self
     }
@@ -354,8 +362,13 @@ impl LaunchSpec {
         }
         if let Some(outputs) = &self.outputs_into {
             check("outputs_into", n_outputs, outputs.len())?;
-            for (k, ((shape, &dtype), out)) in
-                self.output_shapes.iter().zip(&self.output_dtypes).zip(outputs).enumerate()
+            for (k, ((shape, &dtype), out)) in self
+                .output_shapes
+                .iter()
+                .zip(&self.output_dtypes)
+                .zip(outputs)
+                .enumerate()
+                .filter_map(|(k, (sd, out))| Some((k, (sd, out.as_ref()?))))
             {
                 if out.shape() != shape.as_slice() || out.dtype() != dtype || !out.is_row_contiguous() {
                     return Err(Error::invalid(

@@ -83,23 +83,20 @@ impl Marshal<'_> {
                 bindings.push(Binding::Bytes(ndim.to_le_bytes().as_slice().into()));
             }
         }
-        if let Some(outputs) = &spec.outputs_into {
-            for out in outputs {
-                if out.device() != self.device {
+        for (k, (shape, &dtype)) in spec.output_shapes.iter().zip(&spec.output_dtypes).enumerate() {
+            match spec.outputs_into.as_ref().and_then(|given| given.get(k)?.as_ref()) {
+                Some(out) if out.device() != self.device => {
                     return Err(Error::invalid(
                         self.op,
                         format!("an output lives on {} but the kernel runs on {}", out.device(), self.device),
                     ));
                 }
-                bindings.push(Binding::OutputInto(out.clone()));
-            }
-        } else {
-            for (shape, &dtype) in spec.output_shapes.iter().zip(&spec.output_dtypes) {
-                bindings.push(Binding::Output(OutputSpec {
+                Some(out) => bindings.push(Binding::OutputInto(out.clone())),
+                None => bindings.push(Binding::Output(OutputSpec {
                     shape: shape.as_slice().into(),
                     dtype,
                     init_value: spec.init_value,
-                }));
+                })),
             }
         }
         Ok(bindings)

@@ -405,19 +405,10 @@ impl OpPlan {
             }
         }
         for (call, given) in placed.calls.iter_mut().zip(kernel_outputs) {
-            let Some(given) = given else { continue };
-            let device = call.device().or_else(|| given.iter().flatten().next().map(Array::device));
-            let device = device.unwrap_or(Device::Cpu);
-            let spec = &call.spec;
-            let filled = given
-                .into_iter()
-                .zip(spec.output_shapes.iter().zip(&spec.output_dtypes))
-                .map(|(g, (shape, &dtype))| match g {
-                    Some(g) => Ok(g),
-                    None => Array::full(dtype, shape, spec.init_value.unwrap_or(0.0))?.to_device(device),
-                })
-                .collect::<Result<Vec<_>>>()?;
-            call.spec.outputs_into = Some(filled);
+            // The call's other outputs are allocated by the launch, as they would be without.
+            if let Some(given) = given {
+                call.spec.outputs_into = Some(given);
+            }
         }
         let got = placed.run()?;
         let same = got.len() == outputs.len()

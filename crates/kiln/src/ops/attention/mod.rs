@@ -355,8 +355,10 @@ fn plan_by(route: Route, q: &Array, k: &Array, v: &Array, scale: f32, mask: Mask
             let [b, hq, _, _, _, d] = validate(q, k, v)?;
             if route == Route::CudaPrefillWgmma {
                 let kernel = prefill_wgmma::kernel(OP, d)?;
-                let spec = prefill_wgmma::spec(OP, q, hq, b, causal, scale)?;
-                return Ok(OpCall::cuda(kernel, prefill_wgmma::inputs(OP, q, k, v, scale)?, spec).into());
+                let schedule = prefill_wgmma::schedule(q.device(), b * hq, q.shape()[2], k.shape()[2], d, causal)?;
+                let spec = prefill_wgmma::spec(OP, q, causal, scale, &schedule)?;
+                let inputs = prefill_wgmma::inputs(OP, q, k, v, scale, &schedule)?;
+                return Ok(OpPlan::new(vec![OpCall::cuda(kernel, inputs, spec)]).outputs(&[(0, 0)]));
             }
             let (kernel, spec) = (prefill_cuda::kernel(OP, d, causal)?, prefill_cuda::spec(OP, q, hq, b, d, causal)?);
             return Ok(OpCall::cuda(kernel, vec![q.into(), k.into(), v.into(), scale.into()], spec).into());

@@ -15,6 +15,8 @@
     // k_empty[stage], v_empty[stage]
     __shared__ __align__(8) unsigned long long kiln_bars[14];
     __shared__ int kiln_tile_slot[2];
+    // Per consumer, how many parts of a split tile had finished before its own (see below).
+    __shared__ unsigned kiln_parts_done[NC];
     const unsigned base = (smem_u32(kiln_wg_smem) + 1023u) & ~1023u;
     const unsigned sq = base;
     const unsigned sk = sq + NC * QWG;
@@ -35,11 +37,30 @@
     const int Tk = k_shape[2];
     const int shift = Tk - Tq;
     const int nm = (Tq + BM - 1) / BM;
-    const int total = q_shape[0] * Hq * nm;
+    const int heads = q_shape[0] * Hq;
+    const int total = heads * nm;
+    // The schedule after the tensor maps: the item counter, the number of split tiles (the
+    // last ones), the parts each is split into over its key tiles, the number of last heads
+    // whose tiles go longest first, then one counter of finished parts per split tile and
+    // consumer (all zero at the launch but the three counts).
+    const unsigned* schedule = reinterpret_cast<const unsigned*>(maps + 384);
+    const int split = static_cast<int>(schedule[1]);
+    const int parts = static_cast<int>(schedule[2]);
+    const int last_heads = static_cast<int>(schedule[3]);
     // Tile t: (batch, head) t / nm, query tiles of a head from the last (the longest under the
-    // causal mask) to the first, so the running tiles share few heads' keys and values in the L2.
-    auto first_query = [&](int t) { return (nm - 1 - t % nm) * BM; };
-    auto head_of = [&](int t) { return t / nm; };
+    // causal mask) to the first, so the running tiles share few heads' keys and values in the
+    // L2; the tiles of the last `last_heads` heads (from tile `lpt`) longest first across those
+    // heads, so the blocks end together.
+    const int lpt = total - last_heads * nm;
+    auto first_query = [&](int t) { return (nm - 1 - (t >= lpt ? (t - lpt) / last_heads : t % nm)) * BM; };
+    auto head_of = [&](int t) { return t >= lpt ? heads - last_heads + (t - lpt) % last_heads : t / nm; };
+    const int whole = total - split;
+    const int items = whole + split * parts;
+    // Item u: tile u whole, or past the whole tiles part (u - whole) % parts of a split tile,
+    // whose key tiles [p·K / parts, (p + 1)·K / parts) of its K it takes.
+    auto tile_of = [&](int u) { return u < whole ? u : whole + (u - whole) / parts; };
+    auto keys_from = [&](int u, int K) { return u < whole ? 0 : ((u - whole) % parts) * K / parts; };
+    auto keys_to = [&](int u, int K) { return u < whole ? K : ((u - whole) % parts + 1) * K / parts; };
     // Key tiles consumer c uses in a tile starting at query q0 (causal: up to its last visible
     // key; none when its rows all lie past the queries, as in the last tile of a head whose
     // length is not a multiple of BM). Later consumers' queries come later, so the last
@@ -90,7 +111,7 @@
             // Loads so far: load n of a key or value tile goes to stage n & 1, which it takes over
             // from load n - 2 once every consumer released that one.
             unsigned loads = 0;
-            int t = blockIdx.x;
+            int u = blockIdx.x;
             for (unsigned i = 0;; ++i) {
                 // Publish the tile (or the end) to the consumers.
                 if (i >= 2) {
@@ -99,15 +120,16 @@
                 int old;
                 asm volatile("atom.shared.exch.b32 %0, [%1], %2;\n"
                              : "=r"(old)
-                             : "r"(smem_u32(kiln_tile_slot) + 4 * (i & 1)), "r"(t)
+                             : "r"(smem_u32(kiln_tile_slot) + 4 * (i & 1)), "r"(u)
                              : "memory");
                 kiln_tma::arrive(tile_full(i & 1));
-                if (t >= total) {
+                if (u >= items) {
                     break;
                 }
+                const int t = tile_of(u);
                 const int hb = head_of(t);
                 const int q0 = first_query(t);
-                const int ntiles = tile_tiles(q0);
+                const int kt = tile_tiles(q0);
                 // The query rows, once every consumer's last S of the previous tile completed.
                 if (i >= 1) {
                     kiln_tma::wait(q_empty, (i - 1) & 1);
@@ -130,12 +152,12 @@
                     }
                 };
 #pragma unroll 1
-                for (int j = 0; j < ntiles; ++j) {
+                for (int j = keys_from(u, kt); j < keys_to(u, kt); ++j) {
                     load_tile(j, k_full(loads & 1), k_empty, sk, TBYTES, kmap);
                     load_tile(j, v_full(loads & 1), v_empty, sv, VSTRIDE, vmap);
                     ++loads;
                 }
-                t = static_cast<int>(atomicAdd(next_tile, 1u)) + static_cast<int>(gridDim.x);
+                u = static_cast<int>(atomicAdd(next_tile, 1u)) + static_cast<int>(gridDim.x);
             }
         }
         return;
@@ -202,7 +224,7 @@
     // K empty turns come first and the one a P V would take last (the only one when K = 0).
     // It passes its last turn on to the next tile, which it learns just before, or not at all
     // after the last tile.
-    int next = total;
+    int next = items;
     auto learn_next = [&](unsigned i) {
         if (cw == NC - 1) {
             next = read_tile(i + 1);
@@ -210,26 +232,32 @@
     };
     auto take_turn = [&]() { asm volatile("bar.sync %0, 256;\n" ::"r"(4 + cw) : "memory"); };
     auto pass_turn = [&](bool last) {
-        if (cw != NC - 1 || !last || next < total) {
+        if (cw != NC - 1 || !last || next < items) {
             asm volatile("bar.arrive %0, 256;\n" ::"r"(cw == NC - 1 ? 4 : 5 + cw) : "memory");
         }
     };
     unsigned loads = 0;
-    int t = read_tile(0);
-    if (cw == NC - 1 && t < total) {
+    int u = read_tile(0);
+    if (cw == NC - 1 && u < items) {
         asm volatile("bar.arrive %0, 256;\n" ::"r"(4) : "memory");
     }
-    for (unsigned i = 0; t < total; ++i) {
-        const int w0 = first_query(t) + cw * 64;
+    for (unsigned i = 0; u < items; ++i) {
+        const int q0 = first_query(tile_of(u));
+        const int w0 = q0 + cw * 64;
         const int row_lo = w0 + rl;
-        const int nw = tiles_of(w0 - cw * 64, cw);
+        // The item's key tiles [j0, j0 + ntiles) (the producer loads them all) and the first nw
+        // of them, those this consumer uses.
+        const int kt = tile_tiles(q0);
+        const int j0 = keys_from(u, kt);
+        const int ntiles = keys_to(u, kt) - j0;
+        const int nw = max(0, min(ntiles, tiles_of(q0, cw) - j0));
 #pragma unroll
         for (int k = 0; k < OACC; ++k) {
             o[k] = 0.0f;
         }
         m[0] = m[1] = HIDE;
         l[0] = l[1] = 0.0f;
-        // Key tile j of this tile: its stage, and the parity of that stage's barriers.
+        // Key tile j0 + j of this item: its stage, and the parity of that stage's barriers.
         auto k_stage = [&](int j) { return (loads + j) & 1; };
         auto phase = [&](int j) { return ((loads + j) >> 1) & 1; };
         auto issue_s = [&](int j) {
@@ -273,7 +301,7 @@
         // 2^GROW (a warp-uniform choice): below that the old extreme serves as well, the p,
         // sums and O all relative to it, and the O and sum corrections are skipped.
         auto softmax = [&](int j) {
-            const int n0 = j * BN;
+            const int n0 = (j0 + j) * BN;
             const bool edge = n0 + BN > Tk || (CAUSAL && n0 + BN - 1 > w0 + shift);
             // Each row's new extreme, held in corr[r] until the choice is made, and whether its
             // largest exponent grows by more than GROW: (m' - m)·c, infinite when a row sees its
@@ -428,7 +456,6 @@
             kiln_wg::keep<OACC>(o);
             release(v_empty(k_stage(nw - 1)));
         }
-        const int ntiles = tile_tiles(w0 - cw * 64);
         // Key tiles this consumer does not use are released as they arrive (so every stage's
         // barriers see every consumer once per load), each followed by an empty turn: a
         // consumer never waits for a load while it holds back a turn the others need.
@@ -447,43 +474,111 @@
             pass_turn(true);
         }
 
-        // The output rows, staged in this consumer's output buffer (free once its threads are
-        // past the previous tile's stores), then stored in 16-byte chunks.
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
-        unsigned short* ob = reinterpret_cast<unsigned short*>(out) + static_cast<long>(head_of(tile_at(i))) * Tq * HD;
+        // A part of a split tile: the consumer's O, l and row extremes go to its record in
+        // `partials` (each thread's accumulators as they lie, pair k of thread wt at float2
+        // k·128 + wt, then (m0, m1, l0, l1) per thread); the consumer whose part finishes last
+        // (a counter per split tile and consumer, after a fence) adds the other parts' records
+        // to its own, each weighted by 2^((m_p − m)·c) against the extreme m of all the parts
+        // and stores the rows as for a whole tile.
+        bool store = true;
+        const int item = tile_at(i);
+        if (item >= whole) {
+            const int st = (item - whole) / parts;
+            const int part = (item - whole) % parts;
+            constexpr int REC = 128 * (OACC + 4);
+            auto record = [&](int p) { return partials + (static_cast<long>(st * parts + p) * NC + cw) * REC; };
+            float* mine = record(part);
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            // The row sum: the product's extra column, or the quad's partial sums added up.
-            float lt = ROWSUM ? o[HD / 2 + 2 * r] : l[r];
-            if constexpr (!ROWSUM) {
-                lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-                lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+            for (int k = 0; k < OACC / 2; ++k) {
+                reinterpret_cast<float2*>(mine)[k * 128 + wt] = make_float2(o[2 * k], o[2 * k + 1]);
             }
-            const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
-            const int row = rl + 8 * r;
+            reinterpret_cast<float4*>(mine + OACC * 128)[wt] = make_float4(m[0], m[1], l[0], l[1]);
+            __threadfence();
+            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
+            if (wt == 0) {
+                kiln_parts_done[cw] = atomicAdd(const_cast<unsigned*>(schedule) + 4 + st * NC + cw, 1u);
+            }
+            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
+            store = kiln_parts_done[cw] == static_cast<unsigned>(parts - 1);
+            if (store) {
+                __threadfence();
+                float mt[2] = {m[0], m[1]};
+                for (int p = 0; p < parts; ++p) {
+                    if (p != part) {
+                        const float4 ml = __ldcg(reinterpret_cast<const float4*>(record(p) + OACC * 128) + wt);
+                        mt[0] = extreme(mt[0], ml.x);
+                        mt[1] = extreme(mt[1], ml.y);
+                    }
+                }
+                // A part's rows that saw no key hold m = HIDE (weight 0 against a finite extreme);
+                // the zero-scale variant keeps m = HIDE throughout (every weight 1).
+                auto weight = [&](float mp, int r) { return mp == mt[r] ? 1.0f : ex2((mp - mt[r]) * sl2); };
+                const float own[2] = {weight(m[0], 0), weight(m[1], 1)};
+                // Pair k of a thread's accumulators lies in row k & 1 of its two.
 #pragma unroll
-            for (int jj = 0; jj < HD / 8; ++jj) {
-                const unsigned a = sow + (jj >> 3) * (64 * 128) + row * 128 + (((jj & 7) ^ (row & 7)) << 4) + (lane & 3) * 4;
-                kiln_wg::sts32(a, pack2<BF16>(o[4 * jj + 2 * r] * inv, o[4 * jj + 2 * r + 1] * inv));
+                for (int k = 0; k < OACC; ++k) {
+                    o[k] *= own[(k >> 1) & 1];
+                }
+                l[0] *= own[0];
+                l[1] *= own[1];
+                for (int p = 0; p < parts; ++p) {
+                    if (p == part) {
+                        continue;
+                    }
+                    const float* rec = record(p);
+                    const float4 ml = __ldcg(reinterpret_cast<const float4*>(rec + OACC * 128) + wt);
+                    const float w[2] = {weight(ml.x, 0), weight(ml.y, 1)};
+#pragma unroll
+                    for (int k = 0; k < OACC / 2; ++k) {
+                        const float2 x = __ldcg(reinterpret_cast<const float2*>(rec) + k * 128 + wt);
+                        o[2 * k] += w[k & 1] * x.x;
+                        o[2 * k + 1] += w[k & 1] * x.y;
+                    }
+                    l[0] += w[0] * ml.z;
+                    l[1] += w[1] * ml.w;
+                }
             }
         }
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
-        // The staging rows' base, opaque to the compiler, so it computes the read addresses here
-        // instead of keeping them in registers through the key loop.
-        unsigned sol;
-        asm volatile("mov.b32 %0, %1;\n" : "=r"(sol) : "r"(sow));
+
+        // The output rows, staged in this consumer's output buffer (free once its threads are
+        // past the previous tile's stores), then stored in 16-byte chunks.
+        if (store) {
+            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
+            unsigned short* ob = reinterpret_cast<unsigned short*>(out) + static_cast<long>(head_of(tile_of(item))) * Tq * HD;
 #pragma unroll
-        for (int it = 0; it < HD / 16; ++it) {
-            const int k = wt + it * 128;
-            const int row = k / (HD / 8);
-            const int ch = k % (HD / 8);
-            const int gr = w0 + row;
-            const uint4 val = kiln_wg::lds128(sol + (ch >> 3) * (64 * 128) + row * 128 + (((ch & 7) ^ (row & 7)) << 4));
-            if (gr < Tq) {
-                *reinterpret_cast<uint4*>(ob + static_cast<long>(gr) * HD + ch * 8) = val;
+            for (int r = 0; r < 2; ++r) {
+                // The row sum: the product's extra column, or the quad's partial sums added up.
+                float lt = ROWSUM ? o[HD / 2 + 2 * r] : l[r];
+                if constexpr (!ROWSUM) {
+                    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+                    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+                }
+                const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
+                const int row = rl + 8 * r;
+#pragma unroll
+                for (int jj = 0; jj < HD / 8; ++jj) {
+                    const unsigned a = sow + (jj >> 3) * (64 * 128) + row * 128 + (((jj & 7) ^ (row & 7)) << 4) + (lane & 3) * 4;
+                    kiln_wg::sts32(a, pack2<BF16>(o[4 * jj + 2 * r] * inv, o[4 * jj + 2 * r + 1] * inv));
+                }
+            }
+            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
+            // The staging rows' base, opaque to the compiler, so it computes the read addresses here
+            // instead of keeping them in registers through the key loop.
+            unsigned sol;
+            asm volatile("mov.b32 %0, %1;\n" : "=r"(sol) : "r"(sow));
+#pragma unroll
+            for (int it = 0; it < HD / 16; ++it) {
+                const int k = wt + it * 128;
+                const int row = k / (HD / 8);
+                const int ch = k % (HD / 8);
+                const int gr = w0 + row;
+                const uint4 val = kiln_wg::lds128(sol + (ch >> 3) * (64 * 128) + row * 128 + (((ch & 7) ^ (row & 7)) << 4));
+                if (gr < Tq) {
+                    *reinterpret_cast<uint4*>(ob + static_cast<long>(gr) * HD + ch * 8) = val;
+                }
             }
         }
         release(tile_empty(i & 1));
         loads += ntiles;
-        t = cw == NC - 1 ? next : read_tile(i + 1);
+        u = cw == NC - 1 ? next : read_tile(i + 1);
     }

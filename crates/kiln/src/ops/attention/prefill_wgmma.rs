@@ -6,13 +6,20 @@
 //!
 //! Work is cut into tiles of 64·NC queries of one (batch, query head), NC consumers (3 for
 //! D = 64, 2 for D = 128); a consumer whose 64 rows lie past the queries (the last tile of a
-//! head whose length is not a multiple of 64·NC) uses no key tiles. The launch is persistent: one block per multiprocessor (fewer when
-//! there are fewer tiles), block b starting with tile b and taking each next one from a counter
-//! in device memory (zero at the launch, after the tensor maps in `maps`), so blocks balance
-//! under the causal mask as under the hardware's block scheduler while the producer already
-//! loads the next tile's queries and keys as the consumers finish the current one. Tiles are
-//! ordered by (batch, head), the last query tile of a head first: the running tiles share a
-//! few heads' K and V in the L2. A block of 128·(NC + 1) threads:
+//! head whose length is not a multiple of 64·NC) uses no key tiles. The launch is persistent:
+//! one block per multiprocessor (fewer when there are fewer items), block b starting with item
+//! b and taking each next one from a counter in device memory (zero at the launch, after the
+//! tensor maps in `maps`), so blocks balance under the causal mask as under the hardware's
+//! block scheduler while the producer already loads the next item's queries and keys as the
+//! consumers finish the current one. An item is a whole tile or, without a mask, a part of one
+//! of the tiles of the last, partial round ([`Schedule`]): a range of its key tiles, whose
+//! unnormalised O, row sums and row extremes each consumer writes to the second output; the
+//! consumer whose part finishes last (a counter per split tile and consumer) weighs the parts
+//! against their common extreme, adds them and stores the rows. Tiles are ordered by (batch,
+//! head), the last query tile of a head first: the running tiles share a few heads' K and V in
+//! the L2; under the causal mask the tiles of the last heads (about four rounds of tiles) go
+//! longest first across those heads, so the blocks end together. A block of 128·(NC + 1)
+//! threads:
 //!   warpgroup 0, the producer (`setmaxnreg` down to 32 registers): one thread publishes each
 //!       tile's index in a shared slot (two slots, "tile" full/empty mbarriers), loads the
 //!       tile's Q rows, then for each key tile j K_j and V_j (`BN` = 128 keys) into two
@@ -60,8 +67,8 @@
 //! read by the kernel from device memory): Q as (D, Tq, B·Hq) in boxes of (64, 64, 1), K and
 //! V as (D, Tk, B·Hkv) in boxes of (64, BN, 1); rows past Tq or Tk arrive as zeros.
 //!
-//! The persistent launch, three consumers at D = 64, the corrections skipped while the extremes
-//! stay, the row sums on the tensor cores at D = 64 and the two softmax shortenings each measured
+//! The persistent launch, the split last round, three consumers at D = 64, the corrections
+//! skipped while the extremes stay, the row sums on the tensor cores at D = 64 and the two softmax shortenings each measured
 //! faster on the H100; the measurements, and the forms measured and not used, are in
 //! `bench/results/notes/ops.md`.
 //!
@@ -144,13 +151,73 @@ fn shared_bytes(d: usize) -> usize {
     (2 * block_queries(d) + 4 * KEYS) * d * 2 + ones + 1024
 }
 
-/// Bytes after the three tensor maps in the `maps` input: the tile counter (a u32, zero at
-/// the launch) from which the blocks take their next tile.
-const SCHEDULE_BYTES: usize = 16;
+/// Fewest key tiles a part of a split tile takes (each part pays a tile's start, its record and
+/// a share of the combination), and most parts a tile is split into.
+const MIN_PART_KEY_TILES: usize = 4;
+const MAX_PARTS: usize = 8;
 
-/// The blocks of a launch: one per multiprocessor, or one per tile when there are fewer.
-fn blocks(tiles: usize, multiprocessors: usize) -> usize {
-    tiles.min(multiprocessors).max(1)
+/// Rounds of tiles (tiles per multiprocessor) at the end of a causal launch taken longest first.
+const LONGEST_FIRST_ROUNDS: usize = 4;
+
+/// How a launch's tiles become the items its blocks take: the last `split` tiles each cut into
+/// `parts` items over their key tiles, the others whole, over `blocks` blocks; the tiles of the
+/// last `last_heads` (batch, head) pairs ordered longest first across those heads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    pub tiles: usize,
+    pub split: usize,
+    pub parts: usize,
+    pub last_heads: usize,
+    pub blocks: usize,
+}
+
+impl Schedule {
+    /// The schedule of `heads` (batch, head) pairs of `query_tiles` tiles each over `key_tiles`
+    /// key tiles. Without a mask every tile takes as long, so whole tiles over
+    /// `multiprocessors` blocks end in a round of `tiles % multiprocessors` tiles while the other
+    /// blocks wait: those tiles are split, each into as many parts as keep every part to its own
+    /// block and at least [`MIN_PART_KEY_TILES`] of the key tiles (at most [`MAX_PARTS`]); that
+    /// round then takes about 1 / parts of a tile. Under the causal mask a tile's length grows
+    /// with its queries and the blocks take the next tile as they finish; a head's tiles go
+    /// longest first, heads one after the other (the running tiles share their keys in the
+    /// L2), except for the tiles of about [`LONGEST_FIRST_ROUNDS`] rounds at the end, the last
+    /// heads', which go longest first across those heads, so the last tiles taken are the
+    /// shortest and the blocks end together.
+    pub fn new(heads: usize, query_tiles: usize, key_tiles: usize, multiprocessors: usize, causal: bool) -> Schedule {
+        let multiprocessors = multiprocessors.max(1);
+        let tiles = heads * query_tiles;
+        let rest = tiles % multiprocessors;
+        let parts = if causal || rest == 0 {
+            1
+        } else {
+            (multiprocessors / rest).min(key_tiles / MIN_PART_KEY_TILES).min(MAX_PARTS)
+        };
+        let split = if parts >= 2 { rest } else { 0 };
+        let parts = parts.max(1);
+        let last_heads =
+            if causal { heads.min((LONGEST_FIRST_ROUNDS * multiprocessors).div_ceil(query_tiles.max(1))) } else { 0 };
+        let items = tiles - split + split * parts;
+        Schedule { tiles, split, parts, last_heads, blocks: items.min(multiprocessors).max(1) }
+    }
+
+    /// Bytes after the three tensor maps in the `maps` input: the item counter (zero at the
+    /// launch, from which the blocks take their next item), the split tiles, the parts of each
+    /// and the heads ordered longest first (u32 each), and one counter of finished parts per
+    /// split tile and consumer (zero at the launch).
+    fn bytes(&self, d: usize) -> Vec<u8> {
+        let mut bytes = vec![0u8; 16 + 4 * self.split * consumers(d)];
+        bytes[4..8].copy_from_slice(&(self.split as u32).to_le_bytes());
+        bytes[8..12].copy_from_slice(&(self.parts as u32).to_le_bytes());
+        bytes[12..16].copy_from_slice(&(self.last_heads as u32).to_le_bytes());
+        bytes
+    }
+
+    /// Floats of the split tiles' partial results: per part and consumer, each thread's
+    /// accumulators and its two rows' extremes and sums (at least one float).
+    fn partial_floats(&self, d: usize) -> usize {
+        let accumulators = d / 2 + if row_sums_on_tensor_cores(d) { 4 } else { 0 };
+        (self.split * self.parts * consumers(d) * 128 * (accumulators + 4)).max(1)
+    }
 }
 
 /// One `wgmma.mma_async` m64nNk16 wrapper (N / 2 f32 accumulators a thread): A from shared
@@ -281,7 +348,7 @@ pub(super) fn kernel(op: &str, d: usize) -> Result<&'static CudaKernel> {
         return Err(Error::shape(op, format!("the warpgroup prefill takes D in {HEAD_DIMS:?}, got {d}")));
     };
     CELLS.get(op, slot, || {
-        Ok(CudaKernel::new("kiln_sdpa_prefill_wgmma", &INPUTS, &["out"], SOURCE)?
+        Ok(CudaKernel::new("kiln_sdpa_prefill_wgmma", &INPUTS, &["out", "partials"], SOURCE)?
             .header(header())
             .shared_memory(shared_bytes(d))
             .arch_specific(CAPABILITY)
@@ -289,21 +356,35 @@ pub(super) fn kernel(op: &str, d: usize) -> Result<&'static CudaKernel> {
     })
 }
 
-/// The launch for `q` (B, Hq, Tq, D) and the softmax scale: a negative scale compiles the
-/// variant whose row extreme is the minimum of the raw scores; a zero (or subnormal) one the
-/// variant that zeroes hidden keys' weights explicitly (their exponent is -inf · 0 = NaN there,
-/// -inf otherwise, so the others skip that select, two instructions a score).
-pub(super) fn spec(op: &str, q: &Array, hq: usize, b: usize, causal: bool, scale: f32) -> Result<LaunchSpec> {
-    let dim = |n: usize| u32::try_from(n).map_err(|_| Error::invalid(op, format!("grid extent {n} exceeds u32")));
-    let (tq, d) = (q.shape()[2], q.shape()[3]);
-    let threads = threads(d);
-    let multiprocessors = match q.device() {
-        crate::device::Device::Cuda(_) => crate::backend::capabilities(q.device())?.multiprocessors,
+/// The schedule of a launch on `device` for `heads` (batch, query head) pairs of `tq` queries
+/// over `tk` keys, head dimension `d`.
+pub fn schedule(
+    device: crate::device::Device,
+    heads: usize,
+    tq: usize,
+    tk: usize,
+    d: usize,
+    causal: bool,
+) -> Result<Schedule> {
+    let multiprocessors = match device {
+        crate::device::Device::Cuda(_) => crate::backend::capabilities(device)?.multiprocessors,
         _ => 1,
     };
-    let blocks = blocks(b * hq * tq.div_ceil(block_queries(d)), multiprocessors);
-    Ok(LaunchSpec::new([dim(blocks * threads)?, 1, 1], [threads as u32, 1, 1])
+    Ok(Schedule::new(heads, tq.div_ceil(block_queries(d)), tk.div_ceil(KEYS), multiprocessors, causal))
+}
+
+/// The launch for `q` (B, Hq, Tq, D), the softmax scale and the schedule: a negative scale
+/// compiles the variant whose row extreme is the minimum of the raw scores; a zero (or
+/// subnormal) one the variant that zeroes hidden keys' weights explicitly (their exponent is
+/// -inf · 0 = NaN there, -inf otherwise, so the others skip that select, two instructions a
+/// score). The second output holds the split tiles' partial results (the op returns the first).
+pub(super) fn spec(op: &str, q: &Array, causal: bool, scale: f32, schedule: &Schedule) -> Result<LaunchSpec> {
+    let dim = |n: usize| u32::try_from(n).map_err(|_| Error::invalid(op, format!("grid extent {n} exceeds u32")));
+    let d = q.shape()[3];
+    let threads = threads(d);
+    Ok(LaunchSpec::new([dim(schedule.blocks * threads)?, 1, 1], [threads as u32, 1, 1])
         .output(q.shape(), q.dtype())
+        .output(&[schedule.partial_floats(d)], DType::F32)
         .template("BF16", (q.dtype() == DType::BF16) as i32)
         .template("CAUSAL", causal as i32)
         .template("NEG", (scale < 0.0) as i32)
@@ -317,9 +398,17 @@ pub(super) fn spec(op: &str, q: &Array, hq: usize, b: usize, causal: bool, scale
         .device(q.device()))
 }
 
-/// The inputs of the kernel for CUDA arrays `q`, `k`, `v` and `scale`: the three made
-/// row-contiguous (copied when they are not) and their tensor maps, encoded for those copies.
-pub(super) fn inputs(op: &str, q: &Array, k: &Array, v: &Array, scale: f32) -> Result<Vec<KernelInput>> {
+/// The inputs of the kernel for CUDA arrays `q`, `k`, `v`, `scale` and the schedule: the
+/// three made row-contiguous (copied when they are not), their tensor maps, encoded for those
+/// copies, and the schedule's counters.
+pub(super) fn inputs(
+    op: &str,
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    scale: f32,
+    schedule: &Schedule,
+) -> Result<Vec<KernelInput>> {
     let crate::device::Device::Cuda(ordinal) = q.device() else {
         return Err(Error::invalid(op, format!("the warpgroup prefill runs on CUDA devices, not {}", q.device())));
     };
@@ -327,18 +416,19 @@ pub(super) fn inputs(op: &str, q: &Array, k: &Array, v: &Array, scale: f32) -> R
     let [q, k, v] = [q, k, v].map(|a| if a.is_row_contiguous() { Ok(a.clone()) } else { backend.row_contiguous(a) });
     let (q, k, v) = (q?, k?, v?);
     let (qs, ks) = (q.shape(), k.shape());
-    let d = qs[3] as u64;
-    let mut maps = Vec::with_capacity(3 * crate::backend::cuda::TENSOR_MAP_BYTES + SCHEDULE_BYTES);
-    maps.extend(backend.tensor_map_16bit(op, &q, [d, qs[2] as u64, (qs[0] * qs[1]) as u64], [64, 64, 1])?);
+    let d = qs[3];
+    let counters = schedule.bytes(d);
+    let mut maps = Vec::with_capacity(3 * crate::backend::cuda::TENSOR_MAP_BYTES + counters.len());
+    maps.extend(backend.tensor_map_16bit(op, &q, [d as u64, qs[2] as u64, (qs[0] * qs[1]) as u64], [64, 64, 1])?);
     for a in [&k, &v] {
         maps.extend(backend.tensor_map_16bit(
             op,
             a,
-            [d, ks[2] as u64, (ks[0] * ks[1]) as u64],
+            [d as u64, ks[2] as u64, (ks[0] * ks[1]) as u64],
             [64, KEYS as u32, 1],
         )?);
     }
-    maps.extend([0u8; SCHEDULE_BYTES]);
+    maps.extend(counters);
     let maps = Array::from_bytes(DType::U8, &[maps.len()], &maps)?.to_device(q.device())?;
     Ok(vec![q.into(), k.into(), v.into(), scale.into(), maps.into()])
 }
@@ -349,10 +439,11 @@ pub(super) fn inputs(op: &str, q: &Array, k: &Array, v: &Array, scale: f32) -> R
 pub fn cuda_source(dtype: DType, d: usize, causal: bool, scale: f32) -> Result<(String, String)> {
     let op = "scaled_dot_product_attention";
     let q = Array::full(dtype, &[1, 1, 1, d], 0.0)?;
-    let spec = spec(op, &q, 1, 1, causal, scale)?;
+    let schedule = schedule(q.device(), 1, 1, 1, d, causal)?;
+    let spec = spec(op, &q, causal, scale, &schedule)?;
     let k = kernel(op, d)?;
     let scale = Array::scalar(1.0f32);
-    let maps = Array::full(DType::U8, &[3 * crate::backend::cuda::TENSOR_MAP_BYTES + SCHEDULE_BYTES], 0.0)?;
+    let maps = Array::full(DType::U8, &[3 * crate::backend::cuda::TENSOR_MAP_BYTES + schedule.bytes(d).len()], 0.0)?;
     Ok((k.kernel_name(&spec.template), k.generate(&[q.clone(), q.clone(), q, scale, maps], &spec)?))
 }
 
@@ -390,6 +481,42 @@ mod tests {
     }
 
     #[test]
+    fn the_last_round_of_tiles_is_split_without_a_mask_and_ordered_under_it() {
+        // 128 heads of 32 tiles on 132 multiprocessors: 31 whole rounds and 4 tiles, each split
+        // 8 ways (32 key tiles, 4 a part), so the last round takes 32 blocks.
+        let s = Schedule::new(128, 32, 32, 132, false);
+        assert_eq!((s.split, s.parts, s.last_heads, s.blocks), (4, 8, 0, 132));
+        // 44 tiles left: 3 parts each fill the 132 blocks.
+        let s = Schedule::new(128, 22, 32, 132, false);
+        assert_eq!(s, Schedule { tiles: 2816, split: 44, parts: 3, last_heads: 0, blocks: 132 });
+        // Fewer tiles than multiprocessors: every tile is split, the blocks one per item.
+        assert_eq!(
+            Schedule::new(16, 1, 8, 132, false),
+            Schedule { tiles: 16, split: 16, parts: 2, last_heads: 0, blocks: 32 }
+        );
+        // Whole rounds, short keys, a rest too large to split, no tiles: none split.
+        for (heads, tiles, keys) in [(264, 1, 32), (16, 1, 7), (200, 1, 32), (0, 32, 32)] {
+            let s = Schedule::new(heads, tiles, keys, 132, false);
+            assert_eq!((s.split, s.parts, s.blocks), (0, 1, (heads * tiles).clamp(1, 132)), "{heads} {tiles} {keys}");
+        }
+        // Causal: none split; the last heads holding about four rounds of tiles go longest first
+        // (528 tiles: 17 heads of 32, 24 of 22), all of them when there are fewer.
+        for (heads, tiles, last) in [(128, 32, 17), (128, 22, 24), (8, 32, 8), (1000, 1, 528)] {
+            let s = Schedule::new(heads, tiles, 32, 132, true);
+            assert_eq!((s.split, s.parts, s.last_heads), (0, 1, last), "{heads} {tiles}");
+        }
+        // The counters: the split tiles, their parts and the longest-first heads after the item
+        // counter, then one per split tile and consumer.
+        let bytes = Schedule::new(128, 32, 32, 132, false).bytes(128);
+        assert_eq!(bytes.len(), 16 + 4 * 4 * 2);
+        assert_eq!((&bytes[4..8], &bytes[8..12]), (&4u32.to_le_bytes()[..], &8u32.to_le_bytes()[..]));
+        assert!(bytes[..4].iter().chain(&bytes[12..]).all(|&b| b == 0));
+        assert_eq!(&Schedule::new(128, 32, 32, 132, true).bytes(128)[4..16], &[0, 0, 0, 0, 1, 0, 0, 0, 17, 0, 0, 0]);
+        assert_eq!(Schedule::new(128, 32, 32, 132, false).partial_floats(128), 4 * 8 * 2 * 128 * 68);
+        assert_eq!(Schedule::new(264, 1, 32, 132, false).partial_floats(64), 1);
+    }
+
+    #[test]
     fn head_dimensions_outside_the_set_are_refused() {
         for d in [32, 96, 256] {
             let err = kernel("attention", d).unwrap_err();
@@ -397,7 +524,8 @@ mod tests {
         }
         for d in HEAD_DIMS {
             let q = Array::full(DType::BF16, &[2, 3, 300, d], 0.0).unwrap();
-            let spec = spec("attention", &q, 3, 2, true, 0.125).unwrap();
+            let spec =
+                spec("attention", &q, true, 0.125, &schedule(q.device(), 6, 300, 300, d, true).unwrap()).unwrap();
             let t = threads(d) as u32;
             // A host array: one block (the launch takes one per multiprocessor).
             assert_eq!(spec.grid, [t, 1, 1]);
