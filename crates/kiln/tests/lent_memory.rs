@@ -65,6 +65,41 @@ fn outputs_into_are_written_in_place_and_returned() {
 }
 
 #[test]
+fn outputs_given_in_part_are_written_in_place_and_the_others_allocated() {
+    let mut rng = Rng::new(12);
+    let x: Vec<f32> = rng.normals(64, 1.0).into_iter().map(|v| v as f32).collect();
+    let input = lent(x.clone());
+    let given = lent(vec![f32::NAN; 64]);
+    let kernel = MetalKernel::new(
+        "lent_double_and_negate",
+        &["x"],
+        &["y", "z"],
+        "uint i = thread_position_in_grid.x; y[i] = x[i] * 2.0f; z[i] = -x[i];",
+    )
+    .unwrap();
+    // The second output given, the first allocated (and filled with NaN first) by kiln.
+    let spec = LaunchSpec::new([64, 1, 1], [32, 1, 1])
+        .output(&[64], DType::F32)
+        .output(&[64], DType::F32)
+        .init_value(f64::NAN)
+        .outputs_partly_into(vec![None, Some(given.clone())]);
+    let out = kernel.call(&[(&input).into()], &spec).unwrap();
+    assert_eq!(out.len(), 2);
+    assert!(Arc::ptr_eq(out[1].storage(), given.storage()), "the caller's output comes back, not a copy");
+    assert!(!Arc::ptr_eq(out[0].storage(), given.storage()));
+    let doubled: Vec<f64> = x.iter().map(|&v| v as f64 * 2.0).collect();
+    let negated: Vec<f64> = x.iter().map(|&v| -(v as f64)).collect();
+    assert_eq!(out[0].to_f64_vec().unwrap(), doubled);
+    assert_eq!(given.to_f64_vec().unwrap(), negated);
+    // A given output of the wrong shape is still refused.
+    let spec = LaunchSpec::new([64, 1, 1], [32, 1, 1])
+        .output(&[64], DType::F32)
+        .output(&[64], DType::F32)
+        .outputs_partly_into(vec![None, Some(lent(vec![0.0; 8]))]);
+    assert!(matches!(kernel.call(&[(&input).into()], &spec), Err(Error::InvalidArgument { .. })));
+}
+
+#[test]
 fn outputs_into_must_match_the_declared_outputs() {
     let kernel = MetalKernel::new("lent_mismatch", &["x"], &["y"], "y[0] = x[0];").unwrap();
     let x = Array::from_f64(DType::F32, &[4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
