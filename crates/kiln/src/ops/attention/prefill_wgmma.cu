@@ -306,32 +306,37 @@
             // Each row's new extreme, held in corr[r] until the choice is made, and whether its
             // largest exponent grows by more than GROW: (m' - m)·c, infinite when a row sees its
             // first key, NaN (no growth) while it sees none.
-            // Both rows' quad reductions go together, so one row's shuffles wait while the
-            // other's are in flight.
+            // The two rows reduced together, key pair by key pair: two chains of dependent steps
+            // side by side instead of one after the other (the chains' latency, not their
+            // instruction count, is what the other consumer's turn waits for).
+            corr[0] = corr[1] = HIDE;
+            if (edge) {
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int row = row_lo + 8 * r;
-                float mx = HIDE;
-                if (edge) {
+                for (int jj = 0; jj < BN / 8; ++jj) {
 #pragma unroll
-                    for (int jj = 0; jj < BN / 8; ++jj) {
+                    for (int r = 0; r < 2; ++r) {
+                        const int row = row_lo + 8 * r;
 #pragma unroll
                         for (int c = 0; c < 2; ++c) {
                             const int key = n0 + 8 * jj + 2 * (lane & 3) + c;
                             const bool ok = key < Tk && (!CAUSAL || key <= row + shift);
                             const float x = ok ? s[4 * jj + 2 * r + c] : HIDE;
                             s[4 * jj + 2 * r + c] = x;
-                            mx = extreme(mx, x);
+                            corr[r] = extreme(corr[r], x);
                         }
                     }
-                } else {
+                }
+            } else {
 #pragma unroll
-                    for (int jj = 0; jj < BN / 8; ++jj) {
-                        mx = extreme(mx, extreme(s[4 * jj + 2 * r], s[4 * jj + 2 * r + 1]));
+                for (int jj = 0; jj < BN / 8; ++jj) {
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        corr[r] = extreme(corr[r], extreme(s[4 * jj + 2 * r], s[4 * jj + 2 * r + 1]));
                     }
                 }
-                corr[r] = mx;
             }
+            // Both rows' quad reductions go together, so one row's shuffles wait while the
+            // other's are in flight.
 #pragma unroll
             for (int lanes = 1; lanes <= 2; lanes *= 2) {
                 const float x0 = __shfl_xor_sync(0xffffffffu, corr[0], lanes);
