@@ -187,11 +187,17 @@
     float m[2];
     float l[2];
     float corr[2] = {0.0f, 0.0f};
+    // Per row, the exponent bias -m·c (0 while m = HIDE) and the score past which the largest
+    // exponent would grow by more than GROW (m + GROW / c; NaN under a zero scale, where it
+    // never grows), both set where m is.
+    float mb[2];
+    float grow_at[2];
     // Whether the last softmax moved the row extremes (O then needs its correction).
     bool rescaling = true;
     // The growth of the largest exponent (base 2) under which the extremes stay: p <= 2^GROW,
     // far inside the f32 and 16-bit ranges, P's rounding relative as before.
     constexpr float GROW = 8.0f;
+    const float grow_span = GROW / sl2;
     unsigned pa[BN / 16][4];
 
     auto release = [&](unsigned bar) {
@@ -256,6 +262,8 @@
             o[k] = 0.0f;
         }
         m[0] = m[1] = HIDE;
+        mb[0] = mb[1] = 0.0f;
+        grow_at[0] = grow_at[1] = HIDE + grow_span;
         l[0] = l[1] = 0.0f;
         // Key tile j0 + j of this item: its stage, and the parity of that stage's barriers.
         auto k_stage = [&](int j) { return (loads + j) & 1; };
@@ -304,13 +312,13 @@
             const int n0 = (j0 + j) * BN;
             const bool edge = n0 + BN > Tk || (CAUSAL && n0 + BN - 1 > w0 + shift);
             // Each row's new extreme, held in corr[r] until the choice is made, and whether its
-            // largest exponent grows by more than GROW: (m' - m)·c, infinite when a row sees its
-            // first key, NaN (no growth) while it sees none.
+            // largest exponent grows by more than GROW: the extreme past grow_at (always when a
+            // row sees its first key, never while it sees none or under a zero scale).
             // The two rows reduced together, key pair by key pair: two chains of dependent steps
             // side by side instead of one after the other (the chains' latency, not their
             // instruction count, is what the other consumer's turn waits for).
-            corr[0] = corr[1] = HIDE;
             if (edge) {
+                corr[0] = corr[1] = HIDE;
 #pragma unroll
                 for (int jj = 0; jj < BN / 8; ++jj) {
 #pragma unroll
@@ -327,8 +335,10 @@
                     }
                 }
             } else {
+                corr[0] = extreme(s[0], s[1]);
+                corr[1] = extreme(s[2], s[3]);
 #pragma unroll
-                for (int jj = 0; jj < BN / 8; ++jj) {
+                for (int jj = 1; jj < BN / 8; ++jj) {
 #pragma unroll
                     for (int r = 0; r < 2; ++r) {
                         corr[r] = extreme(corr[r], extreme(s[4 * jj + 2 * r], s[4 * jj + 2 * r + 1]));
@@ -348,7 +358,7 @@
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 corr[r] = extreme(m[r], corr[r]);
-                grows = grows || (corr[r] - m[r]) * sl2 > GROW;
+                grows = grows || (NEG ? corr[r] < grow_at[r] : corr[r] > grow_at[r]);
             }
             rescaling = __any_sync(0xffffffffu, grows);
 #pragma unroll
@@ -358,15 +368,16 @@
                     // A row with no visible key so far keeps m = HIDE and p = 0.
                     corr[r] = m[r] == HIDE ? 0.0f : ex2((m[r] - (m_new == HIDE ? 0.0f : m_new)) * sl2);
                     m[r] = m_new;
+                    mb[r] = -(m_new == HIDE ? 0.0f : m_new) * sl2;
+                    grow_at[r] = m_new + grow_span;
                 }
-                const float mb = -(m[r] == HIDE ? 0.0f : m[r]) * sl2;
                 float sum = 0.0f;
 #pragma unroll
                 for (int jj = 0; jj < BN / 8; ++jj) {
 #pragma unroll
                     for (int c = 0; c < 2; ++c) {
                         const float x = s[4 * jj + 2 * r + c];
-                        float p = ex2(fmaf(x, sl2, mb));
+                        float p = ex2(fmaf(x, sl2, mb[r]));
                         // A hidden score's exponent is -inf, so p = 0, except under a zero (or
                         // subnormal) scale, the variant that makes it 0 here.
                         if constexpr (ZERO_SCALE) {
