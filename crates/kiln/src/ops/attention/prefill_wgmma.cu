@@ -311,9 +311,10 @@
         auto softmax = [&](int j) {
             const int n0 = (j0 + j) * BN;
             const bool edge = n0 + BN > Tk || (CAUSAL && n0 + BN - 1 > w0 + shift);
-            // Each row's new extreme, held in corr[r] until the choice is made, and whether its
-            // largest exponent grows by more than GROW: the extreme past grow_at (always when a
-            // row sees its first key, never while it sees none or under a zero scale).
+            // Each row's extreme over the key tile, held in corr[r] until the choice is made, and
+            // whether the row's largest exponent grows by more than GROW: that extreme past
+            // grow_at (always when a row sees its first key, never while it sees none or under a
+            // zero scale).
             // The two rows reduced together, key pair by key pair: two chains of dependent steps
             // side by side instead of one after the other (the chains' latency, not their
             // instruction count, is what the other consumer's turn waits for).
@@ -354,22 +355,26 @@
                 corr[0] = extreme(corr[0], x0);
                 corr[1] = extreme(corr[1], x1);
             }
+            // grow_at lies at or past m, so the tile's extreme passes it exactly when the new
+            // extreme extreme(m, tile's) does.
             bool grows = false;
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                corr[r] = extreme(m[r], corr[r]);
                 grows = grows || (NEG ? corr[r] < grow_at[r] : corr[r] > grow_at[r]);
             }
             rescaling = __any_sync(0xffffffffu, grows);
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 if (rescaling) {
-                    const float m_new = corr[r];
+                    const float m_new = extreme(m[r], corr[r]);
                     // A row with no visible key so far keeps m = HIDE and p = 0.
                     corr[r] = m[r] == HIDE ? 0.0f : ex2((m[r] - (m_new == HIDE ? 0.0f : m_new)) * sl2);
                     m[r] = m_new;
                     mb[r] = -(m_new == HIDE ? 0.0f : m_new) * sl2;
                     grow_at[r] = m_new + grow_span;
+                    if constexpr (!ROWSUM) {
+                        l[r] *= corr[r];
+                    }
                 }
                 float sum = 0.0f;
 #pragma unroll
@@ -392,7 +397,7 @@
                     }
                 }
                 if constexpr (!ROWSUM) {
-                    l[r] = rescaling ? l[r] * corr[r] + sum : l[r] + sum;
+                    l[r] += sum;
                 }
             }
         };
