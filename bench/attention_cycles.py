@@ -55,7 +55,10 @@ def cycles(side, launches):
     """The cycles of each of `side`'s kernel launches, in launch order, from ncu's CSV."""
     cmd = ["ncu", "--clock-control", "base", "--metrics", "sm__cycles_elapsed.max", "-k", f"regex:{SIDES[side]}",
            "--csv", sys.executable, os.path.abspath(__file__), "--child", side, "--launches", str(launches)]
-    run = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True)
+    except FileNotFoundError:
+        sys.exit("ncu (Nsight Compute) is not on PATH: it comes with the CUDA toolkit, in its bin folder")
     rows = [r for r in csv.reader(io.StringIO(run.stdout)) if len(r) > 3]
     if not rows or "Metric Value" not in rows[0]:
         sys.exit(f"ncu printed no metrics for {side} (exit {run.returncode}):\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
