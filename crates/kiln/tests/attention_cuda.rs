@@ -222,6 +222,56 @@ fn cuda_prefill_follows_row_extremes_that_grow_along_the_keys() {
     }
 }
 
+/// Keys of `dtype` whose first `quiet` keys are `small` times normal values and the rest `large`
+/// times: each row's largest score jumps at key `quiet`. Returns the device array and its values.
+fn jumping_keys(
+    rng: &mut Rng,
+    device: Device,
+    dtype: DType,
+    shape: [usize; 4],
+    quiet: usize,
+    small: f64,
+    large: f64,
+) -> (Array, Vec<f64>) {
+    let [_, _, tk, d] = shape;
+    let mut values = rng.normals(shape.iter().product(), 1.0);
+    for (i, x) in values.iter_mut().enumerate() {
+        *x *= if (i / d) % tk < quiet { small } else { large };
+    }
+    let k = Array::from_f64(dtype, &shape, &values).unwrap();
+    let values = k.to_f64_vec().unwrap();
+    (k.to_device(device).unwrap(), values)
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --include-ignored and KILN_REQUIRE_BACKEND=cuda)"]
+fn cuda_prefill_follows_scores_that_jump_far_past_the_first_key_tile() {
+    let Some(device) = cuda_or_skip() else { return };
+    // After a first key tile of small scores the rest are large: with scale 1 a row's largest
+    // exponent (base 2) jumps by about 200, past the f32 range, so exponents formed against the
+    // first tile's extremes overflow; with scale 0.1 it jumps by about 15 to 20, past the
+    // kernels' rescaling threshold but inside the range. A negative scale moves the smallest
+    // score instead; the jump at key 300 falls inside a key tile.
+    let mut seed = 1300;
+    for (scale, quiet) in [(1.0f32, 128), (-1.0, 128), (0.1, 128), (1.0, 300)] {
+        for dtype in [DType::BF16, DType::F16] {
+            for d in [64, 128] {
+                for causal in [false, true] {
+                    let dims = [1, 2, 1, 300, 700, d];
+                    let [b, hq, hkv, tq, tk, _] = dims;
+                    let mut rng = Rng::new(seed);
+                    seed += 1;
+                    let (q, qv) = input(&mut rng, device, dtype, &[b, hq, tq, d]);
+                    let (k, kv) = jumping_keys(&mut rng, device, dtype, [b, hkv, tk, d], quiet, 0.02, 4.0);
+                    let (v, vv) = input(&mut rng, device, dtype, &[b, hkv, tk, d]);
+                    let what = format!("{dims:?} {dtype} keys jumping at {quiet} causal={causal} scale={scale}");
+                    check(&what, &q, &k, &v, [&qv, &kv, &vv], dims, causal, tensor_core_route(device, d), scale);
+                }
+            }
+        }
+    }
+}
+
 /// Under the causal mask the `wgmma` prefill takes the tiles of its last heads longest first
 /// across those heads (asserted on the device to be some heads but not all): the order maps
 /// every tile once, with the diagonal shifted (Tq != Tk) and grouped heads.

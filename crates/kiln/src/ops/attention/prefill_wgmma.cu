@@ -194,6 +194,10 @@
     float grow_at[2];
     // Whether the last softmax moved the row extremes (O then needs its correction).
     bool rescaling = true;
+    // Whether both rows of every thread of the warp hold a finite extreme (from the first key
+    // tile on, unless a row's scores are all infinite or NaN): only then are a key tile's
+    // exponents formed against the kept extremes before its own extremes are known.
+    bool settled = false;
     // The growth of the largest exponent (base 2) under which the extremes stay: p <= 2^GROW,
     // far inside the f32 and 16-bit ranges, P's rounding relative as before.
     constexpr float GROW = 8.0f;
@@ -265,6 +269,7 @@
         mb[0] = mb[1] = 0.0f;
         grow_at[0] = grow_at[1] = HIDE + grow_span;
         l[0] = l[1] = 0.0f;
+        settled = false;
         // Key tile j0 + j of this item: its stage, and the parity of that stage's barriers.
         auto k_stage = [&](int j) { return (loads + j) & 1; };
         auto phase = [&](int j) { return ((loads + j) >> 1) & 1; };
@@ -304,13 +309,107 @@
                 }
             }
         };
+        // S_j once more on the CUDA cores, from the inputs in device memory (f32 products and
+        // sums; rows past the queries give 0, as their TMA rows do), for a key tile without
+        // hidden keys whose exponents overflowed against the kept extremes. s is indexed
+        // statically only, so it stays in registers.
+        auto scores_again = [&](int j) {
+            const int n0 = (j0 + j) * BN;
+            const int hb = head_of(tile_of(u));
+            const int kvh = (hb / Hq) * Hkv + (hb % Hq) / (Hq / Hkv);
+            const unsigned short* qh = reinterpret_cast<const unsigned short*>(q) + static_cast<long>(hb) * Tq * HD;
+            const unsigned short* kh = reinterpret_cast<const unsigned short*>(k) + static_cast<long>(kvh) * Tk * HD;
+            auto value = [](unsigned short x) {
+                float f;
+                if constexpr (BF16) {
+                    f = __uint_as_float(static_cast<unsigned>(x) << 16);
+                } else {
+                    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(x));
+                }
+                return f;
+            };
+#pragma unroll 1
+            for (int e = 0; e < BN / 2; ++e) {
+                const int row = row_lo + 8 * ((e >> 1) & 1);
+                const int key = n0 + 8 * (e >> 2) + 2 * (lane & 3) + (e & 1);
+                float acc = 0.0f;
+                if (row < Tq) {
+#pragma unroll 1
+                    for (int x = 0; x < HD; ++x) {
+                        acc = fmaf(value(qh[static_cast<long>(row) * HD + x]), value(kh[static_cast<long>(key) * HD + x]), acc);
+                    }
+                }
+#pragma unroll
+                for (int t = 0; t < BN / 2; ++t) {
+                    s[t] = t == e ? acc : s[t];
+                }
+            }
+        };
         // The online softmax of S_j: new row extremes, the correction of the old sums, P_j in s.
         // The extremes move only when some row of the warp would otherwise see a p above
         // 2^GROW (a warp-uniform choice): below that the old extreme serves as well, the p,
         // sums and O all relative to it, and the O and sum corrections are skipped.
+        // Without row sums on the tensor cores, a key tile without hidden keys in a settled warp
+        // first takes its exponents against the kept extremes: every p is at most its thread's
+        // row sum, so sums within 2^GROW keep the extremes without their reduction. Otherwise
+        // the rows whose sums passed 2^GROW are scaled by a power of two (exact) into [1, 2),
+        // the extremes moved by as much, or, where an exponent overflowed, S_j is formed again
+        // and the extremes reduced as below.
         auto softmax = [&](int j) {
             const int n0 = (j0 + j) * BN;
             const bool edge = n0 + BN > Tk || (CAUSAL && n0 + BN - 1 > w0 + shift);
+            if constexpr (!ROWSUM) {
+                if (!edge && settled) {
+                    constexpr float KEPT = 256.0f; // 2^GROW
+                    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+                    for (int jj = 0; jj < BN / 8; ++jj) {
+#pragma unroll
+                        for (int r = 0; r < 2; ++r) {
+#pragma unroll
+                            for (int c = 0; c < 2; ++c) {
+                                const float p = ex2(fmaf(s[4 * jj + 2 * r + c], sl2, mb[r]));
+                                s[4 * jj + 2 * r + c] = p;
+                                sum[r] += p;
+                            }
+                        }
+                    }
+                    rescaling = !__all_sync(0xffffffffu, sum[0] <= KEPT && sum[1] <= KEPT);
+                    if (!rescaling) {
+                        l[0] += sum[0];
+                        l[1] += sum[1];
+                        return;
+                    }
+                    float total[2] = {sum[0], sum[1]};
+#pragma unroll
+                    for (int lanes = 1; lanes <= 2; lanes *= 2) {
+                        total[0] += __shfl_xor_sync(0xffffffffu, total[0], lanes);
+                        total[1] += __shfl_xor_sync(0xffffffffu, total[1], lanes);
+                    }
+                    if (!__any_sync(0xffffffffu, isinf(total[0]) || isinf(total[1]))) {
+#pragma unroll
+                        for (int r = 0; r < 2; ++r) {
+                            // 2^-e with total·2^-e in [1, 2) where the row's total passed 2^GROW
+                            // (a NaN row, from NaN scores, stays as it is).
+                            const int e = total[r] > KEPT ? min(static_cast<int>(__float_as_uint(total[r]) >> 23) - 127, 126) : 0;
+                            corr[r] = __uint_as_float(static_cast<unsigned>(127 - e) << 23);
+                            l[r] = (l[r] + sum[r]) * corr[r];
+#pragma unroll
+                            for (int jj = 0; jj < BN / 8; ++jj) {
+                                s[4 * jj + 2 * r] *= corr[r];
+                                s[4 * jj + 2 * r + 1] *= corr[r];
+                            }
+                            if (e > 0) {
+                                mb[r] -= static_cast<float>(e);
+                                m[r] = -mb[r] / sl2;
+                                grow_at[r] = m[r] + grow_span;
+                            }
+                        }
+                        return;
+                    }
+                    scores_again(j);
+                }
+            }
             // Each row's extreme over the key tile, held in corr[r] until the choice is made, and
             // whether the row's largest exponent grows by more than GROW: that extreme past
             // grow_at (always when a row sees its first key, never while it sees none or under a
@@ -368,9 +467,10 @@
                 if (rescaling) {
                     const float m_new = extreme(m[r], corr[r]);
                     // A row with no visible key so far keeps m = HIDE and p = 0.
-                    corr[r] = m[r] == HIDE ? 0.0f : ex2((m[r] - (m_new == HIDE ? 0.0f : m_new)) * sl2);
+                    const float mb_new = -(m_new == HIDE ? 0.0f : m_new) * sl2;
+                    corr[r] = m[r] == HIDE ? 0.0f : ex2(mb_new - mb[r]);
                     m[r] = m_new;
-                    mb[r] = -(m_new == HIDE ? 0.0f : m_new) * sl2;
+                    mb[r] = mb_new;
                     grow_at[r] = m_new + grow_span;
                     if constexpr (!ROWSUM) {
                         l[r] *= corr[r];
@@ -398,6 +498,11 @@
                 }
                 if constexpr (!ROWSUM) {
                     l[r] += sum;
+                }
+            }
+            if constexpr (!ROWSUM) {
+                if (rescaling) {
+                    settled = __all_sync(0xffffffffu, isfinite(m[0]) && isfinite(m[1]));
                 }
             }
         };

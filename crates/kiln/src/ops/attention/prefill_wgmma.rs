@@ -47,6 +47,14 @@
 //!                       than 8 (p ≤ 256, exact in the same way: O, l and p all relative to
 //!                       the kept extreme); otherwise corr = 1 and the O and l corrections
 //!                       are skipped (the choice is warp-uniform, so no path diverges);
+//!   at D = 128 (row sums on the CUDA cores) a key tile with no hidden key, once every row
+//!                       of the warp holds a finite extreme, skips the extremes' reduction:
+//!                       p is formed against the kept extremes first and, since each p is at
+//!                       most its thread's row sum, sums ≤ 256 keep them; a row whose sum
+//!                       passed 256 is scaled by the power of two that brings it into [1, 2)
+//!                       (exact; its extreme, O and l moved by as much), and a tile whose
+//!                       exponents overflowed the f32 range (a jump of ~128 in base 2) forms
+//!                       S again on the CUDA cores from the inputs and takes the path above;
 //!   P_j rounded to the input dtype into register A fragments once that product completed
 //!                       (the f32 accumulator layout of S is the A-operand layout of P).
 //!   The consumers issue their products in strict turns round a ring of named barriers, so
@@ -68,9 +76,9 @@
 //! V as (D, Tk, B·Hkv) in boxes of (64, BN, 1); rows past Tq or Tk arrive as zeros.
 //!
 //! The persistent launch, the split last round, three consumers at D = 64, the corrections
-//! skipped while the extremes stay, the row sums on the tensor cores at D = 64 and the two softmax shortenings each measured
-//! faster on the H100; the measurements, and the forms measured and not used, are in
-//! `bench/results/notes/ops.md`.
+//! skipped while the extremes stay, the row sums on the tensor cores at D = 64, the two softmax
+//! shortenings and the kept-extremes first pass at D = 128 each measured faster on the H100;
+//! the measurements, and the forms measured and not used, are in `bench/results/notes/ops.md`.
 //!
 //! Layout: `q` (B, Hq, Tq, D), `k`, `v` (B, Hkv, Tk, D), row-contiguous (copied otherwise)
 //! with 16-byte aligned starts; output (B, Hq, Tq, D). Reference: the parent's `reference`
