@@ -4,12 +4,8 @@
     constexpr int QWG = 64 * HD * 2;   // bytes of one consumer's query (or output) rows
     constexpr int TBYTES = BN * HD * 2; // bytes of one key or value tile
     constexpr int CB = HD / 64;        // 64-column blocks of a row
-    // ROWSUM (D = 64, the host's choice): P V also multiplies P by a column block of ones
-    // stored after each value tile, so the tensor cores add up the row sums (8 extra
-    // accumulator columns, all equal to l). The P V wrappers: n = 72 for that, n = 128 else.
-    static_assert(ROWSUM ? HD == 64 : HD == 128, "P V is m64n72 (D = 64 with row sums) or m64n128");
-    constexpr int VSTRIDE = ROWSUM ? 2 * TBYTES : TBYTES; // bytes from one value stage to the next
-    constexpr int OACC = HD / 2 + (ROWSUM ? 4 : 0);       // P V accumulators of a thread
+    static_assert(HD == 128 || HD == 64, "P V is m64n64 or m64n128");
+    constexpr int OACC = HD / 2;       // P V accumulators of a thread
     extern __shared__ __align__(1024) uint4 kiln_wg_smem[];
     // q_full, q_empty, k_full[stage], v_full[stage], tile_full[slot], tile_empty[slot],
     // k_empty[stage], v_empty[stage]
@@ -21,7 +17,7 @@
     const unsigned sq = base;
     const unsigned sk = sq + NC * QWG;
     const unsigned sv = sk + 2 * TBYTES;
-    const unsigned so = sv + 2 * VSTRIDE;
+    const unsigned so = sv + 2 * TBYTES;
     const unsigned q_full = smem_u32(kiln_bars);
     const unsigned q_empty = q_full + 8;
     auto k_full = [&](int s) { return q_full + 8 * (2 + s); };
@@ -87,14 +83,6 @@
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    if constexpr (ROWSUM) {
-        const unsigned one = BF16 ? 0x3F803F80u : 0x3C003C00u;
-        for (int c = tid; c < 2 * TBYTES / 16; c += blockDim.x) {
-            const unsigned a = sv + (c / (TBYTES / 16)) * VSTRIDE + TBYTES + (c % (TBYTES / 16)) * 16;
-            asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(a), "r"(one) : "memory");
-        }
-        kiln_wg::fence_async_shared();
-    }
     __syncthreads();
     if (tid < 128) {
         // The producer gives registers back to the pool that the consumers then take from
@@ -154,7 +142,7 @@
 #pragma unroll 1
                 for (int j = keys_from(u, kt); j < keys_to(u, kt); ++j) {
                     load_tile(j, k_full(loads & 1), k_empty, sk, TBYTES, kmap);
-                    load_tile(j, v_full(loads & 1), v_empty, sv, VSTRIDE, vmap);
+                    load_tile(j, v_full(loads & 1), v_empty, sv, TBYTES, vmap);
                     ++loads;
                 }
                 u = static_cast<int>(atomicAdd(next_tile, 1u)) + static_cast<int>(gridDim.x);
@@ -285,9 +273,9 @@
         auto issue_pv = [&](int j) {
 #pragma unroll
             for (int kk = 0; kk < BN / 16; ++kk) {
-                const unsigned long long db = kiln_wg::desc_add(dv, k_stage(j) * VSTRIDE + kk * 2048);
-                if constexpr (ROWSUM) {
-                    kiln_wg::mma_rs_vt72<BF16>(o, pa[kk], db, 1);
+                const unsigned long long db = kiln_wg::desc_add(dv, k_stage(j) * TBYTES + kk * 2048);
+                if constexpr (HD == 64) {
+                    kiln_wg::mma_rs_vt64<BF16>(o, pa[kk], db, 1);
                 } else {
                     kiln_wg::mma_rs_vt<BF16>(o, pa[kk], db, 1);
                 }
@@ -314,11 +302,15 @@
         // hidden keys whose exponents overflowed against the kept extremes. s is indexed
         // statically only, so it stays in registers.
         auto scores_again = [&](int j) {
-            const int n0 = (j0 + j) * BN;
-            const int hb = head_of(tile_of(u));
-            const int kvh = (hb / Hq) * Hkv + (hb % Hq) / (Hq / Hkv);
-            const unsigned short* qh = reinterpret_cast<const unsigned short*>(q) + static_cast<long>(hb) * Tq * HD;
-            const unsigned short* kh = reinterpret_cast<const unsigned short*>(k) + static_cast<long>(kvh) * Tk * HD;
+            // The thread's first row of q and first key of k (B·H·T rows of D values fit an int),
+            // kept in its slot of the consumer's output staging rows (unused until the tile's
+            // end) and read back for each score, so no register holds them through the loop.
+            {
+                const int hb = head_of(tile_of(tile_at(i)));
+                const int q_row = hb * Tq + row_lo;
+                const int k_row = ((hb / Hq) * Hkv + (hb % Hq) / (Hq / Hkv)) * Tk + (j0 + j) * BN + 2 * (lane & 3);
+                asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(sow + 8 * wt), "r"(q_row), "r"(k_row) : "memory");
+            }
             auto value = [](unsigned short x) {
                 float f;
                 if constexpr (BF16) {
@@ -330,13 +322,16 @@
             };
 #pragma unroll 1
             for (int e = 0; e < BN / 2; ++e) {
-                const int row = row_lo + 8 * ((e >> 1) & 1);
-                const int key = n0 + 8 * (e >> 2) + 2 * (lane & 3) + (e & 1);
                 float acc = 0.0f;
-                if (row < Tq) {
+                if (row_lo + 8 * ((e >> 1) & 1) < Tq) {
+                    int q_row;
+                    int k_row;
+                    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(q_row), "=r"(k_row) : "r"(sow + 8 * wt) : "memory");
+                    const unsigned short* qr = reinterpret_cast<const unsigned short*>(q) + static_cast<long>(q_row + 8 * ((e >> 1) & 1)) * HD;
+                    const unsigned short* kr = reinterpret_cast<const unsigned short*>(k) + static_cast<long>(k_row + 8 * (e >> 2) + (e & 1)) * HD;
 #pragma unroll 1
                     for (int x = 0; x < HD; ++x) {
-                        acc = fmaf(value(qh[static_cast<long>(row) * HD + x]), value(kh[static_cast<long>(key) * HD + x]), acc);
+                        acc = fmaf(value(qr[x]), value(kr[x]), acc);
                     }
                 }
 #pragma unroll
@@ -349,7 +344,7 @@
         // The extremes move only when some row of the warp would otherwise see a p above
         // 2^GROW (a warp-uniform choice): below that the old extreme serves as well, the p,
         // sums and O all relative to it, and the O and sum corrections are skipped.
-        // Without row sums on the tensor cores, a key tile without hidden keys in a settled warp
+        // A key tile without hidden keys in a settled warp
         // first takes its exponents against the kept extremes: every p is at most its thread's
         // row sum, so sums within 2^GROW keep the extremes without their reduction. Otherwise
         // the rows whose sums passed 2^GROW are scaled by a power of two (exact) into [1, 2),
@@ -358,57 +353,55 @@
         auto softmax = [&](int j) {
             const int n0 = (j0 + j) * BN;
             const bool edge = n0 + BN > Tk || (CAUSAL && n0 + BN - 1 > w0 + shift);
-            if constexpr (!ROWSUM) {
-                if (!edge && settled) {
-                    constexpr float KEPT = 256.0f; // 2^GROW
-                    float sum[2] = {0.0f, 0.0f};
+            if (!edge && settled) {
+                constexpr float KEPT = 256.0f; // 2^GROW
+                float sum[2] = {0.0f, 0.0f};
 #pragma unroll
-                    for (int jj = 0; jj < BN / 8; ++jj) {
+                for (int jj = 0; jj < BN / 8; ++jj) {
 #pragma unroll
-                        for (int r = 0; r < 2; ++r) {
+                    for (int r = 0; r < 2; ++r) {
 #pragma unroll
-                            for (int c = 0; c < 2; ++c) {
-                                const float p = ex2(fmaf(s[4 * jj + 2 * r + c], sl2, mb[r]));
-                                s[4 * jj + 2 * r + c] = p;
-                                sum[r] += p;
-                            }
+                        for (int c = 0; c < 2; ++c) {
+                            const float p = ex2(fmaf(s[4 * jj + 2 * r + c], sl2, mb[r]));
+                            s[4 * jj + 2 * r + c] = p;
+                            sum[r] += p;
                         }
                     }
-                    rescaling = !__all_sync(0xffffffffu, sum[0] <= KEPT && sum[1] <= KEPT);
-                    if (!rescaling) {
-                        l[0] += sum[0];
-                        l[1] += sum[1];
-                        return;
-                    }
-                    float total[2] = {sum[0], sum[1]};
-#pragma unroll
-                    for (int lanes = 1; lanes <= 2; lanes *= 2) {
-                        total[0] += __shfl_xor_sync(0xffffffffu, total[0], lanes);
-                        total[1] += __shfl_xor_sync(0xffffffffu, total[1], lanes);
-                    }
-                    if (!__any_sync(0xffffffffu, isinf(total[0]) || isinf(total[1]))) {
-#pragma unroll
-                        for (int r = 0; r < 2; ++r) {
-                            // 2^-e with total·2^-e in [1, 2) where the row's total passed 2^GROW
-                            // (a NaN row, from NaN scores, stays as it is).
-                            const int e = total[r] > KEPT ? min(static_cast<int>(__float_as_uint(total[r]) >> 23) - 127, 126) : 0;
-                            corr[r] = __uint_as_float(static_cast<unsigned>(127 - e) << 23);
-                            l[r] = (l[r] + sum[r]) * corr[r];
-#pragma unroll
-                            for (int jj = 0; jj < BN / 8; ++jj) {
-                                s[4 * jj + 2 * r] *= corr[r];
-                                s[4 * jj + 2 * r + 1] *= corr[r];
-                            }
-                            if (e > 0) {
-                                mb[r] -= static_cast<float>(e);
-                                m[r] = -mb[r] / sl2;
-                                grow_at[r] = m[r] + grow_span;
-                            }
-                        }
-                        return;
-                    }
-                    scores_again(j);
                 }
+                rescaling = !__all_sync(0xffffffffu, sum[0] <= KEPT && sum[1] <= KEPT);
+                if (!rescaling) {
+                    l[0] += sum[0];
+                    l[1] += sum[1];
+                    return;
+                }
+                float total[2] = {sum[0], sum[1]};
+#pragma unroll
+                for (int lanes = 1; lanes <= 2; lanes *= 2) {
+                    total[0] += __shfl_xor_sync(0xffffffffu, total[0], lanes);
+                    total[1] += __shfl_xor_sync(0xffffffffu, total[1], lanes);
+                }
+                if (!__any_sync(0xffffffffu, isinf(total[0]) || isinf(total[1]))) {
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        // 2^-e with total·2^-e in [1, 2) where the row's total passed 2^GROW
+                        // (a NaN row, from NaN scores, stays as it is).
+                        const int e = total[r] > KEPT ? min(static_cast<int>(__float_as_uint(total[r]) >> 23) - 127, 126) : 0;
+                        corr[r] = __uint_as_float(static_cast<unsigned>(127 - e) << 23);
+                        l[r] = (l[r] + sum[r]) * corr[r];
+#pragma unroll
+                        for (int jj = 0; jj < BN / 8; ++jj) {
+                            s[4 * jj + 2 * r] *= corr[r];
+                            s[4 * jj + 2 * r + 1] *= corr[r];
+                        }
+                        if (e > 0) {
+                            mb[r] -= static_cast<float>(e);
+                            m[r] = -mb[r] / sl2;
+                            grow_at[r] = m[r] + grow_span;
+                        }
+                    }
+                    return;
+                }
+                scores_again(j);
             }
             // Each row's extreme over the key tile, held in corr[r] until the choice is made, and
             // whether the row's largest exponent grows by more than GROW: that extreme past
@@ -472,9 +465,7 @@
                     m[r] = m_new;
                     mb[r] = mb_new;
                     grow_at[r] = m_new + grow_span;
-                    if constexpr (!ROWSUM) {
-                        l[r] *= corr[r];
-                    }
+                    l[r] *= corr[r];
                 }
                 float sum = 0.0f;
 #pragma unroll
@@ -491,19 +482,13 @@
                             }
                         }
                         s[4 * jj + 2 * r + c] = p;
-                        if constexpr (!ROWSUM) {
-                            sum += p;
-                        }
+                        sum += p;
                     }
                 }
-                if constexpr (!ROWSUM) {
-                    l[r] += sum;
-                }
+                l[r] += sum;
             }
-            if constexpr (!ROWSUM) {
-                if (rescaling) {
-                    settled = __all_sync(0xffffffffu, isfinite(m[0]) && isfinite(m[1]));
-                }
+            if (rescaling) {
+                settled = __all_sync(0xffffffffu, isfinite(m[0]) && isfinite(m[1]));
             }
         };
         // P_j as register A fragments (kk covers keys 16kk..16kk+15), once the product that
@@ -673,12 +658,10 @@
             unsigned short* ob = reinterpret_cast<unsigned short*>(out) + static_cast<long>(head_of(tile_of(item))) * Tq * HD;
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                // The row sum: the product's extra column, or the quad's partial sums added up.
-                float lt = ROWSUM ? o[HD / 2 + 2 * r] : l[r];
-                if constexpr (!ROWSUM) {
-                    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-                    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-                }
+                // The row sum: the quad's partial sums added up.
+                float lt = l[r];
+                lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+                lt += __shfl_xor_sync(0xffffffffu, lt, 2);
                 const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
                 const int row = rl + 8 * r;
 #pragma unroll

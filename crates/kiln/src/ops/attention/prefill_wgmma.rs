@@ -39,22 +39,18 @@
 //!   m' = max(m, rowmax S) over the raw scores (min under a negative scale: NEG);
 //!   p = 2^(S·c − m'·c), c = scale·log2(e), one FFMA and one ex2 per score (0 where hidden);
 //!   l = l·corr + Σp, corr = 2^((m − m')·c), computed while P_{j-1} V_{j-1} is in flight;
-//!                       at D = 64 the tensor cores form Σp instead: P V runs as m64n72k16
-//!                       over V and a 64-column block of ones kept after each value stage,
-//!                       its 8 extra accumulator columns are l (rescaled with O), which takes
-//!                       64 additions a thread and key tile off the issue slots;
 //!   the extremes move only when the exponent of some row of the warp would grow by more
 //!                       than 8 (p ≤ 256, exact in the same way: O, l and p all relative to
 //!                       the kept extreme); otherwise corr = 1 and the O and l corrections
 //!                       are skipped (the choice is warp-uniform, so no path diverges);
-//!   at D = 128 (row sums on the CUDA cores) a key tile with no hidden key, once every row
-//!                       of the warp holds a finite extreme, skips the extremes' reduction:
-//!                       p is formed against the kept extremes first and, since each p is at
-//!                       most its thread's row sum, sums ≤ 256 keep them; a row whose sum
-//!                       passed 256 is scaled by the power of two that brings it into [1, 2)
-//!                       (exact; its extreme, O and l moved by as much), and a tile whose
-//!                       exponents overflowed the f32 range (a jump of ~128 in base 2) forms
-//!                       S again on the CUDA cores from the inputs and takes the path above;
+//!   a key tile with no hidden key, once every row of the warp holds a finite extreme,
+//!                       skips the extremes' reduction: p is formed against the kept
+//!                       extremes first and, since each p is at most its thread's row sum,
+//!                       sums ≤ 256 keep them; a row whose sum passed 256 is scaled by the
+//!                       power of two that brings it into [1, 2) (exact; its extreme, O and l
+//!                       moved by as much), and a tile whose exponents overflowed the f32
+//!                       range (a jump of ~128 in base 2) forms S again on the CUDA cores from
+//!                       the inputs and takes the path above;
 //!   P_j rounded to the input dtype into register A fragments once that product completed
 //!                       (the f32 accumulator layout of S is the A-operand layout of P).
 //!   The consumers issue their products in strict turns round a ring of named barriers, so
@@ -76,9 +72,10 @@
 //! V as (D, Tk, B·Hkv) in boxes of (64, BN, 1); rows past Tq or Tk arrive as zeros.
 //!
 //! The persistent launch, the split last round, three consumers at D = 64, the corrections
-//! skipped while the extremes stay, the row sums on the tensor cores at D = 64, the two softmax
-//! shortenings and the kept-extremes first pass at D = 128 each measured faster on the H100;
-//! the measurements, and the forms measured and not used, are in `bench/results/notes/ops.md`.
+//! skipped while the extremes stay, the two softmax shortenings and the exponents formed against
+//! the kept extremes first each measured faster on the H100; the measurements, and the forms
+//! measured and not used (among them the row sums on the tensor cores), are in
+//! `bench/results/notes/ops.md`.
 //!
 //! Layout: `q` (B, Hq, Tq, D), `k`, `v` (B, Hkv, Tk, D), row-contiguous (copied otherwise)
 //! with 16-byte aligned starts; output (B, Hq, Tq, D). Reference: the parent's `reference`
@@ -145,18 +142,10 @@ fn block_queries(d: usize) -> usize {
 /// V_(j-1) after S_j is issued measured no faster on the H100 (`bench/results/notes/ops.md`).
 const KEYS: usize = 128;
 
-/// Whether P V also forms the row sums, over a block of ones after each value stage (template
-/// `ROWSUM`): at D = 64, whose softmax sets the pace; at D = 128 it measured level (`bench/results/notes/ops.md`).
-fn row_sums_on_tensor_cores(d: usize) -> bool {
-    d == 64
-}
-
-/// Shared memory bytes: the query tile, two stages of key and value tiles (each value stage
-/// followed by a 64-column block of ones where P V forms the row sums), the output staging
+/// Shared memory bytes: the query tile, two stages of key and value tiles, the output staging
 /// tile, and 1024 bytes to align the start.
 fn shared_bytes(d: usize) -> usize {
-    let ones = if row_sums_on_tensor_cores(d) { 2 * KEYS * 128 } else { 0 };
-    (2 * block_queries(d) + 4 * KEYS) * d * 2 + ones + 1024
+    (2 * block_queries(d) + 4 * KEYS) * d * 2 + 1024
 }
 
 /// Fewest key tiles a part of a split tile takes (each part pays a tile's start, its record and
@@ -223,7 +212,7 @@ impl Schedule {
     /// Floats of the split tiles' partial results: per part and consumer, each thread's
     /// accumulators and its two rows' extremes and sums (at least one float).
     fn partial_floats(&self, d: usize) -> usize {
-        let accumulators = d / 2 + if row_sums_on_tensor_cores(d) { 4 } else { 0 };
+        let accumulators = d / 2;
         (self.split * self.parts * consumers(d) * 128 * (accumulators + 4)).max(1)
     }
 }
@@ -269,7 +258,7 @@ fn header() -> &'static str {
         s.push_str("namespace kiln_wg {\n");
         wgmma_fn(&mut s, "mma_ss", KEYS, false, false);
         wgmma_fn(&mut s, "mma_rs_vt", 128, true, true);
-        wgmma_fn(&mut s, "mma_rs_vt72", 72, true, true);
+        wgmma_fn(&mut s, "mma_rs_vt64", 64, true, true);
         s.push_str("}  // namespace kiln_wg\n");
         s
     })
@@ -399,7 +388,6 @@ pub(super) fn spec(op: &str, q: &Array, causal: bool, scale: f32, schedule: &Sch
         .template("ZERO_SCALE", (scale.abs() < f32::MIN_POSITIVE) as i32)
         .template("BN", KEYS as i32)
         .template("HD", d as i32)
-        .template("ROWSUM", row_sums_on_tensor_cores(d) as i32)
         .template("NC", consumers(d) as i32)
         .template("PRODUCER_REGS", registers(d).0 as i32)
         .template("CONSUMER_REGS", registers(d).1 as i32)
