@@ -184,18 +184,35 @@ fn cuda_prefill_takes_negative_zero_and_large_scales() {
     }
 }
 
-/// Keys whose size grows along the sequence (x (1 + 3 key / Tk)): each row's largest score
-/// moves from key tile to key tile. Returns the device array and the values it holds.
-fn growing_keys(rng: &mut Rng, device: Device, shape: [usize; 4]) -> (Array, Vec<f64>) {
+/// Keys of `dtype`: normal values times `factor(key, Tk)`. Returns the device array and the
+/// values it holds.
+fn scaled_keys(
+    rng: &mut Rng,
+    device: Device,
+    dtype: DType,
+    shape: [usize; 4],
+    factor: impl Fn(usize, usize) -> f64,
+) -> (Array, Vec<f64>) {
     let [_, _, tk, d] = shape;
     let mut values = rng.normals(shape.iter().product(), 1.0);
     for (i, x) in values.iter_mut().enumerate() {
-        let key = (i / d) % tk;
-        *x *= 1.0 + 3.0 * key as f64 / tk as f64;
+        *x *= factor((i / d) % tk, tk);
     }
-    let k = Array::from_f64(DType::BF16, &shape, &values).unwrap();
+    let k = Array::from_f64(dtype, &shape, &values).unwrap();
     let values = k.to_f64_vec().unwrap();
     (k.to_device(device).unwrap(), values)
+}
+
+/// Keys whose size grows along the sequence (x (1 + 3 key / Tk)): each row's largest score
+/// moves from key tile to key tile.
+fn growing_keys(rng: &mut Rng, device: Device, shape: [usize; 4]) -> (Array, Vec<f64>) {
+    scaled_keys(rng, device, DType::BF16, shape, |key, tk| 1.0 + 3.0 * key as f64 / tk as f64)
+}
+
+/// Keys 0.02 times normal values before key `quiet` and 4 times after it: each row's largest
+/// score jumps there.
+fn jumping_keys(rng: &mut Rng, device: Device, dtype: DType, shape: [usize; 4], quiet: usize) -> (Array, Vec<f64>) {
+    scaled_keys(rng, device, dtype, shape, |key, _| if key < quiet { 0.02 } else { 4.0 })
 }
 
 #[test]
@@ -222,27 +239,6 @@ fn cuda_prefill_follows_row_extremes_that_grow_along_the_keys() {
     }
 }
 
-/// Keys of `dtype` whose first `quiet` keys are `small` times normal values and the rest `large`
-/// times: each row's largest score jumps at key `quiet`. Returns the device array and its values.
-fn jumping_keys(
-    rng: &mut Rng,
-    device: Device,
-    dtype: DType,
-    shape: [usize; 4],
-    quiet: usize,
-    small: f64,
-    large: f64,
-) -> (Array, Vec<f64>) {
-    let [_, _, tk, d] = shape;
-    let mut values = rng.normals(shape.iter().product(), 1.0);
-    for (i, x) in values.iter_mut().enumerate() {
-        *x *= if (i / d) % tk < quiet { small } else { large };
-    }
-    let k = Array::from_f64(dtype, &shape, &values).unwrap();
-    let values = k.to_f64_vec().unwrap();
-    (k.to_device(device).unwrap(), values)
-}
-
 #[test]
 #[ignore = "needs an NVIDIA GPU (run with --include-ignored and KILN_REQUIRE_BACKEND=cuda)"]
 fn cuda_prefill_follows_scores_that_jump_far_past_the_first_key_tile() {
@@ -262,7 +258,7 @@ fn cuda_prefill_follows_scores_that_jump_far_past_the_first_key_tile() {
                     let mut rng = Rng::new(seed);
                     seed += 1;
                     let (q, qv) = input(&mut rng, device, dtype, &[b, hq, tq, d]);
-                    let (k, kv) = jumping_keys(&mut rng, device, dtype, [b, hkv, tk, d], quiet, 0.02, 4.0);
+                    let (k, kv) = jumping_keys(&mut rng, device, dtype, [b, hkv, tk, d], quiet);
                     let (v, vv) = input(&mut rng, device, dtype, &[b, hkv, tk, d]);
                     let what = format!("{dims:?} {dtype} keys jumping at {quiet} causal={causal} scale={scale}");
                     check(&what, &q, &k, &v, [&qv, &kv, &vv], dims, causal, tensor_core_route(device, d), scale);
@@ -352,7 +348,7 @@ fn cuda_prefill_splits_the_last_round_of_tiles_over_the_keys() {
                 }
                 let (k, kv) = match keys {
                     "growing" => growing_keys(&mut rng, device, [b, hkv, tk, d]),
-                    "jumping" => jumping_keys(&mut rng, device, DType::BF16, [b, hkv, tk, d], 128, 0.02, 4.0),
+                    "jumping" => jumping_keys(&mut rng, device, DType::BF16, [b, hkv, tk, d], 128),
                     _ => input(&mut rng, device, DType::BF16, &[b, hkv, tk, d]),
                 };
                 let (v, vv) = input(&mut rng, device, DType::BF16, &[b, hkv, tk, d]);
