@@ -344,12 +344,11 @@
         // The extremes move only when some row of the warp would otherwise see a p above
         // 2^GROW (a warp-uniform choice): below that the old extreme serves as well, the p,
         // sums and O all relative to it, and the O and sum corrections are skipped.
-        // A key tile without hidden keys in a settled warp
-        // first takes its exponents against the kept extremes: every p is at most its thread's
-        // row sum, so sums within 2^GROW keep the extremes without their reduction. Otherwise
-        // the rows whose sums passed 2^GROW are scaled by a power of two (exact) into [1, 2),
-        // the extremes moved by as much, or, where an exponent overflowed, S_j is formed again
-        // and the extremes reduced as below.
+        // A key tile without hidden keys in a settled warp first takes its exponents against the
+        // kept extremes: every p is at most its thread's row sum, so sums within 2^GROW keep the
+        // extremes without their reduction. Otherwise the rows whose sums passed 2^GROW are
+        // scaled by a power of two (exact) into [1, 2), the extremes moved by as much, or, where
+        // an exponent overflowed, S_j is formed again and the extremes reduced as below.
         auto softmax = [&](int j) {
             const int n0 = (j0 + j) * BN;
             const bool edge = n0 + BN > Tk || (CAUSAL && n0 + BN - 1 > w0 + shift);
