@@ -50,6 +50,8 @@
     const int lpt = total - last_heads * nm;
     auto first_query = [&](int t) { return (nm - 1 - (t >= lpt ? (t - lpt) / last_heads : t % nm)) * BM; };
     auto head_of = [&](int t) { return t >= lpt ? heads - last_heads + (t - lpt) % last_heads : t / nm; };
+    // The (batch, key head) pair whose keys and values (batch, query head) pair hb reads.
+    auto kv_head_of = [&](int hb) { return (hb / Hq) * Hkv + (hb % Hq) / (Hq / Hkv); };
     const int whole = total - split;
     const int items = whole + split * parts;
     // Item u: tile u whole, or past the whole tiles part (u - whole) % parts of a split tile,
@@ -128,7 +130,7 @@
                         kiln_tma::load_box(sq + w * QWG + cb * (64 * 128), qmap, cb * 64, q0 + 64 * w, hb, q_full);
                     }
                 }
-                const int kv = (hb / Hq) * Hkv + (hb % Hq) / (Hq / Hkv);
+                const int kv = kv_head_of(hb);
                 auto load_tile = [&](int j, unsigned full, auto empty, unsigned dst, unsigned stride, const unsigned char* map) {
                     const int s = loads & 1;
                     if (loads >= 2) {
@@ -308,18 +310,9 @@
             {
                 const int hb = head_of(tile_of(tile_at(i)));
                 const int q_row = hb * Tq + row_lo;
-                const int k_row = ((hb / Hq) * Hkv + (hb % Hq) / (Hq / Hkv)) * Tk + (j0 + j) * BN + 2 * (lane & 3);
+                const int k_row = kv_head_of(hb) * Tk + (j0 + j) * BN + 2 * (lane & 3);
                 asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(sow + 8 * wt), "r"(q_row), "r"(k_row) : "memory");
             }
-            auto value = [](unsigned short x) {
-                float f;
-                if constexpr (BF16) {
-                    f = __uint_as_float(static_cast<unsigned>(x) << 16);
-                } else {
-                    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(x));
-                }
-                return f;
-            };
 #pragma unroll 1
             for (int e = 0; e < BN / 2; ++e) {
                 float acc = 0.0f;
@@ -327,11 +320,11 @@
                     int q_row;
                     int k_row;
                     asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(q_row), "=r"(k_row) : "r"(sow + 8 * wt) : "memory");
-                    const unsigned short* qr = reinterpret_cast<const unsigned short*>(q) + static_cast<long>(q_row + 8 * ((e >> 1) & 1)) * HD;
-                    const unsigned short* kr = reinterpret_cast<const unsigned short*>(k) + static_cast<long>(k_row + 8 * (e >> 2) + (e & 1)) * HD;
+                    const auto* qr = q + static_cast<long>(q_row + 8 * ((e >> 1) & 1)) * HD;
+                    const auto* kr = k + static_cast<long>(k_row + 8 * (e >> 2) + (e & 1)) * HD;
 #pragma unroll 1
                     for (int x = 0; x < HD; ++x) {
-                        acc = fmaf(value(qr[x]), value(kr[x]), acc);
+                        acc = fmaf(static_cast<float>(qr[x]), static_cast<float>(kr[x]), acc);
                     }
                 }
 #pragma unroll
