@@ -165,3 +165,83 @@ fn a_set_cancel_flag_stops_a_cpu_kernel_and_the_kernel_runs_again() {
     let want: Vec<f64> = (0..64).map(|i| i as f64 * 0.25 + 1.0).collect();
     assert_eq!(out[0].to_f64_vec().unwrap(), want);
 }
+
+#[test]
+fn a_write_past_a_lent_output_is_a_fault_and_leaves_the_callers_memory_as_it_was() {
+    let mut rng = Rng::new(13);
+    let x: Vec<f32> = rng.normals(64, 1.0).into_iter().map(|v| v as f32).collect();
+    let input = lent(x);
+    // The caller's output is the first half of a larger allocation: a write past it would land
+    // in the second half, the caller's own memory.
+    let whole = lent(vec![7.0f32; 128]);
+    let output = whole.as_strided(0, &[64], &[1]).unwrap();
+    let kernel =
+        MetalKernel::new("lent_past_end", &["x"], &["y"], "uint i = thread_position_in_grid.x; y[i + 1] = x[i];")
+            .unwrap();
+    let spec = LaunchSpec::new([64, 1, 1], [32, 1, 1]).output(&[64], DType::F32).outputs_into(vec![output]);
+    let err = kernel.call(&[(&input).into()], &spec).unwrap_err();
+    match &err {
+        Error::KernelFault { kernel, msg } => {
+            assert_eq!(kernel, "lent_past_end");
+            assert!(msg.contains("output 0") && msg.contains("left as they were"), "{msg}");
+        }
+        other => panic!("expected a kernel fault, got {other:?}"),
+    }
+    assert!(whole.to_f64_vec().unwrap().iter().all(|&v| v == 7.0), "no byte of the caller's memory changed");
+}
+
+#[test]
+fn in_place_library_buffers_are_updated_not_returned_and_guarded() {
+    use kiln::{LibraryArg, LibraryLaunch, MetalLibrary};
+    let library = MetalLibrary::new(
+        "in_place.metal",
+        "#include <metal_stdlib>\nusing namespace metal;\n\
+         kernel void add(device float* b [[buffer(0)]], constant float& k [[buffer(1)]],\n\
+                         device float* out [[buffer(2)]], uint i [[thread_position_in_grid]]) {\n\
+             b[i] += k; out[i] = -b[i];\n}\n",
+    );
+    let mut rng = Rng::new(14);
+    let x: Vec<f32> = rng.normals(32, 1.0).into_iter().map(|v| v as f32).collect();
+    let buffer = lent(x.clone());
+    let args = [
+        LibraryArg::InPlace(buffer.clone()),
+        LibraryArg::Bytes(0.5f32.to_le_bytes().to_vec()),
+        LibraryArg::Output { shape: vec![32], dtype: DType::F32, init_value: None },
+    ];
+    let out = library.dispatch(kiln::Device::Cpu, &args, &LibraryLaunch::threads("add", 32usize, 32usize)).unwrap();
+    assert_eq!(out.len(), 1, "only the fresh output comes back");
+    let updated: Vec<f64> = x.iter().map(|&v| (v + 0.5) as f64).collect();
+    assert_eq!(buffer.to_f64_vec().unwrap(), updated);
+    assert_eq!(out[0].to_f64_vec().unwrap(), updated.iter().map(|v| -v).collect::<Vec<_>>());
+    // A grid larger than the buffer writes past it: a fault, and the buffer is as it was.
+    let err =
+        library.dispatch(kiln::Device::Cpu, &args, &LibraryLaunch::threads("add", 4096usize, 64usize)).unwrap_err();
+    assert!(matches!(&err, Error::KernelFault { msg, .. } if msg.contains("slot 0")), "{err:?}");
+    assert_eq!(buffer.to_f64_vec().unwrap(), updated);
+}
+
+#[test]
+fn a_grid_without_threads_is_refused_while_an_output_would_stay_uninitialised() {
+    let kernel = MetalKernel::new("no_threads", &["x"], &["y"], "y[0] = x[0];").unwrap();
+    let x = Array::from_slice(&[4], &[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    let spec = LaunchSpec::new([0, 1, 1], [4, 1, 1]).output(&[4], DType::F32);
+    let err = kernel.call(&[(&x).into()], &spec).unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument { msg, .. } if msg.contains("zero dimension") && msg.contains("\"y\"")),
+        "{err:?}"
+    );
+    let out = kernel.call(&[(&x).into()], &spec.clone().init_value(2.0)).unwrap();
+    assert_eq!(out[0].to_f64_vec().unwrap(), [2.0; 4]);
+}
+
+#[test]
+fn input_and_output_names_must_be_distinct_identifiers() {
+    for (inputs, outputs, what) in [
+        (vec!["inp) { } void f(int x"], vec!["out"], "not an identifier"),
+        (vec!["x"], vec!["2y"], "not an identifier"),
+        (vec!["x"], vec!["x"], "given twice"),
+    ] {
+        let err = MetalKernel::new("names", &inputs, &outputs, "out[0] = 1;").unwrap_err();
+        assert!(matches!(&err, Error::InvalidArgument { msg, .. } if msg.contains(what)), "{err:?}");
+    }
+}

@@ -101,6 +101,8 @@ impl MetalKernel {
         if output_names.is_empty() {
             return Err(Error::invalid(format!("metal_kernel {name}"), "must specify at least one output"));
         }
+        let op = format!("metal_kernel {name}");
+        check_names(&op, input_names, output_names)?;
         let source = source.into();
         let attributes = scan::detect_attributes(&source);
         let shape_info = input_names.iter().map(|n| scan::detect_shape_info(&source, n)).collect();
@@ -115,7 +117,7 @@ impl MetalKernel {
             attributes,
             shape_info,
             memo: SignatureMemo::default(),
-            op: format!("metal_kernel {name}"),
+            op,
             restrict_pointers: true,
             name,
         })
@@ -163,13 +165,39 @@ impl MetalKernel {
         &self.name
     }
 
-    fn op(&self) -> &str {
+    /// What errors of this kernel name it by (`metal_kernel myexp`).
+    pub fn op(&self) -> &str {
         &self.op
     }
 
     /// Checks the argument counts against the names, as MLX does at call time.
     fn check_counts(&self, n_inputs: usize, spec: &LaunchSpec) -> Result<()> {
         spec.check_counts(self.op(), self.input_names.len(), n_inputs, self.output_names.len())
+    }
+
+    /// A grid without threads writes nothing: outputs kiln allocates without `init_value` would
+    /// come back as uninitialised memory, so such a call is refused.
+    fn refuse_unwritten_outputs(&self, spec: &LaunchSpec) -> Result<()> {
+        if !spec.grid.contains(&0) || spec.init_value.is_some() {
+            return Ok(());
+        }
+        let given = |k: usize| spec.outputs_into.as_ref().is_some_and(|o| o.get(k).is_some_and(Option::is_some));
+        let unwritten: Vec<String> = (0..self.output_names.len())
+            .filter(|&k| !given(k) && spec.output_shapes.get(k).is_some_and(|s| !s.contains(&0)))
+            .map(|k| format!("{:?}", self.output_names[k]))
+            .collect();
+        if unwritten.is_empty() {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            self.op(),
+            format!(
+                "grid {:?} has a zero dimension, so the kernel runs no thread and output {} would hold \
+                 uninitialised memory; give every dimension at least 1, or an init_value",
+                spec.grid,
+                unwritten.join(", ")
+            ),
+        ))
     }
 
     /// Validates the call and generates MLX's Metal source for these inputs.
@@ -272,6 +300,7 @@ impl MetalKernel {
     /// (`Array::to_host`) waits for it.
     pub fn call(&self, inputs: &[KernelInput], spec: &LaunchSpec) -> Result<Vec<Array>> {
         self.check_counts(inputs.len(), spec)?;
+        self.refuse_unwritten_outputs(spec)?;
         let device = self.resolve_device(inputs, spec)?;
         let arrays: SmallVec<[Array; 4]> = inputs.iter().map(KernelInput::to_array).collect();
         let memo = self.generate_memoised(&arrays, spec)?;
@@ -355,4 +384,30 @@ impl MetalKernel {
         }
         Ok(device.unwrap_or_else(backend::best_device))
     }
+}
+
+/// Input and output names become parameter names of the generated kernel: each must be an
+/// identifier (MLX pastes them unchecked, and a name such as `x) { ...` would change the
+/// program), and no two may be equal.
+fn check_names(op: &str, input_names: &[&str], output_names: &[&str]) -> Result<()> {
+    let mut seen: Vec<&str> = Vec::with_capacity(input_names.len() + output_names.len());
+    for (role, name) in input_names.iter().map(|n| ("input", *n)).chain(output_names.iter().map(|n| ("output", *n))) {
+        let mut chars = name.chars();
+        let identifier = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !identifier {
+            return Err(Error::invalid(
+                op,
+                format!("{role} name {name:?} is not an identifier (letters, digits and '_', not starting with a digit); it names a parameter of the generated kernel"),
+            ));
+        }
+        if seen.contains(&name) {
+            return Err(Error::invalid(
+                op,
+                format!("{role} name {name:?} is given twice; each input and output needs its own name"),
+            ));
+        }
+        seen.push(name);
+    }
+    Ok(())
 }

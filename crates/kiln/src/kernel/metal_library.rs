@@ -79,6 +79,11 @@ pub enum LibraryArg {
     /// A caller-allocated output (row-contiguous, on the launch device): the function writes it
     /// in place and it comes back among the outputs in slot order, as an `Output` would.
     OutputInto(Array),
+    /// A caller's array (row-contiguous, on the launch device) that the function reads and
+    /// updates in place; it is not among the outputs. On the CPU the function works on a guarded
+    /// copy, written back only when the run succeeds, so a write outside the array is an
+    /// `Error::KernelFault` naming it and leaves the array unchanged.
+    InPlace(Array),
 }
 
 /// How one function of a library is dispatched: by thread count ([`LibraryLaunch::threads`],
@@ -225,6 +230,7 @@ impl MetalLibrary {
         if let Some(msg) = &launch.out_of_range {
             return Err(Error::invalid(op, msg.clone()));
         }
+        refuse_unwritten_outputs(&op, args, launch)?;
         let backend = backend::backend_for(device)?;
         let mut bindings = Vec::with_capacity(args.len());
         for (slot, arg) in args.iter().enumerate() {
@@ -246,11 +252,12 @@ impl MetalLibrary {
                     byte_size(&op, format_args!("output buffer {slot}"), shape, *dtype)?;
                     Binding::Output(OutputSpec { shape: shape.as_slice().into(), dtype: *dtype, init_value: *init_value })
                 }
-                LibraryArg::OutputInto(a) => {
+                LibraryArg::OutputInto(a) | LibraryArg::InPlace(a) => {
                     if a.device() != device || !a.is_row_contiguous() {
+                        let what = if matches!(arg, LibraryArg::InPlace(_)) { "in-place" } else { "output" };
                         return Err(Error::invalid(
                             op,
-                            format!("output buffer {slot} given as {a:?}; expected a row-contiguous array on {device}"),
+                            format!("{what} buffer {slot} given as {a:?}; expected a row-contiguous array on {device}"),
                         ));
                     }
                     Binding::OutputInto(a.clone())
@@ -272,7 +279,21 @@ impl MetalLibrary {
         if let Some(contract) = self.contract(&op, &program)?.as_ref() {
             contract.check(&op, run.effective_threadgroup(), run.bindings.len(), &run.threadgroup_memory)?;
         }
-        backend.launch(&run)
+        let outputs = backend.launch(&run)?;
+        // The backend returns every written binding in slot order; in-place arrays are the
+        // caller's and are not among the outputs.
+        let returned = args.iter().filter(|a| {
+            matches!(
+                a,
+                LibraryArg::Output { .. } | LibraryArg::InOut(_) | LibraryArg::OutputInto(_) | LibraryArg::InPlace(_)
+            )
+        });
+        Ok(outputs
+            .into_iter()
+            .zip(returned)
+            .filter(|(_, a)| !matches!(a, LibraryArg::InPlace(_)))
+            .map(|(o, _)| o)
+            .collect())
     }
 
     /// The `[[buffer(n)]]` parameters of `launch`'s function that it may write (`device`
@@ -295,4 +316,30 @@ impl MetalLibrary {
         self.contracts.lock().map_err(|_| poisoned())?.insert(key, contract.clone());
         Ok(contract)
     }
+}
+
+/// A dispatch without threads writes nothing: outputs kiln allocates without an `init_value`
+/// would come back as uninitialised memory, so such a dispatch is refused.
+fn refuse_unwritten_outputs(op: &str, args: &[LibraryArg], launch: &LibraryLaunch) -> Result<()> {
+    let (Dispatch::Threads(size) | Dispatch::Threadgroups(size)) = launch.dispatch;
+    if !size.contains(&0) {
+        return Ok(());
+    }
+    let unwritten: Vec<String> = args
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| matches!(a, LibraryArg::Output { shape, init_value: None, .. } if !shape.contains(&0)))
+        .map(|(slot, _)| format!("buffer {slot}"))
+        .collect();
+    if unwritten.is_empty() {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        op,
+        format!(
+            "the dispatch {size:?} has a zero dimension, so the function runs no thread and output {} would \
+             hold uninitialised memory; give every dimension at least 1, or an init_value",
+            unwritten.join(", ")
+        ),
+    ))
 }

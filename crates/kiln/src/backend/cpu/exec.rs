@@ -7,7 +7,11 @@
 //! guard ranges of 64 KiB (`checked::GuardedBuf`), armed while the kernel runs, and the slack
 //! before its data is filled with canary bytes checked after the run; a touched guard or a
 //! changed canary is an `Error::KernelFault` naming the output. (A launch that cannot arm its
-//! guards, with 64 launches of one kernel armed at once, runs with the canaries alone.)
+//! guards, with 64 launches of one kernel armed at once, runs with the canaries alone.) Memory
+//! the caller lent for the kernel to write (`Binding::OutputInto`: a framework's output, a
+//! buffer updated in place) is guarded the same way: the kernel writes a guarded copy, which is
+//! copied back only when the run succeeds, so a faulting kernel leaves the caller's memory as it
+//! was and never writes outside it.
 //! Out-of-bounds reads of inputs are detected only in checked mode (see `checked`), which
 //! copies the inputs between guards too; an access that lands outside every mapping is a fault
 //! in any mode (the kernel library's signal handler, `prelude/cpu`).
@@ -120,21 +124,25 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
                 roles.push(None);
             }
             Binding::OutputInto(a) => {
-                // The caller's memory is written in place, without guards (it is theirs).
+                // The caller's memory: the kernel writes a guarded copy of it, copied back after a
+                // clean run (below).
                 let Some(host) = a.host_buffer() else {
                     return Err(Error::invalid(
                         kernel.clone(),
                         format!("output {n_out} lives on {}; the CPU backend needs host arrays", a.device()),
                     ));
                 };
-                let reach = a.storage_span().map_or(0, |(_, hi)| (hi + 1) * a.dtype().size());
-                if !a.is_row_contiguous() || reach > host.len() {
+                let (start, n) = (a.offset() * a.dtype().size(), a.nbytes());
+                if !a.is_row_contiguous() || start + n > host.len() {
                     return Err(Error::invalid(
                         kernel.clone(),
                         format!("output {n_out} must be row-contiguous and inside its buffer"),
                     ));
                 }
-                storage.push(Storage::InPlace);
+                let mut buf = GuardedBuf::filled(kernel, n, CANARY)?;
+                let off = buf.data_offset();
+                buf.between_guards()[off..off + n].copy_from_slice(&host.bytes()[start..start + n]);
+                storage.push(Storage::Guarded(buf));
                 roles.push(Some(Role::Output(n_out)));
                 n_out += 1;
             }
@@ -179,7 +187,7 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
     let mut guarded: Vec<(usize, u64, usize)> = Vec::new();
     for (slot, (binding, s)) in launch.bindings.iter().zip(&mut storage).enumerate() {
         let ptr = match (binding, s) {
-            (Binding::Array(a) | Binding::OutputInto(a), Storage::InPlace) => {
+            (Binding::Array(a), Storage::InPlace) => {
                 let bytes = a.host_buffer().map(|b| b.bytes()).unwrap_or(&[]);
                 // SAFETY: the offset is the array's element offset within its own buffer, so the
                 // pointer stays inside (or one past) the allocation the array holds alive.
@@ -253,11 +261,14 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
         };
         return Err(Error::KernelFault {
             kernel: kernel.clone(),
-            msg: format!("out-of-bounds access to {role} (buffer slot {slot}, {len} bytes): {place}"),
+            msg: format!(
+                "out-of-bounds access to {role} (buffer slot {slot}, {len} bytes): {place}{}",
+                lent_note(launch)
+            ),
         });
     }
     if let Some(msg) = fault {
-        return Err(Error::KernelFault { kernel: kernel.clone(), msg });
+        return Err(Error::KernelFault { kernel: kernel.clone(), msg: format!("{msg}{}", lent_note(launch)) });
     }
     match stopped {
         Stop::Finished => {}
@@ -269,18 +280,16 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
         }
         Stop::Cancelled => return Err(Error::Interrupted { kernel: kernel.clone() }),
     }
-    let mut result = Vec::new();
+    // Every output's canaries are checked before any result is made, so that only a clean run
+    // reaches the caller's memory.
+    let mut bodies: Vec<(&Binding, &[u8])> = Vec::new();
     for (slot, (binding, s)) in launch.bindings.iter().zip(&mut storage).enumerate() {
         let (shape, dtype) = match binding {
             Binding::Output(spec) => (&spec.shape[..], spec.dtype),
-            Binding::InOut(a) => (a.shape(), a.dtype()),
-            Binding::OutputInto(a) => {
-                result.push(a.clone());
-                continue;
-            }
+            Binding::InOut(a) | Binding::OutputInto(a) => (a.shape(), a.dtype()),
             _ => continue,
         };
-        let k = result.len();
+        let k = bodies.len();
         let n = shape.iter().product::<usize>() * dtype.size();
         let Some((before, body, after)) = output_parts(s, n) else { continue };
         let before_hit = before.iter().rposition(|&b| b != CANARY).map(|p| before.len() - p);
@@ -294,13 +303,48 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
             return Err(Error::KernelFault {
                 kernel: kernel.clone(),
                 msg: format!(
-                    "out-of-bounds write to output {k} (buffer slot {slot}, {n} bytes): up to {dist} bytes {side}"
+                    "out-of-bounds write to output {k} (buffer slot {slot}, {n} bytes): up to {dist} bytes {side}{}",
+                    lent_note(launch)
                 ),
             });
         }
-        result.push(Array::from_host(HostBuffer::from_bytes(body), dtype, shape));
+        bodies.push((binding, body));
+    }
+    let mut result = Vec::with_capacity(bodies.len());
+    for (binding, body) in bodies {
+        result.push(match binding {
+            Binding::OutputInto(a) => {
+                write_back(a, body);
+                a.clone()
+            }
+            Binding::InOut(a) => Array::from_host(HostBuffer::from_bytes(body), a.dtype(), a.shape()),
+            Binding::Output(spec) => Array::from_host(HostBuffer::from_bytes(body), spec.dtype, &spec.shape),
+            _ => continue,
+        });
     }
     Ok(result)
+}
+
+/// What a fault message adds about the caller's memory (see the module's docs): nothing when
+/// the launch writes only kiln's own buffers.
+fn lent_note(launch: &Launch<'_>) -> &'static str {
+    if launch.bindings.iter().any(|b| matches!(b, Binding::OutputInto(_))) {
+        "; the arrays the kernel was to write in place are left as they were"
+    } else {
+        ""
+    }
+}
+
+/// Copies a clean run's `body` into the caller's row-contiguous host array `a` (checked to lie
+/// inside its buffer when the launch bound it).
+fn write_back(a: &Array, body: &[u8]) {
+    let Some(host) = a.host_buffer() else { return };
+    let start = a.offset() * a.dtype().size();
+    let Some(dest) = host.bytes().get(start..start + body.len()) else { return };
+    // SAFETY: `dest` is the array's own span of the caller's buffer, which the caller lent for
+    // this kernel to write (`Binding::OutputInto`) and does not touch during the launch; `body`
+    // is kiln's guarded copy, a different allocation of the same length.
+    unsafe { std::ptr::copy_nonoverlapping(body.as_ptr(), dest.as_ptr() as *mut u8, body.len()) };
 }
 
 fn describe(role: Role) -> String {
