@@ -4,7 +4,8 @@
 //! length and its SHA-256. A reader takes the payload only when its manifest names the key it
 //! asked for and the bytes hash to the recorded value, so a truncated or corrupted file, another
 //! key's payload or a payload without a manifest is never used: the entry is removed and the
-//! caller builds it again.
+//! caller builds it again. A write that fails (a full disk, say) removes its private file, and a
+//! store that fails leaves no entry. Which directory the entries go in is `cache_root`'s.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,21 +35,69 @@ pub fn private_name(dir: &Path, stem: &str, ext: &str) -> PathBuf {
     dir.join(format!("{stem}.{}.{}.{ext}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)))
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// A file of one writer's own (a [`private_name`]), removed when dropped unless it was renamed
+/// into place: no failure on the way (a write, the compiler, a rename) leaves it behind.
+pub struct Scratch {
+    path: PathBuf,
+    kept: bool,
+}
+
+impl Scratch {
+    /// A new private name in `dir`; nothing is created yet.
+    pub fn new(dir: &Path, stem: &str, ext: &str) -> Self {
+        Scratch { path: private_name(dir, stem, ext), kept: false }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames the file to `to`; on failure it is removed.
+    pub fn rename_to(mut self, to: &Path) -> std::io::Result<()> {
+        std::fs::rename(&self.path, to)?;
+        self.kept = true;
+        Ok(())
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Writes `bytes` at `path` through a private name renamed into place, so a reader sees the
+/// old file or the whole new one, and a failed write leaves neither a partial file nor the
+/// private one.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomically_with(path, bytes, &mut |tmp, bytes| std::fs::write(tmp, bytes))
+}
+
+/// A writer of a whole file (`std::fs::write`, or one that fails on purpose in tests).
+type Writer<'a> = dyn FnMut(&Path, &[u8]) -> std::io::Result<()> + 'a;
+
+fn write_atomically_with(path: &Path, bytes: &[u8], write: &mut Writer<'_>) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let stem = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = private_name(dir, &stem, "tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    let tmp = Scratch::new(dir, &stem, "tmp");
+    write(tmp.path(), bytes)?;
+    tmp.rename_to(path)
 }
 
 /// Stores `payload` as the entry of `key` at `path`: the payload first, then its manifest, each
-/// renamed into place, so a crash in between leaves an entry without a manifest (rebuilt).
+/// renamed into place, so a crash in between leaves an entry without a manifest (rebuilt). A
+/// store that fails leaves no entry.
 pub fn store(path: &Path, key: &str, payload: &[u8]) -> std::io::Result<()> {
-    write_atomically(path, payload)?;
-    write_atomically(&manifest_path(path), manifest_text(key, payload).as_bytes())
+    store_with(path, key, payload, &mut |tmp, bytes| std::fs::write(tmp, bytes))
+}
+
+fn store_with(path: &Path, key: &str, payload: &[u8], write: &mut Writer<'_>) -> std::io::Result<()> {
+    write_atomically_with(path, payload, write)?;
+    write_atomically_with(&manifest_path(path), manifest_text(key, payload).as_bytes(), write)
+        .inspect_err(|_| remove(path))
 }
 
 /// The payload at `path` when its manifest vouches for it under `key`; otherwise `None`, and a
@@ -113,6 +162,75 @@ mod tests {
             assert_eq!(load_verified(&b, "key-b"), None);
             assert!(!b.exists(), "a damaged entry is removed");
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    }
+
+    /// A writer that writes the first half of the bytes and then finds the disk full: the rest
+    /// goes to `/dev/full` where there is one, else the error is made up.
+    fn fills_the_disk_halfway(tmp: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        let (head, tail) = bytes.split_at(bytes.len() / 2);
+        std::fs::write(tmp, head)?;
+        match std::fs::OpenOptions::new().write(true).open("/dev/full") {
+            Ok(mut full) => full.write_all(tail).and_then(|()| full.flush()),
+            Err(_) => Err(std::io::Error::from(std::io::ErrorKind::StorageFull)),
+        }
+    }
+
+    #[test]
+    fn a_write_that_fills_the_disk_halfway_leaves_no_file_behind() {
+        let dir = scratch_dir("full");
+        let path = dir.join("prelude.h");
+        let bytes = vec![b'x'; 64 * 1024];
+        let err = write_atomically_with(&path, &bytes, &mut fills_the_disk_halfway).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::StorageFull);
+        assert_eq!(names_in(&dir), Vec::<String>::new());
+
+        // The payload stored, the manifest's write failing: the payload goes too.
+        let mut writes = 0;
+        let mut second_fails = |tmp: &Path, bytes: &[u8]| {
+            writes += 1;
+            if writes == 1 {
+                std::fs::write(tmp, bytes)
+            } else {
+                fills_the_disk_halfway(tmp, bytes)
+            }
+        };
+        let err = store_with(&path, "key", &bytes, &mut second_fails).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::StorageFull);
+        assert_eq!(names_in(&dir), Vec::<String>::new());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_rename_that_fails_leaves_no_temporary_file() {
+        let dir = scratch_dir("rename");
+        // A non-empty directory where the file should go: the rename fails.
+        let path = dir.join("kernel.so");
+        std::fs::create_dir_all(path.join("inside")).unwrap();
+        assert!(store(&path, "key", b"library").is_err());
+        assert_eq!(names_in(&dir), vec!["kernel.so".to_string()]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_scratch_file_is_removed_unless_renamed_into_place() {
+        let dir = scratch_dir("scratch");
+        let dropped = Scratch::new(&dir, "kernel", "cpp");
+        std::fs::write(dropped.path(), b"int x;").unwrap();
+        drop(dropped);
+        assert_eq!(names_in(&dir), Vec::<String>::new());
+        let kept = Scratch::new(&dir, "kernel", "cpp");
+        std::fs::write(kept.path(), b"int x;").unwrap();
+        kept.rename_to(&dir.join("kernel.cpp")).unwrap();
+        assert_eq!(names_in(&dir), vec!["kernel.cpp".to_string()]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -2,6 +2,7 @@
 //! binds buffers and dispatches; ops and kernels only talk to [`Backend`]. Backends that are not
 //! compiled in or not usable here still exist and answer `Error::BackendUnavailable`.
 
+pub(crate) mod cache_root;
 pub mod cpu;
 pub mod cuda;
 pub(crate) mod disk_cache;

@@ -1,6 +1,7 @@
 //! Compiling a CPU translation unit with the host C++ compiler into a shared library, cached on
-//! disk under `config::cache_dir()/cpu/<sha256>/` (the key covers the whole translation unit,
-//! the flags and the compiler's identity) and in memory once loaded.
+//! disk under `<cache>/cpu/<sha256>/` (`cache_root`: the key covers the whole translation unit,
+//! the flags and the compiler's identity) and in memory once loaded. Sources, objects and
+//! libraries on their way are files of the build's own, removed whatever happens.
 //!
 //! A cached library is used only when its manifest vouches for it (`backend::disk_cache`);
 //! anything else is removed and built again. What is loaded is a private copy of the bytes that
@@ -22,8 +23,7 @@ use super::built_once::BuiltOnce;
 use super::pch;
 use super::scheduler_object::{self, SchedulerObject};
 use super::toolchain::{flags, host_compiler, HostCompiler};
-use crate::backend::disk_cache;
-use crate::config;
+use crate::backend::{cache_root, disk_cache};
 use crate::error::{Error, Result};
 use crate::program::MathMode;
 use crate::source::cpu::{without_scheduler, ABI_VERSION};
@@ -124,12 +124,12 @@ fn shortcuts_on_this_thread() -> Shortcuts {
 pub(crate) fn compile_trivial(cxx: &str, mode: MathMode, linker: Option<&str>) -> Result<()> {
     let compiler = host_compiler(cxx)?;
     let dir = std::env::temp_dir();
-    let cpp = disk_cache::private_name(&dir, "kiln-trivial", "cpp");
-    let so = cpp.with_extension("so");
-    std::fs::write(&cpp, "extern \"C\" int kiln_trivial(int x) { return x + 1; }\n").map_err(|e| Error::io(&cpp, e))?;
-    let out = Command::new(cxx).args(flags(mode, &compiler)).args(linker).arg("-o").arg(&so).arg(&cpp).output();
-    let _ = std::fs::remove_file(&cpp);
-    let _ = std::fs::remove_file(&so);
+    let cpp = disk_cache::Scratch::new(&dir, "kiln-trivial", "cpp");
+    let so = disk_cache::Scratch::new(&dir, "kiln-trivial", "so");
+    std::fs::write(cpp.path(), "extern \"C\" int kiln_trivial(int x) { return x + 1; }\n")
+        .map_err(|e| Error::io(cpp.path(), e))?;
+    let out =
+        Command::new(cxx).args(flags(mode, &compiler)).args(linker).arg("-o").arg(so.path()).arg(cpp.path()).output();
     match out {
         Ok(o) if o.status.success() => Ok(()),
         Ok(o) => Err(Error::Compile {
@@ -155,18 +155,22 @@ pub(crate) fn scheduler_object_for(cxx: &str, prelude: &str, mode: MathMode) -> 
 fn load_or_build(unit: &Unit<'_>, flags: &[&str], key: &str) -> Result<Compiled> {
     LIBRARIES_OPENED.with(|n| n.set(n.get() + 1));
     let kernel = unit.kernel;
-    let dir = library_dir(key);
-    let so = dir.join("kernel.so");
+    let so = library_dir(&cache_root::dir(), key).join("kernel.so");
     if let Some(image) = disk_cache::load_verified(&so, key) {
-        match load_image(kernel, &dir, &image) {
+        match load_image(kernel, so.parent().unwrap_or(Path::new(".")), &image) {
             Ok(c) => return Ok(c),
             Err(_) => disk_cache::remove(&so),
         }
     }
-    let image = build(unit, flags, &dir)?;
-    // The disk cache only saves time: a read-only or full cache directory must not fail a kernel.
-    let _ = disk_cache::store(&so, key, &image);
-    load_image(kernel, &dir, &image)
+    let image = cache_root::run(|root| build(unit, flags, &library_dir(root, key)))?;
+    // The disk cache only saves time: a library that cannot be stored anywhere still runs.
+    let _ = cache_root::run(|root| {
+        let dir = library_dir(root, key);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let so = dir.join("kernel.so");
+        disk_cache::store(&so, key, &image).map_err(|e| Error::io(&so, e))
+    });
+    load_image(kernel, &library_dir(&cache_root::dir(), key), &image)
 }
 
 thread_local! {
@@ -202,14 +206,9 @@ fn build_gate(key: &str) -> Arc<Mutex<()>> {
     LIBRARIES.gate(key)
 }
 
-/// Where the library of `key` lives: the cache directory, or the system's temporary directory
-/// when the cache cannot be created (a read-only home, say).
-fn library_dir(key: &str) -> PathBuf {
-    let dir = config::cache_dir().join("cpu").join(key);
-    if std::fs::create_dir_all(&dir).is_ok() {
-        return dir;
-    }
-    std::env::temp_dir().join("kiln-cache").join("cpu").join(key)
+/// Where the library of `key` lives in the cache directory `root`.
+fn library_dir(root: &Path, key: &str) -> PathBuf {
+    root.join("cpu").join(key)
 }
 
 /// What a library is compiled from.
@@ -272,7 +271,7 @@ fn build(unit: &Unit<'_>, flags: &[&str], dir: &Path) -> Result<Vec<u8>> {
         Some(rest) => format!("// After the CPU prelude (`kiln translate --emit cpu` prints the whole unit).\n{rest}"),
         None => unit.tu.to_string(),
     };
-    let _ = std::fs::write(dir.join("kernel.cpp"), kept);
+    let _ = disk_cache::write_atomically(&dir.join("kernel.cpp"), kept.as_bytes());
     Ok(image)
 }
 
@@ -289,38 +288,35 @@ fn build_source(
     let (cxx, kernel) = (unit.cxx, unit.kernel);
     // Source, object and library under names of this build alone: another thread or process
     // building the same key never reads a half-written file.
-    let cpp = disk_cache::private_name(dir, "kernel", "cpp");
-    let tmp = cpp.with_extension("so");
-    let object = cpp.with_extension("scheduler.o");
+    let cpp = disk_cache::Scratch::new(dir, "kernel", "cpp");
+    let tmp = disk_cache::Scratch::new(dir, "kernel", "so");
+    let object = disk_cache::Scratch::new(dir, "kernel", "scheduler.o");
     if let Some(s) = scheduler {
-        std::fs::write(&object, &*s.image).map_err(|e| Error::io(&object, e))?;
+        std::fs::write(object.path(), &*s.image).map_err(|e| Error::io(object.path(), e))?;
     }
-    if let Err(e) = std::fs::write(&cpp, source) {
-        let _ = std::fs::remove_file(&object);
-        return Err(Error::io(&cpp, e));
-    }
+    std::fs::write(cpp.path(), source).map_err(|e| Error::io(cpp.path(), e))?;
     let mut command = Command::new(cxx);
     command.args(flags);
     if let Some(p) = prelude {
         command.arg("-include").arg(&p.header);
     }
-    command.arg("-o").arg(&tmp).arg(&cpp);
+    command.arg("-o").arg(tmp.path()).arg(cpp.path());
     if let Some(s) = scheduler {
-        command.args(s.linker).arg(&object);
+        command.args(s.linker).arg(object.path());
     }
-    let out = command.output();
-    let _ = std::fs::remove_file(&cpp);
-    let _ = std::fs::remove_file(&object);
-    let out = match out {
+    let out = match command.output() {
         Ok(out) => out,
         Err(e) => {
             return Err(Error::BackendUnavailable { backend: "cpu", reason: format!("cannot run `{cxx}`: {e}") });
         }
     };
     if !out.status.success() {
-        let _ = std::fs::remove_file(&tmp);
         let log = String::from_utf8_lossy(&out.stderr);
-        let mut log = map_log(&log, &cpp);
+        // A full disk is the directory's failure, not the kernel's: the caller falls back.
+        if let Some(e) = cache_root::compiler_could_not_write(&log, tmp.path()) {
+            return Err(e);
+        }
+        let mut log = map_log(&log, cpp.path());
         if let Some(p) = prelude {
             log = log.replace(&*p.header.to_string_lossy(), "kiln/prelude.h");
         }
@@ -329,22 +325,22 @@ fn build_source(
     if scheduler.is_some() {
         LINKED_WITH_SCHEDULER_OBJECT.with(|n| n.set(n.get() + 1));
     }
-    let image = std::fs::read(&tmp).map_err(|e| Error::io(&tmp, e));
-    let _ = std::fs::remove_file(&tmp);
-    image
+    std::fs::read(tmp.path()).map_err(|e| Error::io(tmp.path(), e))
 }
 
 /// Loads `image` from a file of this process's own (in `dir`, else the temporary directory),
-/// removed once loaded: the mapping then belongs to this process alone.
+/// removed once loaded: the mapping then belongs to this process alone. A cache directory that
+/// cannot take the copy (read-only, say) is not a reason to leave it: the copy is no entry.
 fn load_image(kernel: &str, dir: &Path, image: &[u8]) -> Result<Compiled> {
-    let mut path = disk_cache::private_name(dir, "kernel", "loading.so");
-    if std::fs::write(&path, image).is_err() {
-        path = disk_cache::private_name(&std::env::temp_dir(), "kiln-kernel", "loading.so");
-        std::fs::write(&path, image).map_err(|e| Error::io(&path, e))?;
-    }
-    let compiled = load(kernel, &path);
-    let _ = std::fs::remove_file(&path);
-    compiled
+    let write = |dir: &Path, stem: &str| {
+        let file = disk_cache::Scratch::new(dir, stem, "loading.so");
+        std::fs::write(file.path(), image).map(|()| file).map_err(|e| Error::io(dir, e))
+    };
+    let file = match write(dir, "kernel") {
+        Ok(file) => file,
+        Err(_) => write(&std::env::temp_dir(), "kiln-kernel")?,
+    };
+    load(kernel, file.path())
 }
 
 /// Keeps the compiler's messages about the user's file first and drops the noise about the
@@ -403,6 +399,7 @@ pub(super) fn load(kernel: &str, so: &Path) -> Result<Compiled> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config;
 
     /// A translation unit with the exports `load` checks, made unique by `tag`.
     fn minimal_tu(tag: u64) -> String {
@@ -436,8 +433,8 @@ mod tests {
         let key_b = library_key(&tu_b, &flags, &cxx, &compiler);
         assert_eq!(tag_of(&load_or_build(&unit(&cxx, &compiler, "a", &tu_a), &flags, &key_a).unwrap()), tag_a);
         assert_eq!(tag_of(&load_or_build(&unit(&cxx, &compiler, "b", &tu_b), &flags, &key_b).unwrap()), tag_b);
-        let so_b = library_dir(&key_b).join("kernel.so");
-        let library_a = std::fs::read(library_dir(&key_a).join("kernel.so")).unwrap();
+        let so_b = library_dir(&cache_root::dir(), &key_b).join("kernel.so");
+        let library_a = std::fs::read(library_dir(&cache_root::dir(), &key_a).join("kernel.so")).unwrap();
         let damage: [(&str, &dyn Fn()); 5] = [
             ("truncated", &|| {
                 let good = std::fs::read(&so_b).unwrap();
@@ -497,11 +494,62 @@ mod tests {
         let tu = minimal_tu(fresh_tag());
         let compiler = host_compiler(&cxx).unwrap();
         let key = library_key(&tu, &flags(MathMode::Safe, &compiler), &cxx, &compiler);
-        let dir = library_dir(&key);
+        let dir = library_dir(&cache_root::dir(), &key);
+        std::fs::create_dir_all(&dir).unwrap();
         // What a build cut short would leave: a library file that is not one.
         std::fs::write(dir.join("kernel.so"), b"not a shared library").unwrap();
         let c = compile(&cxx, "minimal", &tu, "", MathMode::Safe).unwrap();
         assert!(c.cooperative);
         assert_ne!(std::fs::read(dir.join("kernel.so")).unwrap(), b"not a shared library");
+    }
+
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    }
+
+    /// A scratch directory holding a regular file, `file`: a cache directory under it cannot be
+    /// made, even by root.
+    fn scratch_with_file(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("kiln-compile-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("file"), b"not a directory").unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_library_whose_cache_directory_cannot_be_made_is_built_and_stored_in_the_fallback() {
+        let scratch = scratch_with_file("fallback");
+        let root = Arc::new(cache_root::CacheRoot::new(scratch.join("file/cache"), scratch.join("tmp")));
+        let cxx = config::host_cxx();
+        let tag = fresh_tag();
+        let tu = minimal_tu(tag);
+        let c = cache_root::with_root(root.clone(), || compile(&cxx, "minimal", &tu, "", MathMode::Safe)).unwrap();
+        assert_eq!(tag_of(&c), tag);
+        assert!(root.warning().is_some());
+        let compiler = host_compiler(&cxx).unwrap();
+        let key = library_key(&tu, &flags(MathMode::Safe, &compiler), &cxx, &compiler);
+        let dir = library_dir(&root.dir(), &key);
+        assert_eq!(names_in(&dir), ["kernel.cpp", "kernel.so", "kernel.so.manifest"]);
+        assert!(disk_cache::load_verified(&dir.join("kernel.so"), &key).is_some());
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
+
+    #[test]
+    fn a_kernel_that_does_not_compile_leaves_no_file_of_its_build() {
+        let scratch = scratch_with_file("broken");
+        let root = Arc::new(cache_root::CacheRoot::new(scratch.join("cache"), scratch.join("tmp")));
+        let cxx = config::host_cxx();
+        let tu = format!("{}\nthis is not C++;\n", minimal_tu(fresh_tag()));
+        let err = cache_root::with_root(root.clone(), || compile(&cxx, "broken", &tu, "", MathMode::Safe));
+        assert!(matches!(err, Err(Error::Compile { .. })), "{:?}", err.err());
+        assert!(root.warning().is_none());
+        let compiler = host_compiler(&cxx).unwrap();
+        let key = library_key(&tu, &flags(MathMode::Safe, &compiler), &cxx, &compiler);
+        assert_eq!(names_in(&library_dir(&scratch.join("cache"), &key)), Vec::<String>::new());
+        let _ = std::fs::remove_dir_all(&scratch);
     }
 }

@@ -1,14 +1,15 @@
 //! The CPU prelude as a precompiled header. Every translation unit starts with the same prelude
 //! (`source::cpu::prelude`), and parsing it is most of a kernel's compile time, so it is
-//! compiled once per (compiler, flags, prelude text) into `config::cache_dir()/cpu-pch/<sha256>/`
+//! compiled once per (compiler, flags, prelude text) into `<cache>/cpu-pch/<sha256>/` (`cache_root`)
 //! and kernels are compiled with `-include prelude.h`: GCC then reads `prelude.h.gch` and clang
 //! `prelude.h.pch` beside it. Both fall back to the header's text when the precompiled file does
 //! not fit, so a stale header costs time, never correctness.
 //!
 //! The precompiled file is a cache entry like the libraries (`backend::disk_cache`): used only
 //! when its manifest vouches for it, else removed and built again, once per process check. It
-//! is built under a file lock, so parallel processes build it once. A compiler that cannot
-//! build it compiles kernels with the whole prelude inline, as before.
+//! is built under a file lock, so parallel processes build it once; a build that fails leaves
+//! no file of its own behind. A compiler that cannot build it compiles kernels with the whole
+//! prelude inline, as before.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,8 +19,8 @@ use sha2::{Digest, Sha256};
 
 use super::built_once::BuiltOnce;
 use super::toolchain::HostCompiler;
-use crate::backend::disk_cache;
-use crate::config;
+use crate::backend::{cache_root, disk_cache};
+use crate::error::{Error, Result};
 
 /// A prelude header ready to be included first, with its precompiled form beside it.
 #[derive(Clone, Debug)]
@@ -63,9 +64,13 @@ pub fn prelude_key(cxx: &str, compiler: &HostCompiler, flags: &[&str], prelude: 
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The directory of the precompiled prelude of `key`.
+/// The directory of the precompiled prelude of `key` in this process's cache.
 pub fn prelude_dir(key: &str) -> PathBuf {
-    config::cache_dir().join("cpu-pch").join(key)
+    prelude_dir_in(&cache_root::dir(), key)
+}
+
+fn prelude_dir_in(root: &Path, key: &str) -> PathBuf {
+    root.join("cpu-pch").join(key)
 }
 
 /// The precompiled `prelude` for these flags, built if needed; `None` when it cannot be had
@@ -75,7 +80,9 @@ pub fn prepare(cxx: &str, compiler: &HostCompiler, flags: &[&str], prelude: &str
         return None;
     }
     let key = prelude_key(cxx, compiler, flags, prelude);
-    known().get_or_build(&key, || build_or_check(cxx, compiler, flags, prelude, &key))
+    known().get_or_build(&key, || {
+        cache_root::run(|root| build_or_check(&prelude_dir_in(root, &key), cxx, compiler, flags, prelude, &key)).ok()
+    })
 }
 
 /// Called when a compile that used `prepared` failed: whether the precompiled header still
@@ -90,30 +97,31 @@ pub fn still_sound(prepared: &PreparedPrelude) -> bool {
 }
 
 fn build_or_check(
+    dir: &Path,
     cxx: &str,
     compiler: &HostCompiler,
     flags: &[&str],
     prelude: &str,
     key: &str,
-) -> Option<PreparedPrelude> {
-    let dir = prelude_dir(key);
-    std::fs::create_dir_all(&dir).ok()?;
+) -> Result<PreparedPrelude> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     // One builder at a time across processes; the others wait and then find the entry.
     // A lock that cannot be had only costs a duplicate build: entries are renamed into place.
-    let lock = std::fs::File::create(dir.join("build.lock")).ok()?;
+    let lock_path = dir.join("build.lock");
+    let lock = std::fs::File::create(&lock_path).map_err(|e| Error::io(&lock_path, e))?;
     lock_exclusive(&lock);
     let header = dir.join("prelude.h");
     let precompiled = dir.join(format!("prelude.h.{}", precompiled_extension(compiler)));
     let prepared = PreparedPrelude { header: header.clone(), precompiled: precompiled.clone(), key: key.to_string() };
     if std::fs::read(&header).ok().as_deref() != Some(prelude.as_bytes()) {
-        disk_cache::store(&header, key, prelude.as_bytes()).ok()?;
+        disk_cache::store(&header, key, prelude.as_bytes()).map_err(|e| Error::io(&header, e))?;
     }
     if disk_cache::load_verified(&precompiled, key).is_some() {
-        return Some(prepared);
+        return Ok(prepared);
     }
-    let image = build(cxx, flags, &header, &dir)?;
-    disk_cache::store(&precompiled, key, &image).ok()?;
-    Some(prepared)
+    let image = build(cxx, flags, &header, dir)?;
+    disk_cache::store(&precompiled, key, &image).map_err(|e| Error::io(&precompiled, e))?;
+    Ok(prepared)
 }
 
 /// Waits for an exclusive lock on `file`, held until the file is closed; whether it was had.
@@ -134,25 +142,40 @@ pub(super) fn lock_exclusive(_file: &std::fs::File) -> bool {
 }
 
 /// Compiles `header` with `flags` and returns the precompiled header's bytes.
-fn build(cxx: &str, flags: &[&str], header: &Path, dir: &Path) -> Option<Vec<u8>> {
-    let tmp = disk_cache::private_name(dir, "prelude", "building");
-    let ok = Command::new(cxx)
+fn build(cxx: &str, flags: &[&str], header: &Path, dir: &Path) -> Result<Vec<u8>> {
+    let tmp = disk_cache::Scratch::new(dir, "prelude", "building");
+    let out = Command::new(cxx)
         .args(flags)
         .args(["-x", "c++-header", "-o"])
-        .arg(&tmp)
+        .arg(tmp.path())
         .arg(header)
         .output()
-        .is_ok_and(|o| o.status.success());
-    let image = if ok { std::fs::read(&tmp).ok() } else { None };
-    let _ = std::fs::remove_file(&tmp);
-    image
+        .map_err(|e| Error::BackendUnavailable { backend: "cpu", reason: format!("cannot run `{cxx}`: {e}") })?;
+    if !out.status.success() {
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        return Err(cache_root::compiler_could_not_write(&log, tmp.path()).unwrap_or(Error::Compile {
+            backend: "cpu",
+            kernel: "prelude".into(),
+            log,
+        }));
+    }
+    std::fs::read(tmp.path()).map_err(|e| Error::io(tmp.path(), e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cache_root::{self, CacheRoot};
     use crate::backend::cpu::toolchain::{flags, host_compiler};
+    use crate::config;
     use crate::program::MathMode;
+
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    }
 
     /// A prelude no other test uses, so this test owns its cache entry.
     fn unique_prelude(tag: &str) -> String {
@@ -217,6 +240,37 @@ mod tests {
         let flags = flags(MathMode::Safe, &compiler);
         let broken = format!("{}\nthis is not C++;\n", unique_prelude("broken"));
         assert!(prepare(&cxx, &compiler, &flags, &broken).is_none());
-        let _ = std::fs::remove_dir_all(prelude_dir(&prelude_key(&cxx, &compiler, &flags, &broken)));
+        let dir = prelude_dir(&prelude_key(&cxx, &compiler, &flags, &broken));
+        // The failed build left nothing of its own.
+        assert_eq!(names_in(&dir), ["build.lock", "prelude.h", "prelude.h.manifest"]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_cache_directory_that_cannot_be_made_gives_a_precompiled_prelude_in_the_fallback() {
+        let scratch = std::env::temp_dir().join(format!("kiln-pch-fallback-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&scratch);
+        std::fs::create_dir_all(&scratch).unwrap();
+        std::fs::write(scratch.join("file"), b"not a directory").unwrap();
+        let root = std::sync::Arc::new(CacheRoot::new(scratch.join("file/cache"), scratch.join("tmp")));
+        let cxx = config::host_cxx();
+        let compiler = host_compiler(&cxx).unwrap();
+        let flags = flags(MathMode::Safe, &compiler);
+        let prelude = unique_prelude("fallback");
+        let prepared = cache_root::with_root(root.clone(), || prepare(&cxx, &compiler, &flags, &prelude)).unwrap();
+        assert!(root.warning().is_some());
+        let dir = prelude_dir_in(&root.dir(), &prepared.key);
+        assert!(prepared.precompiled.starts_with(&dir), "{}", prepared.precompiled.display());
+        let ext = precompiled_extension(&compiler);
+        let want = [
+            "build.lock".into(),
+            "prelude.h".into(),
+            format!("prelude.h.{ext}"),
+            format!("prelude.h.{ext}.manifest"),
+            "prelude.h.manifest".into(),
+        ];
+        assert_eq!(names_in(&dir), want);
+        assert!(compiler_uses(&cxx, &flags, &prepared));
+        let _ = std::fs::remove_dir_all(&scratch);
     }
 }

@@ -5,7 +5,7 @@
 //! fault handler's, the workers'), hidden inside it, as when the scheduler is compiled inline.
 //!
 //! The object is a cache entry like the precompiled prelude (`pch`): under
-//! `config::cache_dir()/cpu-scheduler/<sha256>/`, used only when its manifest vouches for it,
+//! `<cache>/cpu-scheduler/<sha256>/` (`cache_root`), used only when its manifest vouches for it,
 //! built under a file lock so parallel processes build it once, and kept in memory once checked,
 //! so every link reads a private copy of checked bytes. Building it also tries the faster gold
 //! linker on it and records whether that works. When it cannot be built, kernels compile the
@@ -20,8 +20,8 @@ use sha2::{Digest, Sha256};
 use super::built_once::BuiltOnce;
 use super::pch::{self, PreparedPrelude};
 use super::toolchain::HostCompiler;
-use crate::backend::disk_cache;
-use crate::config;
+use crate::backend::{cache_root, disk_cache};
+use crate::error::{Error, Result};
 use crate::source::cpu::scheduler_unit;
 
 /// The linker flag tried first: gold links a kernel library in about half the time of the
@@ -54,9 +54,13 @@ pub fn object_key(cxx: &str, compiler: &HostCompiler, flags: &[&str], prelude: &
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The directory of the scheduler object of `key`.
+/// The directory of the scheduler object of `key` in this process's cache.
 pub fn object_dir(key: &str) -> PathBuf {
-    config::cache_dir().join("cpu-scheduler").join(key)
+    object_dir_in(&cache_root::dir(), key)
+}
+
+fn object_dir_in(root: &Path, key: &str) -> PathBuf {
+    root.join("cpu-scheduler").join(key)
 }
 
 /// The scheduler object for units starting with `prelude` compiled with `flags`, built if
@@ -74,7 +78,9 @@ pub fn prepare(
         return None;
     }
     let key = object_key(cxx, compiler, flags, prelude);
-    known().get_or_build(&key, || build_or_check(cxx, flags, prelude, precompiled, &key))
+    known().get_or_build(&key, || {
+        cache_root::run(|root| build_or_check(&object_dir_in(root, &key), cxx, flags, prelude, precompiled, &key)).ok()
+    })
 }
 
 /// Forgets what this process knows of scheduler objects (as a new process would), for tests.
@@ -84,17 +90,18 @@ pub fn forget() {
 }
 
 fn build_or_check(
+    dir: &Path,
     cxx: &str,
     flags: &[&str],
     prelude: &str,
     precompiled: Option<&PreparedPrelude>,
     key: &str,
-) -> Option<SchedulerObject> {
-    let dir = object_dir(key);
-    std::fs::create_dir_all(&dir).ok()?;
+) -> Result<SchedulerObject> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     // One builder at a time across processes; a lock that cannot be had only costs a duplicate
     // build (entries are renamed into place).
-    let lock = std::fs::File::create(dir.join("build.lock")).ok()?;
+    let lock_path = dir.join("build.lock");
+    let lock = std::fs::File::create(&lock_path).map_err(|e| Error::io(&lock_path, e))?;
     pch::lock_exclusive(&lock);
     let object = dir.join("scheduler.o");
     let linker = dir.join("linker");
@@ -105,13 +112,27 @@ fn build_or_check(
         _ => None,
     });
     if let (Some(image), Some(linker)) = (image, with) {
-        return Some(SchedulerObject { image: Arc::new(image), linker });
+        return Ok(SchedulerObject { image: Arc::new(image), linker });
     }
-    let image = compile(cxx, flags, prelude, precompiled, &dir)?;
-    let with = [Some(GOLD), None].into_iter().find(|l| links(cxx, flags, *l, &image, &dir))?;
-    disk_cache::store(&object, key, &image).ok()?;
-    disk_cache::store(&linker, key, if with.is_some() { b"gold" } else { b"default" }).ok()?;
-    Some(SchedulerObject { image: Arc::new(image), linker: with })
+    let image = compile(cxx, flags, prelude, precompiled, dir)?;
+    let mut with = None;
+    for linker in [Some(GOLD), None] {
+        if links(cxx, flags, linker, &image, dir)? {
+            with = Some(linker);
+            break;
+        }
+    }
+    let Some(with) = with else {
+        return Err(Error::Compile {
+            backend: "cpu",
+            kernel: "scheduler".into(),
+            log: "the object links with no linker".into(),
+        });
+    };
+    disk_cache::store(&object, key, &image).map_err(|e| Error::io(&object, e))?;
+    disk_cache::store(&linker, key, if with.is_some() { b"gold" } else { b"default" })
+        .map_err(|e| Error::io(&linker, e))?;
+    Ok(SchedulerObject { image: Arc::new(image), linker: with })
 }
 
 /// The flags of a kernel library's compile with `-c` in place of `-shared`.
@@ -126,42 +147,51 @@ fn compile(
     prelude: &str,
     precompiled: Option<&PreparedPrelude>,
     dir: &Path,
-) -> Option<Vec<u8>> {
-    let cpp = disk_cache::private_name(dir, "scheduler", "cpp");
-    let tmp = cpp.with_extension("o");
+) -> Result<Vec<u8>> {
+    let cpp = disk_cache::Scratch::new(dir, "scheduler", "cpp");
+    let tmp = disk_cache::Scratch::new(dir, "scheduler", "o");
     let text = match precompiled {
         Some(_) => scheduler_unit().to_string(),
         None => format!("{prelude}{}", scheduler_unit()),
     };
-    std::fs::write(&cpp, text).ok()?;
+    std::fs::write(cpp.path(), text).map_err(|e| Error::io(cpp.path(), e))?;
     let mut command = Command::new(cxx);
     command.args(object_flags(flags));
     if let Some(p) = precompiled {
         command.arg("-include").arg(&p.header);
     }
-    let ok = command.arg("-o").arg(&tmp).arg(&cpp).output().is_ok_and(|o| o.status.success());
-    let image = if ok { std::fs::read(&tmp).ok() } else { None };
-    let _ = std::fs::remove_file(&cpp);
-    let _ = std::fs::remove_file(&tmp);
-    image
+    let out = command.arg("-o").arg(tmp.path()).arg(cpp.path()).output().map_err(|e| cannot_run(cxx, e))?;
+    if !out.status.success() {
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        return Err(cache_root::compiler_could_not_write(&log, tmp.path()).unwrap_or(Error::Compile {
+            backend: "cpu",
+            kernel: "scheduler".into(),
+            log,
+        }));
+    }
+    std::fs::read(tmp.path()).map_err(|e| Error::io(tmp.path(), e))
 }
 
-/// Whether the object links into a shared library with `linker`.
-fn links(cxx: &str, flags: &[&str], linker: Option<&str>, image: &[u8], dir: &Path) -> bool {
-    let object = disk_cache::private_name(dir, "scheduler-probe", "o");
-    let library = object.with_extension("so");
-    if std::fs::write(&object, image).is_err() {
-        return false;
-    }
-    let ok = Command::new(cxx)
+/// Whether the object links into a shared library with `linker`; an error when the link
+/// could not be tried or could not write.
+fn links(cxx: &str, flags: &[&str], linker: Option<&str>, image: &[u8], dir: &Path) -> Result<bool> {
+    let object = disk_cache::Scratch::new(dir, "scheduler-probe", "o");
+    let library = disk_cache::Scratch::new(dir, "scheduler-probe", "so");
+    std::fs::write(object.path(), image).map_err(|e| Error::io(object.path(), e))?;
+    let out = Command::new(cxx)
         .args(flags)
         .args(linker)
         .arg("-o")
-        .arg(&library)
-        .arg(&object)
+        .arg(library.path())
+        .arg(object.path())
         .output()
-        .is_ok_and(|o| o.status.success());
-    let _ = std::fs::remove_file(&object);
-    let _ = std::fs::remove_file(&library);
-    ok
+        .map_err(|e| cannot_run(cxx, e))?;
+    match cache_root::compiler_could_not_write(&String::from_utf8_lossy(&out.stderr), library.path()) {
+        Some(e) if !out.status.success() => Err(e),
+        _ => Ok(out.status.success()),
+    }
+}
+
+fn cannot_run(cxx: &str, e: std::io::Error) -> Error {
+    Error::BackendUnavailable { backend: "cpu", reason: format!("cannot run `{cxx}`: {e}") }
 }

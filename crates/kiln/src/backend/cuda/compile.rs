@@ -3,18 +3,19 @@
 //! Keys hash the full source, the options, the architecture and the NVRTC version; the `.cu`
 //! is kept beside its `.cubin` for debugging. A cubin on disk is used only when its manifest
 //! names the key and the cubin's SHA-256 (`backend::disk_cache`); otherwise it is compiled again.
+//! The directory is `<cache>/cuda/` (`cache_root`); one that cannot be written costs the disk
+//! cache, never the kernel.
 
 use std::collections::HashMap;
 use std::ffi::c_char;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
 use sha2::{Digest, Sha256};
 
 use super::{libs, nvrtc_pch};
-use crate::backend::disk_cache;
-use crate::config;
+use crate::backend::{cache_root, disk_cache};
 use crate::error::{Error, Result};
 use crate::program::MathMode;
 
@@ -73,7 +74,11 @@ pub fn cache_key(source: &str, options: &[String], arch: Arch, version: (i32, i3
 }
 
 fn disk_dir() -> PathBuf {
-    config::cache_dir().join("cuda")
+    disk_dir_in(&cache_root::dir())
+}
+
+fn disk_dir_in(root: &Path) -> PathBuf {
+    root.join("cuda")
 }
 
 /// Compiles `source` to cubin for `arch` (cached). `kernel` names the kernel in errors.
@@ -111,8 +116,8 @@ pub fn compile_for(
         return Ok(image);
     }
     let image = Arc::new(nvrtc_compile_fast(kernel, source, &opts)?);
-    // The disk cache only saves time: a read-only or full cache directory must not fail a kernel.
-    let _ = write_disk_cache(&dir, &key, source, &image);
+    // The disk cache only saves time: a cubin that cannot be stored anywhere still runs.
+    let _ = write_disk_cache(&key, source, &image);
     *guard = Some(image.clone());
     Ok(image)
 }
@@ -141,7 +146,7 @@ pub fn compile_past_memory(kernel: &str, source: &str, arch: Arch, math: MathMod
                 return Ok(bytes);
             }
             let image = nvrtc_compile_fast(kernel, source, &opts)?;
-            let _ = write_disk_cache(&dir, &key, source, &image);
+            let _ = write_disk_cache(&key, source, &image);
             Ok(image)
         }
         PastMemory::PrecompiledPrelude => {
@@ -159,14 +164,17 @@ pub fn build_precompiled_prelude(arch: Arch, math: MathMode) -> Result<bool> {
     Ok(nvrtc_pch::build_now(&options_for(arch, math, false)).is_some())
 }
 
-fn write_disk_cache(dir: &std::path::Path, key: &str, source: &str, image: &[u8]) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    // The source (for reading) under a name of this process, renamed into place; the cubin with
-    // its manifest.
-    let tmp = disk_cache::private_name(dir, key, "cu.tmp");
-    std::fs::write(&tmp, source)?;
-    std::fs::rename(&tmp, dir.join(format!("{key}.cu")))?;
-    disk_cache::store(&dir.join(format!("{key}.cubin")), key, image)
+/// Stores the cubin of `key` with its manifest, and its source for reading, in the cache
+/// directory (its fallback when that cannot be written).
+fn write_disk_cache(key: &str, source: &str, image: &[u8]) -> Result<()> {
+    cache_root::run(|root| {
+        let dir = disk_dir_in(root);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let cu = dir.join(format!("{key}.cu"));
+        disk_cache::write_atomically(&cu, source.as_bytes()).map_err(|e| Error::io(&cu, e))?;
+        let cubin = dir.join(format!("{key}.cubin"));
+        disk_cache::store(&cubin, key, image).map_err(|e| Error::io(&cubin, e))
+    })
 }
 
 fn poisoned(kernel: &str) -> Error {
@@ -266,6 +274,7 @@ fn c_chars_to_string(raw: &[c_char]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config;
 
     /// The cached cubin of `source`, from the disk (the memory cache forgets it first).
     fn from_disk(source: &str, key: &str) -> Arc<Vec<u8>> {
@@ -347,5 +356,34 @@ mod tests {
             assert_eq!(disk_cache::load_verified(&path, &key_b).as_deref(), Some(&image_b[..]), "{what}");
         }
         assert_eq!(from_disk(&source_a, &key_a), image_a);
+    }
+
+    #[test]
+    fn a_cubin_whose_cache_directory_cannot_be_made_is_stored_in_the_fallback() {
+        match libs::require_nvrtc() {
+            Err(e) if config::required_backend().is_none() => {
+                eprintln!("skipped: {e}");
+                return;
+            }
+            r => r.unwrap(),
+        }
+        let scratch = std::env::temp_dir().join(format!("kiln-cubin-fallback-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&scratch);
+        std::fs::create_dir_all(&scratch).unwrap();
+        std::fs::write(scratch.join("file"), b"not a directory").unwrap();
+        let root = Arc::new(cache_root::CacheRoot::new(scratch.join("file/cache"), scratch.join("tmp")));
+        let tag = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let source = format!("extern \"C\" __global__ void fallback_{tag}(float* p) {{ p[0] = 1.0f; }}\n");
+        let arch = (9, 0);
+        let image = cache_root::with_root(root.clone(), || compile("fallback", &source, arch, MathMode::Safe)).unwrap();
+        assert!(root.warning().is_some());
+        let key = cache_key(&source, &options_for(arch, MathMode::Safe, false), arch, nvrtc_version().unwrap());
+        let dir = disk_dir_in(&root.dir());
+        let mut names: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        assert_eq!(names, [format!("{key}.cu"), format!("{key}.cubin"), format!("{key}.cubin.manifest")]);
+        assert_eq!(disk_cache::load_verified(&dir.join(format!("{key}.cubin")), &key).as_deref(), Some(&image[..]));
+        let _ = std::fs::remove_dir_all(&scratch);
     }
 }

@@ -6,10 +6,10 @@
 //! NVRTC's precompiled headers live at a fixed address of its PCH heap, so one file serves only
 //! the process that made it: each process builds its own per option set, on a thread of its
 //! own when its second unit is compiled (the units before the header is ready compile as
-//! they did before, whole; a process that exits meanwhile waits for the build), in `config::cache_dir()/cuda-pch/` under its process id; files
-//! of processes that are gone are removed when a new one is made. A unit whose compile with
-//! the header fails because of the header (a file removed meanwhile, say) compiles whole, and
-//! the header is not used again.
+//! they did before, whole; a process that exits meanwhile waits for the build), in
+//! `<cache>/cuda-pch/` (`cache_root`) under its process id; files of processes that are gone
+//! are removed when a new one is made. A unit whose compile with the header fails because of
+//! the header (a file removed meanwhile, say) compiles whole, and the header is not used again.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, CString};
@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
 
-use crate::config;
+use crate::backend::cache_root;
+use crate::error::{Error, Result};
 use crate::source::cuda::shared_prelude;
 
 /// The name units include the prelude by.
@@ -165,9 +166,12 @@ pub(super) fn unit_after_prelude(rest: &str) -> (String, [(&'static str, &'stati
 }
 
 fn build(opts: &[String]) -> Option<PathBuf> {
-    let dir = config::cache_dir().join("cuda-pch");
-    std::fs::create_dir_all(&dir).ok()?;
-    remove_stale(&dir);
+    cache_root::run(|root| build_in(&root.join("cuda-pch"), opts)).ok()
+}
+
+fn build_in(dir: &Path, opts: &[String]) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    remove_stale(dir);
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let file = dir.join(format!("{}-{}.pch", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
     let mut with = opts.to_vec();
@@ -176,10 +180,10 @@ fn build(opts: &[String]) -> Option<PathBuf> {
     let compiled = compile_with_headers(&text, "kiln_prelude_probe.cu", &headers, &with).is_ok_and(|(_, ok)| ok);
     let made = std::fs::metadata(&file).is_ok_and(|m| m.len() > 0);
     if compiled && made {
-        return Some(file);
+        return Ok(file);
     }
     let _ = std::fs::remove_file(&file);
-    None
+    Err(Error::Compile { backend: "cuda", kernel: "prelude".into(), log: "NVRTC made no precompiled header".into() })
 }
 
 /// Removes the precompiled headers of processes that no longer run (Linux: `/proc/<pid>`).
