@@ -2,6 +2,8 @@
 //! their bracket structure found once, so matching a bracket, finding the end of a statement or
 //! the top-level commas of a list costs no scan of its own.
 
+use std::collections::HashMap;
+
 use super::limits::{exceeded, MAX_NESTING};
 use super::tokens::{tokenize, Kind, Token};
 
@@ -254,6 +256,115 @@ impl Cursor {
     }
 }
 
+impl Cursor {
+    /// Refuses what the text leaves open or closes twice: a string or character literal, a
+    /// `[[` group or a `/*` comment not closed, and `(`, `[`, `{` not closed or closed by
+    /// another kind. Brackets pair within each part of the text (`part` of a line: a body
+    /// kernel's header, its body, the lines kiln wrote around them), so an error names the
+    /// user's own line. Branches of a `#if` left to the target compiler each start where the
+    /// group did; the group ends as its first branch does. Of the brackets left open, the one
+    /// named is the first whose closer stood left of its line's indentation (that closer was
+    /// most likely meant for an outer bracket), else the innermost.
+    pub fn check_closed(&self, part: impl Fn(u32) -> usize) -> Result<(), String> {
+        let at = |k: usize| format!("line {}, column {}", self.tok(k).line, self.column(k));
+        for k in 0..self.len() {
+            if let Some(what) = self.tok(k).unclosed() {
+                return Err(format!("{}: this {what} is never closed", at(k)));
+            }
+        }
+        // The open brackets of each part, innermost last.
+        let mut open: Vec<Vec<usize>> = Vec::new();
+        // For each `#if` group left open: the open brackets at its `#if`, and after its first
+        // branch.
+        let mut groups: Vec<(Vec<Vec<usize>>, Option<Vec<Vec<usize>>>)> = Vec::new();
+        // Per part, the first opener closed left of its line's indentation.
+        let mut misindented: Vec<Option<usize>> = Vec::new();
+        let mut indents = HashMap::new();
+        for k in 0..self.len() {
+            let t = self.tok(k);
+            match t.kind {
+                Kind::Preproc => match directive_name(&t.text) {
+                    "if" | "ifdef" | "ifndef" => groups.push((open.clone(), None)),
+                    "elif" | "elifdef" | "elifndef" | "else" => {
+                        if let Some((start, first)) = groups.last_mut() {
+                            let ended = std::mem::replace(&mut open, start.clone());
+                            first.get_or_insert(ended);
+                        }
+                    }
+                    "endif" => {
+                        if let Some((_, Some(first))) = groups.pop() {
+                            open = first;
+                        }
+                    }
+                    _ => {}
+                },
+                Kind::Punct => {
+                    let Some(b) = BRACKETS[..3].iter().position(|(o, c)| t.text == *o || t.text == *c) else {
+                        continue;
+                    };
+                    let p = part(t.line);
+                    if open.len() <= p {
+                        open.resize_with(p + 1, Vec::new);
+                        misindented.resize(p + 1, None);
+                    }
+                    let (opener, closer) = BRACKETS[b];
+                    if t.text == opener {
+                        open[p].push(k);
+                        continue;
+                    }
+                    match open[p].pop() {
+                        None => return Err(format!("{}: this `{closer}` closes no `{opener}`", at(k))),
+                        Some(o) if self.tok(o).text != opener => {
+                            let o_text = &self.tok(o).text;
+                            return Err(format!(
+                                "{}: this `{o_text}` is not closed before a `{closer}`\n{}: the `{closer}`",
+                                at(o),
+                                at(k)
+                            ));
+                        }
+                        Some(o) => {
+                            let starts_line = k == 0 || self.tok(k - 1).line < t.line;
+                            if misindented[p].is_none() && starts_line && self.column(k) < self.indent(o, &mut indents)
+                            {
+                                misindented[p] = Some(o);
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let left_open = (0..open.len()).filter_map(|p| Some((p, *open[p].last()?))).max_by_key(|&(_, o)| o);
+        match left_open {
+            Some((p, o)) => {
+                let o = misindented[p].unwrap_or(o);
+                Err(format!("{}: this `{}` is never closed", at(o), self.tok(o).text))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The column of the first significant token on the line of the token at `k`, kept per
+    /// line in `memo`.
+    fn indent(&self, k: usize, memo: &mut HashMap<u32, usize>) -> usize {
+        let line = self.tok(k).line;
+        *memo.entry(line).or_insert_with(|| {
+            let mut first = k;
+            while first > 0 && self.tok(first - 1).line == line {
+                first -= 1;
+            }
+            self.column(first)
+        })
+    }
+}
+
+/// The name of a preprocessor directive (`if` for `#  if X`).
+pub(crate) fn directive_name(text: &str) -> &str {
+    let rest = text.trim_start().strip_prefix('#').unwrap_or("").trim_start();
+    let end = rest.find(|c: char| !c.is_ascii_alphanumeric() && c != '_').unwrap_or(rest.len());
+    &rest[..end]
+}
+
 /// How `<` and `>` nest when a list is split at its commas.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Angles {
@@ -349,6 +460,35 @@ mod tests {
         assert_eq!(parts.len(), 4);
         assert_eq!(split_text_commas("kernel, max_total_threads_per_threadgroup(64)").len(), 2);
         assert_eq!(split_text_commas("buffer(2), function_constant(x)")[1], "function_constant(x)");
+    }
+
+    #[test]
+    fn brackets_and_literals_left_open_are_refused_with_their_line() {
+        let one_part = |_: u32| 0;
+        for closed in ["f(a[1]) { x = {1}; }", "#if KILN_CUDA\nf(a, {\n#else\nf(b, {\n#endif\n});", "\"(\" ')'"] {
+            assert_eq!(Cursor::new(closed).check_closed(one_part), Ok(()), "{closed:?}");
+        }
+        for (open, want) in [
+            ("a\nf(x, {\n", "line 2, column 6: this `{` is never closed"),
+            ("f(x]\n", "line 1, column 2: this `(` is not closed before a `]`\nline 1, column 4: the `]`"),
+            ("x;\n  }\n", "line 2, column 3: this `}` closes no `{`"),
+            ("x = \"ab;\ny;", "line 1, column 5: this string literal is never closed"),
+            ("x = 'a;", "line 1, column 5: this character literal is never closed"),
+            ("void f() [[kernel { }", "line 1, column 10: this attribute `[[` is never closed"),
+        ] {
+            assert_eq!(Cursor::new(open).check_closed(one_part).unwrap_err(), want, "{open:?}");
+        }
+        // The brace whose closer stands left of its line's indentation is the one named.
+        let src = "void k() {\n  for (;;) {\n    if (c) {\n      x();\n  }\n}\n";
+        assert_eq!(Cursor::new(src).check_closed(one_part).unwrap_err(), "line 3, column 12: this `{` is never closed");
+        // Each part pairs its own brackets: a body's `{` left open is its own line's, not the
+        // signature's.
+        let src = "void k() {\n  if (c) {\n}\n";
+        let body_part = |line: u32| usize::from(line == 2);
+        assert_eq!(
+            Cursor::new(src).check_closed(body_part).unwrap_err(),
+            "line 2, column 10: this `{` is never closed"
+        );
     }
 
     #[test]

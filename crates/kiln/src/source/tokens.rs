@@ -47,6 +47,27 @@ impl Token {
         matches!(self.kind, Kind::Punct | Kind::Ident) && self.text == s
     }
 
+    /// What the token leaves open where its line or the text ends first: a string or
+    /// character literal without its closing quote, a `[[` group without `]]`, a `/*` comment
+    /// without `*/` (the tokenizer runs each of them to the end of its line or of the text).
+    pub fn unclosed(&self) -> Option<&'static str> {
+        let t = self.text.as_bytes();
+        match self.kind {
+            Kind::Str => {
+                let quote = *t.first()?;
+                let mut i = 1;
+                while i < t.len() && t[i] != quote && t[i] != b'\n' {
+                    i += if t[i] == b'\\' { 2 } else { 1 };
+                }
+                let closed = t.get(i) == Some(&quote);
+                (!closed).then_some(if quote == b'"' { "string literal" } else { "character literal" })
+            }
+            Kind::Attr => (t.len() < 4 || !t.ends_with(b"]]")).then_some("attribute `[[`"),
+            Kind::Comment if t.starts_with(b"/*") => (t.len() < 4 || !t.ends_with(b"*/")).then_some("comment `/*`"),
+            _ => None,
+        }
+    }
+
     /// The inside of an attribute group, trimmed (`buffer(0)` for `[[ buffer(0) ]]`).
     pub fn attr_inner(&self) -> &str {
         let t = self.text.as_str();
@@ -214,6 +235,26 @@ mod tests {
         let c = toks.iter().find(|t| t.text == "c").map(|t| t.line);
         assert_eq!(c, Some(5));
         assert!(toks.iter().any(|t| t.kind == Kind::Preproc && t.text.contains("2")));
+    }
+
+    #[test]
+    fn literals_attributes_and_comments_left_open_are_told() {
+        let first = |src: &str| tokenize(src).into_iter().find(|t| !t.is_trivia() || t.kind == Kind::Comment).unwrap();
+        for closed in ["\"a\\\"b\"", "'x'", "'\\''", "[[kernel]]", "/* a */", "/**/", "\"a\\\nb\""] {
+            assert_eq!(first(closed).unclosed(), None, "{closed:?}");
+        }
+        for (open, what) in [
+            ("\"abc\n", "string literal"),
+            ("\"abc\\\"", "string literal"),
+            ("\"", "string literal"),
+            ("'a", "character literal"),
+            ("[[kernel", "attribute `[[`"),
+            ("[[kernel]", "attribute `[[`"),
+            ("/*/", "comment `/*`"),
+            ("/* a *", "comment `/*`"),
+        ] {
+            assert_eq!(first(open).unclosed(), Some(what), "{open:?}");
+        }
     }
 
     #[test]

@@ -74,6 +74,19 @@ impl UserLines {
         None
     }
 
+    /// The part (`"body"`, `"header"` or `"source"`) line `generated` of the Metal text belongs
+    /// to; `None` for lines kiln wrote.
+    pub fn part_of(&self, generated: u32) -> Option<&'static str> {
+        if generated == 0 || generated as usize > self.lines.len() {
+            return None;
+        }
+        let Some((start, end)) = self.body else { return Some("source") };
+        if generated <= self.header_end {
+            return Some("header");
+        }
+        (generated >= start && generated <= end).then_some("body")
+    }
+
     /// The innermost frame of an inline chain (`file`, line) that lies in the user's text.
     pub fn site(&self, frames: &[(String, u32)]) -> Option<UserLine> {
         frames.iter().filter(|(f, _)| f.ends_with(&self.file)).find_map(|(_, l)| self.map(*l))

@@ -51,7 +51,10 @@ impl<'a> Scope<'a> {
                 let starts = k == 0 || [";", "{", "}"].iter().any(|s| body[k - 1].is(s));
                 let qualifier = t.is("constexpr") || t.is("const") || t.is("static");
                 if starts && qualifier {
-                    let end = outline.semicolon(f.body.start + k).map_or(body.len(), |p| p - f.body.start + 1);
+                    // A `;` past the body (brackets paired across it) ends the definition with the body.
+                    let end = outline
+                        .semicolon(f.body.start + k)
+                        .map_or(body.len(), |p| (p - f.body.start + 1).min(body.len()));
                     if let Some((name, init)) = constant_definition(&body[k..end]) {
                         constants.insert(name, init);
                     }

@@ -27,7 +27,7 @@ use crate::program::MathMode;
 use crate::program::MetalProgram;
 use crate::source::cursor::Cursor;
 use crate::source::preprocess;
-use crate::source::user_lines::user_translate_log;
+use crate::source::user_lines::{user_translate_log, UserLines};
 
 /// The address space of a buffer parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,8 +139,9 @@ impl ProgramParse {
 
 /// Parses `program`: preprocesses it (its macros expanded, inactive `#if` branches dropped, so
 /// kernels produced by macros count like any other), then refuses what no target can express
-/// (brackets nested too deep, overloads and specialisations that differ only in address
-/// spaces, a host name defined twice) and finds its entries. Errors name the program's kernel.
+/// (a comment, literal or bracket left open, brackets nested too deep, overloads and
+/// specialisations that differ only in address spaces, a host name defined twice) and finds
+/// its entries. Errors name the program's kernel.
 pub(crate) fn parse(program: &MetalProgram) -> Result<ProgramParse> {
     let error = |log: String| Error::Compile {
         backend: "translate",
@@ -154,6 +155,14 @@ pub(crate) fn parse(program: &MetalProgram) -> Result<ProgramParse> {
     let source = preprocess::preprocess(&program.source, &predefined).map_err(error)?;
     let cursor = Cursor::new(&source);
     cursor.check_nesting().map_err(error)?;
+    let lines = UserLines::of(program);
+    let part = |line: u32| match lines.part_of(line) {
+        None => 0,
+        Some("header") => 1,
+        Some("body") => 2,
+        Some(_) => 3,
+    };
+    cursor.check_closed(part).map_err(error)?;
     let repeated = overloads::check(&cursor).map_err(error)?;
     program::walk(cursor, repeated).map_err(error)
 }

@@ -128,11 +128,12 @@ impl Outline {
             match text {
                 "(" | "[" if punct => i = self.matching(i).map_or(n, |c| c + 1),
                 "{" if punct => {
-                    let close = self.matching(i).unwrap_or(n.saturating_sub(1));
+                    // A brace never closed (in an inactive `#if` branch, say) runs to the end.
+                    let close = self.matching(i).unwrap_or(n);
                     let head = if head_read_from == Some(start) { None } else { self.function_head(start, i, close) };
                     head_read_from = Some(start);
                     if let Some(f) = head {
-                        items.push(self.item(start..close + 1, Some(f)));
+                        items.push(self.item(start..(close + 1).min(n), Some(f)));
                         start = close + 1;
                     }
                     i = close + 1;
@@ -181,7 +182,8 @@ impl Outline {
         }
         let open = paren?;
         let name = self.toks[k..open].iter().rev().find(|t| t.kind == Kind::Ident)?.text.clone();
-        let params_end = self.matching(open)?;
+        // Brackets pair per kind: a `)` past the brace belongs to no parameter list of its own.
+        let params_end = self.matching(open).filter(|&c| c < brace)?;
         let mut attrs = Vec::new();
         let mut is_kernel = false;
         for t in self.toks[k..open].iter().chain(&self.toks[params_end..brace]) {

@@ -134,6 +134,13 @@ impl PpToken {
     pub fn newlines(&self) -> usize {
         self.text.matches('\n').count()
     }
+
+    /// True for a `/*` comment that runs to the end of the text without its `*/`.
+    pub fn is_open_comment(&self) -> bool {
+        self.kind == PpKind::Comment
+            && self.text.starts_with("/*")
+            && (self.text.len() < 4 || !self.text.ends_with("*/"))
+    }
 }
 
 const PUNCTS: [&str; 26] = [
@@ -306,6 +313,17 @@ mod tests {
         assert_eq!(toks.iter().map(|t| t.text.as_str()).collect::<String>(), src);
         assert_eq!(toks.iter().find(|t| t.text == "c").map(|t| t.line), Some(3));
         assert_eq!(toks.iter().filter(|t| t.kind == PpKind::Str).count(), 3);
+    }
+
+    #[test]
+    fn open_comments_are_told_from_closed_ones() {
+        let comment = |s: &str| lex(s).into_iter().find(|t| t.kind == PpKind::Comment).unwrap();
+        assert!(!comment("a /* b */ c").is_open_comment());
+        assert!(!comment("/**/").is_open_comment());
+        assert!(comment("a /* b").is_open_comment());
+        assert!(comment("/*/").is_open_comment());
+        assert!(comment("/* b *").is_open_comment());
+        assert!(!comment("// b").is_open_comment());
     }
 
     #[test]

@@ -67,6 +67,15 @@ pub fn preprocess(src: &str, predefined: &[(&str, &str)]) -> Result<String, Stri
         pp.macros.define(name, Macro { params: None, variadic: false, body: significant(lex(value)) });
     }
     let toks = lex(src);
+    // Comments end before directives are read (translation phase 3), so an open one is an
+    // error even where it starts in an inactive `#if` branch.
+    let mut column = 1;
+    for t in &toks {
+        if t.is_open_comment() {
+            return Err(format!("line {}, column {column}: this `/*` comment is never closed by `*/`", t.line));
+        }
+        column = t.text.rfind('\n').map_or(column + t.text.len(), |i| t.text.len() - i);
+    }
     let mut text: Vec<PpToken> = Vec::new();
     let mut start = 0;
     while start < toks.len() {

@@ -164,6 +164,9 @@ fn errors_name_the_line() {
         ("#define F(a) a\nF(1\n", "line 2: unterminated invocation of macro `F`"),
         ("#define P(a, b) a ## b\nP(+, /)\n", "pasting `+` and `/`"),
         ("#if 1 +\n#endif\n", "line 1"),
+        ("a\nb /* c\n d\n", "line 2, column 3: this `/*` comment is never closed"),
+        ("#if 0\n/* c\n#endif\n", "line 2, column 1: this `/*` comment is never closed"),
+        ("/* a */ x = \"/*\";\n#define C 1 /* c\n", "line 2, column 13: this `/*` comment is never closed"),
     ] {
         let err = preprocess(src, &[]).unwrap_err();
         assert!(err.contains(needle), "{src:?}: {err}");
