@@ -11,6 +11,7 @@ mod const_eval;
 mod entry;
 mod outline;
 mod overloads;
+mod process_calls;
 mod program;
 
 pub(crate) use const_eval::{split_args, Scope};
@@ -139,9 +140,9 @@ impl ProgramParse {
 
 /// Parses `program`: preprocesses it (its macros expanded, inactive `#if` branches dropped, so
 /// kernels produced by macros count like any other), then refuses what no target can express
-/// (a comment, literal or bracket left open, brackets nested too deep, overloads and
-/// specialisations that differ only in address spaces, a host name defined twice) and finds
-/// its entries. Errors name the program's kernel.
+/// (a comment, literal or bracket left open, brackets nested too deep, a call that ends the
+/// process, overloads and specialisations that differ only in address spaces, a host name
+/// defined twice) and finds its entries. Errors name the program's kernel.
 pub(crate) fn parse(program: &MetalProgram) -> Result<ProgramParse> {
     let error = |log: String| Error::Compile {
         backend: "translate",
@@ -163,6 +164,7 @@ pub(crate) fn parse(program: &MetalProgram) -> Result<ProgramParse> {
         Some(_) => 3,
     };
     cursor.check_closed(part).map_err(error)?;
+    process_calls::check(&cursor).map_err(error)?;
     let repeated = overloads::check(&cursor).map_err(error)?;
     program::walk(cursor, repeated).map_err(error)
 }
