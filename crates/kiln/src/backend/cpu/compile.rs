@@ -354,12 +354,17 @@ fn map_log(log: &str, cpp: &Path) -> String {
     } else {
         errors.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
     };
-    if text.len() > 8000 {
-        text.truncate(8000);
+    if text.len() > MAX_LOG_BYTES {
+        // At a character boundary: GCC quotes names with U+2018 and U+2019, three bytes each.
+        let cut = (0..=MAX_LOG_BYTES).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        text.truncate(cut);
         text.push_str("\n...");
     }
     text
 }
+
+/// The most bytes of the compiler's messages an error keeps.
+const MAX_LOG_BYTES: usize = 8000;
 
 pub(super) fn load(kernel: &str, so: &Path) -> Result<Compiled> {
     let fault = |msg: String| Error::Driver { backend: "cpu", kernel: kernel.to_string(), msg };
@@ -486,6 +491,26 @@ mod tests {
                 assert!(r.join().unwrap().unwrap());
             }
         });
+    }
+
+    #[test]
+    fn long_compiler_logs_are_cut_at_a_character_boundary_and_any_bytes_are_read() {
+        let cpp = Path::new("/tmp/kernel-1234.cpp");
+        // GCC's quotes take three bytes: with one of these paddings the cut falls inside one.
+        for pad in 0..3 {
+            let log =
+                format!("{}/tmp/kernel-1234.cpp:1:1: error: {}", "#".repeat(pad), "\u{2018}x\u{2019}".repeat(2000));
+            let kept = map_log(&log, cpp);
+            assert!(kept.len() <= MAX_LOG_BYTES + 4 && kept.ends_with("\n..."), "{pad}: {} bytes", kept.len());
+            let head = format!("{}<translation unit>:1:1: error: \u{2018}x\u{2019}", "#".repeat(pad));
+            assert!(kept.starts_with(&head), "{pad}");
+        }
+        // What the compiler prints is read as UTF-8 with anything else replaced.
+        let stderr = b"kernel.cpp:3:1: error: stray \xff\xfe in program\n";
+        assert_eq!(
+            map_log(&String::from_utf8_lossy(stderr), cpp),
+            "kernel.cpp:3:1: error: stray \u{fffd}\u{fffd} in program"
+        );
     }
 
     #[test]
