@@ -167,6 +167,8 @@ fn load_or_build(unit: &Unit<'_>, flags: &[&str], key: &str) -> Result<Compiled>
     let _ = cache_root::run(|root| {
         let dir = library_dir(root, key);
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let cpp = dir.join("kernel.cpp");
+        disk_cache::write_atomically(&cpp, kept_source(unit).as_bytes()).map_err(|e| Error::io(&cpp, e))?;
         let so = dir.join("kernel.so");
         disk_cache::store(&so, key, &image).map_err(|e| Error::io(&so, e))
     });
@@ -265,14 +267,16 @@ fn build(unit: &Unit<'_>, flags: &[&str], dir: &Path) -> Result<Vec<u8>> {
         }
         (other, _) => other,
     }?;
-    // The kernel's part of the unit stays beside the library for whoever wants to read it; the
-    // prelude, the same for every kernel, would make most of the cache's size.
-    let kept = match after_prelude {
+    Ok(image)
+}
+
+/// The kernel's part of the unit, kept beside its library for whoever wants to read it; the
+/// prelude, the same for every kernel, would make most of the cache's size.
+fn kept_source(unit: &Unit<'_>) -> String {
+    match unit.tu.strip_prefix(unit.prelude).filter(|_| !unit.prelude.is_empty()) {
         Some(rest) => format!("// After the CPU prelude (`kiln translate --emit cpu` prints the whole unit).\n{rest}"),
         None => unit.tu.to_string(),
-    };
-    let _ = disk_cache::write_atomically(&dir.join("kernel.cpp"), kept.as_bytes());
-    Ok(image)
+    }
 }
 
 /// Compiles `source` (after `-include` of the prepared prelude, if any; linked with the
