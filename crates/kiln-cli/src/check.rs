@@ -15,11 +15,12 @@ use crate::out::{errln, outln};
 /// The arguments of `kiln check`.
 #[derive(Args)]
 #[command(long_about = "Run a kernel spec file on the CPU emulator with every access of the kernel recorded, and \
-report on the kernel's own lines: races (two threads, at least one writing, no barrier between; between lanes \
-of one SIMD group a warning, as that relies on lanes running in lockstep), reads of threadgroup memory or \
-outputs nobody wrote, output elements no thread wrote or several threads wrote, barriers not reached by every \
-thread of a threadgroup, and accesses outside buffers and threadgroup arrays (a read whose value is discarded, \
-load-then-select, is a warning).\n\nExit status: 0 no errors (warnings alone included), 2 errors found, 1 the \
+report on the kernel's own lines: races (two threads, at least one writing, no barrier between whose flags name \
+the memory; across a barrier that orders execution only, or between lanes of one SIMD group, a warning), with the \
+output element that differs under another legal schedule; reads of threadgroup memory, outputs or private \
+arrays nobody wrote; output elements no thread wrote or several threads wrote unordered; barriers not reached by \
+every thread of a threadgroup, shuffles that read an inactive lane, and accesses outside buffers and threadgroup \
+arrays (a read whose value is discarded, load-then-select, is a warning).\n\nExit status: 0 no errors (warnings alone included), 2 errors found, 1 the \
 kernel could not be run (a compile error, a bad spec file).")]
 pub struct CheckArgs {
     /// The kernel spec file (.toml), as `kiln run` takes it.
@@ -46,7 +47,8 @@ pub fn check(args: CheckArgs) -> ExitCode {
                     outln!("{}\n", f.render());
                 }
                 let errors = found.iter().filter(|f| f.severity == Severity::Error).count();
-                outln!("{} errors, {} warnings", errors, found.len() - errors);
+                let count = |n: usize, noun: &str| if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") };
+                outln!("{}, {}", count(errors, "error"), count(found.len() - errors, "warning"));
             }
             if found.iter().any(|f| f.severity == Severity::Error) {
                 ExitCode::from(2)

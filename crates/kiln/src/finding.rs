@@ -13,7 +13,8 @@ use crate::source::user_lines::{excerpt, UserLine};
 pub enum Severity {
     /// Wrong on some GPU or schedule: `kiln check` exits with 2.
     Error,
-    /// Works where lanes run in lockstep, or harmless as written (load, then select).
+    /// Works where lanes run in lockstep or barriers order all memory, or harmless as written
+    /// (load, then select; a shuffle value that is discarded).
     Warning,
 }
 

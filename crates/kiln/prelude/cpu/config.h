@@ -72,19 +72,43 @@ namespace kiln { namespace rt { void poll(); } }
 #if KILN_CHECKED
 namespace kiln { namespace rt { struct Group; } }
 namespace kiln { namespace chk {
-void barrier_enter(const void* site);
-void barrier_leave();
+void barrier_enter(const void* site, uint32_t flags);
+void barrier_leave(uint32_t flags);
 void collective_leave();
 void collective_enter(const void* site);
 void tg_opened(int slot, const char* data, uint64_t size, const char* name, uint32_t elem);
 void group_begin(uint64_t lin);
 void group_end();
 void barrier_release(const kiln::rt::Group& g);
-void collective_divergence(const kiln::rt::Group& g, int base, int end, unsigned mask);
+bool inactive_lane(const void* site, uint32_t src);
+int thread_order(int i, int n);
+void private_open(const void* data, uint64_t size, const char* name, uint32_t elem);
+void private_close();
 template <class T> struct elem_size { static const uint32_t value = sizeof(T); };
 template <class T, size_t N> struct elem_size<T[N]> : elem_size<T> {};
+template <class T> struct elem_type { typedef T type; };
+template <class T, size_t N> struct elem_type<T[N]> : elem_type<T> {};
+// A private array in scope, tracked for reads of elements its thread never wrote. Arrays of types
+// with a constructor (which may write them before this runs) are not tracked.
+struct PrivateArray {
+  template <class A>
+  __attribute__((always_inline)) PrivateArray(A& a, const char* name) {
+    if (__is_trivially_constructible(typename elem_type<A>::type)) {
+      private_open(&a, sizeof(A), name, elem_size<A>::value);
+      tracked = true;
+    }
+  }
+  __attribute__((always_inline)) ~PrivateArray() {
+    if (tracked) private_close();
+  }
+  PrivateArray(const PrivateArray&) = delete;
+  bool tracked = false;
+};
 } }
 #define KILN_CHECK(call) call
+// The lowering writes this after each private array declared without an initialiser.
+#define KILN_PRIVATE_ARRAY(name) ::kiln::chk::PrivateArray kiln_private_##name(name, #name)
 #else
 #define KILN_CHECK(call)
+#define KILN_PRIVATE_ARRAY(name)
 #endif

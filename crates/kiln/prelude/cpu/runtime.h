@@ -186,13 +186,14 @@ enum class mem_flags : uint {
   mem_threadgroup_imageblock = 8, mem_object_data = 16
 };
 inline mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(uint(a) | uint(b)); }
-// Every thread of the group runs on one OS thread, so any barrier also orders all memory.
+// Every thread of the group runs on one OS thread, so any barrier also orders all memory; the
+// sanitizer orders only the memory the flags name.
 #if KILN_CHECKED
 // Out of line, so its return address names the kernel's barrier.
-__attribute__((noinline)) inline void threadgroup_barrier(mem_flags = mem_flags::mem_none) {
-  kiln::chk::barrier_enter(__builtin_return_address(0));
+__attribute__((noinline)) inline void threadgroup_barrier(mem_flags flags = mem_flags::mem_none) {
+  kiln::chk::barrier_enter(__builtin_return_address(0), uint(flags));
   kiln::rt::barrier();
-  kiln::chk::barrier_leave();
+  kiln::chk::barrier_leave(uint(flags));
 }
 #else
 inline void threadgroup_barrier(mem_flags = mem_flags::mem_none) { kiln::rt::barrier(); }

@@ -295,7 +295,6 @@ inline int resolve_collectives(Group& g, Divergence* div, char* text, int text_c
       return 2;
     }
     const unsigned out = live & ~mask;
-    KILN_CHECK(kiln::chk::collective_divergence(g, base, end, mask));
     if (out) {
       if (const uint32_t line = here.unknown_call_line()) {
         int at = 0;
@@ -353,7 +352,11 @@ inline void run_cooperative(Group& g, StackSet* stacks, Worker& w) {
   for (;;) {
     bool ran = false;
     for (int i = 0; i < g.n; ++i) {
+#if KILN_CHECKED
+      Thread& t = g.threads[kiln::chk::thread_order(i, g.n)];
+#else
       Thread& t = g.threads[i];
+#endif
       if (t.state != RUNNABLE) continue;
       resume(g, t);
       ran = true;
@@ -488,8 +491,13 @@ inline int run_groups_unprotected(Body body, bool cooperative, const LaunchDesc*
       // Polled per thread: after a checked launch opened a guard, later threads must not keep
       // writing through it.
       for (uint i = 0; i < n && !g.aborted && !*d->cancel; ++i) {
-        g_cur.thread = &threads[i];
-        run_one(threads[i]);
+#if KILN_CHECKED
+        Thread& t = threads[kiln::chk::thread_order((int)i, (int)n)];
+#else
+        Thread& t = threads[i];
+#endif
+        g_cur.thread = &t;
+        run_one(t);
       }
     }
     KILN_CHECK(kiln::chk::group_end());

@@ -1,9 +1,27 @@
 // kiln CPU prelude, part 3: SIMD-group and quad-group collectives over the lanes active at the
 // call (see runtime.h). Reductions run in lane order, so results are deterministic; reading
-// a lane that did not take part (or lies outside the group) yields the caller's own value.
+// a lane that did not take part (or lies outside the group) yields the caller's own value, which
+// the sanitizer reports (undefined in Metal).
 #pragma once
 
 namespace metal {
+// A shuffle read lane `src`, which did not take part: the caller's own value, or under the
+// sanitizer's second run other bytes (so the host sees whether the value mattered).
+template <class T> __attribute__((always_inline)) inline T kiln_inactive(T v, uint src, const void* site) {
+#if KILN_CHECKED
+  if (kiln::chk::inactive_lane(site, src)) {
+    unsigned char b[sizeof(T)];
+    __builtin_memcpy(b, &v, sizeof(T));
+    for (unsigned i = 0; i < sizeof(T); ++i) b[i] ^= 0xA5;
+    __builtin_memcpy(&v, b, sizeof(T));
+  }
+#else
+  (void)src;
+  (void)site;
+#endif
+  return v;
+}
+
 #define KILN_SIMD_FN template <class T> __attribute__((noinline)) inline
 #define KILN_SITE __builtin_return_address(0)
 
@@ -55,7 +73,8 @@ template <class T> struct kiln_shuffle_rec { T v; int src; };
 template <class T> __attribute__((always_inline)) inline T kiln_shuffle(T v, int src, const void* site) {
   kiln_shuffle_rec<T> r{v, src};
   kiln::rt::View w = kiln::rt::post(r, site);
-  if (src < 0 || !w.has((uint)src)) return v;
+  if (src < 0) return v;
+  if (!w.has((uint)src)) return kiln_inactive(v, (uint)src, site);
   return w.at<kiln_shuffle_rec<T>>((uint)src).v;
 }
 inline uint kiln_lane() { return kiln::rt::g_cur.thread->thread_index_in_simdgroup; }
@@ -98,7 +117,7 @@ template <class T> __attribute__((always_inline)) inline T kiln_shuffle_fill(T d
   const int m = (int)modulo;
   const int base = (int)lane - (int)lane % m, j = (int)lane % m + delta;
   const uint src = (uint)(base + ((j % m) + m) % m);
-  if (!w.has(src)) return data;
+  if (!w.has(src)) return kiln_inactive(data, src, site);
   const kiln_fill_rec<T> got = w.at<kiln_fill_rec<T>>(src);
   return j >= 0 && j < m ? got.data : got.fill;
 }

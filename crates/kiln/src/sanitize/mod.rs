@@ -3,15 +3,24 @@
 //! own lines:
 //!
 //! - `race`: two accesses to one address, at least one a write, not both atomic, that no barrier
-//!   orders (threadgroup memory within a group; device memory across the whole launch). Between
-//!   lanes of one SIMD group with no SIMD-group function or `simdgroup_barrier` between, a
-//!   warning: the kernel relies on lanes running in lockstep.
-//! - `uninitialized-read`: a read of threadgroup memory no thread of the group wrote, or of an
-//!   output element (without `init_value`) no thread wrote.
+//!   orders: threads of one group are ordered by a `threadgroup_barrier` whose flags name the
+//!   memory (`mem_threadgroup` for threadgroup memory, `mem_device` for device memory), threads
+//!   of different groups never. Across a barrier that names other memory (`mem_none`), a warning:
+//!   it orders execution, and Metal leaves the memory unordered. Between lanes of one SIMD group,
+//!   any barrier or SIMD-group function orders them; with none between, a warning: the kernel
+//!   relies on lanes running in lockstep. An error race comes with its consequence where one
+//!   shows: the launch runs again under another legal schedule and an output element that
+//!   differs is named with both values.
+//! - `uninitialized-read`: a read of threadgroup memory no thread of the group wrote, of an
+//!   output element (without `init_value`) no thread wrote, or of an element of a private array
+//!   its thread had not written.
 //! - `unwritten-output`: output elements no thread wrote (outputs without `init_value`), and
-//!   elements written by several threads without atomics.
+//!   elements written by several threads without atomics and with nothing ordering the writes.
 //! - `barrier-divergence`: a barrier that some threads of the group left the kernel before, or
-//!   that threads reached at different barriers.
+//!   that threads reached at different barriers (one source barrier reached along different
+//!   paths is one barrier); and a shuffle that read a lane not taking part in the call (a
+//!   warning when the value read changed no output). Reductions, scans and votes over the
+//!   active lanes are defined in Metal and not reported.
 //! - `out-of-bounds`: accesses outside a buffer or threadgroup array, with the distance; a read
 //!   whose value never reached an output (load, then select) is a warning.
 //!

@@ -7,7 +7,11 @@
 //! What comes back is raw: instruction offsets resolved to file and line of the generated unit
 //! (`addr2line` over the library's line tables), which `sanitize_report` maps to the user's text.
 //! A launch that read outside a buffer runs a second time with other bytes in the padding: equal
-//! outputs mean the values read there were discarded (load, then select).
+//! outputs mean the values read there were discarded (load, then select). One whose shuffles read
+//! inactive lanes runs again with other bytes returned there, for the same question. One that
+//! races runs again under another legal schedule (the threads of each group, and the groups, in
+//! reverse order), and the outputs of the two schedules are compared: where they differ, that is
+//! the race's consequence.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
@@ -65,6 +69,8 @@ struct CFinding {
     elem: u32,
     threads: u32,
     serial: u64,
+    pc_c: u32,
+    pad: u32,
 }
 
 /// Mirrors `kiln::chk::Launch`.
@@ -76,6 +82,18 @@ struct CheckLaunch {
     findings: *mut CFinding,
     cap: u32,
     n_findings: u32,
+    poison_inactive: u32,
+    schedule: u32,
+    pad: [u32; 2],
+}
+
+/// How a checked run differs from the first: other bytes in the padding, other bytes from
+/// inactive lanes, threads and groups in reverse order.
+#[derive(Clone, Copy, Default)]
+struct Variant {
+    pad_fill: u8,
+    poison_inactive: bool,
+    reverse: bool,
 }
 
 type ArmFn = unsafe extern "C" fn(*mut CheckLaunch) -> i32;
@@ -100,12 +118,15 @@ pub enum RawKind {
     BarrierExit,
     /// Threads of a group reached different barriers.
     BarrierSites,
-    /// A SIMD-group function run by part of a SIMD-group while other live lanes were elsewhere.
-    SimdDivergence,
+    /// A shuffle read a lane that did not take part in the call.
+    InactiveLane,
     /// A read outside a buffer.
     OobRead,
     /// A write outside a buffer.
     OobWrite,
+    /// Threads of different SIMD-groups accessed the same memory with only barriers between
+    /// whose flags name other memory.
+    Unfenced,
 }
 
 /// One place in the generated unit: the inline chain of an instruction, innermost first, as
@@ -133,8 +154,12 @@ pub struct RawFinding {
     pub size: u64,
     /// Bytes of one element (1 where unknown).
     pub elem: u32,
-    /// Threads that left a group before a barrier, or took another barrier.
+    /// Threads that left a group before a barrier, or took another barrier; for races, which
+    /// access wrote (bits 1 and 2) and the barrier's flags (from bit 8); for inactive lanes, the
+    /// lane read.
     pub other_threads: u32,
+    /// The barrier between the two accesses of an `Unfenced` finding.
+    pub site_c: Option<Site>,
 }
 
 /// Which memory a finding is about.
@@ -144,6 +169,8 @@ pub enum Memory {
     Buffer(usize),
     /// A threadgroup array (or `[[threadgroup(n)]]` parameter) by name.
     Threadgroup(String),
+    /// A private (thread) array by name.
+    Private(String),
     /// None (barrier findings).
     None,
 }
@@ -181,8 +208,27 @@ pub struct CheckedRun {
     /// `Some(true)` when reads outside buffers happened and changing the bytes there did not
     /// change any output.
     pub discarded_oob: Option<bool>,
+    /// `Some(true)` when shuffles read inactive lanes and other bytes there changed no output.
+    pub discarded_inactive: Option<bool>,
+    /// Where the outputs differ under another legal schedule (a racy launch only).
+    pub schedules_differ: Option<ScheduleDiff>,
     /// A fault that stopped the kernel, if any.
     pub fault: Option<String>,
+}
+
+/// The first output that differs between two legal schedules of one launch.
+#[derive(Clone, Debug)]
+pub struct ScheduleDiff {
+    /// The output's name.
+    pub output: String,
+    /// The first element that differs (row-major).
+    pub index: usize,
+    /// Its values under the first schedule and the other.
+    pub values: (f64, f64),
+    /// Elements of that output that differ.
+    pub differing: usize,
+    /// Elements of that output.
+    pub elements: usize,
 }
 
 /// A library compiled for checked runs.
@@ -302,12 +348,29 @@ fn launch_lock() -> &'static Mutex<()> {
 pub fn run(cxx: &str, launch: &Launch<'_>) -> Result<CheckedRun> {
     let inst = instrumented(cxx, launch.program)?;
     let _one = launch_lock().lock().unwrap_or_else(|e| e.into_inner());
-    let first = run_once(&inst, launch, 0)?;
+    let first = run_once(&inst, launch, Variant::default())?;
+    let same_outputs =
+        |other: &Once| first.outputs.iter().zip(&other.outputs).all(|(a, b)| a.1 == b.1) && other.fault.is_none();
     let read_outside = first.raw.iter().any(|f| f.kind == 7 && f.space == 0);
     let discarded_oob = if read_outside && first.fault.is_none() {
-        let second = run_once(&inst, launch, 0x5A)?;
-        let same = first.outputs.iter().zip(&second.outputs).all(|(a, b)| a.1 == b.1);
-        Some(same && second.fault.is_none())
+        Some(same_outputs(&run_once(&inst, launch, Variant { pad_fill: 0x5A, ..Variant::default() })?))
+    } else {
+        None
+    };
+    let read_inactive = first.raw.iter().any(|f| f.kind == 9);
+    let discarded_inactive = if read_inactive && first.fault.is_none() {
+        Some(same_outputs(&run_once(&inst, launch, Variant { poison_inactive: true, ..Variant::default() })?))
+    } else {
+        None
+    };
+    let races = first.raw.iter().any(|f| f.kind == 1) || first.written.iter().any(|w| w.1.contains(&2));
+    let schedules_differ = if races && first.fault.is_none() {
+        let other = run_once(&inst, launch, Variant { reverse: true, ..Variant::default() })?;
+        if other.fault.is_none() {
+            schedule_diff(&first, &other)
+        } else {
+            None
+        }
     } else {
         None
     };
@@ -330,18 +393,23 @@ pub fn run(cxx: &str, launch: &Launch<'_>) -> Result<CheckedRun> {
                 6 => RawKind::BarrierSites,
                 7 => RawKind::OobRead,
                 8 => RawKind::OobWrite,
-                9 => RawKind::SimdDivergence,
+                9 => RawKind::InactiveLane,
+                10 => RawKind::Unfenced,
                 _ => return None,
+            };
+            let name = |fallback: &str| {
+                if f.name.is_null() {
+                    fallback.to_string()
+                } else {
+                    // SAFETY: array names are string literals of the library, which is never
+                    // unloaded.
+                    unsafe { CStr::from_ptr(f.name) }.to_string_lossy().into_owned()
+                }
             };
             let memory = match (f.space, usize::try_from(f.slot)) {
                 (0, Ok(slot)) => Memory::Buffer(slot),
-                (1, _) => Memory::Threadgroup(if f.name.is_null() {
-                    "threadgroup memory".to_string()
-                } else {
-                    // SAFETY: threadgroup array names are string literals of the library, which is
-                    // never unloaded.
-                    unsafe { CStr::from_ptr(f.name) }.to_string_lossy().into_owned()
-                }),
+                (1, _) => Memory::Threadgroup(name("threadgroup memory")),
+                (2, _) => Memory::Private(name("a private array")),
                 _ => Memory::None,
             };
             Some(RawFinding {
@@ -355,6 +423,7 @@ pub fn run(cxx: &str, launch: &Launch<'_>) -> Result<CheckedRun> {
                 size: f.size,
                 elem: f.elem.max(1),
                 other_threads: f.threads,
+                site_c: site(f.pc_c),
             })
         })
         .collect();
@@ -371,8 +440,36 @@ pub fn run(cxx: &str, launch: &Launch<'_>) -> Result<CheckedRun> {
         grid: first.grid,
         threadgroup: first.threadgroup,
         discarded_oob,
+        discarded_inactive,
+        schedules_differ,
         fault: first.fault,
     })
+}
+
+/// The first output element that differs between two runs, with its values.
+fn schedule_diff(a: &Once, b: &Once) -> Option<ScheduleDiff> {
+    for (k, ((spec, x), (_, y))) in a.outputs.iter().zip(&b.outputs).enumerate() {
+        if x == y {
+            continue;
+        }
+        let elem = spec.1.size().max(1);
+        let differs: Vec<usize> =
+            (0..x.len() / elem).filter(|&i| x[i * elem..(i + 1) * elem] != y[i * elem..(i + 1) * elem]).collect();
+        let &index = differs.first()?;
+        let value = |bytes: &[u8]| {
+            let one = Array::from_host(HostBuffer::from_bytes(&bytes[index * elem..(index + 1) * elem]), spec.1, &[1]);
+            one.to_f64_vec().ok().and_then(|v| v.first().copied()).unwrap_or(f64::NAN)
+        };
+        let name = a.output_slots.get(k).and_then(|&slot| a.slots.get(slot)).map(|s| s.name.clone());
+        return Some(ScheduleDiff {
+            output: name.unwrap_or_else(|| format!("output {k}")),
+            index,
+            values: (value(x), value(y)),
+            differing: differs.len(),
+            elements: x.len() / elem,
+        });
+    }
+    None
 }
 
 /// An output's shape, dtype and bytes.
@@ -381,6 +478,8 @@ type OutputBytes = ((Vec<usize>, crate::dtype::DType), Vec<u8>);
 /// One run's results before symbolisation.
 struct Once {
     outputs: Vec<OutputBytes>,
+    /// The slot of each output.
+    output_slots: Vec<usize>,
     raw: Vec<CFinding>,
     slots: Vec<SlotInfo>,
     written: Vec<(usize, Vec<u8>, u32)>,
@@ -389,7 +488,8 @@ struct Once {
     threadgroup: [u32; 3],
 }
 
-fn run_once(inst: &Instrumented, launch: &Launch<'_>, pad_fill: u8) -> Result<Once> {
+fn run_once(inst: &Instrumented, launch: &Launch<'_>, variant: Variant) -> Result<Once> {
+    let pad_fill = variant.pad_fill;
     let kernel = &launch.program.kernel;
     let (grid, tg, groups) = geometry(launch)?;
     let names: HashMap<usize, &str> = inst
@@ -498,6 +598,8 @@ fn run_once(inst: &Instrumented, launch: &Launch<'_>, pad_fill: u8) -> Result<On
             elem: 0,
             threads: 0,
             serial: 0,
+            pc_c: 0,
+            pad: 0,
         };
         MAX_FINDINGS
     ];
@@ -508,6 +610,9 @@ fn run_once(inst: &Instrumented, launch: &Launch<'_>, pad_fill: u8) -> Result<On
         findings: found.as_mut_ptr(),
         cap: MAX_FINDINGS as u32,
         n_findings: 0,
+        poison_inactive: u32::from(variant.poison_inactive),
+        schedule: u32::from(variant.reverse),
+        pad: [0; 2],
     };
     // SAFETY: `cl` and what it points to outlive the launch and `kiln_check_finish` below.
     if unsafe { (inst.arm)(&mut cl) } != 0 {
@@ -537,20 +642,29 @@ fn run_once(inst: &Instrumented, launch: &Launch<'_>, pad_fill: u8) -> Result<On
             .then(|| stacks::pool().take(group_threads as usize, inst.compiled.release_stacks));
         let stacks = lease.as_mut().map_or(std::ptr::null_mut(), |l| l.as_ptr());
         let mut arena = threadgroup::take();
-        // SAFETY: as in `exec::execute`: the descriptor, stacks and arena are valid for the call,
-        // and `msg` has room for the NUL-terminated message it may write.
-        let rc = unsafe {
-            (inst.compiled.run)(
-                inst.entry as i32,
-                &desc,
-                0,
-                total,
-                stacks,
-                arena.as_ptr(),
-                msg.as_mut_ptr(),
-                msg.len() as i32,
-            )
-        };
+        // The reversed schedule takes the groups last to first, one call each.
+        let ranges: Vec<(u64, u64)> =
+            if variant.reverse { (0..total).rev().map(|g| (g, g + 1)).collect() } else { vec![(0, total)] };
+        let mut rc = 0;
+        for (begin, end) in ranges {
+            // SAFETY: as in `exec::execute`: the descriptor, stacks and arena are valid for the
+            // call, and `msg` has room for the NUL-terminated message it may write.
+            rc = unsafe {
+                (inst.compiled.run)(
+                    inst.entry as i32,
+                    &desc,
+                    begin,
+                    end,
+                    stacks,
+                    arena.as_ptr(),
+                    msg.as_mut_ptr(),
+                    msg.len() as i32,
+                )
+            };
+            if rc != 0 {
+                break;
+            }
+        }
         done.store(1, Ordering::SeqCst);
         if let Some(w) = watcher {
             let _ = w.join();
@@ -588,6 +702,8 @@ fn run_once(inst: &Instrumented, launch: &Launch<'_>, pad_fill: u8) -> Result<On
                 elem: b.granule,
                 threads: 0,
                 serial: 0,
+                pc_c: 0,
+                pad: 0,
             });
         }
     }
@@ -601,6 +717,7 @@ fn run_once(inst: &Instrumented, launch: &Launch<'_>, pad_fill: u8) -> Result<On
             written.push((slot, map, last));
         }
     }
+    let output_slots = specs.iter().map(|s| s.0).collect();
     let outputs = specs
         .into_iter()
         .map(|(slot, spec)| {
@@ -608,7 +725,7 @@ fn run_once(inst: &Instrumented, launch: &Launch<'_>, pad_fill: u8) -> Result<On
             (spec, bytes[PAD_BYTES..bytes.len() - PAD_BYTES].to_vec())
         })
         .collect();
-    Ok(Once { outputs, raw, slots, written, fault, grid, threadgroup: tg })
+    Ok(Once { outputs, output_slots, raw, slots, written, fault, grid, threadgroup: tg })
 }
 
 /// The global linear index of the thread a fault message names ("thread (x, y, z)"), numbered
@@ -659,7 +776,7 @@ fn owner_of(buffers: &[CheckBuffer], addr: u64) -> Option<usize> {
 /// cannot resolve (no `addr2line`, no line tables) are left out.
 fn symbolize(inst: &Instrumented, raw: &[CFinding], more: &[u32]) -> HashMap<u32, Site> {
     let mut pcs: Vec<u32> =
-        raw.iter().flat_map(|f| [f.pc_a, f.pc_b]).chain(more.iter().copied()).filter(|&p| p != 0).collect();
+        raw.iter().flat_map(|f| [f.pc_a, f.pc_b, f.pc_c]).chain(more.iter().copied()).filter(|&p| p != 0).collect();
     pcs.sort_unstable();
     pcs.dedup();
     let mut out = HashMap::new();

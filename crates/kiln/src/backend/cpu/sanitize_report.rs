@@ -11,19 +11,23 @@ pub fn findings_of(program: &MetalProgram, run: &CheckedRun) -> Vec<Finding> {
     let lines = UserLines::of(program);
     let mut out = Vec::new();
     let position = |tid: u64| thread_position(tid, run.grid, run.threadgroup);
-    for raw in &run.findings {
-        let f = finding(program, &lines, run, raw, &position);
-        // Lanes absent from a SIMD-group function because they had finished: a divergence only
-        // when they ran past its line (skipped it), not when they returned before it (the
-        // grid's ragged edge).
-        let ran_past = match (&f.line, &f.other_line) {
-            (Some(a), Some(b)) => a.part == b.part && b.line > a.line,
-            _ => false,
-        };
-        if raw.kind == RawKind::SimdDivergence && raw.offset == 1 && !ran_past {
-            continue;
+    for raw in barriers_by_line(&run.findings, &lines) {
+        out.push(finding(program, &lines, run, &raw, &position));
+    }
+    if let Some(diff) = &run.schedules_differ {
+        let first_race = out.iter_mut().find(|f| f.kind == "race" && f.severity == Severity::Error);
+        if let Some(f) = first_race {
+            f.message.push_str(&format!(
+                "; under another legal schedule (threads and threadgroups in reverse order) the output differs: \
+                 `{}`[{}] is {} under one schedule and {} under the other ({} of {} elements differ)",
+                diff.output,
+                diff.index,
+                fmt_value(diff.values.0),
+                fmt_value(diff.values.1),
+                diff.differing,
+                diff.elements
+            ));
         }
-        out.push(f);
     }
     // After a fault the outputs are what the kernel wrote before it stopped.
     let written = if run.fault.is_some() { &[][..] } else { &run.written[..] };
@@ -46,10 +50,13 @@ pub fn findings_of(program: &MetalProgram, run: &CheckedRun) -> Vec<Finding> {
                     count: unwritten as u64,
                     distance: None,
                     message: format!(
-                        "{unwritten} of {} elements of output `{}` were written by no thread (elements {}); without \
-                         `init_value` they hold whatever memory held",
-                        map.len(),
+                        "{} of {} of output `{}` {} written by no thread ({} {}); without `init_value` they hold \
+                         whatever memory held",
+                        unwritten,
+                        plural(map.len() as u64, "element"),
                         info.name,
+                        if unwritten == 1 { "was" } else { "were" },
+                        if unwritten == 1 { "element" } else { "elements" },
                         describe_ranges(&ranges)
                     ),
                 });
@@ -70,9 +77,13 @@ pub fn findings_of(program: &MetalProgram, run: &CheckedRun) -> Vec<Finding> {
                 count: n_twice as u64,
                 distance: None,
                 message: format!(
-                    "{n_twice} elements of output `{}` were written by more than one thread without atomics \
-                     (elements {}): which value stays depends on the schedule",
+                    "{} of output `{}` {} written by more than one thread without atomics and with nothing to order \
+                     the writes (no barrier between them, or threads of different threadgroups) ({} {}): which value \
+                     stays depends on the schedule",
+                    plural(n_twice as u64, "element"),
                     info.name,
+                    if n_twice == 1 { "was" } else { "were" },
+                    if n_twice == 1 { "element" } else { "elements" },
                     describe_ranges(&twice)
                 ),
             });
@@ -98,6 +109,74 @@ pub fn findings_of(program: &MetalProgram, run: &CheckedRun) -> Vec<Finding> {
     out
 }
 
+/// The raw findings with barrier pairs told apart by source line: a pair of instructions of one
+/// source barrier (the optimiser copied its call into the paths that lead to it) is no
+/// divergence, and pairs on the same two lines are one finding.
+fn barriers_by_line(raw: &[RawFinding], lines: &UserLines) -> Vec<RawFinding> {
+    let mut out: Vec<RawFinding> = Vec::new();
+    let mut seen: Vec<(Option<UserLine>, Option<UserLine>, usize)> = Vec::new();
+    for f in raw {
+        if f.kind != RawKind::BarrierSites {
+            out.push(f.clone());
+            continue;
+        }
+        let a = f.site_a.as_ref().and_then(|s| lines.site(s));
+        let b = f.site_b.as_ref().and_then(|s| lines.site(s));
+        if f.site_a.is_some() && f.site_a == f.site_b {
+            continue;
+        }
+        if let Some(&(_, _, at)) = seen.iter().find(|p| p.0 == a && p.1 == b && a.is_some()) {
+            out[at].other_threads += f.other_threads;
+            out[at].count = out[at].count.max(f.count);
+            continue;
+        }
+        seen.push((a, b, out.len()));
+        out.push(f.clone());
+    }
+    out
+}
+
+/// `n` and the noun, plural unless `n` is 1 (`1 element`, `3 elements`).
+fn plural(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// How often something happened: `once`, `2 times`.
+fn times(n: u64) -> String {
+    if n == 1 {
+        "once".to_string()
+    } else {
+        format!("{n} times")
+    }
+}
+
+/// A value of an output, as short as it stays exact enough to tell two apart.
+fn fmt_value(v: f64) -> String {
+    if v.is_finite() && v == v.trunc() && v.abs() < 1e15 {
+        format!("{v}")
+    } else {
+        format!("{v:.6}")
+    }
+}
+
+/// The flags of a barrier as the kernel wrote them.
+fn flags_text(flags: u32) -> String {
+    let names: Vec<&str> = [(1, "mem_device"), (2, "mem_threadgroup"), (4, "mem_texture")]
+        .iter()
+        .filter(|(bit, _)| flags & bit != 0)
+        .map(|(_, name)| *name)
+        .collect();
+    if names.is_empty() {
+        "mem_flags::mem_none".to_string()
+    } else {
+        names.iter().map(|n| format!("mem_flags::{n}")).collect::<Vec<_>>().join(" | ")
+    }
+}
+
 fn finding(
     program: &MetalProgram,
     lines: &UserLines,
@@ -109,12 +188,13 @@ fn finding(
     let b = raw.site_b.as_ref().and_then(|s| lines.site(s));
     let buffer = match &raw.memory {
         Memory::Buffer(slot) => run.slots.get(*slot).map(|s| s.name.clone()),
-        Memory::Threadgroup(name) => Some(name.clone()),
+        Memory::Threadgroup(name) | Memory::Private(name) => Some(name.clone()),
         Memory::None => None,
     };
     let what = match &raw.memory {
         Memory::Buffer(_) => format!("`{}`", buffer.clone().unwrap_or_default()),
         Memory::Threadgroup(name) => format!("threadgroup array `{name}`"),
+        Memory::Private(name) => format!("private array `{name}`"),
         Memory::None => String::new(),
     };
     let elem = raw.elem.max(1) as i64;
@@ -138,12 +218,28 @@ fn finding(
         message: String::new(),
     };
     match raw.kind {
-        RawKind::Race | RawKind::Lockstep => {
+        RawKind::Race | RawKind::Lockstep | RawKind::Unfenced => {
             let verb = |write: bool| if write { "wrote" } else { "read" };
             let (wa, wb) = (raw.other_threads & 1 != 0, raw.other_threads & 2 != 0);
-            let scope = match raw.memory {
-                Memory::Threadgroup(_) => "no threadgroup_barrier between them",
-                _ => "nothing orders them (a barrier orders only threads of one threadgroup)",
+            let same_group = ta / group_threads(run) == tb / group_threads(run);
+            let scope = match (&raw.memory, raw.kind) {
+                (Memory::Threadgroup(_), RawKind::Unfenced) => format!(
+                    "only a barrier that orders execution between them: {} at {} names no mem_threadgroup, so \
+                     Metal does not order threadgroup memory across it",
+                    flags_text(raw.other_threads >> 8),
+                    at(&raw.site_c.as_ref().and_then(|s| lines.site(s)))
+                ),
+                (_, RawKind::Unfenced) => format!(
+                    "only a barrier that orders execution between them: {} at {} names no mem_device, so \
+                     Metal does not order device memory across it",
+                    flags_text(raw.other_threads >> 8),
+                    at(&raw.site_c.as_ref().and_then(|s| lines.site(s)))
+                ),
+                (Memory::Threadgroup(_), _) => "no threadgroup_barrier between them".to_string(),
+                _ if same_group => "no threadgroup_barrier(mem_flags::mem_device) between them".to_string(),
+                _ => "nothing to order them (they are in different threadgroups, and a barrier orders only the \
+                      threads of one)"
+                    .to_string(),
             };
             // The read is the line that goes wrong: it is `line`, the write the other.
             let (line, other) = if wa && !wb {
@@ -156,15 +252,24 @@ fn finding(
             f.line = line;
             f.other_line = other;
             f.message = format!(
-                "thread {} {} {what}[{index}] at {} and thread {} {} it at {}, with {scope} ({} times)",
+                "thread {} {} {what}[{index}] at {} and thread {} {} it at {}, with {scope} ({})",
                 fmt_thread(ta, position(ta)),
                 verb(wa),
                 at(&a),
                 fmt_thread(tb, position(tb)),
                 verb(wb),
                 at(&b),
-                raw.count
+                times(raw.count)
             );
+            if raw.kind == RawKind::Unfenced {
+                // Exchanges across execution-only barriers run correctly wherever barriers also
+                // order memory, and public kernels rely on that: undefined, but not yet wrong.
+                f.severity = Severity::Warning;
+                f.message.push_str(
+                    ": the compiler or the GPU may move the access across the barrier; name the memory in the \
+                     barrier's flags",
+                );
+            }
             if raw.kind == RawKind::Lockstep {
                 f.severity = Severity::Warning;
                 f.message.push_str(
@@ -177,17 +282,24 @@ fn finding(
             f.kind = "uninitialized-read";
             f.threads.truncate(1);
             f.threads[0] = (tb, position(tb));
+            let like = |n: u64| if n == 1 { "the only read like it".to_string() } else { format!("{n} reads like it") };
             f.message = match raw.memory {
                 Memory::Threadgroup(_) => format!(
-                    "thread {} read {what}[{index}], which no thread of its threadgroup wrote ({} reads like it)",
+                    "thread {} read {what}[{index}], which no thread of its threadgroup wrote ({})",
                     fmt_thread(tb, position(tb)),
-                    raw.count
+                    like(raw.count)
+                ),
+                Memory::Private(_) => format!(
+                    "thread {} read {what}[{index}] before writing it: a private array declared without an \
+                     initialiser holds whatever its memory held ({})",
+                    fmt_thread(tb, position(tb)),
+                    like(raw.count)
                 ),
                 _ => format!(
                     "thread {} read output {what}[{index}], which no thread wrote, and the output has no `init_value` \
-                     ({} reads like it)",
+                     ({})",
                     fmt_thread(tb, position(tb)),
-                    raw.count
+                    like(raw.count)
                 ),
             };
         }
@@ -202,9 +314,9 @@ fn finding(
             f.threads.truncate(1);
             f.count = raw.other_threads as u64;
             f.message = format!(
-                "{} threads of threadgroup {} had returned when the others waited at this barrier: on a GPU the \
-                 barrier hangs or is undefined",
-                raw.other_threads,
+                "{} of threadgroup {} had returned when the others waited at this barrier: on a GPU the barrier \
+                 hangs or is undefined",
+                plural(raw.other_threads as u64, "thread"),
                 group_of(ta, run)
             );
         }
@@ -217,31 +329,46 @@ fn finding(
             f.other_line = b.clone();
             f.count = raw.other_threads as u64;
             f.message = format!(
-                "{} threads of threadgroup {} waited at the barrier at {} while the others waited at {}: every thread \
-                 must reach the same barrier",
-                raw.other_threads,
+                "{} of threadgroup {} waited at the barrier at {} while the others waited at the barrier at {}: every \
+                 thread must reach the same barriers, as many times",
+                plural(raw.other_threads as u64, "thread"),
                 group_of(ta, run),
                 at(&a),
                 at(&b)
             );
         }
-        RawKind::SimdDivergence => {
+        RawKind::InactiveLane => {
             f.kind = "barrier-divergence";
             f.buffer = None;
             f.index = None;
             f.line = a.clone();
             f.other_line = b.clone();
-            f.count = raw.other_threads as u64;
-            let elsewhere =
-                if raw.offset == 1 { format!("ran past it to {}", at(&b)) } else { format!("waited at {}", at(&b)) };
+            f.count = raw.count;
+            let lane = raw.other_threads;
+            let sg = (ta % group_threads(run)) / 32;
+            let state = match raw.offset {
+                0 => format!("it was at the SIMD-group function at {}", at(&b)),
+                1 => "it finished the kernel without this call".to_string(),
+                2 => format!("it waited at the barrier at {}", at(&b)),
+                _ if lane >= 32 => "a SIMD-group has lanes 0 to 31".to_string(),
+                _ => "the threadgroup ends before it".to_string(),
+            };
+            f.threads.truncate(1);
             f.message = format!(
-                "a SIMD-group function at {} ran for part of a SIMD-group of threadgroup {} while {} other lanes {}: \
-                 it combines only the lanes that reach it together, so every lane of the SIMD-group (or none) must call it",
+                "a shuffle at {} in thread {} read lane {lane} of SIMD-group {sg} of threadgroup {}, which did not take \
+                 part in the call ({state}): reading an inactive lane is undefined in Metal ({})",
                 at(&a),
+                fmt_thread(ta, position(ta)),
                 group_of(ta, run),
-                raw.other_threads,
-                elsewhere
+                times(raw.count)
             );
+            if run.discarded_inactive == Some(true) {
+                f.severity = Severity::Warning;
+                f.message.push_str(
+                    "; the value read was discarded (other bytes there changed no output), so the kernel's result \
+                     does not depend on it",
+                );
+            }
         }
         RawKind::OobRead | RawKind::OobWrite => {
             f.kind = "out-of-bounds";
@@ -258,10 +385,11 @@ fn finding(
                 if index < 0 { format!("{distance} before the start") } else { format!("{distance} past the end") };
             let write = raw.kind == RawKind::OobWrite;
             f.message = format!(
-                "thread {} {} {what}[{index}], outside its {n} elements ({side}; {} times)",
+                "thread {} {} {what}[{index}], outside its {} ({side}; {})",
                 fmt_thread(ta, position(ta)),
                 if write { "wrote" } else { "read" },
-                raw.count
+                plural(n as u64, "element"),
+                times(raw.count)
             );
             let bytes_out = if index < 0 { -raw.offset } else { raw.offset - raw.size as i64 };
             let in_apron = matches!(raw.memory, Memory::Buffer(_)) && bytes_out < PAD_BYTES as i64;
@@ -279,6 +407,10 @@ fn finding(
 
 fn fmt_thread(tid: u64, pos: [u32; 3]) -> String {
     format!("{tid} (position ({}, {}, {}))", pos[0], pos[1], pos[2])
+}
+
+fn group_threads(run: &CheckedRun) -> u64 {
+    run.threadgroup.iter().map(|&t| t as u64).product::<u64>().max(1)
 }
 
 fn group_of(tid: u64, run: &CheckedRun) -> String {

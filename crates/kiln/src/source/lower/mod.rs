@@ -13,6 +13,7 @@ mod convergence;
 mod functions;
 mod members;
 mod oslog;
+mod private_arrays;
 mod rewrite;
 mod ternary;
 

@@ -51,6 +51,7 @@ pub fn rewrite(program: &MetalProgram, parse: &ProgramParse, target: LowerTarget
     if target == LowerTarget::Cpu {
         let kernels = parse.kernels.keys().cloned().collect();
         super::convergence::instrument(src, &mut rw.out, &kernels)?;
+        super::private_arrays::register(parse, &mut rw.out);
     }
     if src.toks.iter().any(|t| t.kind == Kind::Ident && t.text.starts_with("os_log")) {
         super::oslog::lower_calls(src, &mut rw.out, &program.kernel)?;
