@@ -483,6 +483,25 @@ template <typename T, int D, bool FLAG>
     }
 
     #[test]
+    fn kernels_left_open_in_the_raw_text_give_ranges_that_hold() {
+        // The outline reads the raw text, where an inactive `#if` branch may leave brackets open.
+        for src in [
+            "kernel void k(device float* y) {",
+            "kernel void k(device float* y) { constexpr int N = 4; y[0] = N;",
+            "kernel void k( { ) }",
+            "kernel void k() { const int A = f( }; int x; )",
+        ] {
+            let o = Outline::new(src);
+            for (item, it) in o.items.iter().enumerate() {
+                let Some(f) = &it.function else { continue };
+                let (params, body) = (&f.params, &f.body);
+                assert!(params.start <= params.end && body.start <= body.end && body.end <= o.toks.len(), "{src:?}");
+                assert_eq!(Scope::new(&o, item, &[]).eval(&toks("2 + 2")), Some(4), "{src:?}");
+            }
+        }
+    }
+
+    #[test]
     fn type_sizes_follow_metal() {
         let o = Outline::new(FILE);
         let scope = Scope::new(&o, o.function("k").unwrap(), &[toks("bfloat16_t"), toks("8"), toks("false")]);
