@@ -273,10 +273,10 @@ impl Cursor {
             }
         }
         // The open brackets of each part, innermost last.
-        let mut open: Vec<Vec<usize>> = Vec::new();
+        let mut open: OpenBrackets = Vec::new();
         // For each `#if` group left open: the open brackets at its `#if`, and after its first
         // branch.
-        let mut groups: Vec<(Vec<Vec<usize>>, Option<Vec<Vec<usize>>>)> = Vec::new();
+        let mut groups: Vec<(OpenBrackets, Option<OpenBrackets>)> = Vec::new();
         // Per part, the first opener closed left of its line's indentation.
         let mut misindented: Vec<Option<usize>> = Vec::new();
         let mut indents = HashMap::new();
@@ -357,6 +357,9 @@ impl Cursor {
         })
     }
 }
+
+/// The positions of the brackets open in each part of a text, innermost last.
+type OpenBrackets = Vec<Vec<usize>>;
 
 /// The name of a preprocessor directive (`if` for `#  if X`).
 pub(crate) fn directive_name(text: &str) -> &str {
