@@ -33,8 +33,10 @@ const THROWS: &str = "throws an exception, which Metal does not have";
 const SYSCALL: &str = "makes a system call";
 
 /// Every refused function (called unqualified, as `std::NAME` or as `::NAME`) and what a call
-/// does: the C and C++ libraries', POSIX's and glibc's (which the CPU prelude's headers declare
-/// or a program may declare itself), the compilers' builtins and CUDA's device traps.
+/// does: the C and C++ libraries', POSIX's and glibc's, the compilers' builtins and CUDA's
+/// device traps. The CPU prelude's headers (`stdlib.h`, `signal.h`, `setjmp.h`, `pthread.h`,
+/// `ucontext.h`, and `unistd.h` through them) declare most of them; NVRTC declares `__trap`,
+/// `__brkpt`, `assert` and `__assertfail`; the rest link once a program declares them.
 const REFUSED: &[(&str, &str)] = &[
     ("exit", ENDS),
     ("_exit", ENDS),
@@ -70,6 +72,7 @@ const REFUSED: &[(&str, &str)] = &[
     ("pthread_cancel", THREAD),
     ("thrd_exit", THREAD),
     ("raise", SIGNALS),
+    ("gsignal", SIGNALS),
     ("kill", SIGNALS),
     ("killpg", SIGNALS),
     ("tgkill", SIGNALS),
@@ -81,6 +84,7 @@ const REFUSED: &[(&str, &str)] = &[
     ("alarm", SIGNALS),
     ("ualarm", SIGNALS),
     ("setitimer", SIGNALS),
+    ("timer_create", SIGNALS),
     ("signal", HANDLERS),
     ("sigaction", HANDLERS),
     ("sigset", HANDLERS),
@@ -89,6 +93,14 @@ const REFUSED: &[(&str, &str)] = &[
     ("sigrelse", HANDLERS),
     ("bsd_signal", HANDLERS),
     ("sysv_signal", HANDLERS),
+    ("__sysv_signal", HANDLERS),
+    ("ssignal", HANDLERS),
+    ("siginterrupt", HANDLERS),
+    ("sigblock", HANDLERS),
+    ("sigsetmask", HANDLERS),
+    ("sigstack", HANDLERS),
+    ("sigreturn", HANDLERS),
+    ("sigpause", HANDLERS),
     ("sigprocmask", HANDLERS),
     ("pthread_sigmask", HANDLERS),
     ("sigaltstack", HANDLERS),
@@ -334,6 +346,18 @@ mod tests {
             let err = checked(src).expect_err(src);
             assert!(err.contains(want), "{src:?}: {err}");
             assert!(err.ends_with("; a kernel cannot use it"), "{err}");
+        }
+    }
+
+    #[test]
+    fn every_name_of_the_table_is_refused_as_a_call_and_left_alone_as_a_member_or_a_definition() {
+        for (name, reason) in REFUSED {
+            let err = checked(&format!("void k() {{ {name}(0); }}")).expect_err(name);
+            assert_eq!(err, format!("line 1, column 12: `{name}` {reason}; a kernel cannot use it"));
+            assert!(checked(&format!("void k() {{ std::{name}(0); }}")).is_err(), "std::{name}");
+            assert_eq!(checked(&format!("void k(S s) {{ s.{name}(0); }}")), Ok(()), "s.{name}");
+            let own = format!("int {name}(int v) {{ return v; }}\nvoid k() {{ {name}(0); }}");
+            assert_eq!(checked(&own), Ok(()), "{own}");
         }
     }
 
