@@ -16,7 +16,8 @@
 //! optimiser. Inline assembly is refused outside a `#if` on the target compiler's own macros
 //! (Metal has none; kiln's library kernels write PTX inside such groups).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
 
 use super::program::is_function_qualifier;
 use crate::source::cursor::{directive_name, Cursor};
@@ -232,7 +233,8 @@ pub(super) fn check(src: &Cursor) -> Result<(), String> {
 
 /// What a call of `name` does, when it is refused.
 fn reason(name: &str) -> Option<&'static str> {
-    REFUSED.iter().find(|(n, _)| *n == name).map(|(_, r)| *r)
+    static BY_NAME: OnceLock<HashMap<&str, &str>> = OnceLock::new();
+    BY_NAME.get_or_init(|| REFUSED.iter().copied().collect()).get(name).copied()
 }
 
 /// Whether the refused name at `k` names the library's function: called or named as `std::`
@@ -279,6 +281,10 @@ fn declares(src: &Cursor, k: usize) -> bool {
     let Some(prev) = k.checked_sub(1).map(|p| src.tok(p)) else { return false };
     if prev.kind == Kind::Ident {
         return !EXPRESSION_KEYWORDS.contains(&prev.text.as_str());
+    }
+    // A function pointer: `float (*signal)(float)`.
+    if prev.is("*") && k >= 2 && src.is(k - 2, "(") && src.is(k + 1, ")") {
+        return true;
     }
     let scoped = prev.is("::") && k >= 2 && src.ident(k - 2) && !src.is(k - 2, "std");
     (scoped || ["*", "&", "&&", ">"].iter().any(|s| prev.is(s))) && is_definition(src, k)
@@ -373,6 +379,7 @@ mod tests {
             "inline float& system(thread float& v) noexcept { return v; }\nvoid k() { system(y); }",
             "struct abort { int a; };\nvoid k() { auto a = abort(); }",
             "void k() { int kill = 3; y = kill + 1; }",
+            "float apply(float (*signal)(float), float v) { return signal(v); }",
             "void f() throw() {}\n",
             "void k() { __builtin_unreachable(); }",
             "#if defined(KILN_CUDA)\nvoid k() { asm volatile(\"trap;\"); }\n#endif\n",
