@@ -16,11 +16,19 @@ collected, so kernels built at import time are kiln's. It provides:
   kernel against a reference under kiln's dtype tolerances (relative L2: float32 1e-5, float16
   1e-3, bfloat16 8e-3; a NaN never passes), for MLX arrays, NumPy arrays and PyTorch tensors.
 - ``--kiln-backends=cpu,cuda`` narrows the backends ``kiln_device`` runs.
+- ``--kiln-check`` (or ``@pytest.mark.kiln_check`` on a test) runs every kiln kernel call of a
+  test (``mx.fast.metal_kernel`` kernels, ``kiln.metal_kernel``, ``MetalLibrary.dispatch``) under
+  kiln's sanitizer as well, on the CPU emulator, before the call itself: a test whose kernels
+  have errors (races, uninitialised reads, unwritten outputs, barrier divergence, out-of-bounds
+  accesses) fails with the findings on the kernels' lines; warnings are reported as pytest
+  warnings.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -28,7 +36,11 @@ import pytest
 # Relative L2 error allowed per dtype: kiln's table (crates/kiln/src/check.rs).
 TOLERANCE = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}
 
-__all__ = ["TOLERANCE", "tolerance", "rel_l2", "assert_close", "backends", "kiln_device"]
+__all__ = ["TOLERANCE", "tolerance", "rel_l2", "assert_close", "backends", "kiln_device", "KilnCheckWarning"]
+
+
+class KilnCheckWarning(UserWarning):
+    """A sanitizer warning on a kernel a test called under ``--kiln-check``."""
 
 
 def _float64(a) -> np.ndarray:
@@ -123,9 +135,14 @@ def pytest_addoption(parser):
     group = parser.getgroup("kiln")
     group.addoption("--kiln-backends", default=None,
                     help="comma-separated kiln backends for the kiln_device fixture (cpu, cuda); default: all present")
+    group.addoption("--kiln-check", action="store_true", default=False,
+                    help="run every kiln kernel call of the tests under kiln's sanitizer as well, and fail a test "
+                         "whose kernels have errors (the marker kiln_check does this for one test)")
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "kiln_check: run the test's kiln kernel calls under kiln's sanitizer as well "
+                                       "(as --kiln-check does for every test)")
     try:
         import mlx.core  # noqa: F401
     except ImportError:
@@ -133,6 +150,44 @@ def pytest_configure(config):
     from . import mlx as kiln_mlx
 
     kiln_mlx.install()
+
+
+def pytest_collection_modifyitems(config, items):
+    everywhere = config.getoption("kiln_check", default=False)
+    for item in items:
+        # Plain test functions only (unittest cases run their own way).
+        if type(item) is not pytest.Function:
+            continue
+        if everywhere or item.get_closest_marker("kiln_check") is not None:
+            item.obj = _checked(item.obj)
+
+
+def _checked(test):
+    """``test`` with every kiln kernel call inside run under the sanitizer too: errors fail it."""
+
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        from ._check import checking, render
+
+        with checking() as found:
+            result = test(*args, **kwargs)
+        seen, errors = set(), []
+        for f in found:
+            key = (f.get("kernel"), f.get("kind"), f.get("severity"), f.get("line"), f.get("other_line"))
+            if key in seen:
+                continue
+            seen.add(key)
+            if f.get("severity") == "error":
+                errors.append(render(f))
+            else:
+                warnings.warn(KilnCheckWarning(render(f)), stacklevel=2)
+        if errors:
+            noun = "error" if len(errors) == 1 else "errors"
+            pytest.fail(f"kiln check found {len(errors)} {noun} in the kernels this test called:\n\n"
+                        + "\n\n".join(errors), pytrace=False)
+        return result
+
+    return run
 
 
 def pytest_generate_tests(metafunc):

@@ -71,6 +71,15 @@ kernel void full_sum(device const float* inp [[buffer(0)]], device float* out [[
                      uint i [[thread_position_in_grid]]) {
     out[i] = simd_sum(inp[i]);
 }
+
+kernel void half_shuffle(device const float* inp [[buffer(0)]], device float* out [[buffer(1)]],
+                         uint i [[thread_position_in_grid]], uint lane [[thread_index_in_simdgroup]]) {
+    float x = inp[i];
+    if (lane < 16) {
+        x = simd_shuffle_down(x, 16);
+    }
+    out[i] = x;
+}
 """
 
 
@@ -78,10 +87,13 @@ def test_library_kernels_are_checked_with_dispatch_keywords(rng):
     a = rng.uniform(0.5, 2.0, size=64).astype(np.float32)
     lib = kiln.metal_library("sums", LIBRARY)
     out = kiln.Output((64,), np.float32)
-    found = kiln.check(lib, function="half_sum", buffers=[a, out], threadgroup=(64, 1, 1), threads=(64, 1, 1))
-    assert [(f["kind"], f["line"]) for f in found] == [("barrier-divergence", 9)], found
-    clean = kiln.check(lib, function="full_sum", buffers=[a, out], threadgroup=(64, 1, 1), threads=(64, 1, 1))
-    assert clean == []
+    # A shuffle reading lanes that are not in the call is undefined in Metal; a reduction over
+    # the lanes in the call is defined.
+    found = kiln.check(lib, function="half_shuffle", buffers=[a, out], threadgroup=(64, 1, 1), threads=(64, 1, 1))
+    assert [(f["kind"], f["severity"], f["line"]) for f in found] == [("barrier-divergence", "error", 23)], found
+    for function in ("half_sum", "full_sum"):
+        clean = kiln.check(lib, function=function, buffers=[a, out], threadgroup=(64, 1, 1), threads=(64, 1, 1))
+        assert clean == [], (function, clean)
     (sums,) = lib.dispatch("full_sum", [a, out], threadgroup=(64, 1, 1), threads=(64, 1, 1))
     np.testing.assert_allclose(sums, np.repeat(a.reshape(2, 32).astype(np.float64).sum(axis=1), 32), rtol=1e-5)
 
@@ -115,3 +127,24 @@ def test_cookbook_kernels_have_no_findings(name, rng, monkeypatch):
         test(**arguments)
     assert checked, f"{name} called no kernel"
     assert found == [], "\n".join(found)
+
+
+def test_kernels_from_the_mlx_drop_in_are_checked_on_their_mlx_arrays(rng):
+    mx = pytest.importorskip("mlx.core")
+    from kiln import mlx as kiln_mlx
+
+    a = rng.uniform(0.5, 2.0, size=64).astype(np.float32)
+    args = dict(_args(a), inputs=[mx.array(a)], output_dtypes=[mx.float32])
+    racy = kiln_mlx.metal_kernel("exchange", ["inp"], ["out"], EXCHANGE)
+    found = kiln.check(racy, **args)
+    races = [f for f in found if f["kind"] == "race" and f["severity"] == "error"]
+    assert races and all(f["buffer"] == "slot" for f in races), found
+    fixed = EXCHANGE.replace("slot[i] = partner", "threadgroup_barrier(mem_flags::mem_threadgroup);\nslot[i] = partner")
+    assert kiln.check(kiln_mlx.metal_kernel("exchange_fixed", ["inp"], ["out"], fixed), **args) == []
+
+
+def test_a_private_array_read_before_written_is_an_uninitialized_read(rng):
+    a = rng.uniform(0.5, 2.0, size=32).astype(np.float32)
+    source = "uint i = thread_position_in_grid.x;\nfloat acc[2];\nacc[0] = inp[i];\nout[i] = acc[0] + acc[1];"
+    found = kiln.check(kiln.metal_kernel("private", ["inp"], ["out"], source), **_args(a))
+    assert [(f["kind"], f["buffer"], f["line"]) for f in found] == [("uninitialized-read", "acc", 4)], found

@@ -128,3 +128,75 @@ def test_helpers_hold_kilns_tolerances():
     import mlx.core as mx
 
     assert_close(mx.array(want.astype(np.float32)).astype(mx.bfloat16), want)
+
+
+# A kernel whose threads read a neighbour's slot while the neighbour clears it, with no barrier
+# between: the emulator's schedule runs the reader first, so the result is right and only the
+# sanitizer sees the race.
+RACY_KERNELS = '''
+import mlx.core as mx
+
+_shift = mx.fast.metal_kernel(
+    name="shift_add", input_names=["x"], output_names=["out"],
+    source="""
+        uint i = thread_position_in_threadgroup.x;
+        threadgroup float slot[65];
+        slot[i] = x[i];
+        if (i == 0) slot[64] = 0.0f;
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        float next = slot[i + 1];
+        slot[i] = 0.0f;
+        out[i] = x[i] + next;
+    """)
+
+
+def shift_add(x):
+    return _shift(inputs=[x], grid=(64, 1, 1), threadgroup=(64, 1, 1), output_shapes=[x.shape],
+                  output_dtypes=[x.dtype])[0]
+'''
+
+RACY_TESTS = '''
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from kiln.testing import assert_close
+from racy import shift_add
+
+
+def want(x):
+    a = np.asarray(x).astype(np.float64)
+    return a + np.append(a[1:], 0.0)
+
+
+def test_shift_add():
+    x = mx.random.normal((64,))
+    assert_close(shift_add(x), want(x))
+
+
+@pytest.mark.kiln_check
+def test_shift_add_marked():
+    x = mx.random.normal((64,))
+    assert_close(shift_add(x), want(x))
+'''
+
+
+def test_kiln_check_fails_a_test_whose_kernel_races_and_names_the_line(pytester):
+    pytester.makepyfile(racy=RACY_KERNELS, test_racy=RACY_TESTS)
+    result = run(pytester, "-p", "kiln.testing", "--kiln-backends=cpu", "--kiln-check")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*kiln check found * in the kernels this test called*",
+                                 "*error[[]race[]] shift_add: *slot*", "*body line 7 | *float next = slot[[]i + 1[]];*"])
+
+
+def test_without_kiln_check_only_the_marked_test_is_checked(pytester):
+    pytester.makepyfile(racy=RACY_KERNELS, test_racy=RACY_TESTS)
+    result = run(pytester, "-p", "kiln.testing", "--kiln-backends=cpu")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_shift_add_marked*"])
+
+
+def test_kiln_check_passes_the_project_tests_of_correct_kernels(pytester):
+    write_project(pytester)
+    result = run(pytester, "-p", "kiln.testing", "--kiln-backends=cpu", "--kiln-check")
+    result.assert_outcomes(passed=3)
