@@ -214,7 +214,7 @@ fn checked_cpu_reports_the_docs_kernels_border_reads() {
     match call_docs_grid_sample(&x, &grid, Device::Cpu) {
         Err(Error::KernelFault { kernel, msg }) => {
             assert_eq!(kernel, "grid_sample");
-            assert!(msg.contains("input 0"), "the fault names x: {msg}");
+            assert!(msg.contains("input `x`"), "the fault names x: {msg}");
             assert!(msg.contains("past the end") || msg.contains("before the start"), "{msg}");
         }
         other => panic!("expected an out-of-bounds read of x, got {other:?}"),

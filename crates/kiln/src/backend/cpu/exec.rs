@@ -253,7 +253,11 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
     }
     if let Ok(hit) = usize::try_from(watch.hit) {
         let (slot, data, len) = guarded[hit / 2];
-        let role = roles[slot].map_or("buffer".to_string(), describe);
+        let role = super::sanitize_report::buffer_named(
+            launch.program,
+            slot,
+            &roles[slot].map_or("buffer".to_string(), describe),
+        );
         let place = if hit % 2 == 0 {
             format!("{} bytes before the start", data.saturating_sub(watch.addr))
         } else {
