@@ -27,7 +27,7 @@ python3 bench/results/test_merge.py
 py_env=.deps/py-venv
 [ -x "$py_env/bin/python" ] || python3 -m venv "$py_env"
 "$py_env/bin/python" -m pip install -q --disable-pip-version-check \
-    maturin==1.9.6 numpy==2.3.5 ml_dtypes==0.5.4 pytest==8.4.2 mlx==0.32.4 "mlx-cpu==0.32.4; sys_platform == 'linux'" mlx-lm==0.32.2 transformers==5.24.0
+    maturin==1.9.6 numpy==2.3.5 ml_dtypes==0.5.4 pytest==8.4.2 hypothesis==6.170.17 mlx==0.32.4 "mlx-cpu==0.32.4; sys_platform == 'linux'" mlx-lm==0.32.2 transformers==5.24.0
 # PyTorch (PyPI's Linux wheel with its CUDA libraries, about 5 GB; it runs on CPU-only machines).
 "$py_env/bin/python" -m pip install -q --disable-pip-version-check torch==2.15.0
 # A dev-profile build shares the kiln crate the Rust tests just built.

@@ -31,6 +31,7 @@ from .errors import (
     KernelFaultError,
     KilnError,
     KilnIOError,
+    InternalError,
     ShapeMismatchError,
     SpecError,
     TimeoutError,
@@ -96,4 +97,5 @@ __all__ = [
     "KernelFaultError",
     "SpecError",
     "KilnIOError",
+    "InternalError",
 ]

@@ -11,6 +11,7 @@ from .errors import (
     KernelFaultError as KernelFaultError,
     KilnError as KilnError,
     KilnIOError as KilnIOError,
+    InternalError as InternalError,
     ShapeMismatchError as ShapeMismatchError,
     SpecError as SpecError,
     TimeoutError as TimeoutError,
@@ -41,6 +42,7 @@ class MetalKernel:
         verbose: bool = False,
         stream: Any = None,
         device: str | None = None,
+        timeout: float | None = None,
     ) -> list[Any]: ...
     def precompile(
         self,
@@ -106,6 +108,7 @@ class MetalLibrary:
         constants: Mapping[int | str, bool | int | float] | None = None,
         device: str | None = None,
         stream: Any = None,
+        timeout: float | None = None,
     ) -> list[Any]: ...
 
 def metal_library(name: str, source: str, math_mode: str = "safe") -> MetalLibrary: ...

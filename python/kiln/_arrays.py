@@ -11,6 +11,7 @@ CUDA device ordinal (-1 for host memory). ``owner`` stays alive while kiln uses 
 from __future__ import annotations
 
 import sys
+import weakref
 
 import numpy as np
 
@@ -52,9 +53,31 @@ def describe(owner, address, shape, strides, itemsize, dtype, ordinal, byte_stri
             ordinal)
 
 
+def native(a: np.ndarray) -> np.ndarray:
+    """``a`` in a layout kiln reads in place: native byte order and aligned elements (a copy of
+    ``a`` where it is neither; the copy keeps its values)."""
+    if a.dtype.isnative and a.flags.aligned:
+        return a
+    return np.array(a, dtype=a.dtype.newbyteorder("="), order="K")
+
+
+def pinned(a: np.ndarray):
+    """An owner for ``a``'s memory that keeps it at its address while kiln uses it: the array,
+    and a weak reference to the array that owns the data, which makes NumPy refuse to resize
+    that array (``resize(..., refcheck=False)`` from another thread) until the call is over."""
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    return (a, weakref.ref(root)) if root.flags.owndata else a
+
+
 def numpy_desc(a: np.ndarray):
+    """The descriptor of a NumPy array read in place; an array of another byte order or with
+    misaligned elements is described through a native copy (``native``)."""
+    a = native(a)
     dtype = dtype_name(a.dtype)
-    return describe(a, a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.itemsize, dtype, -1, True)
+    return describe(pinned(a), a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.itemsize, dtype, -1,
+                    True)
 
 
 def torch_desc(t, ordinal: int):

@@ -25,7 +25,9 @@ from ._arrays import (
 )
 from ._abstract import empty_outputs, is_describing
 from ._dtypes import dtype_name
-from .errors import InvalidArgumentError
+from ._validate import named, scalar
+from . import _validate as check_arg
+from .errors import InvalidArgumentError, KilnError, UnsupportedDTypeError
 
 _MATH_MODES = ("safe", "relaxed", "fast")
 
@@ -51,46 +53,54 @@ class _Inputs:
 
     __slots__ = ("descs", "lead", "ordinal", "device")
 
-    def __init__(self, inputs, ensure_row_contiguous: bool):
-        descs = []
-        lead = None
-        ordinal = -1
-        device = None
+    def __init__(self, inputs, ensure_row_contiguous: bool, op: str = "kiln", names=()):
+        if isinstance(inputs, (str, bytes)) or not hasattr(inputs, "__iter__"):
+            raise InvalidArgumentError(f"[{op}] inputs must be a list, got {inputs!r}")
+        self.descs, self.lead, self.ordinal, self.device = [], None, -1, None
+        for k, x in enumerate(inputs):
+            try:
+                self._add(x, ensure_row_contiguous)
+            except KilnError as e:
+                what = f"inputs[{k}]" + (f" ({names[k]})" if k < len(names) else "")
+                raise named(op, what, e) from None
+
+    def _add(self, x, ensure_row_contiguous):
+        t = type(x)
+        if t is float or t is int or t is bool:
+            self.descs.append(scalar("kiln", "the scalar", x))
+            return
+        if t is np.ndarray:
+            self._host(x)
+            return
         torch = torch_module()
-        for x in inputs:
-            t = type(x)
-            if t is float or t is int or t is bool:
-                descs.append(x)
-                continue
-            if t is np.ndarray:
-                descs.append(numpy_desc(x))
-                if lead is None and x.ndim > 0:
-                    lead = NUMPY
-                continue
-            if torch is not None and isinstance(x, torch.Tensor):
-                descs.append(self._torch(x, ensure_row_contiguous))
-                if lead is None and x.dim() > 0:
-                    lead, ordinal, device = TORCH, descs[-1][7], x.device
-                continue
-            if isinstance(x, np.generic):
-                # NumPy scalars keep their dtype (np.float64 is also a Python float).
-                descs.append(numpy_desc(np.asarray(x)))
-                continue
-            if isinstance(x, (bool, int, float)):
-                descs.append(bool(x) if isinstance(x, bool) else int(x) if isinstance(x, int) else float(x))
-                continue
-            if is_cuda_object(x):
-                x = from_cuda_object(x)
-                torch = torch_module()
-                descs.append(self._torch(x, ensure_row_contiguous))
-                if lead is None and x.dim() > 0:
-                    lead, ordinal, device = TORCH, descs[-1][7], x.device
-                continue
-            a = as_numpy(x)
-            descs.append(numpy_desc(a))
-            if lead is None and a.ndim > 0:
-                lead = NUMPY
-        self.descs, self.lead, self.ordinal, self.device = descs, lead, ordinal, device
+        if torch is not None and isinstance(x, torch.Tensor):
+            self._tensor(x, ensure_row_contiguous)
+            return
+        if isinstance(x, np.generic):
+            # NumPy scalars keep their dtype (np.float64 is also a Python float).
+            self.descs.append(numpy_desc(np.asarray(x)))
+            return
+        if isinstance(x, (bool, int, float)):
+            v = bool(x) if isinstance(x, bool) else scalar("kiln", "the scalar", int(x)) if isinstance(x, int) else float(x)
+            self.descs.append(v)
+            return
+        if is_cuda_object(x):
+            self._tensor(from_cuda_object(x), ensure_row_contiguous)
+            return
+        a = as_numpy(x)
+        if a.dtype == object:
+            raise UnsupportedDTypeError(f"[kiln] {type(x).__name__} is not an array kiln can read")
+        self._host(a)
+
+    def _host(self, a):
+        self.descs.append(numpy_desc(a))
+        if self.lead is None and a.ndim > 0:
+            self.lead = NUMPY
+
+    def _tensor(self, x, ensure_row_contiguous):
+        self.descs.append(self._torch(x, ensure_row_contiguous))
+        if self.lead is None and x.dim() > 0:
+            self.lead, self.ordinal, self.device = TORCH, self.descs[-1][7], x.device
 
     @staticmethod
     def _torch(x, ensure_row_contiguous):
@@ -155,7 +165,7 @@ class _DeviceGuard:
 
 
 def _call_keywords(*, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, init_value=None,
-                   verbose=False, stream=None, device=None):
+                   verbose=False, stream=None, device=None, timeout=None):
     """The keywords a :class:`MetalKernel` call takes (its signature for ``inspect``)."""
 
 
@@ -169,18 +179,34 @@ class _CallSignature:
         return inspect.signature(_call_keywords)
 
 
+class _Call(NamedTuple):
+    """One call's arguments, checked (``MetalKernel._parse``)."""
+
+    inputs: _Inputs
+    shapes: list
+    dtypes: list
+    grid: tuple
+    threadgroup: tuple
+    template: list
+    init_value: float | None
+    device: str | None
+    timeout: float | None
+
+
 class MetalKernel(_kiln.MetalKernel):
     """A kernel built by :func:`metal_kernel`. Call it with MLX's keyword arguments:
     ``kernel(*, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
-    init_value=None, verbose=False, stream=None, device=None)`` returns the outputs, one per output
-    name.
+    init_value=None, verbose=False, stream=None, device=None, timeout=None)`` returns the outputs,
+    one per output name.
 
     ``inputs`` are arrays (NumPy, PyTorch, DLPack or CUDA-array-interface objects) or Python
     scalars; ``grid`` counts threads; ``template`` is an ordered list of ``(name, value)`` with
     bool, int or dtype values; ``init_value`` fills every output first; ``verbose`` prints the
     generated Metal source. ``stream`` (a ``torch.cuda.Stream`` or a raw ``CUstream``) queues a
     CUDA launch there instead of on PyTorch's current stream; ``device="cuda:N"`` copies NumPy
-    inputs to that GPU and returns NumPy outputs.
+    inputs to that GPU and returns NumPy outputs. ``timeout`` (seconds) stops a kernel on the CPU
+    that runs longer with :class:`kiln.TimeoutError` (a running CUDA kernel cannot be stopped, so
+    it applies to the CPU only); a ``signal.alarm`` handler that raises stops it too, as Ctrl-C does.
 
     The call itself is kiln's extension (``_kiln.MetalKernel.__call__``): PyTorch CUDA tensors on the
     current device and stream are launched there in one step; every other call comes to
@@ -206,8 +232,24 @@ class MetalKernel(_kiln.MetalKernel):
         self.input_names = tuple(input_names)
         self.output_names = tuple(output_names)
 
+    def _parse(self, inputs, output_shapes, output_dtypes, grid=(1, 1, 1), threadgroup=(1, 1, 1), template=None,
+               init_value=None, device=None, timeout=None) -> _Call:
+        """A call's arguments, each checked once (errors name the kernel and the argument)."""
+        op = f"metal_kernel {self.name}"
+        return _Call(
+            _Inputs(inputs, self._ensure_row_contiguous, op, self.input_names),
+            check_arg.shapes(op, output_shapes),
+            check_arg.dtypes(op, output_dtypes),
+            check_arg.dims(op, "grid", grid),
+            check_arg.dims(op, "threadgroup", threadgroup),
+            check_arg.template(op, template),
+            check_arg.init_value(op, init_value),
+            check_arg.device(op, device),
+            check_arg.timeout(op, timeout),
+        )
+
     def _call_general(self, inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, verbose,
-                      stream, device):
+                      stream, device, timeout=None):
         if is_describing():
             return empty_outputs(f"metal_kernel {self.name}", inputs, output_shapes, output_dtypes)
         if stream is not None and not isinstance(stream, (str, bytes)):
@@ -217,13 +259,11 @@ class MetalKernel(_kiln.MetalKernel):
             with torch.cuda.stream(stream if isinstance(stream, torch.cuda.Stream) else torch.cuda.ExternalStream(stream)):
                 return self(inputs=inputs, output_shapes=output_shapes, output_dtypes=output_dtypes, grid=grid,
                             threadgroup=threadgroup, template=template, init_value=init_value, verbose=verbose,
-                            device=device)
-        ins = _Inputs(inputs, self._ensure_row_contiguous)
-        shapes = [tuple(s) for s in output_shapes]
-        dtypes = [dtype_name(d) for d in output_dtypes]
-        tmpl = _template(template)
-        init = None if init_value is None else float(init_value)
-        if ins.ordinal >= 0 and device is not None and str(device) != f"cuda:{ins.ordinal}":
+                            device=device, timeout=timeout)
+        call = self._parse(inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, device,
+                           timeout)
+        ins, shapes, dtypes, init = call.inputs, call.shapes, call.dtypes, call.init_value
+        if ins.ordinal >= 0 and call.device is not None and call.device != f"cuda:{ins.ordinal}":
             raise InvalidArgumentError(
                 f"[metal_kernel {self.name}] the inputs live on cuda:{ins.ordinal}, not on {device}; move them with torch"
             )
@@ -235,17 +275,16 @@ class MetalKernel(_kiln.MetalKernel):
                 outs = torch_outputs(shapes, dtypes, ins.device, init)
                 descs = [torch_desc(o, ins.ordinal) for o in outs]
             ordinal = ins.ordinal
-            args = (ins.descs, shapes, dtypes, tuple(grid), tuple(threadgroup), tmpl, init, bool(verbose), None,
-                    (_stream_handle(None, ordinal), ordinal), descs)
+            args = (ins.descs, shapes, dtypes, call.grid, call.threadgroup, call.template, init, bool(verbose), None,
+                    (_stream_handle(None, ordinal), ordinal), descs, call.timeout)
             if _current_device() == ordinal:
                 self._launch(*args)
             else:
                 with torch_module().cuda.device(ordinal):
                     self._launch(*args)
             return outs
-        device = None if device is None else str(device)
-        res = self._launch(ins.descs, shapes, dtypes, tuple(grid), tuple(threadgroup), tmpl, init, bool(verbose),
-                           device, None, None)
+        res = self._launch(ins.descs, shapes, dtypes, call.grid, call.threadgroup, call.template, init,
+                           bool(verbose), call.device, None, None, call.timeout)
         lead = ins.lead
         out = []
         for h in res:
@@ -256,14 +295,13 @@ class MetalKernel(_kiln.MetalKernel):
 
     def _check(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, init_value=None,
                **_ignored):
-        ins = _Inputs(inputs, self._ensure_row_contiguous)
-        if ins.ordinal >= 0:
+        call = self._parse(inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value)
+        if call.inputs.ordinal >= 0:
             raise InvalidArgumentError(
                 f"[metal_kernel {self.name}] kiln.check runs on the CPU emulator; pass host arrays (NumPy)"
             )
-        text = self._check_json(ins.descs, [tuple(s) for s in output_shapes],
-                                [dtype_name(d) for d in output_dtypes], tuple(grid), tuple(threadgroup),
-                                _template(template), None if init_value is None else float(init_value))
+        text = self._check_json(call.inputs.descs, call.shapes, call.dtypes, call.grid, call.threadgroup,
+                                call.template, call.init_value)
         return json.loads(text)
 
     def precompile(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
@@ -271,52 +309,27 @@ class MetalKernel(_kiln.MetalKernel):
         """Compiles and caches the kernel that a call with these arguments would run, without
         running it (only the inputs' dtypes and ranks matter), so the first real call does not
         pay the compile. ``device`` as in a call; by default where the inputs live."""
-        ins = _Inputs(inputs, self._ensure_row_contiguous)
-        if ins.ordinal >= 0 and device is None:
-            device = f"cuda:{ins.ordinal}"
-        self._precompile(ins.descs, [tuple(s) for s in output_shapes],
-                         [dtype_name(d) for d in output_dtypes], tuple(grid), tuple(threadgroup),
-                         _template(template), None if device is None else str(device))
+        call = self._parse(inputs, output_shapes, output_dtypes, grid, threadgroup, template, device=device)
+        device = call.device
+        if call.inputs.ordinal >= 0 and device is None:
+            device = f"cuda:{call.inputs.ordinal}"
+        self._precompile(call.inputs.descs, call.shapes, call.dtypes, call.grid, call.threadgroup, call.template,
+                         device)
 
     def generate(self, *, inputs, output_shapes, output_dtypes, template=None, **_ignored) -> str:
         """The Metal source MLX would compile for this call (``verbose=True`` prints it)."""
-        ins = _Inputs(inputs, self._ensure_row_contiguous)
-        return self._generate(ins.descs, [tuple(s) for s in output_shapes],
-                              [dtype_name(d) for d in output_dtypes], _template(template))
+        call = self._parse(inputs, output_shapes, output_dtypes, template=template)
+        return self._generate(call.inputs.descs, call.shapes, call.dtypes, call.template)
 
     def compile_cuda(self, *, inputs, output_shapes, output_dtypes, template=None, arch=(9, 0),
                      **_ignored) -> int:
         """Compiles this call's CUDA translation with NVRTC for compute capability ``arch``
         without running it (no GPU needed); returns the cubin's size in bytes."""
-        ins = _Inputs(inputs, self._ensure_row_contiguous)
-        return self._compile_cuda(ins.descs, [tuple(s) for s in output_shapes],
-                                  [dtype_name(d) for d in output_dtypes], _template(template),
-                                  tuple(arch))
+        call = self._parse(inputs, output_shapes, output_dtypes, template=template)
+        return self._compile_cuda(call.inputs.descs, call.shapes, call.dtypes, call.template, tuple(arch))
 
     def __repr__(self):
         return f"<kiln.MetalKernel {self.name!r}>"
-
-
-def _template(template):
-    if not template:
-        return []
-    out = []
-    for name, value in template:
-        t = type(value)
-        if t is bool or t is int:
-            out.append((name, value))
-        elif isinstance(value, (bool, int, np.integer)) and not isinstance(value, np.bool_):
-            out.append((name, int(value)))
-        elif isinstance(value, np.bool_):
-            out.append((name, bool(value)))
-        else:
-            try:
-                out.append((name, dtype_name(value)))
-            except InvalidArgumentError:
-                raise InvalidArgumentError(
-                    "[metal_kernel] invalid template argument; must be Dtype, int or bool"
-                ) from None
-    return out
 
 
 def metal_kernel(name, input_names, output_names, source, header="", ensure_row_contiguous=True,
@@ -362,14 +375,22 @@ class MetalLibrary:
         self.name = name
 
     def dispatch(self, function, buffers, *, threadgroup, threads=None, threadgroups=None,
-                 threadgroup_memory=(), constants=None, device=None, stream=None):
+                 threadgroup_memory=(), constants=None, device=None, stream=None, timeout=None):
         """Runs ``function``. ``buffers[i]`` is bound to ``[[buffer(i)]]``: an array (bound in
         place; the kernel may write it), ``bytes`` or a NumPy scalar / Python scalar (constant
         data), or :class:`Output` (a fresh output). Dispatch ``threads=(x, y, z)`` (exactly that
         many threads, as ``dispatchThreads``) or ``threadgroups=(x, y, z)`` (whole groups).
         ``threadgroup_memory[i]`` bytes are bound to ``[[threadgroup(i)]]``; ``constants`` maps
-        function-constant indices or names to bool, int or float values. Returns the fresh
-        outputs in slot order, as the lead array's kind."""
+        function-constant indices or names to bool, int or float values; ``timeout`` stops a
+        kernel on the CPU after that many seconds (:class:`kiln.TimeoutError`). Returns the
+        fresh outputs in slot order, as the lead array's kind.
+
+        An array bound to a buffer the function writes (a ``device`` pointer that is not
+        ``const``) is updated in place: it must be writeable; a strided view, or a NumPy array of
+        another byte order, is given to the kernel as a contiguous copy that is written back into
+        exactly the view's elements when the kernel succeeds. On the CPU a write outside the
+        array is a :class:`kiln.KernelFaultError` naming the buffer, and a faulting kernel leaves
+        every array as it was."""
         if is_describing():
             fresh = [b for b in buffers if isinstance(b, Output)]
             arrays = [b for b in buffers if not isinstance(b, (Output, bytes, bytearray))]
@@ -380,74 +401,161 @@ class MetalLibrary:
             with torch.cuda.stream(stream if isinstance(stream, torch.cuda.Stream) else torch.cuda.ExternalStream(stream)):
                 return self.dispatch(function, buffers, threadgroup=threadgroup, threads=threads,
                                      threadgroups=threadgroups, threadgroup_memory=threadgroup_memory,
-                                     constants=constants, device=device)
-        if (threads is None) == (threadgroups is None):
-            raise InvalidArgumentError(f"[metal_library {self.name}] give exactly one of threads= or threadgroups=")
-        kind, size = ("threads", threads) if threads is not None else ("threadgroups", threadgroups)
-        arrays = [b for b in buffers if not isinstance(b, (Output, bytes, bytearray, bool, int, float, np.generic))]
-        ins = _Inputs(arrays, False)
-        descs = iter(ins.descs)
-        slots = []
-        fresh = []
-        on_torch_cuda = ins.ordinal >= 0 and device is None
-        for b in buffers:
-            if isinstance(b, Output):
-                name = dtype_name(b.dtype)
-                if on_torch_cuda:
-                    t = torch_outputs([tuple(b.shape)], [name], ins.device, b.init_value)[0]
-                    fresh.append(t)
-                    slots.append(torch_desc(t, ins.ordinal))
-                else:
-                    slots.append(("output", tuple(b.shape), name,
-                                  None if b.init_value is None else float(b.init_value)))
-            elif isinstance(b, (bytes, bytearray)):
-                slots.append(bytes(b))
-            elif isinstance(b, (bool, int, float, np.generic)):
-                slots.append(_scalar_bytes(b))
-            else:
-                slots.append(next(descs))
-        consts = list((constants or {}).items())
-        tm = [int(n) for n in threadgroup_memory]
+                                     constants=constants, device=device, timeout=timeout)
+        op = f"metal_library {self.name}:{function}"
+        d = _Dispatch(self, op, function, buffers, threadgroup, threads, threadgroups, threadgroup_memory, constants,
+                      device, timeout)
+        on_torch_cuda = d.inputs.ordinal >= 0 and d.device is None
+        slots, fresh = d.slots(on_torch_cuda)
         if on_torch_cuda:
-            handle = _stream_handle(None, ins.ordinal)
-            with _DeviceGuard(ins.ordinal):
-                self._library.dispatch(function, slots, kind, tuple(size), tuple(threadgroup), tm, consts, None,
-                                       (handle, ins.ordinal))
+            handle = _stream_handle(None, d.inputs.ordinal)
+            with _DeviceGuard(d.inputs.ordinal):
+                self._library.dispatch(function, slots, d.kind, d.size, d.threadgroup, d.memory, d.constants, None,
+                                       (handle, d.inputs.ordinal), d.timeout)
+            d.write_back()
             return fresh
-        res = self._library.dispatch(function, slots, kind, tuple(size), tuple(threadgroup), tm, consts,
-                                     None if device is None else str(device), None)
+        res = self._library.dispatch(function, slots, d.kind, d.size, d.threadgroup, d.memory, d.constants, d.device,
+                                     None, d.timeout)
+        d.write_back()
         out = []
         for h in res:
             if isinstance(h, _kiln.DeviceArray):
                 h = h.to_host()
-            out.append(host_output(h, ins.lead))
+            out.append(host_output(h, d.inputs.lead))
         return out
 
     def _check(self, function, buffers, *, threadgroup, threads=None, threadgroups=None,
                threadgroup_memory=(), constants=None):
-        if (threads is None) == (threadgroups is None):
-            raise InvalidArgumentError(f"[metal_library {self.name}] give exactly one of threads= or threadgroups=")
-        kind, size = ("threads", threads) if threads is not None else ("threadgroups", threadgroups)
-        arrays = [b for b in buffers if not isinstance(b, (Output, bytes, bytearray, bool, int, float, np.generic))]
-        descs = iter(_Inputs(arrays, False).descs)
-        slots = []
-        for b in buffers:
-            if isinstance(b, Output):
-                slots.append(("output", tuple(b.shape), dtype_name(b.dtype),
-                              None if b.init_value is None else float(b.init_value)))
-            elif isinstance(b, (bytes, bytearray)):
-                slots.append(bytes(b))
-            elif isinstance(b, (bool, int, float, np.generic)):
-                slots.append(_scalar_bytes(b))
-            else:
-                slots.append(next(descs))
-        consts = list((constants or {}).items())
-        found = self._library.check(function, slots, kind, tuple(size), tuple(threadgroup),
-                                    [int(n) for n in threadgroup_memory], consts)
+        op = f"metal_library {self.name}:{function}"
+        d = _Dispatch(self, op, function, buffers, threadgroup, threads, threadgroups, threadgroup_memory, constants,
+                      None, None)
+        slots, _ = d.slots(False)
+        found = self._library.check(function, slots, d.kind, d.size, d.threadgroup, d.memory, d.constants)
         return json.loads(found)
 
     def __repr__(self):
         return f"<kiln.MetalLibrary {self.name!r}>"
+
+
+_CONSTANT_DATA = (bytes, bytearray, bool, int, float, np.generic)
+
+
+class _Dispatch:
+    """One dispatch's arguments, checked: the launch geometry, and per buffer what is bound
+    (arrays in place, contiguous copies of strided views to be written back, constant data,
+    fresh outputs)."""
+
+    def __init__(self, library, op, function, buffers, threadgroup, threads, threadgroups, threadgroup_memory,
+                 constants, device, timeout):
+        if not isinstance(function, str):
+            raise InvalidArgumentError(f"[{op}] function must be a str, got {function!r}")
+        if (threads is None) == (threadgroups is None):
+            raise InvalidArgumentError(f"[{op}] give exactly one of threads= or threadgroups=")
+        self.op = op
+        self.kind, size = ("threads", threads) if threads is not None else ("threadgroups", threadgroups)
+        self.size = check_arg.dims(op, self.kind, size)
+        self.threadgroup = check_arg.dims(op, "threadgroup", threadgroup)
+        self.memory = list(check_arg.shape(op, "threadgroup_memory", threadgroup_memory))
+        self.constants = _constants(op, constants)
+        self.device = check_arg.device(op, device)
+        self.timeout = check_arg.timeout(op, timeout)
+        buffers = check_arg.sequence(op, "buffers", buffers)
+        writable = dict(library._library.writable_slots(function, self.constants))
+        self.buffers = []
+        # (the caller's array, the contiguous copy the kernel works on)
+        self.copies = []
+        arrays = []
+        for slot, b in enumerate(buffers):
+            if isinstance(b, Output):
+                b = Output(check_arg.shape(op, f"buffers[{slot}].shape", b.shape),
+                           check_arg.dtype(op, f"buffers[{slot}].dtype", b.dtype),
+                           check_arg.init_value(op, b.init_value))
+            elif isinstance(b, int) and not isinstance(b, bool):
+                b = scalar(op, f"buffers[{slot}]", b)
+            elif not isinstance(b, _CONSTANT_DATA):
+                b = self._bound(slot, b, writable.get(slot))
+                arrays.append(b)
+            self.buffers.append(b)
+        self.writable = writable
+        self.inputs = _Inputs(arrays, False, op, [f"buffer {slot}" for slot, b in enumerate(self.buffers)
+                                                  if not isinstance(b, (Output,) + _CONSTANT_DATA)])
+
+    def _bound(self, slot, b, param):
+        """What buffer ``slot`` binds for array ``b``: ``b`` itself, or a contiguous copy (of a
+        strided view, another byte order) written back after the run where the kernel writes
+        the slot (``param`` is the name of the parameter that writes it, else None)."""
+        what = f"buffer {slot}" + (f" ({param})" if param else "")
+        torch = torch_module()
+        if torch is not None and isinstance(b, torch.Tensor):
+            if b.is_contiguous():
+                return b
+            copy = b.contiguous()
+            if param is not None:
+                self.copies.append((b, copy))
+            return copy
+        if not isinstance(b, np.ndarray):
+            if is_cuda_object(b):
+                return b
+            b = as_numpy(b)
+        if param is not None and not b.flags.writeable:
+            raise InvalidArgumentError(
+                f"[{self.op}] {what} is a read-only array but the kernel writes it; pass a writeable array "
+                "(or declare the parameter const)"
+            )
+        if b.flags.c_contiguous and b.dtype.isnative and b.flags.aligned:
+            return b
+        copy = np.ascontiguousarray(b, dtype=b.dtype.newbyteorder("="))
+        if param is not None:
+            self.copies.append((b, copy))
+        return copy
+
+    def slots(self, on_torch_cuda):
+        """The extension's slot list, and the fresh outputs PyTorch allocated (on CUDA tensors)."""
+        descs = iter(self.inputs.descs)
+        slots, fresh = [], []
+        for slot, b in enumerate(self.buffers):
+            if isinstance(b, Output):
+                if on_torch_cuda:
+                    t = torch_outputs([b.shape], [b.dtype], self.inputs.device, b.init_value)[0]
+                    fresh.append(t)
+                    slots.append(torch_desc(t, self.inputs.ordinal))
+                else:
+                    slots.append(("output", b.shape, b.dtype, b.init_value))
+            elif isinstance(b, (bytes, bytearray)):
+                slots.append(bytes(b))
+            elif isinstance(b, _CONSTANT_DATA):
+                slots.append(_scalar_bytes(b))
+            elif slot in self.writable:
+                slots.append(("inplace", next(descs)))
+            else:
+                slots.append(next(descs))
+        return slots, fresh
+
+    def write_back(self):
+        """Copies the kernel's results from contiguous copies into the views they stand for."""
+        for view, copy in self.copies:
+            if isinstance(view, np.ndarray):
+                view[...] = copy
+            else:
+                view.copy_(copy)
+
+
+def _constants(op, constants):
+    if constants is None:
+        return []
+    if not isinstance(constants, dict):
+        raise InvalidArgumentError(f"[{op}] constants must be a dict of index or name to value, got {constants!r}")
+    out = []
+    for key, value in constants.items():
+        if not (isinstance(key, str) or (check_arg.integer(key) is not None and key >= 0)):
+            raise InvalidArgumentError(f"[{op}] function constant key {key!r} is neither an index nor a name")
+        if not isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
+            raise InvalidArgumentError(f"[{op}] function constant {key!r} = {value!r} is not a bool, int or float")
+        if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) \
+                and not -(2**63) <= int(value) < 2**64:
+            raise InvalidArgumentError(f"[{op}] function constant {key!r} = {value} does not fit 64 bits")
+        out.append((key if isinstance(key, str) else int(key), value.item() if isinstance(value, np.generic) else value))
+    return out
 
 
 def _scalar_bytes(v) -> bytes:
@@ -458,7 +566,9 @@ def _scalar_bytes(v) -> bytes:
         return np.bool_(v).tobytes()
     if isinstance(v, int):
         return (np.int32(v) if -(2**31) <= v < 2**31 else np.int64(v)).tobytes()
-    return np.float32(v).tobytes()
+    with np.errstate(over="ignore"):
+        # MLX's rule: a float is a float32 (one beyond its range is infinite).
+        return np.float32(v).tobytes()
 
 
 def metal_library(name, source, math_mode="safe") -> MetalLibrary:
@@ -486,6 +596,7 @@ def check(kernel, **call_keywords):
         return kernel._check(**call_keywords)
     if not isinstance(kernel, MetalKernel):
         raise InvalidArgumentError(
-            f"kiln.check takes a kernel from kiln.metal_kernel or kiln.metal_library, not {type(kernel).__name__}"
+            "kiln.check takes a kernel from kiln.metal_kernel, kiln.metal_library or the MLX drop-in "
+            f"(kiln.mlx), not {type(kernel).__name__}"
         )
     return kernel._check(**call_keywords)

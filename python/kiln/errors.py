@@ -53,6 +53,10 @@ class KilnIOError(KilnError, OSError):
     """A file could not be read or written."""
 
 
+class InternalError(KilnError, RuntimeError):
+    """A bug in kiln itself, caught before it could reach the interpreter (please report it)."""
+
+
 __all__ = [
     "KilnError",
     "InvalidArgumentError",
@@ -65,4 +69,5 @@ __all__ = [
     "KernelFaultError",
     "SpecError",
     "KilnIOError",
+    "InternalError",
 ]

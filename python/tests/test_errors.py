@@ -30,7 +30,7 @@ def test_a_call_takes_mlx_keywords_only_and_names_what_is_wrong(rng):
                     threadgroup=(4, 1, 1))
     params = inspect.signature(k).parameters
     assert list(params) == ["inputs", "output_shapes", "output_dtypes", "grid", "threadgroup", "template",
-                            "init_value", "verbose", "stream", "device"]
+                            "init_value", "verbose", "stream", "device", "timeout"]
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
     assert params["verbose"].default is False and params["template"].default is None
     with pytest.raises(TypeError, match="MetalKernel.*threadgroup"):

@@ -2,6 +2,9 @@
 //! `kiln.KilnError` (the classes live in `kiln/errors.py`, so they can be caught, documented
 //! and subclassed like any Python exception).
 
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
 use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError};
 use pyo3::prelude::*;
 
@@ -21,7 +24,11 @@ pub fn to_py(e: kiln::Error) -> PyErr {
         E::Spec { .. } => "SpecError",
         E::Npy { .. } | E::Io { .. } => "KilnIOError",
     };
-    let message = e.to_string();
+    raise(class, e.to_string())
+}
+
+/// An instance of the `kiln.errors` class `class` with `message`.
+fn raise(class: &str, message: String) -> PyErr {
     Python::attach(|py| {
         let made = py
             .import("kiln.errors")
@@ -40,5 +47,39 @@ pub trait IntoPy<T> {
 impl<T> IntoPy<T> for kiln::Result<T> {
     fn py_err(self) -> PyResult<T> {
         self.map_err(to_py)
+    }
+}
+
+/// The text of a panic's payload.
+fn panic_text(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic")
+}
+
+/// `kiln.InternalError` for a panic caught in the work of `op`: a bug in kiln, reported as an
+/// exception instead of crossing into Python.
+pub fn internal(op: &str, payload: &(dyn Any + Send)) -> PyErr {
+    raise(
+        "InternalError",
+        format!(
+            "[{op}] internal error in kiln: {}; the interpreter is unaffected, please report it",
+            panic_text(payload)
+        ),
+    )
+}
+
+/// Runs `f`, a panic in it coming back as `kiln.InternalError` naming `op`.
+pub fn no_panic<T>(op: &str, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| Err(internal(op, payload.as_ref())))
+}
+
+/// Runs kiln's `f` with the GIL released, a panic in it coming back as `kiln.InternalError`.
+pub fn detached<T: Send>(py: Python<'_>, op: &str, f: impl FnOnce() -> kiln::Result<T> + Send) -> PyResult<T> {
+    match py.detach(|| catch_unwind(AssertUnwindSafe(f))) {
+        Ok(result) => result.py_err(),
+        Err(payload) => Err(internal(op, payload.as_ref())),
     }
 }

@@ -3,6 +3,7 @@
 //! on the CPU runs on a worker thread while this thread watches for Ctrl-C: a signal sets the
 //! kernel's cancel flag and the emulator stops at its next poll.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -16,7 +17,7 @@ use pyo3::types::{PyBool, PyBytes, PyInt, PyList, PyString, PyTuple};
 
 use crate::arrays;
 use crate::convert::{self, external_stream};
-use crate::errors::IntoPy;
+use crate::errors::{detached, internal, no_panic, IntoPy};
 use crate::torch_call::LaunchKeywords;
 
 /// How often the calling thread looks for Ctrl-C while a CPU kernel runs.
@@ -26,20 +27,23 @@ const SIGNAL_POLL: Duration = Duration::from_millis(50);
 /// and be stopped) run on a worker thread while this one checks Python's signal handlers; a
 /// raised `KeyboardInterrupt` (or any exception a handler raises) sets `cancel` and is
 /// re-raised once the kernel has stopped.
+///
+/// A panic in `launch` (a bug in kiln) comes back as `kiln.InternalError` naming `op`.
 pub fn run_interruptible<T: Send>(
     py: Python<'_>,
+    op: &str,
     on_cpu: bool,
     cancel: Option<&Arc<AtomicBool>>,
     launch: impl FnOnce() -> kiln::Result<T> + Send,
 ) -> PyResult<T> {
     let Some(cancel) = cancel.filter(|_| on_cpu) else {
-        return py.detach(launch).py_err();
+        return detached(py, op, launch);
     };
     let (result, raised) = py.detach(|| {
         std::thread::scope(|s| {
             let (tx, rx) = mpsc::channel();
             s.spawn(move || {
-                let _ = tx.send(launch());
+                let _ = tx.send(catch_unwind(AssertUnwindSafe(launch)));
             });
             let mut raised: Option<PyErr> = None;
             loop {
@@ -61,17 +65,37 @@ pub fn run_interruptible<T: Send>(
         return Err(e);
     }
     match result {
-        Some(r) => r.py_err(),
+        Some(Ok(r)) => r.py_err(),
+        Some(Err(payload)) => Err(internal(op, payload.as_ref())),
         None => Err(PyValueError::new_err("the kernel's worker thread ended without a result")),
     }
+}
+
+/// A call's `timeout=` in seconds as a time limit (none for `None`).
+fn time_limit(op: &str, seconds: Option<f64>) -> PyResult<Option<Duration>> {
+    seconds
+        .map(|s| {
+            Duration::try_from_secs_f64(s).ok().filter(|d| !d.is_zero()).ok_or_else(|| {
+                crate::errors::to_py(kiln::Error::invalid(
+                    op,
+                    format!("timeout must be a positive number of seconds, got {s}"),
+                ))
+            })
+        })
+        .transpose()
 }
 
 fn math_mode(name: &str) -> PyResult<MathMode> {
     name.parse::<MathMode>().map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
-fn parse_device(device: Option<&str>) -> PyResult<Option<Device>> {
-    device.map(|d| d.parse::<Device>().map_err(|e| PyValueError::new_err(e.to_string()))).transpose()
+fn parse_device(op: &str, device: Option<&str>) -> PyResult<Option<Device>> {
+    device
+        .map(|d| {
+            d.parse::<Device>()
+                .map_err(|e| crate::errors::to_py(kiln::Error::invalid(op, format!("device {d:?}: {e}"))))
+        })
+        .transpose()
 }
 
 static IS_DESCRIBING: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -108,22 +132,24 @@ impl Kernel {
         atomic_outputs: bool,
         math_mode_name: &str,
     ) -> PyResult<Self> {
-        let inputs: Vec<&str> = input_names.iter().map(String::as_str).collect();
-        let outputs: Vec<&str> = output_names.iter().map(String::as_str).collect();
-        let kernel = MetalKernel::new(name, &inputs, &outputs, source)
-            .py_err()?
-            .header(header)
-            .ensure_row_contiguous(ensure_row_contiguous)
-            .atomic_outputs(atomic_outputs)
-            .math_mode(math_mode(math_mode_name)?);
-        Ok(Kernel { kernel, ensure_row_contiguous, launches: Default::default() })
+        no_panic(&format!("metal_kernel {name}"), || {
+            let inputs: Vec<&str> = input_names.iter().map(String::as_str).collect();
+            let outputs: Vec<&str> = output_names.iter().map(String::as_str).collect();
+            let kernel = MetalKernel::new(name, &inputs, &outputs, source)
+                .py_err()?
+                .header(header)
+                .ensure_row_contiguous(ensure_row_contiguous)
+                .atomic_outputs(atomic_outputs)
+                .math_mode(math_mode(math_mode_name)?);
+            Ok(Kernel { kernel, ensure_row_contiguous, launches: Default::default() })
+        })
     }
 
     /// A call with MLX's keywords (`kiln.MetalKernel.__call__`). PyTorch CUDA tensors on
     /// PyTorch's current device and stream (the common case) are read and launched in this one
     /// step with the launch description cached; any other call goes to the subclass's
     /// `_call_general` (Python), which converts every kind of input.
-    #[pyo3(signature = (*, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, init_value=None, verbose=None, stream=None, device=None))]
+    #[pyo3(signature = (*, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, init_value=None, verbose=None, stream=None, device=None, timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn __call__<'py>(
         slf: &Bound<'py, Self>,
@@ -137,6 +163,7 @@ impl Kernel {
         verbose: Option<&Bound<'py, PyAny>>,
         stream: Option<&Bound<'py, PyAny>>,
         device: Option<&Bound<'py, PyAny>>,
+        timeout: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let none = py.None().into_bound(py);
@@ -146,19 +173,33 @@ impl Kernel {
             Some(v) => v.clone(),
             None => PyBool::new(py, false).to_owned().into_any(),
         };
-        if stream.is_none() && device.is_none() && !verbose.is_truthy()? && !describing(py)? {
+        if stream.is_none() && device.is_none() && timeout.is_none() && !verbose.is_truthy()? && !describing(py)? {
             let this = slf.get();
             let keywords =
                 LaunchKeywords { inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value };
-            let outs = this.launches.call(py, &this.kernel, this.ensure_row_contiguous, &keywords)?;
+            let outs = no_panic(this.kernel.op(), || {
+                this.launches.call(py, &this.kernel, this.ensure_row_contiguous, &keywords)
+            })?;
             if let Some(outs) = outs {
                 return Ok(outs.into_bound(py).into_any());
             }
         }
         let stream = stream.unwrap_or(&none);
         let device = device.unwrap_or(&none);
-        let args =
-            (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, verbose, stream, device);
+        let timeout = timeout.unwrap_or(&none);
+        let args = (
+            inputs,
+            output_shapes,
+            output_dtypes,
+            grid,
+            threadgroup,
+            template,
+            init_value,
+            verbose,
+            stream,
+            device,
+            timeout,
+        );
         slf.call_method1(pyo3::intern!(py, "_call_general"), args)
     }
 
@@ -174,7 +215,7 @@ impl Kernel {
         let inputs = inputs_of(inputs)?;
         let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
         let spec = spec_of(output_shapes, output_dtypes, (1, 1, 1), (1, 1, 1), template)?;
-        Ok(self.kernel.generate(&arrays, &spec).py_err()?.source)
+        no_panic(self.kernel.op(), || Ok(self.kernel.generate(&arrays, &spec).py_err()?.source))
     }
 
     /// Compiles the CUDA translation of this call with NVRTC for compute capability `arch`
@@ -192,14 +233,15 @@ impl Kernel {
         let inputs = inputs_of(inputs)?;
         let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
         let spec = spec_of(output_shapes, output_dtypes, (1, 1, 1), (1, 1, 1), template)?;
-        let program = self.kernel.program(&self.kernel.generate(&arrays, &spec).py_err()?);
-        let cubin = py.detach(|| kiln::backend::cuda::compile_cubin(&program, arch)).py_err()?;
+        let program =
+            no_panic(self.kernel.op(), || Ok(self.kernel.program(&self.kernel.generate(&arrays, &spec).py_err()?)))?;
+        let cubin = detached(py, self.kernel.op(), || kiln::backend::cuda::compile_cubin(&program, arch))?;
         Ok(cubin.len())
     }
 
     /// One call: returns the outputs kiln allocated (`HostArray` / `DeviceArray`), or `None`
     /// when the caller gave them in `outputs_into`.
-    #[pyo3(name = "_launch", signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, verbose, device, stream, outputs_into))]
+    #[pyo3(name = "_launch", signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, verbose, device, stream, outputs_into, timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn call(
         &self,
@@ -215,11 +257,13 @@ impl Kernel {
         device: Option<&str>,
         stream: Option<(usize, usize)>,
         outputs_into: Option<&Bound<'_, PyList>>,
+        timeout: Option<f64>,
     ) -> PyResult<Option<Vec<Py<PyAny>>>> {
-        let device = parse_device(device)?;
+        let device = parse_device(self.kernel.op(), device)?;
         let mut inputs = inputs_of(inputs)?;
         let mut spec = spec_of(output_shapes, output_dtypes, grid, threadgroup, template)?;
         spec.init_value = init_value;
+        spec.timeout = time_limit(self.kernel.op(), timeout)?;
         spec.verbose = verbose;
         spec.stream = external_stream(stream);
         if let Some(d) = device {
@@ -239,7 +283,7 @@ impl Kernel {
         let cancel = on_cpu.then(|| Arc::new(AtomicBool::new(false)));
         spec.cancel = cancel.clone();
         let kernel = &self.kernel;
-        let outputs = run_interruptible(py, on_cpu, cancel.as_ref(), || kernel.call(&inputs, &spec))?;
+        let outputs = run_interruptible(py, kernel.op(), on_cpu, cancel.as_ref(), || kernel.call(&inputs, &spec))?;
         if given {
             return Ok(None);
         }
@@ -266,7 +310,7 @@ impl Kernel {
         spec.init_value = init_value;
         spec.device = Some(Device::Cpu);
         let kernel = &self.kernel;
-        let (result, found) = py.detach(|| kiln::sanitize::check(|| kernel.call(&inputs, &spec)));
+        let (result, found) = detached(py, kernel.op(), || Ok(kiln::sanitize::check(|| kernel.call(&inputs, &spec))))?;
         result.py_err()?;
         Ok(kiln::sanitize::to_json(&found).to_string())
     }
@@ -286,12 +330,12 @@ impl Kernel {
         template: &Bound<'_, PyList>,
         device: Option<&str>,
     ) -> PyResult<()> {
-        let device = parse_device(device)?;
+        let device = parse_device(self.kernel.op(), device)?;
         let inputs = inputs_of(inputs)?;
         let mut spec = spec_of(output_shapes, output_dtypes, grid, threadgroup, template)?;
         spec.device = Some(launch_device(&inputs, device));
         let kernel = &self.kernel;
-        py.detach(|| kernel.precompile(&inputs, &spec)).py_err()
+        detached(py, kernel.op(), || kernel.precompile(&inputs, &spec))
     }
 
     #[getter]
@@ -382,7 +426,7 @@ impl Library {
     /// Dispatches `function`. `buffers` holds, per slot: an array descriptor (bound in place),
     /// `bytes` (constant data) or `("output", shape, dtype, init_value)` (a fresh output).
     /// Returns the fresh outputs in slot order.
-    #[pyo3(signature = (function, buffers, dispatch, size, threadgroup, threadgroup_memory, constants, device, stream))]
+    #[pyo3(signature = (function, buffers, dispatch, size, threadgroup, threadgroup_memory, constants, device, stream, timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn dispatch(
         &self,
@@ -396,8 +440,10 @@ impl Library {
         constants: &Bound<'_, PyList>,
         device: Option<&str>,
         stream: Option<(usize, usize)>,
+        timeout: Option<f64>,
     ) -> PyResult<Vec<Py<PyAny>>> {
-        let explicit = parse_device(device)?;
+        let op = format!("metal_library {}:{function}", self.library.name());
+        let explicit = parse_device(&op, device)?;
         let mut args = Vec::with_capacity(buffers.len());
         for item in buffers.iter() {
             args.push(library_arg(&item)?);
@@ -420,14 +466,23 @@ impl Library {
         }
         let mut launch = library_launch(function, dispatch, size, threadgroup, threadgroup_memory, constants)?;
         launch.stream = external_stream(stream);
+        launch.timeout = time_limit(&op, timeout)?;
         let on_cpu = device == Device::Cpu;
         let cancel = Arc::new(AtomicBool::new(false));
         if on_cpu {
             launch.cancel = Some(cancel.clone());
         }
         let library = &self.library;
-        let outputs = run_interruptible(py, on_cpu, Some(&cancel), || library.dispatch(device, &args, &launch))?;
+        let outputs = run_interruptible(py, &op, on_cpu, Some(&cancel), || library.dispatch(device, &args, &launch))?;
         arrays::wrap(py, outputs)
+    }
+
+    /// The `[[buffer(n)]]` slots `function` may write (non-`const` `device` pointers and
+    /// references) with these function constants, as `(slot, parameter name)` pairs.
+    fn writable_slots(&self, function: &str, constants: &Bound<'_, PyList>) -> PyResult<Vec<(u32, String)>> {
+        let launch = library_launch(function, "threads", (1, 1, 1), (1, 1, 1), Vec::new(), constants)?;
+        let op = format!("metal_library {}:{function}", self.library.name());
+        no_panic(&op, || self.library.writable_buffers(&launch).py_err())
     }
 
     /// Runs `function` (arguments as `dispatch` takes them, host arrays only) on the CPU
@@ -452,7 +507,9 @@ impl Library {
         }
         let launch = library_launch(function, dispatch, size, threadgroup, threadgroup_memory, constants)?;
         let library = &self.library;
-        let (result, found) = py.detach(|| kiln::sanitize::check(|| library.dispatch(Device::Cpu, &args, &launch)));
+        let op = format!("metal_library {}:{function}", library.name());
+        let (result, found) =
+            detached(py, &op, || Ok(kiln::sanitize::check(|| library.dispatch(Device::Cpu, &args, &launch))))?;
         result.py_err()?;
         Ok(kiln::sanitize::to_json(&found).to_string())
     }
@@ -498,6 +555,9 @@ fn library_arg(item: &Bound<'_, PyAny>) -> PyResult<LibraryArg> {
         return Ok(LibraryArg::Bytes(b.as_bytes().to_vec()));
     }
     let t = item.cast::<PyTuple>().map_err(|_| PyTypeError::new_err("a buffer is an array, bytes or kiln.Output"))?;
+    if t.len() == 2 && t.get_item(0)?.extract::<String>().is_ok_and(|s| s == "inplace") {
+        return Ok(LibraryArg::InPlace(convert::array(t.get_item(1)?.cast::<PyTuple>()?)?));
+    }
     if t.len() == 4 && t.get_item(0)?.extract::<String>().is_ok_and(|s| s == "output") {
         let shape: Vec<usize> = t.get_item(1)?.extract()?;
         let dtype = convert::dtype(&t.get_item(2)?.extract::<String>()?)?;

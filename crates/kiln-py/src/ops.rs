@@ -34,7 +34,7 @@ fn host(op: &str, desc: &Bound<'_, PyTuple>) -> PyResult<Array> {
 }
 
 fn run(py: Python<'_>, f: impl FnOnce() -> kiln::Result<Vec<Array>> + Send) -> PyResult<Vec<Py<PyAny>>> {
-    let outputs = run_interruptible(py, false, None, f)?;
+    let outputs = run_interruptible(py, "kiln.ops", false, None, f)?;
     arrays::wrap(py, outputs)
 }
 
@@ -79,10 +79,10 @@ impl OpPlan {
         if let Some(outs) = outputs_into {
             let outs: Vec<Array> =
                 outs.iter().map(|o| convert::array(o.cast::<PyTuple>()?)).collect::<PyResult<_>>()?;
-            run_interruptible(py, false, None, || plan.run_into(outs))?;
+            run_interruptible(py, "kiln.ops", false, None, || plan.run_into(outs))?;
             return Ok(None);
         }
-        let outputs = run_interruptible(py, false, None, || plan.run())?;
+        let outputs = run_interruptible(py, "kiln.ops", false, None, || plan.run())?;
         arrays::wrap(py, outputs).map(Some)
     }
 
@@ -119,7 +119,7 @@ impl OpPlan {
         if let Some(stream) = external_stream(Some((torch.current_stream(py, ordinal)?, ordinal))) {
             plan = plan.on_stream(stream);
         }
-        run_interruptible(py, false, None, || plan.run_into(arrays))?;
+        run_interruptible(py, "kiln.ops", false, None, || plan.run_into(arrays))?;
         Ok(Some(outputs))
     }
 }

@@ -300,7 +300,9 @@ impl LaunchCache {
                 || item.is_exact_instance_of::<PyInt>()
                 || item.is_exact_instance_of::<PyBool>()
             {
-                convert::input(&item)?
+                // A scalar kiln cannot pass is the general path's to report, naming the input.
+                let Ok(scalar) = convert::input(&item) else { return Ok(None) };
+                scalar
             } else {
                 return Ok(None);
             };

@@ -29,9 +29,8 @@ import contextlib
 import contextvars
 import sys
 
-from .._dtypes import dtype_name
 from .._kernel import MetalKernel as _KilnKernel
-from .._kernel import _template
+from .. import _validate as check_arg
 from ..errors import InvalidArgumentError
 from ._dlpack import CPU, describe_dlpack, device_kind, libcuda
 
@@ -129,11 +128,12 @@ class MetalKernel:
         # scalars, which kiln types by MLX's rules.
         inputs = [x if isinstance(x, (mx.array, bool, int, float)) else mx.array(x) for x in inputs]
         arrays = [x for x in inputs if isinstance(x, mx.array)]
-        shapes = [tuple(int(n) for n in s) for s in output_shapes]
-        dtypes = [dtype_name(d) for d in output_dtypes]
-        tmpl = _template(template)
-        init = None if init_value is None else float(init_value)
-        grid, threadgroup = tuple(grid), tuple(threadgroup)
+        op = f"metal_kernel {self.name}"
+        shapes = check_arg.shapes(op, output_shapes)
+        dtypes = check_arg.dtypes(op, output_dtypes)
+        tmpl = check_arg.template(op, template)
+        init = check_arg.init_value(op, init_value)
+        grid, threadgroup = check_arg.dims(op, "grid", grid), check_arg.dims(op, "threadgroup", threadgroup)
         override = _device_override.get()
         lead = next((x for x in arrays if x.ndim > 0), arrays[0] if arrays else None)
         on_cpu = lead is None or device_kind(lead) == CPU

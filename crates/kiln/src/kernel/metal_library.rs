@@ -16,7 +16,10 @@ use crate::backend::{self, Binding, Dispatch, Launch, OutputSpec};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::program::{check_threadgroup, ConstantKey, ConstantValue, MathMode, MetalProgram, ProgramKind, MAX_BUFFERS};
+use crate::program::{
+    check_threadgroup, ConstantKey, ConstantValue, MathMode, MetalProgram, ProgramKind, MAX_BUFFERS,
+    MAX_THREADGROUP_MEMORY,
+};
 
 /// A full Metal source file (mlx-native style): kernel functions take `[[buffer(n)]]`,
 /// `[[threadgroup(n)]]` and builtin parameters directly, and [`MetalLibrary::dispatch`] binds
@@ -231,6 +234,17 @@ impl MetalLibrary {
             return Err(Error::invalid(op, msg.clone()));
         }
         refuse_unwritten_outputs(&op, args, launch)?;
+        let bound = launch.threadgroup_memory.iter().fold(0usize, |sum, &b| sum.saturating_add(b.div_ceil(16) * 16));
+        if bound > MAX_THREADGROUP_MEMORY {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "threadgroup_memory {:?} binds {bound} bytes; Metal allows at most {MAX_THREADGROUP_MEMORY} bytes \
+                     (32 KiB) of threadgroup memory per threadgroup",
+                    launch.threadgroup_memory
+                ),
+            ));
+        }
         let backend = backend::backend_for(device)?;
         let mut bindings = Vec::with_capacity(args.len());
         for (slot, arg) in args.iter().enumerate() {

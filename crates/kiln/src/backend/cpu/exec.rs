@@ -18,7 +18,7 @@
 
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{mpsc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -74,6 +74,8 @@ enum Storage {
 enum Role {
     Input(usize),
     Output(usize),
+    /// Constant data the kernel may write.
+    Constant,
 }
 
 /// The canary bytes before and after an output's data, and the data itself.
@@ -84,7 +86,23 @@ fn output_parts(storage: &mut Storage, n: usize) -> Option<(&[u8], &[u8], &[u8])
     Some((&all[..off], &all[off..off + n], &all[off + n..]))
 }
 
-pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool) -> Result<Vec<Array>> {
+/// A program loaded for launches: its library, the entry's index and the buffer slots the
+/// entry may write (bit `n` for `[[buffer(n)]]`: a `device` pointer or reference, not `const`).
+#[derive(Clone)]
+pub struct Resolved {
+    pub compiled: Arc<Compiled>,
+    pub entry: usize,
+    pub writable: u64,
+}
+
+impl Resolved {
+    fn writes(&self, slot: usize) -> bool {
+        slot < 64 && self.writable & (1 << slot) != 0
+    }
+}
+
+pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Vec<Array>> {
+    let (compiled, entry) = (&*resolved.compiled, resolved.entry);
     let kernel = &launch.program.kernel;
     let (grid, tg, groups) = geometry(launch)?;
     let mut storage: Vec<Storage> = Vec::new();
@@ -119,6 +137,15 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
                 roles.push(Some(Role::Input(n_in)));
                 n_in += 1;
             }
+            Binding::Bytes(bytes) if resolved.writes(storage.len()) => {
+                // Constant data bound to a parameter the kernel may write (Metal allows it): a
+                // guarded copy, so a write past it faults instead of reaching kiln's heap.
+                let mut buf = GuardedBuf::filled(kernel, bytes.len(), CANARY)?;
+                let off = buf.data_offset();
+                buf.between_guards()[off..off + bytes.len()].copy_from_slice(bytes);
+                storage.push(Storage::Guarded(buf));
+                roles.push(Some(Role::Constant));
+            }
             Binding::Bytes(bytes) => {
                 storage.push(Storage::Host(HostBuffer::from_bytes(bytes)));
                 roles.push(None);
@@ -147,7 +174,17 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
                 n_out += 1;
             }
             Binding::Output(spec) => {
-                let n: usize = spec.shape.iter().product::<usize>() * spec.dtype.size();
+                let n = crate::array::checked_byte_size(&spec.shape, spec.dtype)
+                    .filter(|&n| super::fits_in_memory(n))
+                    .ok_or_else(|| {
+                        Error::invalid(
+                            kernel.clone(),
+                            format!(
+                                "output {n_out} of shape {:?} ({}) needs more memory than this machine has available",
+                                spec.shape, spec.dtype
+                            ),
+                        )
+                    })?;
                 let mut buf = GuardedBuf::filled(kernel, n, CANARY)?;
                 let off = buf.data_offset();
                 let body = &mut buf.between_guards()[off..off + n];
@@ -288,13 +325,13 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
     // reaches the caller's memory.
     let mut bodies: Vec<(&Binding, &[u8])> = Vec::new();
     for (slot, (binding, s)) in launch.bindings.iter().zip(&mut storage).enumerate() {
-        let (shape, dtype) = match binding {
-            Binding::Output(spec) => (&spec.shape[..], spec.dtype),
-            Binding::InOut(a) | Binding::OutputInto(a) => (a.shape(), a.dtype()),
+        let n = match binding {
+            Binding::Output(spec) => spec.shape.iter().product::<usize>() * spec.dtype.size(),
+            Binding::InOut(a) | Binding::OutputInto(a) => a.nbytes(),
+            Binding::Bytes(bytes) => bytes.len(),
             _ => continue,
         };
         let k = bodies.len();
-        let n = shape.iter().product::<usize>() * dtype.size();
         let Some((before, body, after)) = output_parts(s, n) else { continue };
         let before_hit = before.iter().rposition(|&b| b != CANARY).map(|p| before.len() - p);
         let after_hit = after.iter().position(|&b| b != CANARY).map(|p| p + 1);
@@ -304,15 +341,19 @@ pub fn run(compiled: &Compiled, entry: usize, launch: &Launch<'_>, checked: bool
             (None, None) => None,
         };
         if let Some((side, dist)) = side {
+            let what =
+                if matches!(binding, Binding::Bytes(_)) { "constant data".to_string() } else { format!("output {k}") };
             return Err(Error::KernelFault {
                 kernel: kernel.clone(),
                 msg: format!(
-                    "out-of-bounds write to output {k} (buffer slot {slot}, {n} bytes): up to {dist} bytes {side}{}",
+                    "out-of-bounds write to {what} (buffer slot {slot}, {n} bytes): up to {dist} bytes {side}{}",
                     lent_note(launch)
                 ),
             });
         }
-        bodies.push((binding, body));
+        if !matches!(binding, Binding::Bytes(_)) {
+            bodies.push((binding, body));
+        }
     }
     let mut result = Vec::with_capacity(bodies.len());
     for (binding, body) in bodies {
@@ -355,6 +396,7 @@ fn describe(role: Role) -> String {
     match role {
         Role::Input(k) => format!("input {k}"),
         Role::Output(k) => format!("output {k}"),
+        Role::Constant => "constant data".to_string(),
     }
 }
 

@@ -48,7 +48,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::program::{MathMode, MetalProgram, ProgramKind};
 use crate::source::cpu::{prelude, translation_unit};
-use crate::source::lower::{lower, LowerTarget};
+use crate::source::lower::{lower, AddressSpace, EntryParam, LowerTarget};
 use crate::source::user_lines::user_compile_error;
 
 pub use lent::{lent_host_array, LentHostMemory};
@@ -259,9 +259,9 @@ impl Backend for CpuBackend {
         if self.sanitize || crate::finding::active() {
             return self.launch_sanitized(launch);
         }
-        let (compiled, entry) = self.resolve(program)?;
+        let resolved = self.resolve(program)?;
         let checked = self.checked || CHECKED_SCOPES.with(|n| n.get() > 0);
-        exec::run(&compiled, entry, launch, checked)
+        exec::run(&resolved, launch, checked)
     }
 
     fn prepare(&self, program: &MetalProgram, _resolved: Option<&ResolvedSlot>) -> Result<()> {
@@ -297,13 +297,28 @@ fn host_capabilities() -> Capabilities {
     }
 }
 
+/// Whether `bytes` more can be allocated and written without exhausting the host's memory:
+/// always for up to 1 GiB; larger amounts are weighed against the memory the system reports
+/// available now (Linux's `MemAvailable`; elsewhere assumed to fit).
+pub(super) fn fits_in_memory(bytes: usize) -> bool {
+    const SMALL: usize = 1 << 30;
+    if bytes <= SMALL {
+        return true;
+    }
+    let available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|text| {
+        let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+        line.split_once(':')?.1.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
+    });
+    available.is_none_or(|kib| bytes as u64 <= kib.saturating_mul(1024))
+}
+
 impl CpuBackend {
-    /// The loaded library and entry index for `program`. Programs seen before are looked up by
+    /// The loaded library and entry of `program`. Programs seen before are looked up by
     /// their content (compiler, source, entry, math mode, constants), so a repeated launch does
     /// not lower, assemble and hash the translation unit again.
-    fn resolve(&self, program: &MetalProgram) -> Result<(Arc<compile::Compiled>, usize)> {
-        type Resolved = HashMap<String, (Arc<compile::Compiled>, usize)>;
-        static RESOLVED: OnceLock<Mutex<Resolved>> = OnceLock::new();
+    fn resolve(&self, program: &MetalProgram) -> Result<exec::Resolved> {
+        type Table = HashMap<String, exec::Resolved>;
+        static RESOLVED: OnceLock<Mutex<Table>> = OnceLock::new();
         let key = format!(
             "{}\0{}\0{:?}\0{:?}\0{}",
             self.cxx, program.function, program.math_mode, program.constants, program.source
@@ -321,13 +336,23 @@ impl CpuBackend {
                 format!("no kernel entry named {:?} (found {names:?})", program.function),
             )
         })?;
+        let writable = module.entries[entry]
+            .params
+            .iter()
+            .filter_map(|p| match p {
+                EntryParam::Buffer { index, space: AddressSpace::Device, is_const: false, .. } => Some(*index),
+                _ => None,
+            })
+            .filter(|&i| i < 64)
+            .fold(0u64, |mask, i| mask | 1 << i);
         let tu = translation_unit(program, &module)?;
         let compiled = compile::compile(&self.cxx, &program.kernel, &tu, prelude(program.kind), program.math_mode)
             .map_err(|e| user_compile_error(program, e))?;
+        let found = exec::Resolved { compiled, entry, writable };
         if let Ok(mut m) = resolved.lock() {
-            m.insert(key, (compiled.clone(), entry));
+            m.insert(key, found.clone());
         }
-        Ok((compiled, entry))
+        Ok(found)
     }
 }
 
