@@ -127,6 +127,21 @@ def timeout(op: str, value) -> float | None:
     return seconds
 
 
+def number(op: str, what: str, value) -> float:
+    """A real number (an op's ``eps``, ``scale``, ``base``)."""
+    if isinstance(value, (bool, np.bool_)) or not (integer(value) is not None or isinstance(value, (float, np.floating))):
+        raise InvalidArgumentError(f"[{op}] {what} must be a number, got {value!r}")
+    return float(value)
+
+
+def count(op: str, what: str, value, low: int = 0, high: int = 2**63) -> int:
+    """An integer in ``[low, high)`` (an op's ``dims``, ``hop``, ``bins``, ``offset``)."""
+    n = integer(value)
+    if n is None or not low <= n < high:
+        raise InvalidArgumentError(f"[{op}] {what} must be an integer in [{low}, {high}), got {value!r}")
+    return n
+
+
 def scalar(op: str, what: str, value):
     """A Python int input kiln can pass (int32, else int64: MLX's rule)."""
     if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:

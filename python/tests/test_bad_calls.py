@@ -305,3 +305,28 @@ def test_a_zero_size_grid_is_refused_while_an_output_is_uninitialised():
     with pytest.raises(kiln.InvalidArgumentError, match=r"zero dimension.*buffer 1"):
         lib.dispatch("read_only", [np.ones(4, np.float32), kiln.Output((4,), np.float32)], threads=(0, 1, 1),
                      threadgroup=(4, 1, 1))
+
+
+def test_bad_op_arguments_are_kiln_errors_naming_the_op():
+    from kiln import ops
+
+    x, w = np.ones((4, 8), np.float32), np.ones(8, np.float32)
+    cases = [
+        (lambda: ops.rms_norm(x, w, "a"), kiln.InvalidArgumentError, r"\[rms_norm\] eps"),
+        (lambda: ops.rms_norm(x.astype(np.float64), w, 1e-5), kiln.UnsupportedDTypeError, r"\[rms_norm\] array"),
+        (lambda: ops.rope(x, -2, traditional=False, base=1e4, scale=1.0, offset=0), kiln.InvalidArgumentError,
+         r"\[rope\] dims"),
+        (lambda: ops.rope(x, 8, traditional=False, base=1e4, scale=1.0, offset=2**70), kiln.InvalidArgumentError,
+         r"\[rope\] offset"),
+        (lambda: ops.softmax(object()), kiln.UnsupportedDTypeError, r"\[softmax\] array argument 0"),
+        (lambda: ops.softmax(x, axis=0), kiln.InvalidArgumentError, r"\[softmax\]"),
+        (lambda: ops.scaled_dot_product_attention(x[None, None], x[None, None], x[None, None], scale="a"),
+         kiln.InvalidArgumentError, r"\[scaled_dot_product_attention\] scale"),
+        (lambda: ops.scaled_dot_product_attention(x[None, None], x[None, None], x[None, None], scale=1.0,
+                                                  mask="full"), kiln.InvalidArgumentError, "mask"),
+        (lambda: ops.scatter_add(x, np.zeros(4, np.int32), -1), kiln.InvalidArgumentError, r"\[scatter_add\] bins"),
+        (lambda: ops.overlap_add(x, -3), kiln.InvalidArgumentError, r"\[overlap_add\] hop"),
+    ]
+    for call, cls, pattern in cases:
+        with pytest.raises(cls, match=pattern):
+            call()
