@@ -10,7 +10,8 @@
 //! written to a file to reproduce it.
 //!
 //! `mutants_of_the_test_kernels_never_panic` is the bounded sweep CI runs; the larger sweep
-//! `many_mutants_of_the_test_kernels_never_panic` is ignored (run it with `--ignored`).
+//! `many_mutants_of_the_test_kernels_never_panic`, which adds every program the demo runs (the
+//! gallery and the library's kernels), is ignored (run it with `--ignored`).
 
 mod common;
 
@@ -48,6 +49,8 @@ enum Home {
     Spec { path: PathBuf, spec: toml::Table, table: &'static str, key: &'static str },
     /// A whole `.metal` file and the function launched from it.
     File { function: String },
+    /// A program a backend compiles (`text` is its source), as the demo made it.
+    Program(MetalProgram),
 }
 
 /// The kernels the tests hold, in a fixed order.
@@ -83,6 +86,22 @@ fn seeds() -> Vec<Seed> {
         seeds.push(Seed { name: name.into(), text: text.into(), home: Home::File { function }, may_run: false });
     }
     seeds
+}
+
+/// The distinct programs the demo (the gallery and the library) runs, recorded on the CPU.
+fn demo_seeds() -> Vec<Seed> {
+    let (report, programs) = kiln::backend::cpu::record_programs(|| kiln_tools::gallery::run_demo(kiln::Device::Cpu));
+    assert!(report.is_ok_and(|r| r.all_passed()), "the demo runs");
+    let mut seen = std::collections::HashSet::new();
+    let unique = programs.into_iter().filter(|p| seen.insert((p.function.clone(), p.source.clone())));
+    unique
+        .map(|p| Seed {
+            name: format!("demo {}", p.kernel),
+            text: p.source.clone(),
+            home: Home::Program(p),
+            may_run: false,
+        })
+        .collect()
 }
 
 fn dir_entries(dir: &Path) -> Vec<PathBuf> {
@@ -392,6 +411,11 @@ fn run_mutant(seed: &Seed, text: &str, may_compile: bool) -> (Outcome, bool) {
             let _ = library.writable_buffers(&launch);
             let _ = translate_all(&library.program(&launch));
         }
+        Home::Program(program) => {
+            let program = MetalProgram { source: text.to_string(), ..program.clone() };
+            let _ = translate_all(&program);
+            contract(&program);
+        }
     });
     let Some(spec) = spec_to_run.filter(|_| matches!(outcome, Outcome::Fine)) else { return (outcome, false) };
     // A mutant that does not translate stops before the compiler: its launch is validated and
@@ -410,19 +434,23 @@ fn run_mutant(seed: &Seed, text: &str, may_compile: bool) -> (Outcome, bool) {
 /// Runs `random` random mutants of every seed (and the token cuts when `cuts`), compiling and
 /// running at most `runs` of them (spread over the seeds), and fails listing every mutant that
 /// panicked or was slow.
-fn sweep(random: usize, cuts: bool, runs: usize) {
-    let seeds = seeds();
+fn sweep(seeds: Vec<Seed>, random: usize, cuts: bool, runs: usize) {
     assert!(seeds.len() >= 60, "only {} kernels to mutate", seeds.len());
     let per_seed = runs.div_ceil(seeds.iter().filter(|s| s.may_run).count().max(1));
     let (mut cases, mut ran) = (0usize, 0usize);
     let mut failures = Vec::new();
     let start = Instant::now();
+    let mut slowest = (Duration::ZERO, String::new());
     for (i, seed) in seeds.iter().enumerate() {
         let mut ran_here = 0;
         for (text, what) in mutants(seed, i, random, cuts) {
             cases += 1;
             let may_compile = seed.may_run && ran < runs && ran_here < per_seed;
+            let began = Instant::now();
             let (outcome, compiled) = run_mutant(seed, &text, may_compile);
+            if began.elapsed() > slowest.0 {
+                slowest = (began.elapsed(), format!("{} ({what})", seed.name));
+            }
             ran += usize::from(compiled);
             ran_here += usize::from(compiled);
             let problem = match outcome {
@@ -436,20 +464,22 @@ fn sweep(random: usize, cuts: bool, runs: usize) {
         }
     }
     eprintln!(
-        "{cases} mutants of {} kernels ({ran} compiled and run on the CPU) in {:?}",
+        "{cases} mutants of {} kernels ({ran} compiled and run on the CPU) in {:?}; the slowest {:?}: {}",
         seeds.len(),
-        start.elapsed()
+        start.elapsed(),
+        slowest.0,
+        slowest.1
     );
     assert!(failures.is_empty(), "{} of {cases} mutants failed:\n{}", failures.len(), failures.join("\n"));
 }
 
 #[test]
 fn mutants_of_the_test_kernels_never_panic() {
-    sweep(6, true, 4);
+    sweep(seeds(), 6, true, 4);
 }
 
 #[test]
 #[ignore = "the larger sweep (minutes): run with --ignored"]
 fn many_mutants_of_the_test_kernels_never_panic() {
-    sweep(300, true, 80);
+    sweep(seeds().into_iter().chain(demo_seeds()).collect(), 300, true, 80);
 }
