@@ -431,11 +431,35 @@ fn run_mutant(seed: &Seed, text: &str, may_compile: bool) -> (Outcome, bool) {
     (outcome, translated)
 }
 
+/// The error translating `seed` as written for host C++ or CUDA gives, if any: the checks that
+/// refuse the mutants must let every real kernel through.
+fn untranslatable(seed: &Seed) -> Option<String> {
+    let program = match &seed.home {
+        Home::Spec { path, spec, .. } => {
+            let text = toml::to_string(spec).map_err(|e| e.to_string());
+            match text.and_then(|t| KernelSpec::parse(path, &t).and_then(|s| s.program()).map_err(|e| e.to_string())) {
+                Ok(program) => program,
+                Err(e) => return Some(e),
+            }
+        }
+        Home::File { function } => MetalLibrary::new("fuzz", seed.text.as_str()).program(&LibraryLaunch::new(
+            function.clone(),
+            Dispatch::Threads([64, 1, 1]),
+            [32, 1, 1],
+        )),
+        Home::Program(program) => program.clone(),
+    };
+    [Target::Cpu, Target::Cuda].into_iter().find_map(|t| translate(&program, t).err().map(|e| format!("{t:?}: {e}")))
+}
+
 /// Runs `random` random mutants of every seed (and the token cuts when `cuts`), compiling and
 /// running at most `runs` of them (spread over the seeds), and fails listing every mutant that
 /// panicked or was slow.
 fn sweep(seeds: Vec<Seed>, random: usize, cuts: bool, runs: usize) {
     assert!(seeds.len() >= 60, "only {} kernels to mutate", seeds.len());
+    let refused: Vec<String> =
+        seeds.iter().filter_map(|s| untranslatable(s).map(|e| format!("{}: {e}", s.name))).collect();
+    assert!(refused.is_empty(), "kernels as written do not translate:\n{}", refused.join("\n"));
     let per_seed = runs.div_ceil(seeds.iter().filter(|s| s.may_run).count().max(1));
     let (mut cases, mut ran) = (0usize, 0usize);
     let mut failures = Vec::new();
