@@ -32,19 +32,17 @@ from .errors import InvalidArgumentError, KilnError, UnsupportedDTypeError
 _MATH_MODES = ("safe", "relaxed", "fast")
 
 
-def _math_mode(compile_options) -> str:
+def _math_mode(op, compile_options) -> str:
     if compile_options is None:
         return "safe"
     if not isinstance(compile_options, dict):
-        raise InvalidArgumentError("[metal_kernel] expected compile_options to be a dict")
+        raise InvalidArgumentError(f"[{op}] expected compile_options to be a dict")
     for key in compile_options:
         if key != "math_mode":
-            raise InvalidArgumentError(f"[metal_kernel] unknown compile option {key!r}")
+            raise InvalidArgumentError(f"[{op}] unknown compile option {key!r}")
     mode = compile_options.get("math_mode", "safe")
     if mode not in _MATH_MODES:
-        raise InvalidArgumentError(
-            f"[metal_kernel] expected math_mode 'safe', 'relaxed' or 'fast', got {mode!r}"
-        )
+        raise InvalidArgumentError(f"[{op}] expected math_mode 'safe', 'relaxed' or 'fast', got {mode!r}")
     return mode
 
 
@@ -218,11 +216,15 @@ class MetalKernel(_kiln.MetalKernel):
 
     def __new__(cls, name, input_names, output_names, source, header, ensure_row_contiguous, atomic_outputs,
                 compile_options):
+        op = f"metal_kernel {check_arg.text('metal_kernel', 'name', name)}"
+        input_names = check_arg.names(op, "input_names", input_names)
+        output_names = check_arg.names(op, "output_names", output_names)
         if len(output_names) == 0:
-            raise InvalidArgumentError(f"[metal_kernel {name}] must specify at least one output")
+            raise InvalidArgumentError(f"[{op}] must specify at least one output")
         return super().__new__(
-            cls, name, list(input_names), list(output_names), source, header, bool(ensure_row_contiguous),
-            bool(atomic_outputs), _math_mode(compile_options),
+            cls, name, input_names, output_names, check_arg.text(op, "source", source),
+            check_arg.text(op, "header", header), bool(ensure_row_contiguous), bool(atomic_outputs),
+            _math_mode(op, compile_options),
         )
 
     def __init__(self, name, input_names, output_names, source, header, ensure_row_contiguous, atomic_outputs,
@@ -326,7 +328,11 @@ class MetalKernel(_kiln.MetalKernel):
         """Compiles this call's CUDA translation with NVRTC for compute capability ``arch``
         without running it (no GPU needed); returns the cubin's size in bytes."""
         call = self._parse(inputs, output_shapes, output_dtypes, template=template)
-        return self._compile_cuda(call.inputs.descs, call.shapes, call.dtypes, call.template, tuple(arch))
+        op = f"metal_kernel {self.name}"
+        if isinstance(arch, (str, bytes)) or len(tuple(arch)) != 2:
+            raise InvalidArgumentError(f"[{op}] arch must be (major, minor), got {arch!r}")
+        arch = tuple(check_arg.count(op, "arch", v, 0, 100) for v in arch)
+        return self._compile_cuda(call.inputs.descs, call.shapes, call.dtypes, call.template, arch)
 
     def __repr__(self):
         return f"<kiln.MetalKernel {self.name!r}>"
@@ -367,6 +373,8 @@ class MetalLibrary:
     __slots__ = ("_library", "name")
 
     def __init__(self, name, source, math_mode):
+        op = f"metal_library {check_arg.text('metal_library', 'name', name)}"
+        check_arg.text(op, "source", source)
         if math_mode not in _MATH_MODES:
             raise InvalidArgumentError(
                 f"[metal_library {name}] expected math_mode 'safe', 'relaxed' or 'fast', got {math_mode!r}"

@@ -127,6 +127,25 @@ def timeout(op: str, value) -> float | None:
     return seconds
 
 
+def text(op: str, what: str, value) -> str:
+    """A string argument (a name, a source, a header)."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"[{op}] {what} must be a str, got {type(value).__name__}")
+    return value
+
+
+def names(op: str, what: str, value) -> list:
+    """A list of names (``input_names``, ``output_names``); a bare string is refused, not split
+    into characters."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise InvalidArgumentError(f"[{op}] {what} must be a list of str, got {value!r}")
+    items = list(value)
+    for k, n in enumerate(items):
+        if not isinstance(n, str):
+            raise InvalidArgumentError(f"[{op}] {what}[{k}] must be a str, got {n!r}")
+    return items
+
+
 def number(op: str, what: str, value) -> float:
     """A real number (an op's ``eps``, ``scale``, ``base``)."""
     if isinstance(value, (bool, np.bool_)) or not (integer(value) is not None or isinstance(value, (float, np.floating))):

@@ -330,3 +330,21 @@ def test_bad_op_arguments_are_kiln_errors_naming_the_op():
     for call, cls, pattern in cases:
         with pytest.raises(cls, match=pattern):
             call()
+
+
+def test_bad_factory_arguments_are_kiln_errors():
+    cases = [
+        (lambda: kiln.metal_kernel("k", "inp", ["out"], "out[0] = inp[0];"), r"\[metal_kernel k\] input_names"),
+        (lambda: kiln.metal_kernel(3, ["inp"], ["out"], "out[0] = inp[0];"), r"\[metal_kernel\] name"),
+        (lambda: kiln.metal_kernel("k", ["inp"], ["out"], None), r"\[metal_kernel k\] source"),
+        (lambda: kiln.metal_kernel("k", ["inp"], ["out"], "out[0] = 1;", header=5), r"\[metal_kernel k\] header"),
+        (lambda: kiln.metal_kernel("k", [1], ["out"], "out[0] = 1;"), r"\[metal_kernel k\] input_names\[0\]"),
+        (lambda: kiln.metal_kernel("k", ["inp"], ["out"], "out[0] = 1;", compile_options={"math_mode": "x"}),
+         r"\[metal_kernel k\] expected math_mode"),
+        (lambda: kiln.metal_library("l", None), r"\[metal_library l\] source"),
+        (lambda: _twice().compile_cuda(inputs=[np.ones(4, np.float32)], output_shapes=[(4,)],
+                                       output_dtypes=[np.float32], arch="x"), r"\[metal_kernel twice\] arch"),
+    ]
+    for call, pattern in cases:
+        with pytest.raises(kiln.InvalidArgumentError, match=pattern):
+            call()

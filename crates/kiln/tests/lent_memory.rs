@@ -183,7 +183,7 @@ fn a_write_past_a_lent_output_is_a_fault_and_leaves_the_callers_memory_as_it_was
     match &err {
         Error::KernelFault { kernel, msg } => {
             assert_eq!(kernel, "lent_past_end");
-            assert!(msg.contains("output 0") && msg.contains("left as they were"), "{msg}");
+            assert!(msg.contains("output `y`") && msg.contains("left as they were"), "{msg}");
         }
         other => panic!("expected a kernel fault, got {other:?}"),
     }

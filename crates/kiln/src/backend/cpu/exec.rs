@@ -341,8 +341,9 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
             (None, None) => None,
         };
         if let Some((side, dist)) = side {
-            let what =
+            let role =
                 if matches!(binding, Binding::Bytes(_)) { "constant data".to_string() } else { format!("output {k}") };
+            let what = super::sanitize_report::buffer_named(launch.program, slot, &role);
             return Err(Error::KernelFault {
                 kernel: kernel.clone(),
                 msg: format!(
