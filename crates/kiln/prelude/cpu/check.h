@@ -71,7 +71,8 @@ struct Launch {
   uint32_t cap, n_findings;
   // Second runs: shuffles that read an inactive lane get other bytes than the caller's value.
   uint32_t poison_inactive;
-  // The order threads of a group run in and groups are taken: 0 as numbered, 1 reversed.
+  // The order threads of a group run in and groups are taken: 0 as numbered, 1 reversed, 2 as
+  // numbered with each SIMD-group running on to a barrier before the next starts.
   uint32_t schedule, pad0, pad1;
 };
 
@@ -150,7 +151,7 @@ struct State {
   Private priv[MAX_THREADS][PRIVATE_SLOTS];
   uint8_t priv_depth[MAX_THREADS];  // private arrays open, tracked or not
   // Second runs: shuffles from inactive lanes return other bytes (did the value matter?), and
-  // the threads of a group run in reverse order (does the result depend on the schedule?).
+  // another schedule (`Launch::schedule`: does the result depend on it?).
   uint32_t poison_inactive, reverse;
   uint32_t last_write[32];
   uint64_t serial;  // counts accesses, so one access counts once per finding
@@ -593,9 +594,14 @@ KILN_NOSAN inline bool inactive_lane(const void* site, uint32_t src) {
   return s.poison_inactive != 0;
 }
 
-// The thread a group's scheduler runs `i`-th of `n`.
+// The thread a group's scheduler runs `i`-th of `n` (schedule 1: reverse order).
 __attribute__((no_sanitize_thread, always_inline)) inline int thread_order(int i, int n) {
-  return g_armed && g_state.reverse ? n - 1 - i : i;
+  return g_armed && g_state.reverse == 1 ? n - 1 - i : i;
+}
+
+// Schedule 2: each SIMD-group runs on to its next barrier before the next SIMD-group starts.
+__attribute__((no_sanitize_thread, always_inline)) inline bool run_ahead() {
+  return g_armed && g_state.reverse == 2;
 }
 
 KILN_NOSAN inline void collective_leave() {

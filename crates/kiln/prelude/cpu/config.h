@@ -82,6 +82,7 @@ void group_end();
 void barrier_release(const kiln::rt::Group& g);
 bool inactive_lane(const void* site, uint32_t src);
 int thread_order(int i, int n);
+bool run_ahead();
 void private_open(const void* data, uint64_t size, const char* name, uint32_t elem);
 void private_close();
 template <class T> struct elem_size { static const uint32_t value = sizeof(T); };

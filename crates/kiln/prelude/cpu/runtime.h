@@ -101,7 +101,12 @@ inline void poll() { poll(g_cur); }
 // switches.
 inline void switch_away(Current& c, Thread* t) {
   Group* g = c.group;
-  if (!g->aborted) {
+  bool direct = !g->aborted;
+#if KILN_CHECKED
+  // The sanitizer's schedule that lets SIMD-groups run ahead picks the next thread itself.
+  direct = direct && !kiln::chk::run_ahead();
+#endif
+  if (direct) {
     for (Thread *u = t + 1, *end = g->threads + g->n; u < end; ++u) {
       if (u->state != RUNNABLE) continue;
       c.thread = u;

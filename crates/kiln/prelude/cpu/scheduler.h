@@ -265,16 +265,20 @@ const char* const OUT_OF_ORDER =
 
 // Resolves, per SIMD-group, the collective at the smallest position its waiting lanes hold, for
 // the lanes at that position (see convergence.h). Returns 1 when lanes were released, 0 when
-// none waited, 2 after a fault (in `g.fault`, text in `text`).
+// none waited, 2 after a fault (in `g.fault`, text in `text`). Called when no thread can run, or
+// (the sanitizer's schedule that lets SIMD-groups run ahead) after any thread ran: a SIMD-group
+// with a lane that can still run is left for later.
 inline int resolve_collectives(Group& g, Divergence* div, char* text, int text_cap) {
   int any = 0;
   for (int base = 0; base < g.n; base += 32) {
     const int end = base + 32 < g.n ? base + 32 : g.n;
     Thread* first = nullptr;
     unsigned mask = 0, live = 0;
+    bool running = false;
     for (int i = base; i < end; ++i) {
       Thread& t = g.threads[i];
       if (t.state != DONE) live |= 1u << (i - base);
+      running |= t.state == RUNNABLE;
       if (t.state != AT_COLLECTIVE) continue;
       const int c = first ? compare(t, *first) : -1;
       if (c < 0) {
@@ -284,7 +288,7 @@ inline int resolve_collectives(Group& g, Divergence* div, char* text, int text_c
         mask |= 1u << (i - base);
       }
     }
-    if (!mask) continue;
+    if (!mask || running) continue;
     const int sg = base / 32;
     Divergence& d = div[sg];
     Position here;
@@ -361,6 +365,19 @@ inline void run_cooperative(Group& g, StackSet* stacks, Worker& w) {
       resume(g, t);
       ran = true;
       if (g.aborted) { unwind_all(g); return; }
+#if KILN_CHECKED
+      // SIMD-groups run ahead: a SIMD-group whose lanes all wait is released at once, and the
+      // lowest thread that can run goes next.
+      if (kiln::chk::run_ahead()) {
+        const int early = resolve_collectives(g, w.divergence, w.fault_text, (int)sizeof w.fault_text);
+        if (early == 2) {
+          g.aborted = 2;
+          unwind_all(g);
+          return;
+        }
+        if (early == 1) i = -1;
+      }
+#endif
     }
     if (ran) continue;
     const int resolved = resolve_collectives(g, w.divergence, w.fault_text, (int)sizeof w.fault_text);

@@ -9,13 +9,13 @@
 //! A launch that read outside a buffer runs a second time with other bytes in the padding: equal
 //! outputs mean the values read there were discarded (load, then select). One whose shuffles read
 //! inactive lanes runs again with other bytes returned there, for the same question. One that
-//! races runs again under another legal schedule (the threads of each group, and the groups, in
-//! reverse order), and the outputs of the two schedules are compared: where they differ, that is
-//! the race's consequence.
+//! races runs again under other legal schedules (the threads of each group, and the groups, in
+//! reverse order; then each SIMD-group running on to its next barrier before the next starts),
+//! and the outputs are compared with the first run's: an element that differs is the race's
+//! consequence.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
-use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -37,6 +37,8 @@ use crate::error::{Error, Result};
 use crate::source::cpu::{checked_prelude, translation_unit_after};
 use crate::source::lower::{lower, EntryParam, LowerTarget};
 use crate::source::user_lines::user_compile_error;
+
+mod symbols;
 
 /// Bytes of padding on each side of every buffer of a checked launch.
 pub const PAD_BYTES: usize = 1 << 20;
@@ -88,13 +90,30 @@ struct CheckLaunch {
 }
 
 /// How a checked run differs from the first: other bytes in the padding, other bytes from
-/// inactive lanes, threads and groups in reverse order.
+/// inactive lanes, another schedule (`SCHEDULES`).
 #[derive(Clone, Copy, Default)]
 struct Variant {
     pad_fill: u8,
     poison_inactive: bool,
-    reverse: bool,
+    schedule: Schedule,
 }
+
+/// The legal schedules a racy launch runs under, after the first (`Schedule::InOrder`).
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum Schedule {
+    /// Threads of a group in index order, resolving SIMD-group functions once none can run.
+    #[default]
+    InOrder,
+    /// Threads and groups in reverse order.
+    Reversed,
+    /// Each SIMD-group runs on to its next barrier before the next SIMD-group starts.
+    SimdGroupsAhead,
+}
+
+const SCHEDULES: [(Schedule, &str); 2] = [
+    (Schedule::Reversed, "threads and threadgroups in reverse order"),
+    (Schedule::SimdGroupsAhead, "each SIMD-group running on to its next barrier before the next starts"),
+];
 
 type ArmFn = unsafe extern "C" fn(*mut CheckLaunch) -> i32;
 type FinishFn = unsafe extern "C" fn(*mut CheckLaunch) -> u32;
@@ -219,6 +238,8 @@ pub struct CheckedRun {
 /// The first output that differs between two legal schedules of one launch.
 #[derive(Clone, Debug)]
 pub struct ScheduleDiff {
+    /// The other schedule, in words.
+    pub schedule: &'static str,
     /// The output's name.
     pub output: String,
     /// The first element that differs (row-major).
@@ -364,21 +385,22 @@ pub fn run(cxx: &str, launch: &Launch<'_>) -> Result<CheckedRun> {
         None
     };
     let races = first.raw.iter().any(|f| f.kind == 1) || first.written.iter().any(|w| w.1.contains(&2));
-    let schedules_differ = if races && first.fault.is_none() {
-        let other = run_once(&inst, launch, Variant { reverse: true, ..Variant::default() })?;
-        if other.fault.is_none() {
-            schedule_diff(&first, &other)
-        } else {
-            None
+    let mut schedules_differ = None;
+    for (schedule, how) in SCHEDULES {
+        if !races || first.fault.is_some() || schedules_differ.is_some() {
+            break;
         }
-    } else {
-        None
-    };
+        let other = run_once(&inst, launch, Variant { schedule, ..Variant::default() })?;
+        if other.fault.is_none() {
+            schedules_differ = schedule_diff(&first, &other).map(|d| ScheduleDiff { schedule: how, ..d });
+        }
+    }
     // The last store names an output's line only in an unwritten-output finding: resolving it
     // otherwise would cost an `addr2line` run per clean launch.
     let last_writes: Vec<u32> =
         first.written.iter().filter(|w| w.1.iter().any(|&state| state != 1)).map(|w| w.2).collect();
-    let sites = symbolize(&inst, &first.raw, &last_writes);
+    let pcs = first.raw.iter().flat_map(|f| [f.pc_a, f.pc_b, f.pc_c]).chain(last_writes.iter().copied());
+    let sites = symbols::resolve(&inst.image, pcs);
     let site = |pc: u32| if pc == 0 { None } else { sites.get(&pc).cloned() };
     let findings = first
         .raw
@@ -462,6 +484,7 @@ fn schedule_diff(a: &Once, b: &Once) -> Option<ScheduleDiff> {
         };
         let name = a.output_slots.get(k).and_then(|&slot| a.slots.get(slot)).map(|s| s.name.clone());
         return Some(ScheduleDiff {
+            schedule: "",
             output: name.unwrap_or_else(|| format!("output {k}")),
             index,
             values: (value(x), value(y)),
@@ -611,7 +634,11 @@ fn run_once(inst: &Instrumented, launch: &Launch<'_>, variant: Variant) -> Resul
         cap: MAX_FINDINGS as u32,
         n_findings: 0,
         poison_inactive: u32::from(variant.poison_inactive),
-        schedule: u32::from(variant.reverse),
+        schedule: match variant.schedule {
+            Schedule::InOrder => 0,
+            Schedule::Reversed => 1,
+            Schedule::SimdGroupsAhead => 2,
+        },
         pad: [0; 2],
     };
     // SAFETY: `cl` and what it points to outlive the launch and `kiln_check_finish` below.
@@ -643,8 +670,11 @@ fn run_once(inst: &Instrumented, launch: &Launch<'_>, variant: Variant) -> Resul
         let stacks = lease.as_mut().map_or(std::ptr::null_mut(), |l| l.as_ptr());
         let mut arena = threadgroup::take();
         // The reversed schedule takes the groups last to first, one call each.
-        let ranges: Vec<(u64, u64)> =
-            if variant.reverse { (0..total).rev().map(|g| (g, g + 1)).collect() } else { vec![(0, total)] };
+        let ranges: Vec<(u64, u64)> = if variant.schedule == Schedule::Reversed {
+            (0..total).rev().map(|g| (g, g + 1)).collect()
+        } else {
+            vec![(0, total)]
+        };
         let mut rc = 0;
         for (begin, end) in ranges {
             // SAFETY: as in `exec::execute`: the descriptor, stacks and arena are valid for the
@@ -770,71 +800,4 @@ fn owner_of(buffers: &[CheckBuffer], addr: u64) -> Option<usize> {
             }
         })
     })
-}
-
-/// Resolves the instruction offsets of `raw` to their inline chains with `addr2line`; offsets it
-/// cannot resolve (no `addr2line`, no line tables) are left out.
-fn symbolize(inst: &Instrumented, raw: &[CFinding], more: &[u32]) -> HashMap<u32, Site> {
-    let mut pcs: Vec<u32> =
-        raw.iter().flat_map(|f| [f.pc_a, f.pc_b, f.pc_c]).chain(more.iter().copied()).filter(|&p| p != 0).collect();
-    pcs.sort_unstable();
-    pcs.dedup();
-    let mut out = HashMap::new();
-    if pcs.is_empty() {
-        return out;
-    }
-    let path = disk_cache::private_name(&std::env::temp_dir(), "kiln-check-lines", "so");
-    if std::fs::write(&path, &inst.image).is_err() {
-        return out;
-    }
-    // A return address names the instruction after the call: one byte back lies in the call.
-    let args: Vec<String> = pcs.iter().map(|p| format!("{:#x}", p.saturating_sub(1))).collect();
-    let result = Command::new("addr2line").arg("-i").arg("-e").arg(&path).args(&args).output();
-    let _ = std::fs::remove_file(&path);
-    let Ok(result) = result else { return out };
-    // With -i, each address gives its chain followed by nothing that separates it from the next;
-    // resolving addresses one by one would cost a process each, so an address's chain ends where
-    // the next address's innermost frame begins: ask again with a marker address in between.
-    let text = String::from_utf8_lossy(&result.stdout).into_owned();
-    let lines: Vec<&str> = text.lines().collect();
-    if lines.len() == pcs.len() {
-        for (pc, line) in pcs.iter().zip(&lines) {
-            out.insert(*pc, parse_frames(&[line]));
-        }
-        return out;
-    }
-    for pc in &pcs {
-        let one = Command::new("addr2line")
-            .arg("-i")
-            .arg("-e")
-            .arg(write_again(&path, &inst.image).as_deref().unwrap_or(Path::new("")))
-            .arg(format!("{:#x}", pc.saturating_sub(1)))
-            .output();
-        if let Ok(one) = one {
-            let text = String::from_utf8_lossy(&one.stdout).into_owned();
-            let frames: Vec<&str> = text.lines().collect();
-            out.insert(*pc, parse_frames(&frames));
-        }
-    }
-    let _ = std::fs::remove_file(&path);
-    out
-}
-
-fn write_again(path: &Path, image: &[u8]) -> Option<std::path::PathBuf> {
-    if !path.exists() {
-        std::fs::write(path, image).ok()?;
-    }
-    Some(path.to_path_buf())
-}
-
-/// `file:line` lines (`addr2line` output) to (file, line) pairs; unknown ones are dropped.
-fn parse_frames(lines: &[&str]) -> Site {
-    lines
-        .iter()
-        .filter_map(|l| {
-            let l = l.split(" (discriminator").next()?;
-            let (file, line) = l.rsplit_once(':')?;
-            Some((file.to_string(), line.trim().parse().ok()?))
-        })
-        .collect()
 }

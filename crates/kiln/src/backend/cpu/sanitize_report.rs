@@ -18,8 +18,9 @@ pub fn findings_of(program: &MetalProgram, run: &CheckedRun) -> Vec<Finding> {
         let first_race = out.iter_mut().find(|f| f.kind == "race" && f.severity == Severity::Error);
         if let Some(f) = first_race {
             f.message.push_str(&format!(
-                "; under another legal schedule (threads and threadgroups in reverse order) the output differs: \
-                 `{}`[{}] is {} under one schedule and {} under the other ({} of {} elements differ)",
+                "; under another legal schedule ({}) the output differs: `{}`[{}] is {} under one schedule and {} \
+                 under the other ({} of {} elements differ)",
+                diff.schedule,
                 diff.output,
                 diff.index,
                 fmt_value(diff.values.0),
@@ -154,12 +155,15 @@ fn times(n: u64) -> String {
     }
 }
 
-/// A value of an output, as short as it stays exact enough to tell two apart.
+/// A value of an output, with enough significant digits to tell two apart.
 fn fmt_value(v: f64) -> String {
-    if v.is_finite() && v == v.trunc() && v.abs() < 1e15 {
+    if !v.is_finite() || (v == v.trunc() && v.abs() < 1e15) {
         format!("{v}")
+    } else if v.abs() < 1e-3 || v.abs() >= 1e7 {
+        format!("{v:.4e}")
     } else {
-        format!("{v:.6}")
+        let fixed = format!("{v:.6}");
+        fixed.trim_end_matches('0').trim_end_matches('.').to_string()
     }
 }
 
