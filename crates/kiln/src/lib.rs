@@ -54,7 +54,10 @@ pub use backend::best_device;
 pub use device::Device;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
-pub use kernel::{CudaKernel, KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MetalKernel, MetalLibrary};
+pub use kernel::{
+    CudaKernel, CudaKernelPlan, CudaKernelSource, KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MetalKernel,
+    MetalLibrary,
+};
 pub use program::MathMode;
 pub use source::mangle::{TemplateArg, TemplateName};
 

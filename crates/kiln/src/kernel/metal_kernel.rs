@@ -49,20 +49,20 @@ use crate::source::scan::{self, ShapeInfo};
 /// ```
 #[derive(Clone, Debug)]
 pub struct MetalKernel {
-    name: String,
-    input_names: Vec<String>,
-    output_names: Vec<String>,
+    pub(super) name: String,
+    pub(super) input_names: Vec<String>,
+    pub(super) output_names: Vec<String>,
     source: String,
     header: String,
-    ensure_row_contiguous: bool,
+    pub(super) ensure_row_contiguous: bool,
     atomic_outputs: bool,
     math_mode: MathMode,
     attributes: Vec<(&'static str, &'static str)>,
-    shape_info: Vec<ShapeInfo>,
+    pub(super) shape_info: Vec<ShapeInfo>,
     memo: SignatureMemo<Generated>,
     /// `"metal_kernel <name>"`, the op named in errors.
     op: String,
-    restrict_pointers: bool,
+    pub(super) restrict_pointers: bool,
 }
 
 /// The generated source of one signature, the program compiled from it, the slot where the
@@ -171,7 +171,7 @@ impl MetalKernel {
     }
 
     /// Checks the argument counts against the names, as MLX does at call time.
-    fn check_counts(&self, n_inputs: usize, spec: &LaunchSpec) -> Result<()> {
+    pub(super) fn check_counts(&self, n_inputs: usize, spec: &LaunchSpec) -> Result<()> {
         spec.check_counts(self.op(), self.input_names.len(), n_inputs, self.output_names.len())
     }
 
@@ -253,7 +253,7 @@ impl MetalKernel {
         Ok(GeneratedSource { kernel_name, source })
     }
 
-    fn signature_inputs<'a>(&'a self, inputs: &[Array]) -> Vec<SignatureInput<'a>> {
+    pub(super) fn signature_inputs<'a>(&'a self, inputs: &[Array]) -> Vec<SignatureInput<'a>> {
         self.input_names
             .iter()
             .zip(inputs)

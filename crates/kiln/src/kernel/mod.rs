@@ -2,6 +2,7 @@
 //! `.metal` files) and the launch spec.
 
 mod cuda_kernel;
+mod cuda_kernel_source;
 mod dim3;
 mod entry_contract;
 mod function_constants;
@@ -16,6 +17,7 @@ pub use dim3::Dim3;
 pub use launch::IntoTemplateArg;
 
 pub use cuda_kernel::{cuda_type, CudaKernel, CUDA_MAX_NDIM};
+pub use cuda_kernel_source::{CudaKernelPlan, CudaKernelSource};
 pub use launch::{KernelInput, LaunchSpec, OutputDTypes, OutputShapes, TemplateArgs, TemplateName};
 pub use metal_kernel::{GeneratedSource, MetalKernel};
 pub use metal_library::{LibraryArg, LibraryLaunch, MetalLibrary};

@@ -261,6 +261,24 @@ pub fn emit(module: &LoweredModule, kernel: &str, mlx_body: bool, restrict_point
     let inline_bytes = inline_capacity(module, mlx_body);
     let mut out = shared_prelude().to_string();
     let _ = writeln!(out, "\nnamespace kiln_metal {{\nusing KilnArgs = KilnArgsT<{inline_bytes}>;");
+    let mut line_map = emit_user_code(&mut out, module, kernel, mlx_body);
+    let _ = writeln!(out, "#line {} \"kiln-entries\"", 1);
+    line_map.push(0);
+    // Kernels that log keep their Metal group position where `kiln::oslog::print` reads it.
+    let logs = module.code.contains("kiln::oslog::print");
+    for entry in &module.entries {
+        let text = if mlx_body && restrict_pointers { restrict_wrapper(entry) } else { wrapper(entry) };
+        out.push_str(&if logs { text.replace(BUILTIN_LOCALS, &log_group_locals()) } else { text });
+    }
+    out.push_str("}  // namespace kiln_user\n}  // namespace kiln_metal\n");
+    line_map.resize(out.lines().count(), 0);
+    CudaUnit { source: out, inline_bytes, line_map }
+}
+
+/// Opens `namespace kiln_user` (inside `kiln_metal`, after the prelude) and writes the user's
+/// lowered code into `out`, with `#line` directives at the user's lines; `mlx_body` adds MLX's
+/// utils preamble first. Returns, for each line of `out`, the user's line it came from.
+pub(crate) fn emit_user_code(out: &mut String, module: &LoweredModule, kernel: &str, mlx_body: bool) -> Vec<u32> {
     // A kernel's own `namespace metal { ... }` (MLX's steel headers add traits there) opens
     // kiln_user::metal, which sees all of Metal's names.
     out.push_str(
@@ -294,17 +312,7 @@ pub fn emit(module: &LoweredModule, kernel: &str, mlx_body: bool, restrict_point
         expected = if user > 0 { Some(user + 1) } else { None };
         continued = line.ends_with('\\');
     }
-    let _ = writeln!(out, "#line {} \"kiln-entries\"", 1);
-    line_map.push(0);
-    // Kernels that log keep their Metal group position where `kiln::oslog::print` reads it.
-    let logs = module.code.contains("kiln::oslog::print");
-    for entry in &module.entries {
-        let text = if mlx_body && restrict_pointers { restrict_wrapper(entry) } else { wrapper(entry) };
-        out.push_str(&if logs { text.replace(BUILTIN_LOCALS, &log_group_locals()) } else { text });
-    }
-    out.push_str("}  // namespace kiln_user\n}  // namespace kiln_metal\n");
-    line_map.resize(out.lines().count(), 0);
-    CudaUnit { source: out, inline_bytes, line_map }
+    line_map
 }
 
 /// The inline data area a unit's `KilnArgs` carries. A body kernel binds inline only its
@@ -424,8 +432,21 @@ fn log_group_locals() -> String {
     format!("{BUILTIN_LOCALS}  kiln::oslog::set_group(gx, gy, gz);\n")
 }
 
-/// The expression for a Metal builtin of declared type `ty`.
+/// The expression for a Metal builtin of declared type `ty`, in a wrapper that computes
+/// `BUILTIN_LOCALS` from its `KilnArgs a`.
 fn builtin_value(attribute: &str, ty: &str) -> String {
+    builtin_value_in(
+        attribute,
+        ty,
+        ["a.grid[0]", "a.grid[1]", "a.grid[2]"],
+        ["a.groups[0]", "a.groups[1]", "a.groups[2]"],
+    )
+}
+
+/// The expression for a Metal builtin of declared type `ty` in code that defines the locals of
+/// `BUILTIN_LOCALS` (`g*`, `t*`, `n*`, `u*`, `lin`, `ntg`), with the grid's threads and groups
+/// per dimension given by `grid` and `groups`.
+pub(crate) fn builtin_value_in(attribute: &str, ty: &str, grid: [&str; 3], groups: [&str; 3]) -> String {
     let xyz = |x: &str, y: &str, z: &str| vector_of(ty, [x, y, z]);
     match attribute {
         "thread_position_in_grid" => xyz("gx * ux + tx", "gy * uy + ty", "gz * uz + tz"),
@@ -433,8 +454,8 @@ fn builtin_value(attribute: &str, ty: &str) -> String {
         "threadgroup_position_in_grid" => xyz("gx", "gy", "gz"),
         "threads_per_threadgroup" => xyz("nx", "ny", "nz"),
         "dispatch_threads_per_threadgroup" => xyz("ux", "uy", "uz"),
-        "threads_per_grid" | "grid_size" => xyz("a.grid[0]", "a.grid[1]", "a.grid[2]"),
-        "threadgroups_per_grid" => xyz("a.groups[0]", "a.groups[1]", "a.groups[2]"),
+        "threads_per_grid" | "grid_size" => xyz(grid[0], grid[1], grid[2]),
+        "threadgroups_per_grid" => xyz(groups[0], groups[1], groups[2]),
         "grid_origin" => xyz("0u", "0u", "0u"),
         "thread_index_in_threadgroup" => scalar_of(ty, "lin"),
         "thread_index_in_simdgroup" => scalar_of(ty, "(lin & 31u)"),

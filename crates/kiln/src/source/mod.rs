@@ -5,6 +5,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod cuda_mlx;
 pub(crate) mod cursor;
 pub mod limits;
 pub mod lower;

@@ -1,0 +1,239 @@
+//! A lowered body-only (MLX) kernel in the form MLX's `mx.fast.cuda_kernel` takes: a header
+//! and a body that MLX wraps in its own `__global__` function and launches on its stream.
+//!
+//! The header holds kiln's CUDA prelude (skipped where it is already there, as in kiln's own
+//! `CudaKernel`, which compiles after it), the lowered kernel as a device function and an entry
+//! shim, `kiln_mlx_entry`, which maps CUDA's indices to Metal's attributes. The body is one
+//! call of the shim with the parameters MLX generated (`x`, `x_shape.data()`, `&x_ndim`,
+//! `out`), one per Metal buffer slot, cast in place to the Metal parameter types: MLX passes
+//! plain pointers, which become `constant` references, `atomic<T>*` outputs and so on.
+//!
+//! MLX covers a grid of threads with `ceil(grid / threadgroup)` whole blocks of
+//! `min(threadgroup, grid)` threads, one launch, so a grid that is not a multiple of the
+//! threadgroup gets partial groups padded to whole blocks. There the shim reads the true grid
+//! from an extra input, gives a partial group's Metal threads the block's first linear
+//! indices (so its SIMD groups are the block's warps, as Metal forms them from the linear
+//! index within the actual group) and keeps the other threads out of the kernel. Those still
+//! reach every barrier: each `threadgroup_barrier` becomes a non-aligned block barrier that
+//! counts the threads still running the kernel, and a thread that is done (or never ran) waits
+//! at that barrier until the count is zero, so exactly `grid` threads run and every barrier
+//! sees the whole group.
+
+use std::fmt::Write;
+
+use super::cuda::{builtin_value_in, emit_user_code, shared_prelude};
+use super::lower::{Entry, EntryParam, LoweredModule};
+
+/// The name of the kernel entry shim the body calls.
+pub const ENTRY_SHIM: &str = "kiln_mlx_entry";
+
+/// The header and body given to `mx.fast.cuda_kernel` for one lowered kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MlxCudaText {
+    /// Text before MLX's `namespace mlx::core::cu` (after MLX's own includes).
+    pub header: String,
+    /// The body of MLX's `__global__` function.
+    pub body: String,
+}
+
+/// How the shim learns the grid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GridSource<'a> {
+    /// The grid is a whole number of threadgroups: it is the launch's own
+    /// (`gridDim * blockDim`) and every thread of every block runs.
+    Launch,
+    /// Partial threadgroups: the grid's three `uint32` sizes come in the input named here.
+    Input(&'a str),
+}
+
+/// Emits the header and body of `entry` of `module` (a lowered body-only kernel named
+/// `kernel`). `slots[i]` is the expression of MLX's parameters that holds Metal buffer `i`;
+/// `restrict_pointers` marks read-only slots `__restrict__` (MLX's inputs are read-only and its
+/// outputs fresh).
+pub fn emit(
+    module: &LoweredModule,
+    kernel: &str,
+    entry: &Entry,
+    slots: &[String],
+    grid: GridSource<'_>,
+    restrict_pointers: bool,
+) -> MlxCudaText {
+    let masked = matches!(grid, GridSource::Input(_));
+    let barriers = masked && uses_barriers(&module.code);
+    let mut header = String::new();
+    let _ = writeln!(
+        header,
+        "// kiln: the Metal kernel `{}` lowered to CUDA for mx.fast.cuda_kernel.",
+        kernel.replace('\n', " ")
+    );
+    // kiln's own CudaKernel compiles its programs after this prelude already.
+    header.push_str("#ifndef KILN_CUDA\n");
+    header.push_str(PRELUDE_OPEN);
+    header.push_str(shared_prelude());
+    header.push_str("#pragma nv_diagnostic pop\n#endif\nnamespace kiln_metal {\n");
+    if barriers {
+        header.push_str(MASKED_BARRIER);
+        header.push_str("#define threadgroup_barrier kiln_counted_threadgroup_barrier\n");
+    }
+    emit_user_code(&mut header, module, kernel, true);
+    if barriers {
+        header.push_str("#undef threadgroup_barrier\n");
+    }
+    header.push_str("#line 1 \"kiln-mlx-entry\"\n");
+    header.push_str(&shim(entry, grid, restrict_pointers, barriers, module.code.contains("kiln::oslog::print")));
+    header.push_str("}  // namespace kiln_user\n}  // namespace kiln_metal\n#line 1 \"mlx-cuda-kernel\"\n");
+
+    let mut args: Vec<String> = Vec::new();
+    if let GridSource::Input(name) = grid {
+        args.push(name.to_string());
+    }
+    args.extend(entry.params.iter().filter_map(|p| match p {
+        EntryParam::Buffer { index, .. } => {
+            Some(slots.get(*index as usize).cloned().unwrap_or_else(|| "nullptr".into()))
+        }
+        _ => None,
+    }));
+    let body = format!("  ::kiln_metal::kiln_user::{ENTRY_SHIM}({});\n", args.join(", "));
+    MlxCudaText { header, body }
+}
+
+/// Whether lowered code reaches a threadgroup barrier (the prelude's other functions have none).
+pub fn uses_barriers(code: &str) -> bool {
+    let bytes = code.as_bytes();
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    code.match_indices("threadgroup_barrier").any(|(i, m)| {
+        let end = i + m.len();
+        (i == 0 || !ident(bytes[i - 1])) && (end == bytes.len() || !ident(bytes[end]))
+    })
+}
+
+/// Before the prelude: MLX's includes (CUDA's `<cuda/std/cmath>`, `<cuda/std/cfloat>`) define
+/// C's versions of macros the prelude defines as Metal does (`INFINITY`, `FLT_MAX`, ...), which
+/// the prelude's definitions replace, and the prelude declares constants a kernel may not use.
+const PRELUDE_OPEN: &str = "#pragma nv_diagnostic push\n#pragma nv_diag_suppress 47\n#pragma nv_diag_suppress 177\n";
+
+/// The barrier of launches with padded groups: non-aligned (the threads of a warp may reach it
+/// at different call sites) and counting the threads that arrive still running the kernel.
+const MASKED_BARRIER: &str = r#"namespace kiln {
+__device__ __forceinline__ unsigned counted_barrier(unsigned running) {
+  unsigned n;
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %1, 0;\n\tbarrier.red.popc.u32 %0, 0, p;\n\t}"
+               : "=r"(n) : "r"(running) : "memory");
+  return n;
+}
+// A thread that has left the kernel (or is outside the grid) waits here until every thread has.
+__device__ __forceinline__ void wait_for_group() {
+  while (counted_barrier(0u) != 0u) {
+  }
+}
+}  // namespace kiln
+namespace metal {
+__device__ __forceinline__ void kiln_counted_threadgroup_barrier(mem_flags = mem_flags::mem_none) {
+  ::kiln_metal::kiln::counted_barrier(1u);
+}
+}  // namespace metal
+"#;
+
+/// The shim: Metal's attributes from CUDA's indices, then the call of the lowered kernel.
+fn shim(entry: &Entry, grid: GridSource<'_>, restrict_pointers: bool, barriers: bool, logs: bool) -> String {
+    let mut params = Vec::new();
+    if matches!(grid, GridSource::Input(_)) {
+        params.push("const void* kiln_grid".to_string());
+    }
+    let mut args = Vec::new();
+    for (position, p) in entry.params.iter().enumerate() {
+        args.push(match p {
+            EntryParam::Buffer { index, by_ref, is_const, .. } => {
+                let name = format!("kiln_b{index}");
+                let qualifier = match (*is_const, restrict_pointers) {
+                    (true, true) => "const void* __restrict__",
+                    (true, false) => "const void*",
+                    (false, _) => "void*",
+                };
+                params.push(format!("{qualifier} {name}"));
+                let ty = format!("kiln_sig::param<{position}>");
+                if *by_ref {
+                    format!("*static_cast<kiln::unref<{ty}>::type*>({name})")
+                } else {
+                    format!("static_cast<{ty}>({name})")
+                }
+            }
+            // Body-only kernels have no dynamic threadgroup memory.
+            EntryParam::Threadgroup { .. } => "nullptr".to_string(),
+            EntryParam::Builtin { attribute, ty, .. } => builtin_value_in(
+                attribute,
+                ty,
+                ["kiln_grid_size[0]", "kiln_grid_size[1]", "kiln_grid_size[2]"],
+                ["gridDim.x", "gridDim.y", "gridDim.z"],
+            ),
+        });
+    }
+    let mut s = String::new();
+    let _ = writeln!(s, "__device__ __forceinline__ void {ENTRY_SHIM}(\n    {}) {{", params.join(",\n    "));
+    s.push_str("  const unsigned gx = blockIdx.x, gy = blockIdx.y, gz = blockIdx.z;\n");
+    s.push_str("  const unsigned ux = blockDim.x, uy = blockDim.y, uz = blockDim.z;\n");
+    match grid {
+        GridSource::Launch => s.push_str(WHOLE_GROUPS),
+        GridSource::Input(_) => {
+            s.push_str(PADDED_GROUPS);
+            s.push_str(if barriers {
+                "  if (lin >= ntg) {\n    kiln::wait_for_group();\n    return;\n  }\n"
+            } else {
+                "  if (lin >= ntg) return;\n"
+            });
+            s.push_str(PADDED_POSITION);
+        }
+    }
+    s.push_str("  (void)gx; (void)gy; (void)gz; (void)tx; (void)ty; (void)tz; (void)ux; (void)uy; (void)uz;\n");
+    s.push_str("  (void)lin; (void)ntg; (void)kiln_grid_size;\n");
+    if logs {
+        s.push_str("  kiln::oslog::set_group(gx, gy, gz);\n");
+    }
+    let _ = writeln!(s, "  using kiln_sig = kiln::signature<decltype({})>;", entry.callee);
+    let _ = writeln!(s, "  {}(\n    {});", entry.callee, args.join(",\n    "));
+    if barriers {
+        s.push_str("  kiln::wait_for_group();\n");
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// Locals of a launch of whole groups: every block is a whole threadgroup.
+const WHOLE_GROUPS: &str = r#"  const unsigned tx = threadIdx.x, ty = threadIdx.y, tz = threadIdx.z;
+  const unsigned nx = ux, ny = uy, nz = uz;
+  const unsigned lin = tx + nx * (ty + ny * tz);
+  const unsigned ntg = nx * ny * nz;
+  const unsigned kiln_grid_size[3] = {gridDim.x * ux, gridDim.y * uy, gridDim.z * uz};
+"#;
+
+/// Locals of a launch whose edge blocks are padded: the actual group size, and the block's
+/// linear index, which is the Metal thread's index within its group.
+const PADDED_GROUPS: &str = r#"  const unsigned* kiln_g = static_cast<const unsigned*>(kiln_grid);
+  const unsigned kiln_grid_size[3] = {kiln_g[0], kiln_g[1], kiln_g[2]};
+  const unsigned kiln_rx = kiln_grid_size[0] - gx * ux, kiln_ry = kiln_grid_size[1] - gy * uy;
+  const unsigned kiln_rz = kiln_grid_size[2] - gz * uz;
+  const unsigned nx = kiln_rx < ux ? kiln_rx : ux, ny = kiln_ry < uy ? kiln_ry : uy, nz = kiln_rz < uz ? kiln_rz : uz;
+  const unsigned ntg = nx * ny * nz;
+  const unsigned lin = threadIdx.x + ux * (threadIdx.y + uy * threadIdx.z);
+"#;
+
+/// The position in the group of a thread of a padded launch: linearised with the actual group
+/// size, x fastest (in a whole group, the block's own position).
+const PADDED_POSITION: &str = r#"  const bool kiln_whole = ntg == ux * uy * uz;
+  const unsigned tx = kiln_whole ? threadIdx.x : lin % nx;
+  const unsigned ty = kiln_whole ? threadIdx.y : (lin / nx) % ny;
+  const unsigned tz = kiln_whole ? threadIdx.z : lin / (nx * ny);
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn barriers_are_found_as_identifiers() {
+        assert!(uses_barriers("threadgroup_barrier(mem_flags::mem_threadgroup);"));
+        assert!(uses_barriers("metal::threadgroup_barrier(f)"));
+        assert!(!uses_barriers("my_threadgroup_barrier_count = 1;"));
+        assert!(!uses_barriers("simdgroup_barrier(mem_flags::mem_none);"));
+    }
+}
