@@ -19,7 +19,8 @@ _nvrtc.preload()
 from . import errors, ops  # noqa: E402
 from ._custom_function import custom_function, grad, jvp, value_and_grad, vjp
 from ._debug import DebugBuffer, DebugValues, debug_buffer
-from ._kernel import MetalKernel, MetalLibrary, Output, check, metal_kernel, metal_library
+from ._check import check
+from ._kernel import MetalKernel, MetalLibrary, Output, metal_kernel, metal_library
 from ._kiln import cuda_status as _cuda_status
 from ._kiln import devices as _devices
 from ._kiln import nvrtc_version

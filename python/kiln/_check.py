@@ -9,7 +9,10 @@ import contextlib
 
 import numpy as np
 
-__all__ = ["unwrap", "checking", "render"]
+from ._kernel import MetalKernel, MetalLibrary
+from .errors import InvalidArgumentError
+
+__all__ = ["check", "unwrap", "checking", "render"]
 
 
 def _is_mlx(x) -> bool:
@@ -45,7 +48,6 @@ def _host_copy(x):
 
 def _dropin_kernel(kernel):
     """The kiln kernel a :class:`kiln.mlx.MetalKernel` wraps, or None for anything else."""
-    from ._kernel import MetalKernel
 
     inner = getattr(kernel, "_kiln", None)
     if type(kernel).__module__.startswith("kiln.mlx") and isinstance(inner, MetalKernel):
@@ -84,13 +86,11 @@ def checking():
     ``mx.fast.metal_kernel``, ``MetalLibrary.dispatch``) is first run under the sanitizer on the
     host, then as asked. Yields the list the findings go to (dicts as :func:`kiln.check` returns
     them; a call the sanitizer could not run adds an ``error`` of kind ``check-failed``)."""
-    from . import _kernel
-
     found: list = []
 
     def run_check(kernel, name, keywords):
         try:
-            found.extend(_kernel.check(kernel, **keywords))
+            found.extend(check(kernel, **keywords))
         except Exception as e:  # the call itself runs next and raises what it raises
             found.append({"kind": "check-failed", "severity": "error", "kernel": name, "line": None,
                           "message": f"kiln.check could not run this call: {type(e).__name__}: {e}"})
@@ -111,7 +111,7 @@ def checking():
 
         return dispatch
 
-    patched = [(_kernel.MetalKernel, "__call__", kernel_call), (_kernel.MetalLibrary, "dispatch", library_dispatch)]
+    patched = [(MetalKernel, "__call__", kernel_call), (MetalLibrary, "dispatch", library_dispatch)]
     try:
         from . import mlx as kiln_mlx
 
@@ -130,3 +130,25 @@ def checking():
                 delattr(cls, attr)
             else:
                 setattr(cls, attr, own)
+
+
+def check(kernel, **call_keywords):
+    """Runs one call of ``kernel`` (a :class:`MetalKernel`, or a kernel of the MLX drop-in's
+    ``mx.fast.metal_kernel``, with the keywords a call takes) on the CPU emulator under kiln's
+    sanitizer and returns its findings: a list of dicts with ``kind`` (``race``,
+    ``uninitialized-read``, ``unwritten-output``, ``barrier-divergence``, ``out-of-bounds``),
+    ``severity`` (``"error"`` or ``"warning"``), ``kernel``, ``line`` (1-based in the body, header
+    or file; ``part`` says which), ``text`` (that line), ``threads``, ``buffer``, ``index``,
+    ``count`` and ``message``. An empty list means nothing was found. A :class:`MetalLibrary`
+    takes :meth:`MetalLibrary.dispatch`'s keywords (``function=``, ``buffers=``,
+    ``threadgroup=``, ``threads=`` or ``threadgroups=``, ...). Arrays on a GPU (MLX, PyTorch) are
+    read on the host, and buffers a dispatch would write are copies."""
+    kernel, call_keywords = unwrap(kernel, call_keywords)
+    if isinstance(kernel, MetalLibrary):
+        return kernel._check(**call_keywords)
+    if not isinstance(kernel, MetalKernel):
+        raise InvalidArgumentError(
+            "kiln.check takes a kernel from kiln.metal_kernel, kiln.metal_library or the MLX drop-in "
+            f"(kiln.mlx), not {type(kernel).__name__}"
+        )
+    return kernel._check(**call_keywords)

@@ -584,27 +584,3 @@ def metal_library(name, source, math_mode="safe") -> MetalLibrary:
     ``[[threadgroup(n)]]`` and builtin parameters, function constants and file-scope data.
     Run a function with :meth:`MetalLibrary.dispatch`."""
     return MetalLibrary(name, source, math_mode)
-
-
-def check(kernel, **call_keywords):
-    """Runs one call of ``kernel`` (a :class:`MetalKernel`, or a kernel of the MLX drop-in's
-    ``mx.fast.metal_kernel``, with the keywords a call takes) on the CPU emulator under kiln's
-    sanitizer and returns its findings: a list of dicts with ``kind`` (``race``,
-    ``uninitialized-read``, ``unwritten-output``, ``barrier-divergence``, ``out-of-bounds``),
-    ``severity`` (``"error"`` or ``"warning"``), ``kernel``, ``line`` (1-based in the body, header
-    or file; ``part`` says which), ``text`` (that line), ``threads``, ``buffer``, ``index``,
-    ``count`` and ``message``. An empty list means nothing was found. A :class:`MetalLibrary`
-    takes :meth:`MetalLibrary.dispatch`'s keywords (``function=``, ``buffers=``,
-    ``threadgroup=``, ``threads=`` or ``threadgroups=``, ...). Arrays on a GPU (MLX, PyTorch) are
-    read on the host, and buffers a dispatch would write are copies."""
-    from ._check import unwrap
-
-    kernel, call_keywords = unwrap(kernel, call_keywords)
-    if isinstance(kernel, MetalLibrary):
-        return kernel._check(**call_keywords)
-    if not isinstance(kernel, MetalKernel):
-        raise InvalidArgumentError(
-            "kiln.check takes a kernel from kiln.metal_kernel, kiln.metal_library or the MLX drop-in "
-            f"(kiln.mlx), not {type(kernel).__name__}"
-        )
-    return kernel._check(**call_keywords)
