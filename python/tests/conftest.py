@@ -69,3 +69,28 @@ def pytest_runtest_setup(item):
         if cuda_required():
             pytest.fail(f"KILN_REQUIRE_BACKEND=cuda but CUDA was not reached: {reason}")
         pytest.skip(reason)
+
+
+# Every kernel call these modules make is also compiled, with NVRTC for sm_90, in the form the
+# MLX drop-in gives MLX's mx.fast.cuda_kernel on MLX's CUDA build (mlx_cuda_standin.Recorder);
+# a source that does not compile fails the test that made the call.
+CUDA_KERNEL_SOURCES_OF = {"test_cookbook", "test_mlx_dropin", "test_mlx_behaviours", "test_mlx_cuda_kernel"}
+_cuda_kernel_recorder = []
+
+
+@pytest.fixture(autouse=True)
+def _cuda_kernel_sources_compile(request):
+    if request.module.__name__ not in CUDA_KERNEL_SOURCES_OF:
+        yield
+        return
+    from mlx_cuda_standin import Recorder, nvrtc_available
+
+    if not nvrtc_available():
+        yield
+        return
+    if not _cuda_kernel_recorder:
+        _cuda_kernel_recorder.append(Recorder())
+    recorder = _cuda_kernel_recorder[0]
+    with recorder.recording():
+        yield
+    recorder.compile_pending()

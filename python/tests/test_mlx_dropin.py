@@ -261,6 +261,8 @@ def test_kernels_are_built_without_compiling():
 
 
 def test_inside_compile_is_a_clear_error():
+    if kiln.mlx._cuda_kernel_factory() is not None:
+        pytest.skip("kernels are lazy MLX primitives here (MLX's CUDA build): test_mlx_cuda.py runs them in mx.compile")
     kernel = mx.fast.metal_kernel(name="copy", input_names=["a"], output_names=["out"],
                                   source="uint i = thread_position_in_grid.x; out[i] = a[i];")
 

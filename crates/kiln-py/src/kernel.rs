@@ -344,6 +344,13 @@ impl Kernel {
     }
 }
 
+impl Kernel {
+    /// The kiln kernel (for `mlx_cuda`).
+    pub(crate) fn metal_kernel(&self) -> &MetalKernel {
+        &self.kernel
+    }
+}
+
 /// Where a call runs: the explicit device, else that of the first array input, else the CPU
 /// (kiln's Python API runs arrays where they live; a call with only scalars runs on the CPU).
 fn launch_device(inputs: &[KernelInput], device: Option<Device>) -> Device {
@@ -377,7 +384,7 @@ fn inputs_of(inputs: &Bound<'_, PyList>) -> PyResult<Vec<KernelInput>> {
 }
 
 /// A call's launch description (grid and threadgroup as `(x, y, z)`).
-fn spec_of(
+pub(crate) fn spec_of(
     output_shapes: &Bound<'_, PyList>,
     output_dtypes: &Bound<'_, PyList>,
     (gx, gy, gz): (u32, u32, u32),

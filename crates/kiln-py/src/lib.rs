@@ -9,6 +9,7 @@ mod arrays;
 mod convert;
 mod errors;
 mod kernel;
+mod mlx_cuda;
 mod ops;
 mod torch_call;
 
@@ -46,6 +47,9 @@ fn devices() -> Vec<(String, String)> {
 fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<kernel::Kernel>()?;
     m.add_class::<kernel::Library>()?;
+    m.add_class::<mlx_cuda::PyCudaKernel>()?;
+    m.add_function(wrap_pyfunction!(mlx_cuda::mlx_cuda_kernel_source, m)?)?;
+    m.add_function(wrap_pyfunction!(mlx_cuda::mlx_metal_verbose_text, m)?)?;
     m.add_class::<arrays::HostArray>()?;
     m.add_class::<arrays::DeviceArray>()?;
     m.add_function(wrap_pyfunction!(cuda_status, m)?)?;

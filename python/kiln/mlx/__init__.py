@@ -5,13 +5,26 @@ CUDA build.
 >>> kiln.mlx.install()      # before the code that builds kernels is imported
 >>> import mlx.core as mx   # mx.fast.metal_kernel(...) now runs its kernels with kiln
 
-After :func:`install`, ``mx.fast.metal_kernel`` is kiln's factory with MLX's arguments; a call
-runs the kernel with kiln on the device the arrays live on (the CPU emulator for MLX CPU arrays,
-the GPU for MLX CUDA arrays) and returns MLX arrays. Inputs are read in place through DLPack and
-the outputs are MLX arrays that kiln writes in place, so no array data is copied. The call is
-eager: it evaluates its inputs (``mx.eval``) and its outputs are already evaluated, so it works
-inside ``mx.grad`` / ``mx.vjp`` / ``mx.custom_function`` (give the kernel's VJP with
-``@f.vjp``) but not inside ``mx.compile`` or ``mx.vmap``, which forbid evaluation.
+After :func:`install`, ``mx.fast.metal_kernel`` is kiln's factory with MLX's arguments.
+
+On MLX's CUDA build a kernel is an ordinary lazy MLX primitive, as ``metal_kernel`` is on a
+Mac: each call signature builds an ``mx.fast.cuda_kernel`` from kiln's CUDA lowering of the
+Metal kernel (header: kiln's prelude, the lowered kernel and an entry shim that gives the Metal
+attributes exactly, partial threadgroups included; body: one call of the shim), and a call
+returns MLX's lazy outputs on MLX's stream. It works inside ``mx.compile``,
+``mx.custom_function`` (``@f.vjp``), ``mx.grad`` and wherever MLX's own custom kernels work.
+What ``cuda_kernel`` cannot run (a grid beyond one CUDA launch) runs eagerly, with one
+:class:`EagerKernelWarning` naming why.
+
+On MLX's CPU build (and under :func:`use_device`) a call runs the kernel with kiln eagerly on
+the device the arrays live on (the CPU emulator for MLX CPU arrays) and returns MLX arrays.
+Inputs are read in place through DLPack and the outputs are MLX arrays that kiln writes in
+place, so no array data is copied. The call evaluates its inputs (``mx.eval``) and its outputs
+are already evaluated, so it works inside ``mx.grad`` / ``mx.vjp`` / ``mx.custom_function``
+but not inside ``mx.compile`` or ``mx.vmap``, which forbid evaluation.
+
+``verbose=True`` prints the Metal source MLX would generate on a Mac; ``verbose="cuda"`` also
+has MLX print the CUDA source it compiles (kiln's header and body inside MLX's wrapper).
 
 ``mx.metal.is_available()`` reports True while installed (``metal_available=False`` keeps
 MLX's answer), because packages build their kernels only when it does (mlx-lm's
@@ -30,13 +43,17 @@ import contextvars
 import sys
 
 from .._kernel import MetalKernel as _KilnKernel
+from .. import _kiln
 from .. import _validate as check_arg
 from ..errors import InvalidArgumentError
-from ._dlpack import CPU, describe_dlpack, device_kind, libcuda
+from . import _lazy
+from ._dlpack import CPU, describe_dlpack, device_kind, libcuda, mlx_has_cuda
+from ._lazy import EagerKernelWarning
 
-__all__ = ["install", "uninstall", "installed", "metal_kernel", "MetalKernel", "use_device"]
+__all__ = ["install", "uninstall", "installed", "metal_kernel", "MetalKernel", "use_device", "EagerKernelWarning"]
 
-# What install() replaced, to put back: {"metal_kernel": f, "is_available": f}.
+# What install() replaced, to put back: {"metal_kernel": f, "is_available": f}, and the
+# cuda_kernel factory it chose ("cuda_kernel": f, or None for eager kernels).
 _saved: dict = {}
 # A device to run kernels on instead of the arrays' own ("cuda:0" for MLX CPU arrays on a GPU).
 _device_override: contextvars.ContextVar = contextvars.ContextVar("kiln_mlx_device", default=None)
@@ -53,11 +70,14 @@ def installed() -> bool:
     return bool(_saved)
 
 
-def install(*, metal_available: bool = True, force: bool = False) -> bool:
+def install(*, metal_available: bool = True, force: bool = False, lazy: bool = True, cuda_kernel=None) -> bool:
     """Makes ``mx.fast.metal_kernel`` build kiln kernels (see the module's documentation).
 
     Does nothing (returns False) where MLX has its own Metal back-end, unless ``force``.
     ``metal_available`` makes ``mx.metal.is_available()`` report True while installed.
+    ``lazy=False`` runs every kernel eagerly, even on MLX's CUDA build. ``cuda_kernel`` is the
+    factory lazy kernels are built with (``mx.fast.cuda_kernel``'s arguments) instead of MLX's
+    on its CUDA build; giving one makes kernels lazy on any build (tests give a stand-in).
     Modules that copied the factory (``from mlx.core.fast import metal_kernel``) before
     ``install`` keep MLX's: install first. Returns whether the drop-in is installed."""
     mx = _mx()
@@ -66,6 +86,7 @@ def install(*, metal_available: bool = True, force: bool = False) -> bool:
     real_metal = mx.metal.is_available()
     if real_metal and not force:
         return False
+    _saved["cuda_kernel"] = cuda_kernel if cuda_kernel is not None else (_DETECT if lazy else None)
     _saved["metal_kernel"] = mx.fast.metal_kernel
     _saved["is_available"] = mx.metal.is_available
     mx.fast.metal_kernel = metal_kernel
@@ -82,6 +103,23 @@ def uninstall() -> None:
     mx = _mx()
     mx.fast.metal_kernel = _saved.pop("metal_kernel")
     mx.metal.is_available = _saved.pop("is_available")
+    _saved.clear()
+
+
+# install()'s default choice of factory: MLX's own cuda_kernel where MLX runs on CUDA.
+_DETECT = object()
+_detected: dict = {}
+
+
+def _cuda_kernel_factory():
+    """The factory lazy kernels are built with, or None where kernels run eagerly."""
+    choice = _saved.get("cuda_kernel", _DETECT)
+    if choice is _DETECT:
+        if "mlx" not in _detected:
+            mx = _mx()
+            _detected["mlx"] = mx.fast.cuda_kernel if mlx_has_cuda() and hasattr(mx.fast, "cuda_kernel") else None
+        return _detected["mlx"]
+    return choice
 
 
 def _metal_is_available() -> bool:
@@ -106,7 +144,7 @@ class MetalKernel:
     """A kernel built by the drop-in ``mx.fast.metal_kernel``: MLX's call keywords, MLX arrays
     in and out, run by kiln."""
 
-    __slots__ = ("_kiln", "name", "_n_outputs", "_factory_args", "_mlx_kernel")
+    __slots__ = ("_kiln", "name", "_n_outputs", "_factory_args", "_mlx_kernel", "_plans")
 
     def __init__(self, name, input_names, output_names, source, header="", ensure_row_contiguous=True,
                  atomic_outputs=False, compile_options=None):
@@ -118,15 +156,24 @@ class MetalKernel:
                                   header=header, ensure_row_contiguous=ensure_row_contiguous,
                                   atomic_outputs=atomic_outputs, compile_options=compile_options)
         self._mlx_kernel = None
+        # The cuda_kernel of each call signature seen (or why it runs eagerly), on MLX's CUDA build.
+        self._plans = {}
 
     def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
                  init_value=None, verbose=False, stream=None):
-        """Runs the kernel now and returns its outputs as evaluated MLX arrays. ``stream`` is
-        accepted for MLX's signature; kiln runs on the arrays' device."""
+        """Returns the kernel's outputs as MLX arrays: lazy ones from MLX's ``cuda_kernel`` on
+        MLX's CUDA build, else evaluated ones kiln has written (``stream`` is then accepted for
+        MLX's signature; kiln runs on the arrays' device)."""
         mx = _mx()
         # MLX converts array-likes (NumPy arrays, lists) to MLX arrays; Python scalars stay
         # scalars, which kiln types by MLX's rules.
         inputs = [x if isinstance(x, (mx.array, bool, int, float)) else mx.array(x) for x in inputs]
+        factory = _cuda_kernel_factory()
+        if factory is not None and _device_override.get() is None:
+            outs = _lazy.call(self, factory, mx, inputs, output_shapes, output_dtypes, grid, threadgroup, template,
+                              init_value, verbose, stream)
+            if outs is not None:
+                return outs
         arrays = [x for x in inputs if isinstance(x, mx.array)]
         op = f"metal_kernel {self.name}"
         shapes = check_arg.shapes(op, output_shapes)
@@ -206,6 +253,21 @@ class MetalKernel:
             else:
                 out.append(mx.array(a))
         return out
+
+    def cuda_kernel_source(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None):
+        """What a call with these arguments gives ``mx.fast.cuda_kernel`` (``name``,
+        ``input_names``, ``output_names``, ``source``, ``header``, ``ensure_row_contiguous``,
+        ``shared_memory``, ``grid_input``), or ``{"unsupported": reason}``. Inputs may be lazy
+        MLX arrays, Python scalars, or ``(dtype, shape)`` pairs; only their dtypes and shapes
+        are read."""
+        mx = _mx()
+        op = f"metal_kernel {self.name}"
+        kinds = [x if isinstance(x, tuple) else _lazy._kinds(mx, [x])[0] for x in inputs]
+        kinds = [(check_arg.dtype(op, "inputs", d), tuple(s)) for d, s in kinds]
+        return _kiln.mlx_cuda_kernel_source(self._kiln, kinds, check_arg.shapes(op, output_shapes),
+                                            check_arg.dtypes(op, output_dtypes), check_arg.dims(op, "grid", grid),
+                                            check_arg.dims(op, "threadgroup", threadgroup),
+                                            check_arg.template(op, template))
 
     def __repr__(self):
         return f"<kiln.mlx.MetalKernel {self.name!r}>"
