@@ -60,9 +60,15 @@ _device_override: contextvars.ContextVar = contextvars.ContextVar("kiln_mlx_devi
 
 
 def _mx():
-    import mlx.core as mx
+    mx = _mlx_core.get("mx")
+    if mx is None:
+        import mlx.core as mx
 
+        _mlx_core["mx"] = mx
     return mx
+
+
+_mlx_core: dict = {}
 
 
 def installed() -> bool:
@@ -167,7 +173,8 @@ class MetalKernel:
         mx = _mx()
         # MLX converts array-likes (NumPy arrays, lists) to MLX arrays; Python scalars stay
         # scalars, which kiln types by MLX's rules.
-        inputs = [x if isinstance(x, (mx.array, bool, int, float)) else mx.array(x) for x in inputs]
+        array = mx.array
+        inputs = [x if type(x) is array or isinstance(x, (array, bool, int, float)) else array(x) for x in inputs]
         factory = _cuda_kernel_factory()
         if factory is not None and _device_override.get() is None:
             outs = _lazy.call(self, factory, mx, inputs, output_shapes, output_dtypes, grid, threadgroup, template,

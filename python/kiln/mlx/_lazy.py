@@ -20,6 +20,7 @@ from .. import _validate as check_arg
 from .._dtypes import dtype_name
 
 _I32 = 2**31
+_U32 = 2**32
 # Grid inputs by grid, kept for the calls that follow (bounded: grids that grow with a
 # sequence would otherwise pile up).
 _GRIDS: dict = {}
@@ -73,6 +74,15 @@ def _kinds(mx, inputs):
             for x in inputs]
 
 
+def _dims(op, what, value):
+    """``value`` as three integers in [0, 2^32) (checked quickly for a tuple of ints)."""
+    if type(value) is tuple and len(value) == 3:
+        a, b, c = value
+        if type(a) is int and type(b) is int and type(c) is int and 0 <= a < _U32 and 0 <= b < _U32 and 0 <= c < _U32:
+            return value
+    return check_arg.dims(op, what, value)
+
+
 def _grid_array(mx, grid):
     a = _GRIDS.get(grid)
     if a is None:
@@ -94,14 +104,15 @@ def call(kernel, factory, mx, inputs, output_shapes, output_dtypes, grid, thread
     """The lazy outputs of one call of the drop-in ``kernel``, or None where the call must run
     eagerly (with a one-time warning naming why). Raises the call's own errors."""
     op = f"metal_kernel {kernel.name}"
-    grid = check_arg.dims(op, "grid", grid)
-    threadgroup = check_arg.dims(op, "threadgroup", threadgroup)
-    if 0 in grid:
+    grid = _dims(op, "grid", grid)
+    threadgroup = _dims(op, "threadgroup", threadgroup)
+    gx, gy, gz = grid
+    tx, ty, tz = threadgroup
+    if not (gx and gy and gz):
         # No thread runs: kiln fills the outputs with init_value or refuses (eagerly, at once).
         return None
-    tx, ty, tz = threadgroup
-    valid_group = 0 not in threadgroup and tx * ty * tz <= 1024
-    padded = valid_group and any(g % min(t, g) for g, t in zip(grid, threadgroup))
+    valid_group = tx and ty and tz and tx * ty * tz <= 1024
+    padded = bool(valid_group) and bool(gx % min(tx, gx) or gy % min(ty, gy) or gz % min(tz, gz))
     try:
         tkey = tuple((n, type(v), v) for n, v in template) if template else ()
         key = (_signature(mx, inputs), tkey, tuple(output_dtypes), padded)
