@@ -104,6 +104,18 @@ class StandIn:
         return kernel
 
 
+def other_kind_of_grid(grid, threadgroup):
+    """A grid of partial threadgroups where ``grid`` is a whole number of them, and the grid
+    rounded up to whole groups where it is not (None where every threadgroup dimension is 1)."""
+    group = [min(t, g) for g, t in zip(grid, threadgroup)]
+    if any(g % t for g, t in zip(grid, group)):
+        return tuple(-(-g // t) * t for g, t in zip(grid, group))
+    for d, t in enumerate(threadgroup):
+        if t > 1 and t <= 1024:
+            return tuple(t + 1 if k == d else g for k, g in enumerate(grid))
+    return None
+
+
 class Recorder:
     """Compiles, once per distinct program, the ``cuda_kernel`` source of every successful
     kernel call made while :meth:`recording`, through kiln's ``CudaKernel`` with NVRTC."""
@@ -120,15 +132,19 @@ class Recorder:
         grid, threadgroup = check_arg.dims(op, "grid", grid), check_arg.dims(op, "threadgroup", threadgroup)
         if 0 in grid:
             return
-        got = _kiln.mlx_cuda_kernel_source(kiln_kernel, kinds, shapes, dtypes, grid, threadgroup, tmpl)
-        if "unsupported" in got:
-            return
-        if got["grid_input"] is not None:
-            kinds = kinds + [("uint32", (3,))]
-        key = (got["header"], got["source"], tuple(got["input_names"]), tuple(kinds), tuple(dtypes), tuple(tmpl))
-        if key not in self.compiled:
-            self.compiled.add(key)
-            self.pending.append((kiln_kernel.name, got, kinds, shapes, dtypes, tmpl))
+        # The call's own grid, and one of the other kind (whole groups, or partial ones), so both
+        # forms of the source compile.
+        for g in dict.fromkeys([grid, other_kind_of_grid(grid, threadgroup)]):
+            if g is None:
+                continue
+            got = _kiln.mlx_cuda_kernel_source(kiln_kernel, kinds, shapes, dtypes, g, threadgroup, tmpl)
+            if "unsupported" in got:
+                continue
+            ins = kinds + [("uint32", (3,))] if got["grid_input"] is not None else kinds
+            key = (got["header"], got["source"], tuple(got["input_names"]), tuple(ins), tuple(dtypes), tuple(tmpl))
+            if key not in self.compiled:
+                self.compiled.add(key)
+                self.pending.append((kiln_kernel.name, got, ins, shapes, dtypes, tmpl))
 
     def compile_pending(self):
         """Compiles what was recorded; raises AssertionError naming every kernel that failed."""
