@@ -372,14 +372,18 @@ class MetalLibrary:
 
     __slots__ = ("_library", "name")
 
-    def __init__(self, name, source, math_mode):
+    def __init__(self, name, source, math_mode, include_dirs=()):
         op = f"metal_library {check_arg.text('metal_library', 'name', name)}"
         check_arg.text(op, "source", source)
         if math_mode not in _MATH_MODES:
             raise InvalidArgumentError(
                 f"[metal_library {name}] expected math_mode 'safe', 'relaxed' or 'fast', got {math_mode!r}"
             )
-        self._library = _kiln.Library(name, source, math_mode)
+        # Directories as str or path objects (`__fspath__`), as open() takes them.
+        dirs = [] if isinstance(include_dirs, (str, bytes)) else list(include_dirs)
+        if isinstance(include_dirs, (str, bytes)) or not all(isinstance(d, str) or hasattr(d, "__fspath__") for d in dirs):
+            raise InvalidArgumentError(f"[{op}] include_dirs must be a list of directory paths, got {include_dirs!r}")
+        self._library = _kiln.Library(name, source, math_mode, [d if isinstance(d, str) else d.__fspath__() for d in dirs])
         self.name = name
 
     def dispatch(self, function, buffers, *, threadgroup, threads=None, threadgroups=None,
@@ -579,8 +583,10 @@ def _scalar_bytes(v) -> bytes:
         return np.float32(v).tobytes()
 
 
-def metal_library(name, source, math_mode="safe") -> MetalLibrary:
+def metal_library(name, source, math_mode="safe", include_dirs=()) -> MetalLibrary:
     """A whole ``.metal`` file (mlx-native style): kernels with ``[[buffer(n)]]``,
     ``[[threadgroup(n)]]`` and builtin parameters, function constants and file-scope data.
-    Run a function with :meth:`MetalLibrary.dispatch`."""
-    return MetalLibrary(name, source, math_mode)
+    ``include_dirs`` are where the file's ``#include "x.h"`` and ``#include <x.h>`` find the
+    library's own headers (a header found nowhere is a compile error naming the line). Run a
+    function with :meth:`MetalLibrary.dispatch`."""
+    return MetalLibrary(name, source, math_mode, include_dirs)

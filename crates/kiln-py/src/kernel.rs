@@ -426,8 +426,10 @@ pub struct Library {
 #[pymethods]
 impl Library {
     #[new]
-    fn new(name: &str, source: &str, math_mode_name: &str) -> PyResult<Self> {
-        Ok(Library { library: MetalLibrary::new(name, source).math_mode(math_mode(math_mode_name)?) })
+    #[pyo3(signature = (name, source, math_mode_name, include_dirs=Vec::new()))]
+    fn new(name: &str, source: &str, math_mode_name: &str, include_dirs: Vec<String>) -> PyResult<Self> {
+        let library = MetalLibrary::new(name, source).math_mode(math_mode(math_mode_name)?).include_dirs(include_dirs);
+        Ok(Library { library })
     }
 
     /// Dispatches `function`. `buffers` holds, per slot: an array descriptor (bound in place),

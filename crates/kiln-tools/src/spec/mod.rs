@@ -240,21 +240,32 @@ fn parse_template_item(c: &Section<'_>, i: usize, item: &Value) -> Result<(Templ
 fn parse_library(root: &Section<'_>) -> Result<LibrarySpec> {
     let file = root.file;
     let l = root.sub_table("library")?.ok_or_else(|| root.err("library", "missing [library] table"))?;
-    l.only_keys(&["source_file", "source", "function", "constants", "math_mode"])?;
-    let source = match (l.str("source_file")?, l.str("source")?) {
+    l.only_keys(&["source_file", "source", "function", "constants", "math_mode", "include_dirs"])?;
+    // A source file's quoted `#include`s are looked up beside it, as a compiler does.
+    let (source, source_dir) = match (l.str("source_file")?, l.str("source")?) {
         (Some(rel), None) => {
             let path = file.parent().map(|d| d.join(rel)).unwrap_or_else(|| rel.into());
             kiln::array::npy::check_regular_file(&path)
                 .map_err(|msg| l.err("source_file", format!("{}: {msg}", path.display())))?;
-            std::fs::read_to_string(&path).map_err(|e| l.err("source_file", format!("{}: {e}", path.display())))?
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| l.err("source_file", format!("{}: {e}", path.display())))?;
+            (text, path.parent().map(Path::to_path_buf))
         }
-        (None, Some(text)) => text.to_string(),
+        (None, Some(text)) => (text.to_string(), None),
         (Some(_), Some(_)) => return Err(l.err("source", "give either source or source_file, not both")),
         (None, None) => return Err(l.err("source_file", "missing: give source_file or source")),
     };
     let function = l.req_str("function")?;
     let name = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let mut library = MetalLibrary::new(name, source);
+    if let Some(dir) = source_dir {
+        library = library.file_dir(dir);
+    }
+    // Include directories are relative to the spec file.
+    if l.has("include_dirs") {
+        let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        library = library.include_dirs(l.strings("include_dirs")?.iter().map(|d| base.join(d)));
+    }
     if let Some(m) = l.str("math_mode")? {
         library = library.math_mode(m.parse::<MathMode>().map_err(|e| l.err("math_mode", e.to_string()))?);
     }

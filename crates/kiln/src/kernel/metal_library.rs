@@ -2,8 +2,9 @@
 //! `[[buffer(n)]]`, `[[threadgroup(n)]]` and builtin parameters directly. Buffers are bound in
 //! slot order; dispatch is by thread count or by threadgroup count.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
@@ -20,6 +21,7 @@ use crate::program::{
     check_threadgroup, ConstantKey, ConstantValue, MathMode, MetalProgram, ProgramKind, MAX_BUFFERS,
     MAX_THREADGROUP_MEMORY,
 };
+use crate::source::preprocess::{self, IncludePaths};
 
 /// A full Metal source file (mlx-native style): kernel functions take `[[buffer(n)]]`,
 /// `[[threadgroup(n)]]` and builtin parameters directly, and [`MetalLibrary::dispatch`] binds
@@ -53,6 +55,11 @@ pub struct MetalLibrary {
     source: String,
     math_mode: MathMode,
     contracts: Contracts,
+    includes: IncludePaths,
+    /// Macros defined before the source, as Metal's `MTLCompileOptions.preprocessorMacros`.
+    defines: Vec<(String, String)>,
+    /// The source with its own headers pasted in (`preprocess::resolve_includes`), made once.
+    resolved: Arc<OnceLock<std::result::Result<String, String>>>,
 }
 
 /// What launches of each function must satisfy, by function and constant values (read from the
@@ -188,13 +195,82 @@ impl MetalLibrary {
             source: source.into(),
             math_mode: MathMode::Safe,
             contracts: Contracts::default(),
+            includes: IncludePaths::default(),
+            defines: Vec::new(),
+            resolved: Arc::default(),
         }
+    }
+
+    /// The library in the file at `path`, named by its file name; its quoted `#include`s are
+    /// looked up in the file's directory first.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let source = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let mut library = MetalLibrary::new(name, source);
+        library.includes.file_dir = Some(path.parent().map(Path::to_path_buf).unwrap_or_default());
+        Ok(library)
+    }
+
+    /// Directories `#include` looks in for the library's own headers, in order: a quoted name
+    /// (`#include "utils.h"`) is looked up beside the including file first, then here; an
+    /// angled one (`#include <mlx/...>`) here only. Metal's own headers need none.
+    pub fn include_dirs<P: Into<PathBuf>>(mut self, dirs: impl IntoIterator<Item = P>) -> Self {
+        self.includes.dirs = dirs.into_iter().map(Into::into).collect();
+        self.resolved = Arc::default();
+        self
+    }
+
+    /// The directory quoted `#include`s of the source itself are looked up in first (set by
+    /// [`MetalLibrary::from_file`]).
+    pub fn file_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.includes.file_dir = Some(dir.into());
+        self.resolved = Arc::default();
+        self
+    }
+
+    /// Macros defined for the whole source, as `(name, value)` (Metal's
+    /// `MTLCompileOptions.preprocessorMacros`, a compiler's `-D name=value`).
+    pub fn defines<N: Into<String>, V: Into<String>>(mut self, defines: impl IntoIterator<Item = (N, V)>) -> Self {
+        self.defines = defines.into_iter().map(|(n, v)| (n.into(), v.into())).collect();
+        self.resolved = Arc::default();
+        self
     }
 
     /// The compiler's math mode (default safe).
     pub fn math_mode(mut self, mode: MathMode) -> Self {
         self.math_mode = mode;
+        self.resolved = Arc::default();
         self
+    }
+
+    /// The source with the library's defines before it and its own headers pasted in place of
+    /// their `#include`s, or the error naming the `#include` that could not be read.
+    fn resolved_source(&self) -> std::result::Result<&str, String> {
+        let resolved = self.resolved.get_or_init(|| {
+            let mut predefined = preprocess::METAL_PREDEFINED.to_vec();
+            if self.math_mode == MathMode::Fast {
+                predefined.push(("__FAST_MATH__", "1"));
+            }
+            predefined.extend(self.defines.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+            let text = preprocess::resolve_includes(&self.name, &self.source, &predefined, &self.includes)?;
+            if self.defines.is_empty() {
+                return Ok(text);
+            }
+            let mut out = String::with_capacity(text.len() + 64 * self.defines.len());
+            for (name, value) in &self.defines {
+                if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || value.contains('\n') {
+                    return Err(format!(
+                        "define {name:?} = {value:?}: a macro name is an identifier and its value one line"
+                    ));
+                }
+                out.push_str(&format!("#define {name} {value}\n"));
+            }
+            out.push_str(&format!("#line 1 \"{}\"\n", self.name.replace(['"', '\\'], "_")));
+            out.push_str(&text);
+            Ok(out)
+        });
+        resolved.as_deref().map_err(Clone::clone)
     }
 
     /// The name that labels errors.
@@ -207,11 +283,13 @@ impl MetalLibrary {
         &self.source
     }
 
-    /// The program a backend compiles for `launch`.
+    /// The program a backend compiles for `launch`: the source with the library's own headers
+    /// pasted in (as it is when one of them cannot be read: [`MetalLibrary::dispatch`] reports
+    /// that).
     pub fn program(&self, launch: &LibraryLaunch) -> MetalProgram {
         MetalProgram {
             kernel: format!("{}:{}", self.name, launch.function),
-            source: self.source.clone(),
+            source: self.resolved_source().unwrap_or(&self.source).to_string(),
             kind: ProgramKind::FullFile,
             function: launch.function.clone(),
             math_mode: self.math_mode,
@@ -234,6 +312,11 @@ impl MetalLibrary {
             return Err(Error::invalid(op, msg.clone()));
         }
         refuse_unwritten_outputs(&op, args, launch)?;
+        self.resolved_source().map_err(|log| Error::Compile {
+            backend: "translate",
+            kernel: format!("{}:{}", self.name, launch.function),
+            log,
+        })?;
         let bound = launch.threadgroup_memory.iter().fold(0usize, |sum, &b| sum.saturating_add(b.div_ceil(16) * 16));
         if bound > MAX_THREADGROUP_MEMORY {
             return Err(Error::invalid(

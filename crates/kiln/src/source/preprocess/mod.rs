@@ -16,10 +16,13 @@
 
 mod expand;
 mod expr;
+mod include;
 mod lex;
 
 use crate::source::limits::{exceeded, MAX_NESTING};
 use expand::{Macro, Macros};
+pub use include::IncludePaths;
+use include::Includer;
 use lex::{lex, render, HideSet, PpKind, PpToken};
 
 /// The macros Metal predefines for kiln's target (Metal 3.1 with bfloat), as `(name, value)`.
@@ -58,46 +61,148 @@ struct Preprocessor {
     macros: Macros,
     groups: Vec<Group>,
     out: String,
+    /// Set when resolving `#include`s (`resolve_includes`): then the text is not expanded but
+    /// copied, with each active include replaced by its file.
+    includer: Option<Includer>,
 }
 
 /// Preprocesses `src` with `predefined` macros (`(name, replacement)`). Errors name the line.
 pub fn preprocess(src: &str, predefined: &[(&str, &str)]) -> Result<String, String> {
-    let mut pp = Preprocessor { macros: Macros::default(), groups: Vec::new(), out: String::with_capacity(src.len()) };
-    for (name, value) in predefined {
-        pp.macros.define(name, Macro { params: None, variadic: false, body: significant(lex(value)) });
-    }
-    let toks = lex(src);
-    // Comments end before directives are read (translation phase 3), so an open one is an
-    // error even where it starts in an inactive `#if` branch.
-    let mut column = 1;
-    for t in &toks {
-        if t.is_open_comment() {
-            return Err(format!("line {}, column {column}: this `/*` comment is never closed by `*/`", t.line));
-        }
-        column = t.text.rfind('\n').map_or(column + t.text.len(), |i| t.text.len() - i);
-    }
-    let mut text: Vec<PpToken> = Vec::new();
-    let mut start = 0;
-    while start < toks.len() {
-        let end = toks[start..].iter().position(|t| t.kind == PpKind::Newline).map_or(toks.len(), |p| start + p + 1);
-        let line = &toks[start..end];
-        let directive =
-            line.iter().find(|t| !matches!(t.kind, PpKind::Space | PpKind::Comment)).is_some_and(|t| t.is_punct("#"));
-        if directive {
-            pp.flush(&mut text)?;
-            pp.directive(line)?;
-        } else if pp.active() {
-            text.extend_from_slice(line);
-        } else {
-            pp.blank(line);
-        }
-        start = end;
-    }
-    pp.flush(&mut text)?;
-    if let Some(g) = pp.groups.last() {
-        return Err(format!("line {}: `#if` without `#endif`", g.line));
-    }
+    let mut pp = Preprocessor::new(predefined, None);
+    pp.run(src)?;
+    pp.finish()?;
     Ok(pp.out)
+}
+
+/// `src` (the file `name`) with every active `#include "..."` and `#include <...>` of the
+/// program's own headers replaced by the header's text, found as `paths` says, under `#line`
+/// directives that name each file and line; Metal's own headers (`<metal_stdlib>`, ...) stay.
+/// A header with `#pragma once` is pasted once. `src` comes back unchanged when it includes
+/// nothing of its own. Conditions are decided with `predefined` and the macros defined so
+/// far, as the preprocessing that follows decides them. Errors name the file and line.
+pub fn resolve_includes(
+    name: &str,
+    src: &str,
+    predefined: &[(&str, &str)],
+    paths: &IncludePaths,
+) -> Result<String, String> {
+    if !include::includes_own_headers(src) {
+        return Ok(src.to_string());
+    }
+    let mut pp = Preprocessor::new(predefined, Some(Includer::new(name, paths)));
+    pp.run(src)?;
+    pp.finish()?;
+    Ok(pp.includer.map(|i| i.out).unwrap_or_default())
+}
+
+impl Preprocessor {
+    fn new(predefined: &[(&str, &str)], includer: Option<Includer>) -> Preprocessor {
+        let mut pp = Preprocessor { macros: Macros::default(), groups: Vec::new(), out: String::new(), includer };
+        for (name, value) in predefined {
+            pp.macros.define(name, Macro { params: None, variadic: false, body: significant(lex(value)) });
+        }
+        pp
+    }
+
+    /// Reads one file's text: its directives, and its other lines expanded (or, resolving
+    /// includes, copied).
+    fn run(&mut self, src: &str) -> Result<(), String> {
+        self.out.reserve(src.len());
+        let toks = lex(src);
+        // Comments end before directives are read (translation phase 3), so an open one is an
+        // error even where it starts in an inactive `#if` branch.
+        let mut column = 1;
+        for t in &toks {
+            if t.is_open_comment() {
+                return Err(format!("line {}, column {column}: this `/*` comment is never closed by `*/`", t.line));
+            }
+            column = t.text.rfind('\n').map_or(column + t.text.len(), |i| t.text.len() - i);
+        }
+        let mut text: Vec<PpToken> = Vec::new();
+        let mut start = 0;
+        while start < toks.len() {
+            let end =
+                toks[start..].iter().position(|t| t.kind == PpKind::Newline).map_or(toks.len(), |p| start + p + 1);
+            let line = &toks[start..end];
+            let directive = line
+                .iter()
+                .find(|t| !matches!(t.kind, PpKind::Space | PpKind::Comment))
+                .is_some_and(|t| t.is_punct("#"));
+            if self.includer.is_some() {
+                if !(directive && self.active() && self.include(line)?) {
+                    if let Some(includer) = self.includer.as_mut() {
+                        includer.copy(line);
+                    }
+                    if directive {
+                        self.directive(line)?;
+                    }
+                }
+            } else if directive {
+                self.flush(&mut text)?;
+                self.directive(line)?;
+            } else if self.active() {
+                text.extend_from_slice(line);
+            } else {
+                self.blank(line);
+            }
+            start = end;
+        }
+        self.flush(&mut text)
+    }
+
+    /// Checks that every `#if` was closed.
+    fn finish(&self) -> Result<(), String> {
+        match self.groups.last() {
+            Some(g) => Err(format!("line {}: `#if` without `#endif`", g.line)),
+            None => Ok(()),
+        }
+    }
+
+    /// Resolving includes, the active directive `line` when it includes one of the program's
+    /// own headers: the header's text written in its place. False for any other directive.
+    fn include(&mut self, line: &[PpToken]) -> Result<bool, String> {
+        let toks = significant(line.to_vec());
+        let at = toks[0].line;
+        if !toks.get(1).is_some_and(|t| t.kind == PpKind::Ident && t.text == "include") {
+            let once = toks.get(1).is_some_and(|t| t.text == "pragma") && toks.get(2).is_some_and(|t| t.text == "once");
+            if let Some(includer) = self.includer.as_mut().filter(|_| once) {
+                // Pasted into one text, the header needs no `#pragma once` (compilers warn).
+                includer.mark_once();
+                includer.blank(line);
+                return Ok(true);
+            }
+            return Ok(false);
+        }
+        let mut spelled = toks[2..].to_vec();
+        if spelled.first().is_some_and(|t| t.kind == PpKind::Ident) {
+            spelled = significant(self.macros.expand(spelled)?);
+        }
+        let header = include::header_name(&spelled).ok_or_else(|| {
+            let mut text = String::new();
+            render(&toks, &mut text);
+            format!("line {at}: `{}` names no header (`\"file\"` or `<file>`)", text.trim())
+        })?;
+        if include::is_metal_header(&header) {
+            return Ok(false);
+        }
+        let newlines: usize = line.iter().map(PpToken::newlines).sum();
+        let Some(includer) = self.includer.as_mut() else { return Ok(false) };
+        let Some(file) = includer.open(&header, at)? else {
+            // A header with `#pragma once` read before: nothing, the lines kept.
+            includer.blank(line);
+            return Ok(true);
+        };
+        let depth = self.groups.len();
+        let result = self.run(&file.text).and_then(|()| match self.groups.get(depth) {
+            Some(g) => Err(format!("line {}: `#if` without `#endif`", g.line)),
+            None => Ok(()),
+        });
+        let Some(includer) = self.includer.as_mut() else { return Ok(true) };
+        let display = includer.close();
+        result.map_err(|e| format!("{display}: {e}"))?;
+        includer.resume(at as usize + newlines);
+        Ok(true)
+    }
 }
 
 /// The significant tokens of `toks`, with `space` set where blanks preceded them.

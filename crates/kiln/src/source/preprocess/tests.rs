@@ -172,3 +172,61 @@ fn errors_name_the_line() {
         assert!(err.contains(needle), "{src:?}: {err}");
     }
 }
+
+/// A fresh directory with `files` (path, text) in it.
+fn tree(tag: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("kiln-include-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (path, text) in files {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn includes_are_pasted_under_line_directives_each_once_with_pragma_once() {
+    let dir = tree(
+        "paste",
+        &[
+            ("lib/utils.h", "#pragma once\n#include \"defs.h\"\ninline int twice(int x) { return 2 * x; }\n"),
+            ("lib/defs.h", "#pragma once\n#define N 4\n"),
+            ("inc/mlx/k/ops.h", "#include <metal_stdlib>\nint ops = N;\n"),
+        ],
+    );
+    let paths = IncludePaths { file_dir: Some(dir.join("lib")), dirs: vec![dir.join("inc")] };
+    let src = "#include \"utils.h\"\n#include \"utils.h\"\n#include <mlx/k/ops.h>\nint k = twice(N);\n";
+    let out = resolve_includes("main.metal", src, &METAL_PREDEFINED, &paths).unwrap();
+    assert_eq!(
+        out,
+        "#line 1 \"utils.h\"\n\n#line 1 \"defs.h\"\n\n#define N 4\n#line 3 \"utils.h\"\ninline int twice(int x) { return 2 * x; }\n\
+         #line 2 \"main.metal\"\n\n#line 1 \"mlx/k/ops.h\"\n#include <metal_stdlib>\nint ops = N;\n#line 4 \"main.metal\"\n\
+         int k = twice(N);\n"
+    );
+    assert_eq!(pp(&out).matches("twice").count(), 2, "the header's text comes once");
+    // Without includes of its own a program is returned as it is.
+    let plain = "#include <metal_stdlib>\nint x;\n";
+    assert_eq!(resolve_includes("p.metal", plain, &METAL_PREDEFINED, &paths).unwrap(), plain);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn includes_follow_conditions_and_unknown_ones_name_their_line() {
+    let dir = tree("cond", &[("a.h", "int a;\n")]);
+    let paths = IncludePaths { file_dir: Some(dir.clone()), dirs: Vec::new() };
+    let src = "#ifdef MISSING\n#include \"missing.h\"\n#else\n#include \"a.h\"\n#endif\n";
+    let out = resolve_includes("m.metal", src, &METAL_PREDEFINED, &paths).unwrap();
+    assert!(out.contains("int a;") && !out.contains("missing.h\"\n#line"), "{out}");
+    let err = resolve_includes("m.metal", "int x;\n#include \"nope.h\"\n", &METAL_PREDEFINED, &paths).unwrap_err();
+    assert!(err.starts_with("line 2: `#include \"nope.h\"`: no such header (searched "), "{err}");
+    let nested = tree("nested", &[("b.h", "\n\n#include \"gone.h\"\n")]);
+    let paths = IncludePaths { file_dir: Some(nested.clone()), dirs: Vec::new() };
+    let err = resolve_includes("m.metal", "#include \"b.h\"\n", &METAL_PREDEFINED, &paths).unwrap_err();
+    assert!(err.starts_with("b.h: line 3: `#include \"gone.h\"`"), "{err}");
+    let err =
+        resolve_includes("m.metal", "#include <x/y.h>\n", &METAL_PREDEFINED, &IncludePaths::default()).unwrap_err();
+    assert!(err.contains("no include directories are given"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(nested);
+}
