@@ -38,3 +38,7 @@ for i in range(255, 0, -1):
     j = int(rng.uniform() * (i + 1))
     perm[i], perm[j] = perm[j], perm[i]
 save("scores2x128.npy", [2, 128], [p / 16.0 - 8.0 for p in perm])
+# The gradient candle's strided reduce sums over the broadcast axis of (1, 1, 3, 4, 6).
+save("grad1x1x3x4x6.npy", [1, 1, 3, 4, 6], [rng.normal() for _ in range(72)])
+# One row of logits for uzu's top-k.
+save("logits1x2000.npy", [1, 2000], [2 * rng.normal() for _ in range(2000)])
