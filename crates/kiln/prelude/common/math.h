@@ -1,6 +1,6 @@
 // kiln common prelude: the `metal::` math library for float, half, bfloat and vectors (also
 // reachable as `metal::fast::` and `metal::precise::`): the elementary functions, min/max,
-// clamp, mix, select, isnan/isinf, geometric functions, as_type and numeric_limits. half and
+// clamp, mix, select, isnan/isinf, geometric functions and as_type. half and
 // bfloat are computed in float and rounded once. The functions whose exact results need more
 // care are in math_float.h, the integer functions in math_int.h. The target prelude declares
 // the C math functions (expf, ...).
@@ -16,6 +16,11 @@ KILN_HD inline bool isnan_bits(float x) { return (f2u(x) & 0x7fffffffu) > 0x7f80
 KILN_HD inline bool isinf_bits(float x) { return (f2u(x) & 0x7fffffffu) == 0x7f800000u; }
 }  // namespace kiln
 
+// bfloat's functions are templates that take exactly bfloat (Apple's headers leave bfloat maths
+// to the program): a program's own overload for bfloat (MLX's bf16_math.h) is then no
+// redefinition, and wins as the non-template.
+#define KILN_BF template <class BF, typename kiln::enable_if<kiln::is_same<BF, bfloat>::value, int>::type = 0>
+
 namespace metal {
 
 #define KILN_VEC_MAP1(NAME)                                                                     \
@@ -27,7 +32,7 @@ namespace metal {
 #define KILN_UNARY(NAME, F)                                                                     \
   KILN_HD inline float NAME(float x) { return F(x); }                                           \
   KILN_HD inline half NAME(half x) { return half(F((float)x)); }                                \
-  KILN_HD inline bfloat NAME(bfloat x) { return bfloat(F((float)x)); }                          \
+  KILN_BF KILN_HD inline BF NAME(BF x) { return BF(F((float)x)); }                          \
   KILN_VEC_MAP1(NAME)
 
 KILN_UNARY(exp, expf) KILN_UNARY(exp2, exp2f) KILN_UNARY(log, logf) KILN_UNARY(log2, log2f)
@@ -44,7 +49,7 @@ KILN_UNARY(rsqrt, kiln_rsqrt) KILN_UNARY(sign, kiln_sign) KILN_UNARY(saturate, k
 // abs: floats clear the sign; integers negate.
 KILN_HD inline float abs(float x) { return fabsf(x); }
 KILN_HD inline half abs(half x) { return half::from_bits((ushort)(x.bits & 0x7fffu)); }
-KILN_HD inline bfloat abs(bfloat x) { return bfloat::from_bits((ushort)(x.bits & 0x7fffu)); }
+KILN_BF KILN_HD inline BF abs(BF x) { return bfloat::from_bits((ushort)(x.bits & 0x7fffu)); }
 template <class T, class = typename kiln::enable_if<kiln::is_integral<T>::value>::type>
 KILN_HD inline T abs(T x) { return x < 0 ? T(-x) : x; }
 KILN_VEC_MAP1(abs)
@@ -75,7 +80,7 @@ KILN_VEC_MAP1(abs)
 #define KILN_BINARY(NAME, F)                                                                    \
   KILN_HD inline float NAME(float a, float b) { return F(a, b); }                               \
   KILN_HD inline half NAME(half a, half b) { return half(F((float)a, (float)b)); }              \
-  KILN_HD inline bfloat NAME(bfloat a, bfloat b) { return bfloat(F((float)a, (float)b)); }      \
+  KILN_BF KILN_HD inline BF NAME(BF a, BF b) { return BF(F((float)a, (float)b)); }      \
   template <class T, int N> KILN_HD inline vec<T, N> NAME(const vec<T, N>& a, const vec<T, N>& b) { \
     vec<T, N> r;                                                                                \
     for (int i = 0; i < N; ++i) r[i] = NAME(a[i], b[i]);                                        \
@@ -88,7 +93,7 @@ KILN_BINARY(fmin, fminf) KILN_BINARY(fmax, fmaxf)
 // float drops).
 KILN_HD inline float copysign(float a, float b) { return copysignf(a, b); }
 KILN_HD inline half copysign(half a, half b) { return half::from_bits((ushort)((a.bits & 0x7fffu) | (b.bits & 0x8000u))); }
-KILN_HD inline bfloat copysign(bfloat a, bfloat b) {
+KILN_BF KILN_HD inline BF copysign(BF a, BF b) {
   return bfloat::from_bits((ushort)((a.bits & 0x7fffu) | (b.bits & 0x8000u)));
 }
 template <class T, int N> KILN_HD inline vec<T, N> copysign(const vec<T, N>& a, const vec<T, N>& b) {
@@ -162,11 +167,11 @@ template <class T, class = typename kiln::enable_if<kiln::is_scalar<T>::value>::
 KILN_HD inline bool isinf(T x) { return kiln::isinf_bits((float)x); }
 template <class T, class = typename kiln::enable_if<kiln::is_scalar<T>::value>::type>
 KILN_HD inline bool isfinite(T x) { return !isnan(x) && !isinf(x); }
-template <class T, class = typename kiln::enable_if<kiln::is_scalar<T>::value>::type>
+template <class T, class = typename kiln::enable_if<kiln::is_scalar<T>::value && !kiln::is_same<T, bfloat>::value>::type>
 KILN_HD inline bool signbit(T x) { return (kiln::f2u((float)x) >> 31) != 0; }
 // From the bits: CUDA's conversion of a half NaN to float drops its sign.
 KILN_HD inline bool signbit(half x) { return (x.bits >> 15) != 0; }
-KILN_HD inline bool signbit(bfloat x) { return (x.bits >> 15) != 0; }
+KILN_BF KILN_HD inline bool signbit(BF x) { return (x.bits >> 15) != 0; }
 #define KILN_VEC_PRED(NAME)                                                                     \
   template <class T, int N> KILN_HD inline vec<bool, N> NAME(const vec<T, N>& v) {              \
     vec<bool, N> r;                                                                             \
@@ -210,64 +215,8 @@ template <class T, class U> KILN_HD inline T as_type(const U& u) {
   return t;
 }
 
-// numeric_limits for the scalar types kernels use.
-template <class T> struct numeric_limits;
-#define KILN_INT_LIMITS(T, LO, HI)                                                              \
-  template <> struct numeric_limits<T> {                                                        \
-    static constexpr bool is_integer = true;                                                    \
-    KILN_HD static constexpr T min() { return LO; }                                             \
-    KILN_HD static constexpr T lowest() { return LO; }                                          \
-    KILN_HD static constexpr T max() { return HI; }                                             \
-  };
-KILN_INT_LIMITS(bool, false, true)
-KILN_INT_LIMITS(signed char, -128, 127) KILN_INT_LIMITS(unsigned char, 0, 255)
-KILN_INT_LIMITS(char, -128, 127)
-KILN_INT_LIMITS(short, -32768, 32767) KILN_INT_LIMITS(unsigned short, 0, 65535)
-KILN_INT_LIMITS(int, -2147483647 - 1, 2147483647) KILN_INT_LIMITS(unsigned int, 0u, 4294967295u)
-KILN_INT_LIMITS(long, -9223372036854775807L - 1, 9223372036854775807L)
-KILN_INT_LIMITS(unsigned long, 0ul, 18446744073709551615ul)
-KILN_INT_LIMITS(long long, -9223372036854775807LL - 1, 9223372036854775807LL)
-KILN_INT_LIMITS(unsigned long long, 0ull, 18446744073709551615ull)
-#undef KILN_INT_LIMITS
-template <> struct numeric_limits<float> {
-  static constexpr bool is_integer = false;
-  KILN_HD static constexpr float min() { return 1.17549435e-38f; }
-  KILN_HD static constexpr float lowest() { return -3.40282347e38f; }
-  KILN_HD static constexpr float max() { return 3.40282347e38f; }
-  KILN_HD static constexpr float epsilon() { return 1.19209290e-7f; }
-  KILN_HD static constexpr float denorm_min() { return __builtin_bit_cast(float, 1u); }
-  KILN_HD static constexpr float infinity() { return __builtin_bit_cast(float, 0x7f800000u); }
-  KILN_HD static constexpr float quiet_NaN() { return __builtin_bit_cast(float, 0x7fc00000u); }
-};
-#define KILN_SMALL_LIMITS(T, MIN, MAX, EPS, DEN, INF, NAN_)                                     \
-  template <> struct numeric_limits<T> {                                                        \
-    static constexpr bool is_integer = false;                                                   \
-    KILN_HD static constexpr T min() { return T::from_bits(MIN); }                              \
-    KILN_HD static constexpr T lowest() { return T::from_bits((ushort)(MAX | 0x8000u)); }       \
-    KILN_HD static constexpr T max() { return T::from_bits(MAX); }                              \
-    KILN_HD static constexpr T epsilon() { return T::from_bits(EPS); }                          \
-    KILN_HD static constexpr T denorm_min() { return T::from_bits(DEN); }                       \
-    KILN_HD static constexpr T infinity() { return T::from_bits(INF); }                         \
-    KILN_HD static constexpr T quiet_NaN() { return T::from_bits(NAN_); }                       \
-  };
-KILN_SMALL_LIMITS(half, 0x0400u, 0x7bffu, 0x1400u, 0x0001u, 0x7c00u, 0x7e00u)
-KILN_SMALL_LIMITS(bfloat, 0x0080u, 0x7f7fu, 0x3c00u, 0x0001u, 0x7f80u, 0x7fc0u)
-#undef KILN_SMALL_LIMITS
-
 #undef KILN_UNARY
 #undef KILN_BINARY
 #undef KILN_VEC_MAP1
 
-namespace fast { using namespace ::metal; }
-namespace precise { using namespace ::metal; }
 }  // namespace metal
-
-#define MAXFLOAT 3.40282347e38f
-#define INFINITY (metal::numeric_limits<float>::infinity())
-#define NAN (metal::numeric_limits<float>::quiet_NaN())
-#define M_PI_F 3.14159265358979323846f
-#define M_LOG2E_F 1.44269504088896340736f
-#define M_LN2_F 0.69314718055994530942f
-#define HALF_MAX (metal::numeric_limits<half>::max())
-#define FLT_MAX 3.40282347e38f
-#define FLT_MIN 1.17549435e-38f

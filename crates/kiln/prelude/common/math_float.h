@@ -183,12 +183,12 @@ namespace metal {
 // The half and bfloat forms round the double (or float) result once.
 KILN_HD inline float exp10(float x) { return kiln::exp10_f32(x); }
 KILN_HD inline half exp10(half x) { return half(kiln::exp10_f32((float)x)); }
-KILN_HD inline bfloat exp10(bfloat x) { return bfloat(kiln::exp10_f32((float)x)); }
+KILN_BF KILN_HD inline BF exp10(BF x) { return bfloat(kiln::exp10_f32((float)x)); }
 KILN_FVEC1(exp10)
 #define KILN_PI_FUNC(NAME)                                                                      \
   KILN_HD inline float NAME(float x) { return (float)kiln::NAME##_f64(x); }                     \
   KILN_HD inline half NAME(half x) { return half(kiln::NAME##_f64((float)x)); }                 \
-  KILN_HD inline bfloat NAME(bfloat x) { return bfloat(kiln::NAME##_f64((float)x)); }           \
+  KILN_BF KILN_HD inline BF NAME(BF x) { return BF(kiln::NAME##_f64((float)x)); }           \
   KILN_FVEC1(NAME)
 KILN_PI_FUNC(sinpi) KILN_PI_FUNC(cospi) KILN_PI_FUNC(tanpi)
 #undef KILN_PI_FUNC
@@ -198,7 +198,7 @@ KILN_HD inline half fract(half x) {
   half f = half(kiln::fract_f32((float)x, 1.0f));
   return (float)f < 0x1.ffcp-1f || f != f ? f : half::from_bits(0x3bffu);
 }
-KILN_HD inline bfloat fract(bfloat x) {
+KILN_BF KILN_HD inline BF fract(BF x) {
   bfloat f = bfloat(kiln::fract_f32((float)x, 1.0f));
   return (float)f < 0x1.fep-1f || f != f ? f : bfloat::from_bits(0x3f7fu);
 }
@@ -206,7 +206,7 @@ KILN_FVEC1(fract)
 
 KILN_HD inline float fma(float a, float b, float c) { return fmaf(a, b, c); }
 KILN_HD inline half fma(half a, half b, half c) { return half(kiln::small_fma(a, b, c)); }
-KILN_HD inline bfloat fma(bfloat a, bfloat b, bfloat c) { return bfloat(kiln::small_fma(a, b, c)); }
+KILN_BF KILN_HD inline BF fma(BF a, BF b, BF c) { return bfloat(kiln::small_fma(a, b, c)); }
 KILN_FVEC3(fma)
 
 // x - y if x > y, +0 if not, NaN if either is NaN.
@@ -227,7 +227,7 @@ KILN_FVEC3(fmin3) KILN_FVEC3(fmax3) KILN_FVEC3(fmedian3)
 
 KILN_HD inline int ilogb(float x) { return kiln::ilogb_f32(x); }
 KILN_HD inline int ilogb(half x) { return kiln::ilogb_f32((float)x); }
-KILN_HD inline int ilogb(bfloat x) { return kiln::ilogb_f32((float)x); }
+KILN_BF KILN_HD inline int ilogb(BF x) { return kiln::ilogb_f32((float)x); }
 template <class T, int N> KILN_HD inline vec<int, N> ilogb(const vec<T, N>& v) {
   vec<int, N> r;
   for (int i = 0; i < N; ++i) r[i] = ilogb(v[i]);
@@ -236,7 +236,7 @@ template <class T, int N> KILN_HD inline vec<int, N> ilogb(const vec<T, N>& v) {
 
 KILN_HD inline float frexp(float x, int& e) { return kiln::frexp_f32(x, e); }
 KILN_HD inline half frexp(half x, int& e) { return half(kiln::frexp_f32((float)x, e)); }
-KILN_HD inline bfloat frexp(bfloat x, int& e) { return bfloat(kiln::frexp_f32((float)x, e)); }
+KILN_BF KILN_HD inline BF frexp(BF x, int& e) { return bfloat(kiln::frexp_f32((float)x, e)); }
 template <class T, int N> KILN_HD inline vec<T, N> frexp(const vec<T, N>& v, vec<int, N>& e) {
   vec<T, N> r;
   for (int i = 0; i < N; ++i) r[i] = frexp(v[i], e[i]);
@@ -246,7 +246,7 @@ template <class T, int N> KILN_HD inline vec<T, N> frexp(const vec<T, N>& v, vec
 // The float result is exact wherever the half or bfloat one is not zero or infinite.
 KILN_HD inline float ldexp(float x, int k) { return ldexpf(x, k); }
 KILN_HD inline half ldexp(half x, int k) { return half(ldexpf((float)x, k)); }
-KILN_HD inline bfloat ldexp(bfloat x, int k) { return bfloat(ldexpf((float)x, k)); }
+KILN_BF KILN_HD inline BF ldexp(BF x, int k) { return bfloat(ldexpf((float)x, k)); }
 template <class T, int N> KILN_HD inline vec<T, N> ldexp(const vec<T, N>& v, const vec<int, N>& k) {
   vec<T, N> r;
   for (int i = 0; i < N; ++i) r[i] = ldexp(v[i], k[i]);
@@ -275,7 +275,7 @@ KILN_HD inline float nextafter(float x, float y) {
 KILN_HD inline half nextafter(half x, half y) {
   return half::from_bits((ushort)kiln::nextafter_bits(x.bits, (float)x, y.bits, (float)y, 0x8000u));
 }
-KILN_HD inline bfloat nextafter(bfloat x, bfloat y) {
+KILN_BF KILN_HD inline BF nextafter(BF x, BF y) {
   return bfloat::from_bits((ushort)kiln::nextafter_bits(x.bits, (float)x, y.bits, (float)y, 0x8000u));
 }
 KILN_FVEC2(nextafter)
@@ -300,7 +300,7 @@ KILN_HD inline bool isnormal(half x) {
   uint e = ((uint)x.bits >> 10) & 0x1fu;
   return e != 0u && e != 0x1fu;
 }
-KILN_HD inline bool isnormal(bfloat x) {
+KILN_BF KILN_HD inline bool isnormal(BF x) {
   uint e = ((uint)x.bits >> 7) & 0xffu;
   return e != 0u && e != 0xffu;
 }

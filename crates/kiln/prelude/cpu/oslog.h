@@ -3,10 +3,17 @@
 // `kiln_run` call the host takes that buffer (`kiln_log_drain`) and prints the launch's lines
 // in group order, so the output is the same on every run.
 #pragma once
-#include <stdio.h>
-#include <stdlib.h>
 
 namespace kiln { namespace oslog {
+
+// The C library's functions, declared here rather than through <stdlib.h> and <stdio.h>, which
+// put `abs`, `div` and the like in the global namespace beside Metal's (`using namespace
+// metal; abs(x)` would be ambiguous).
+extern "C" {
+void* realloc(void*, size_t) noexcept;
+void free(void*) noexcept;
+int snprintf(char*, size_t, const char*, ...) noexcept;
+}
 
 struct Sink {
   char* data;

@@ -1,5 +1,6 @@
 //! The CUDA translation unit: the self-contained CUDA prelude, the lowered user code (inside
-//! `namespace kiln_user`, with `#line` directives pointing at the user's own lines) and one
+//! the prelude's `namespace kiln_metal`, with `#line` directives pointing at the user's own
+//! lines) and, in `namespace kiln_user`, one
 //! `extern "C" __global__` wrapper per entry point.
 //!
 //! Launch ABI: every wrapper takes one `const __grid_constant__ KilnArgs` by value. It carries
@@ -112,75 +113,6 @@ template <class R> struct unref<R&> { using type = R; };
 }  // namespace kiln
 "#;
 
-/// `metal::` functions brought into the user's namespace by using-declarations, so an
-/// unqualified `exp`/`max`/`abs` finds Metal's overloads before CUDA's global ones.
-const METAL_NAMES: &[&str] = &[
-    "exp",
-    "log",
-    "sin",
-    "cos",
-    "tan",
-    "exp2",
-    "log2",
-    "log10",
-    "exp10",
-    "sqrt",
-    "rsqrt",
-    "tanh",
-    "sinh",
-    "cosh",
-    "asin",
-    "acos",
-    "atan",
-    "asinh",
-    "acosh",
-    "atanh",
-    "floor",
-    "ceil",
-    "trunc",
-    "round",
-    "rint",
-    "fabs",
-    "fract",
-    "sign",
-    "saturate",
-    "abs",
-    "pow",
-    "powr",
-    "atan2",
-    "fmod",
-    "copysign",
-    "step",
-    "fmax",
-    "fmin",
-    "max",
-    "min",
-    "clamp",
-    "fma",
-    "mix",
-    "smoothstep",
-    "select",
-    "isnan",
-    "isinf",
-    "isfinite",
-    "signbit",
-    "popcount",
-    "clz",
-    "ctz",
-    "reverse_bits",
-    "mulhi",
-    "divide",
-    "sinpi",
-    "cospi",
-    "fdim",
-    "frexp",
-    "ilogb",
-    "ldexp",
-    "modf",
-    "nextafter",
-    "sincos",
-];
-
 /// Generated text of one CUDA translation unit.
 #[derive(Clone, Debug)]
 pub struct CudaUnit {
@@ -275,18 +207,17 @@ pub fn emit(module: &LoweredModule, kernel: &str, mlx_body: bool, restrict_point
     CudaUnit { source: out, inline_bytes, line_map }
 }
 
-/// Opens `namespace kiln_user` (inside `kiln_metal`, after the prelude) and writes the user's
-/// lowered code into `out`, with `#line` directives at the user's lines; `mlx_body` adds MLX's
-/// utils preamble first. Returns, for each line of `out`, the user's line it came from.
+/// Writes the user's lowered code into `out` (inside `kiln_metal`, after the prelude), with
+/// `#line` directives at the user's lines, then opens `namespace kiln_user` for the entry
+/// wrappers; `mlx_body` adds MLX's utils preamble first. Returns, for each line of `out`, the
+/// user's line it came from.
+///
+/// The code stands at the prelude's own scope, as it stands at global scope on the host: its
+/// `namespace metal { ... }` reopens Metal's (MLX's headers add overloads and traits there),
+/// its specialisations of the prelude's templates (`_numeric_limits_impl<T>`) are in their
+/// namespace, and its overloads of Metal's names join Metal's.
 pub(crate) fn emit_user_code(out: &mut String, module: &LoweredModule, kernel: &str, mlx_body: bool) -> Vec<u32> {
-    // A kernel's own `namespace metal { ... }` (MLX's steel headers add traits there) opens
-    // kiln_user::metal, which sees all of Metal's names.
-    out.push_str(
-        "namespace kiln_user {\nnamespace metal { using namespace ::kiln_metal::metal; }\nusing namespace metal;\n",
-    );
-    for name in METAL_NAMES {
-        let _ = writeln!(out, "using metal::{name};");
-    }
+    out.push_str("using namespace metal;\n");
     if mlx_body {
         out.push_str("// ---- kiln prelude: common/mlx_utils.h\n");
         out.push_str(&requalify(MLX_UTILS.1));
@@ -312,6 +243,8 @@ pub(crate) fn emit_user_code(out: &mut String, module: &LoweredModule, kernel: &
         expected = if user > 0 { Some(user + 1) } else { None };
         continued = line.ends_with('\\');
     }
+    out.push_str("namespace kiln_user {\n");
+    line_map.push(0);
     line_map
 }
 

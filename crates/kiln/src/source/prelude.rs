@@ -13,11 +13,12 @@ macro_rules! header {
 }
 
 /// The common headers, in inclusion order (usable from host C++ and CUDA C++).
-pub const COMMON: [Header; 14] = [
+pub const COMMON: [Header; 15] = [
     header!("common/types.h"),
     header!("common/vec.h"),
     header!("common/vec_ops.h"),
     header!("common/packed.h"),
+    header!("common/limits.h"),
     header!("common/math.h"),
     header!("common/math_float.h"),
     header!("common/math_int.h"),
@@ -36,25 +37,31 @@ pub const MLX_UTILS: Header = header!("common/mlx_utils.h");
 /// The CPU target's configuration, before the common headers.
 pub const CPU_CONFIG: Header = header!("cpu/config.h");
 
+/// What both targets declare after their runtime: the parts of Apple's headers that build on
+/// the math and SIMD-group functions (`metal::fast`, the compiler's intrinsics).
+pub const BUILTINS: Header = header!("common/builtins.h");
+
 /// The CPU emulator's runtime, after the common headers: threads, threadgroup memory, SIMD-group
-/// convergence and collectives, and where `os_log` lines go.
-pub const CPU_RUNTIME: [Header; 5] = [
+/// convergence and collectives, and where `os_log` lines go; then [`BUILTINS`].
+pub const CPU_RUNTIME: [Header; 6] = [
     header!("cpu/runtime.h"),
     header!("cpu/threadgroup.h"),
     header!("cpu/convergence.h"),
     header!("cpu/simd.h"),
     header!("cpu/oslog.h"),
+    BUILTINS,
 ];
 
 /// `CPU_RUNTIME` of the sanitizer's libraries (`kiln check`): the sanitizer after the
 /// threadgroup memory.
-pub const CPU_CHECKED_RUNTIME: [Header; 6] = [
+pub const CPU_CHECKED_RUNTIME: [Header; 7] = [
     header!("cpu/runtime.h"),
     header!("cpu/threadgroup.h"),
     header!("cpu/check.h"),
     header!("cpu/convergence.h"),
     header!("cpu/simd.h"),
     header!("cpu/oslog.h"),
+    BUILTINS,
 ];
 
 /// The CPU group scheduler, after the user's code and entry wrappers.
@@ -68,9 +75,9 @@ pub const CPU_SCHEDULER_LINK: Header = header!("cpu/scheduler_link.h");
 pub const CUDA_CONFIG: Header = header!("cuda/config.h");
 
 /// The CUDA-specific `os_log` printing, SIMD, synchronisation and matrix parts, after the
-/// common headers.
-pub const CUDA_RUNTIME: [Header; 4] =
-    [header!("cuda/oslog.h"), header!("cuda/simd.h"), header!("cuda/sync.h"), header!("cuda/matrix.h")];
+/// common headers; then [`BUILTINS`].
+pub const CUDA_RUNTIME: [Header; 5] =
+    [header!("cuda/oslog.h"), header!("cuda/simd.h"), header!("cuda/sync.h"), header!("cuda/matrix.h"), BUILTINS];
 
 /// Every header of `config`'s target in inclusion order: its configuration, the common
 /// headers, then `runtime`.
