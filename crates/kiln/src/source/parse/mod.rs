@@ -13,11 +13,12 @@ mod outline;
 mod overloads;
 mod process_calls;
 mod program;
+mod this_space;
 
 pub(crate) use const_eval::{split_args, Scope};
 pub(crate) use entry::{first_declarator, join};
 pub(crate) use outline::Outline;
-pub(crate) use program::{in_template_arguments, is_function_qualifier};
+pub(crate) use program::{in_template_arguments, is_function_qualifier, is_kernel_attribute};
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -165,7 +166,8 @@ pub(crate) fn parse(program: &MetalProgram) -> Result<ProgramParse> {
     };
     cursor.check_closed(part).map_err(error)?;
     process_calls::check(&cursor).map_err(error)?;
-    let repeated = overloads::check(&cursor).map_err(error)?;
+    let mut repeated = overloads::check(&cursor).map_err(error)?;
+    repeated.extend(this_space::repeats(&cursor).map_err(error)?);
     program::walk(cursor, repeated).map_err(error)
 }
 

@@ -1,11 +1,13 @@
 //! Overloads and template specialisations that differ only in address spaces. Metal allows
 //! `f(device const float*)` next to `f(thread const float*)`, and `S<device T*>` next to
 //! `S<threadgroup T*>`; the lowering turns address spaces into plain C++ pointers and
-//! references, where the two are one, and C++ would report a bare redefinition. Overloads are
-//! refused with the function named and the reason. Specialisations whose text is the same but
+//! references, where the two are one, and C++ would report a bare redefinition. Overloads with
+//! different definitions are refused with the function named and the reason. Specialisations whose text is the same but
 //! for the address spaces (MLX's `pointer_element<device T*>`, `<threadgroup T*>`, ...) mean
 //! the same thing in the lowered C++, so all but the first are dropped; ones that differ
-//! otherwise are refused with the template named.
+//! otherwise are refused with the template named. Function overloads whose whole definitions
+//! are the same but for their parameters' address spaces (candle's `elem_to_loc` for `device`
+//! and `constant` shapes) are one function too, and fold the same way.
 
 use std::collections::HashMap;
 
@@ -18,8 +20,9 @@ const ADDRESS_SPACES: [&str; 4] = ["device", "constant", "thread", "threadgroup"
 
 /// A function as C++ sees it after lowering: its scope, name and lowered parameter types.
 type Signature = (usize, String, Vec<String>);
-/// The first declaration of a signature: its parameters' address spaces, as written, and line.
-type Declared = (Vec<String>, Vec<String>, u32);
+/// The first declaration of a signature: its parameters' address spaces, as written, its line
+/// and its whole text without the parameters' address spaces.
+type Declared = (Vec<String>, Vec<String>, u32, String);
 
 /// One parameter: its type as the lowering sees it and its address spaces.
 struct Param {
@@ -89,8 +92,13 @@ pub(crate) fn check(src: &Cursor) -> Result<Vec<(usize, usize)>, String> {
                     let key = (scope, t.text.clone(), params.iter().map(|p| p.lowered.clone()).collect());
                     let spaces: Vec<String> = params.iter().map(|p| p.spaces.clone()).collect();
                     let written: Vec<String> = params.iter().map(|p| p.written.clone()).collect();
-                    if let Some((other, other_written, line)) = seen.get(&key) {
-                        if *other != spaces {
+                    let (from, to) = declaration(src, k, close);
+                    let text = without_spaces(src, from, to, k + 2, close);
+                    if let Some((other, other_written, line, other_text)) = seen.get(&key) {
+                        if *other != spaces && *other_text == text {
+                            // The same definition but for address spaces: one function lowered.
+                            repeats.push((from, to));
+                        } else if *other != spaces {
                             return Err(format!(
                                 "function `{}` (lines {line} and {}) is overloaded only on address spaces (`{}` and `{}`): \
                                  kiln lowers Metal's address spaces to plain C++ pointers and references, where these \
@@ -102,7 +110,7 @@ pub(crate) fn check(src: &Cursor) -> Result<Vec<(usize, usize)>, String> {
                             ));
                         }
                     } else {
-                        seen.insert(key, (spaces, written, t.line));
+                        seen.insert(key, (spaces, written, t.line, text));
                     }
                 }
             }
@@ -112,6 +120,35 @@ pub(crate) fn check(src: &Cursor) -> Result<Vec<(usize, usize)>, String> {
         k += 1;
     }
     Ok(repeats)
+}
+
+/// The first and last significant tokens of the function declaration whose name is at `name`
+/// and whose parameters close at `close`: from after the previous declaration to its body's
+/// `}` or its `;`.
+fn declaration(src: &Cursor, name: usize, close: usize) -> (usize, usize) {
+    let mut from = name;
+    while from > 0 && !(src.is(from - 1, ";") || src.is(from - 1, "{") || src.is(from - 1, "}")) {
+        from -= 1;
+    }
+    let mut j = close + 1;
+    while j < src.len() && !(src.is(j, "{") || src.is(j, ";")) {
+        j += 1;
+    }
+    let to = if src.is(j, "{") { src.matching(j).unwrap_or(j) } else { j };
+    (from, to.min(src.len().saturating_sub(1)))
+}
+
+/// The text of tokens `from..=to` without the address spaces in `params_from..params_to`.
+fn without_spaces(src: &Cursor, from: usize, to: usize, params_from: usize, params_to: usize) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    for j in from..=to {
+        let t = src.tok(j);
+        if (params_from..params_to).contains(&j) && ADDRESS_SPACES.iter().any(|s| t.is(s)) {
+            continue;
+        }
+        out.push(&t.text);
+    }
+    out.join(" ")
 }
 
 /// A class template specialisation whose arguments name address spaces.
@@ -259,8 +296,10 @@ mod tests {
         let err = run(src).unwrap_err();
         assert!(err.contains("function `which` (lines 1 and 2)") && err.contains("address spaces"), "{err}");
         assert!(err.contains("`device const float* p` and `constant float* q`"), "{err}");
-        let src = "struct S {\n  float get(thread float& r) const { return r; }\n  float get(threadgroup float& r) const { return r; }\n};";
+        let src = "struct S {\n  float get(thread float& r) const { return r; }\n  float get(threadgroup float& r) const { return -r; }\n};";
         assert!(run(src).unwrap_err().contains("`get` (lines 2 and 3)"));
+        let same = "struct S {\n  float get(thread float& r) const { return r; }\n  float get(threadgroup float& r) const { return r; }\n};";
+        assert_eq!(check(&Cursor::new(same)).map(|r| r.len()), Ok(1), "one definition but for address spaces folds");
     }
 
     #[test]
@@ -289,6 +328,17 @@ mod tests {
             run("template <typename T> struct pe<device T*> { using type = T; };\nstruct pe<float> {};"),
             Ok(())
         );
+    }
+
+    #[test]
+    fn overloads_with_one_definition_but_for_address_spaces_fold() {
+        let src = "template <typename S> inline S at(uint e, device const int* shape, device const S* strides) {\n  return e * strides[0] + shape[0];\n}\n\
+                   template <typename S> inline S at(uint e, constant const int* shape, constant const S* strides) {\n  return e * strides[0] + shape[0];\n}\n";
+        let c = Cursor::new(src);
+        let repeats = check(&c).unwrap();
+        assert_eq!(repeats.len(), 1);
+        let (from, to) = repeats[0];
+        assert!(c.tok(from).is("template") && c.tok(from).line == 4 && c.tok(to).is("}"), "{repeats:?}");
     }
 
     #[test]
