@@ -73,7 +73,7 @@ impl Walk {
             match t.kind {
                 Kind::Attr => {
                     let inner = t.attr_inner().to_string();
-                    if inner == "kernel" {
+                    if is_kernel_attribute(&inner) {
                         pending_kernel = Some(k);
                     } else if let Some(name) = host_name(&inner) {
                         if k > 0 && src.is(k - 1, "template") {
@@ -212,8 +212,12 @@ impl Walk {
             if src.is(j, "void") {
                 j += 1;
             }
+            // `void f<A>(params)`, or a function type named by a typedef before the template-id
+            // (`kernel_f_t kernel_f<float>`): the callee is the last name outside the angles,
+            // up to the parameters if there are any.
             let mut angle = 0i32;
             let mut stop = end;
+            let mut name = j;
             for p in j..end {
                 match src.tok(p).text.as_str() {
                     "<" => angle += 1,
@@ -223,13 +227,24 @@ impl Walk {
                         stop = p;
                         break;
                     }
+                    _ if angle == 0 && src.ident(p) && !src.is(p - 1, "::") => name = p,
                     _ => {}
                 }
             }
-            src.toks_in(j, stop)
+            let mut from = name;
+            while from >= j + 2 && src.is(from - 1, "::") && src.ident(from - 2) {
+                from -= 2;
+            }
+            src.toks_in(from, stop)
         };
         let callee = join(&callee_toks);
-        let fname = callee_toks.first().map(|t| t.text.clone()).unwrap_or_default();
+        let fname = callee_toks
+            .iter()
+            .take_while(|t| !t.is("<"))
+            .filter(|t| t.kind == Kind::Ident)
+            .last()
+            .map(|t| t.text.clone())
+            .unwrap_or_default();
         let params =
             self.kernels.get(&fname).cloned().ok_or_else(|| {
                 format!("instantiation {host:?} names `{fname}`, which is not a kernel defined above it")
@@ -272,6 +287,12 @@ pub(crate) fn is_function_qualifier(word: &str) -> bool {
     )
 }
 
+/// Whether the inside of an attribute group marks a kernel (`kernel`, or `kernel` among other
+/// attributes: `[[kernel, max_total_threads_per_threadgroup(64)]]`).
+pub(crate) fn is_kernel_attribute(inner: &str) -> bool {
+    inner == "kernel" || crate::source::cursor::split_text_commas(inner).iter().any(|a| a == "kernel")
+}
+
 /// The name in `host_name("x")`; adjacent literals are one string (`host_name("ss_" "Add")`, as
 /// MLX's instantiation macros write it with `#`).
 pub(crate) fn host_name(inner: &str) -> Option<String> {
@@ -287,7 +308,31 @@ pub(crate) fn host_name(inner: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::host_name;
+    use super::{host_name, walk};
+    use crate::source::cursor::Cursor;
+
+    fn entries(src: &str) -> Vec<(String, String)> {
+        let parse = walk(Cursor::new(src), Vec::new()).unwrap();
+        parse.entries.iter().map(|e| (e.host_name.clone(), e.callee.clone())).collect()
+    }
+
+    #[test]
+    fn instantiations_through_function_typedefs_and_kernel_attribute_lists() {
+        let src = "template <typename T> kernel void kernel_f(device T* y [[buffer(0)]]) {}\n\
+                   typedef decltype(kernel_f<float>) kernel_f_t;\n\
+                   template [[host_name(\"kernel_f_f32\")]] kernel kernel_f_t kernel_f<float>;\n\
+                   template [[host_name(\"kernel_f_f16\")]] kernel kernel_f_t kernel_f<half>;\n\
+                   template <int N> [[kernel, max_total_threads_per_threadgroup(N)]] void g(device int* y [[buffer(0)]]) {}\n\
+                   template [[host_name(\"g4\")]] [[kernel]] decltype(g<4>) g<4>;\n";
+        assert_eq!(
+            entries(src),
+            [
+                ("kernel_f_f32".to_string(), "kernel_f<float>".to_string()),
+                ("kernel_f_f16".to_string(), "kernel_f<half>".to_string()),
+                ("g4".to_string(), "g<4>".to_string()),
+            ]
+        );
+    }
 
     #[test]
     fn host_names_join_adjacent_literals() {
