@@ -9,6 +9,7 @@
 //! everything else is left to the target's prelude. What cannot be lowered faithfully (a host
 //! name defined twice, overloads that differ only in address spaces) is refused by name.
 
+mod anon_structs;
 mod convergence;
 mod functions;
 mod members;
