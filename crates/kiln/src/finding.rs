@@ -114,6 +114,7 @@ pub fn to_json(findings: &[Finding]) -> Value {
                     "line": line(&f.line),
                     "text": text(&f.line),
                     "part": f.line.as_ref().map(|l| l.part),
+                    "file": f.line.as_ref().and_then(|l| l.file.clone()),
                     "other_line": line(&f.other_line),
                     "other_text": text(&f.other_line),
                     "lines": lines,

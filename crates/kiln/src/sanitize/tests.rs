@@ -77,3 +77,36 @@ fn a_compile_error_from_the_cpu_backend_points_at_the_body() {
     assert!(err.contains("body line 3, column 10: error:"), "{err}");
     assert!(err.contains("out[i] = nope[i];"), "{err}");
 }
+
+#[test]
+fn findings_in_an_included_header_and_after_it_name_their_files_lines() {
+    use crate::{Device, LibraryArg, LibraryLaunch, MetalLibrary};
+    let dir = std::env::temp_dir().join(format!("kiln-sanitize-include-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("stage.h"),
+        "// stores each thread's value\ninline void stage(threadgroup float* s, uint i, float v) {\n  s[i] = v;\n}\n",
+    )
+    .unwrap();
+    let main = "#include <metal_stdlib>\n#include \"stage.h\"\nusing namespace metal;\n\n\
+                kernel void k(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],\n\
+                uint i [[thread_index_in_threadgroup]]) {\n  threadgroup float s[64];\n  stage(s, i, x[i]);\n\
+                \x20 y[i] = s[(i + 33) % 64];\n}\n";
+    std::fs::write(dir.join("k.metal"), main).unwrap();
+    let lib = MetalLibrary::from_file(dir.join("k.metal")).unwrap();
+    let x = Array::from_f64(DType::F32, &[64], &(0..64).map(|i| i as f64 + 0.5).collect::<Vec<_>>()).unwrap();
+    let args = [LibraryArg::Array(x), LibraryArg::Output { shape: vec![64], dtype: DType::F32, init_value: None }];
+    let (r, found) = check(|| lib.dispatch(Device::Cpu, &args, &LibraryLaunch::threads("k", 64usize, 64usize)));
+    r.unwrap();
+    let race = found.iter().find(|f| f.kind == "race" && f.severity == Severity::Error).unwrap();
+    let (read, write) = (race.line.as_ref().unwrap(), race.other_line.as_ref().unwrap());
+    assert_eq!((read.part, read.file.as_deref(), read.line), ("source", None, 9), "{}", race.render());
+    assert_eq!(
+        (write.file.as_deref(), write.line, write.text.trim()),
+        (Some("stage.h"), 3, "s[i] = v;"),
+        "{}",
+        race.render()
+    );
+    assert!(race.render().contains("stage.h line 3 |"), "{}", race.render());
+    std::fs::remove_dir_all(&dir).ok();
+}

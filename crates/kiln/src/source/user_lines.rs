@@ -1,6 +1,8 @@
 //! Lines of the generated Metal text mapped back to what the user wrote: the body or header of a
 //! body kernel (MLX wraps them in a signature of its own), or the lines of a `.metal` file.
 
+use rustc_hash::FxHashMap;
+
 use crate::error::Error;
 use crate::program::{MetalProgram, ProgramKind};
 
@@ -13,6 +15,16 @@ pub struct UserLine {
     pub line: u32,
     /// The line's text.
     pub text: String,
+    /// For a line of a header the `.metal` file includes: the header's name as the `#include`
+    /// found it (`part` is then `"source"`).
+    pub file: Option<String>,
+}
+
+impl UserLine {
+    /// `body line N`, or `NAME line N` for a line of an included header.
+    pub fn label(&self) -> String {
+        format!("{} line {}", self.file.as_deref().unwrap_or(self.part), self.line)
+    }
 }
 
 /// How the lines of one program's Metal text map to the user's.
@@ -24,6 +36,12 @@ pub struct UserLines {
     /// generated text (1-based).
     header_end: u32,
     body: Option<(u32, u32)>,
+    /// `.metal` files with headers pasted in: the name the pasted text gives the file itself
+    /// after a header, and the text of each line of the file and of its headers by (name, line),
+    /// as their `#line` directives say.
+    main_name: Option<String>,
+    included: FxHashMap<(String, u32), String>,
+    names: Vec<String>,
 }
 
 /// The file name compiler messages use for the user's Metal text (the generated unit's `#line`).
@@ -40,11 +58,23 @@ impl UserLines {
         let lines: Vec<String> = source.lines().map(str::to_string).collect();
         let file = user_file_name(program);
         if program.kind == ProgramKind::FullFile {
-            return UserLines { file, lines, header_end: 0, body: None };
+            let (main_name, included) = included_lines(program, &lines);
+            let mut names: Vec<String> = included.keys().map(|(name, _)| name.clone()).collect();
+            names.sort_unstable();
+            names.dedup();
+            return UserLines { file, lines, header_end: 0, body: None, main_name, included, names };
         }
         let signature = format!("[[kernel]] void {}(\n", program.function);
         let Some(sig) = source.rfind(&signature) else {
-            return UserLines { file, lines, header_end: 0, body: None };
+            return UserLines {
+                file,
+                lines,
+                header_end: 0,
+                body: None,
+                main_name: None,
+                included: FxHashMap::default(),
+                names: Vec::new(),
+            };
         };
         let line_of = |offset: usize| source[..offset].matches('\n').count() as u32 + 1;
         let mut header_end = line_of(sig) - 1;
@@ -56,20 +86,20 @@ impl UserLines {
             let close = source.rfind("\n}\n").map_or(lines.len() as u32, line_of);
             (start, close.max(start))
         });
-        UserLines { file, lines, header_end, body }
+        UserLines { file, lines, header_end, body, main_name: None, included: FxHashMap::default(), names: Vec::new() }
     }
 
     /// The user's line for line `generated` of the Metal text; `None` for lines kiln wrote.
     pub fn map(&self, generated: u32) -> Option<UserLine> {
         let text = self.lines.get(generated.checked_sub(1)? as usize)?.clone();
         let Some((start, end)) = self.body else {
-            return Some(UserLine { part: "source", line: generated, text });
+            return Some(UserLine { part: "source", line: generated, text, file: None });
         };
         if generated <= self.header_end {
-            return Some(UserLine { part: "header", line: generated, text });
+            return Some(UserLine { part: "header", line: generated, text, file: None });
         }
         if generated >= start && generated <= end {
-            return Some(UserLine { part: "body", line: generated - start + 1, text });
+            return Some(UserLine { part: "body", line: generated - start + 1, text, file: None });
         }
         None
     }
@@ -87,9 +117,20 @@ impl UserLines {
         (generated >= start && generated <= end).then_some("body")
     }
 
-    /// The innermost frame of an inline chain (`file`, line) that lies in the user's text.
+    /// The innermost frame of an inline chain (`file`, line) that lies in the user's text: the
+    /// program's own lines, or those of a header a `.metal` file includes.
     pub fn site(&self, frames: &[(String, u32)]) -> Option<UserLine> {
-        frames.iter().filter(|(f, _)| f.ends_with(&self.file)).find_map(|(_, l)| self.map(*l))
+        frames.iter().find_map(|(f, l)| {
+            if f.ends_with(&self.file) {
+                return self.map(*l);
+            }
+            let name = self.names.iter().find(|name| f == *name || f.ends_with(&format!("/{name}")))?;
+            let text = self.included.get(&(name.clone(), *l))?;
+            // The file itself goes by the library's name (with `"` and `\\` as `_` after defines).
+            let main = self.main_name.as_ref().is_some_and(|m| name == m || *name == m.replace(['"', '\\'], "_"));
+            let file = (!main).then(|| name.clone());
+            Some(UserLine { part: "source", line: *l, text: text.clone(), file })
+        })
     }
 
     /// The file name the generated unit gives the user's text.
@@ -98,10 +139,40 @@ impl UserLines {
     }
 }
 
+/// The lines of a `.metal` file's text under `#line N "name"` directives (its headers pasted in
+/// place of their `#include`s, see `preprocess::resolve_includes`) by (name, line), and the name
+/// the file itself goes by there (the library's name, before the function in `program.kernel`).
+fn included_lines(program: &MetalProgram, lines: &[String]) -> (Option<String>, FxHashMap<(String, u32), String>) {
+    let mut included = FxHashMap::default();
+    let mut at: Option<(String, u32)> = None;
+    for text in lines {
+        if let Some((n, name)) = line_directive(text) {
+            at = Some((name, n));
+            continue;
+        }
+        if let Some((name, n)) = at.as_mut() {
+            included.insert((name.clone(), *n), text.clone());
+            *n += 1;
+        }
+    }
+    if included.is_empty() {
+        return (None, included);
+    }
+    (program.kernel.rsplit_once(':').map(|(lib, _)| lib.to_string()), included)
+}
+
+/// `(N, name)` of a line `#line N "name"`.
+fn line_directive(text: &str) -> Option<(u32, String)> {
+    let rest = text.trim_start().strip_prefix('#')?.trim_start().strip_prefix("line")?;
+    let (n, name) = rest.trim().split_once(char::is_whitespace)?;
+    let name = name.trim().strip_prefix('"')?.strip_suffix('"')?;
+    Some((n.parse().ok()?, name.replace("\\\\", "\\").replace("\\\"", "\"")))
+}
+
 /// `line` as an excerpt: its number and text, then a caret under `name` where the line holds it
 /// as a word (else under its first character).
 pub fn excerpt(line: &UserLine, name: Option<&str>) -> String {
-    let gutter = format!("{} line {}", line.part, line.line);
+    let gutter = line.label();
     let text = line.text.trim_end();
     let column = name.and_then(|n| word_at(text, n)).unwrap_or_else(|| text.len() - text.trim_start().len());
     let pad: String = text[..column].chars().map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
@@ -202,8 +273,8 @@ fn translate_location(raw: &str) -> Option<(u32, Option<u32>, &str)> {
 /// `body line N, column C` (or without the column when it is not known).
 fn located(user: &UserLine, column: Option<u32>) -> String {
     match column {
-        Some(c) => format!("{} line {}, column {c}", user.part, user.line),
-        None => format!("{} line {}", user.part, user.line),
+        Some(c) => format!("{}, column {c}", user.label()),
+        None => user.label(),
     }
 }
 
@@ -238,7 +309,7 @@ fn drop_hint(message: &str) -> String {
 /// The line with a caret under `column` (1-based bytes; else its first character). A line
 /// longer than [`EXCERPT_WIDTH`] bytes shows the part around the column.
 fn caret_excerpt(line: &UserLine, column: Option<u32>) -> String {
-    let gutter = format!("{} line {}", line.part, line.line);
+    let gutter = line.label();
     let text = line.text.trim_end();
     let indent = text.len() - text.trim_start().len();
     let col = char_floor(text, column.map_or(indent, |c| (c as usize).saturating_sub(1).min(text.len())));

@@ -203,9 +203,7 @@ fn finding(
     };
     let elem = raw.elem.max(1) as i64;
     let index = raw.offset.div_euclid(elem);
-    let at = |l: &Option<UserLine>| {
-        l.as_ref().map_or("a line of kiln's".to_string(), |l| format!("{} line {}", l.part, l.line))
-    };
+    let at = |l: &Option<UserLine>| l.as_ref().map_or("a line of kiln's".to_string(), UserLine::label);
     let (ta, tb) = (raw.threads.0, raw.threads.1);
     let threads = vec![(ta, position(ta)), (tb, position(tb))];
     let mut f = Finding {
