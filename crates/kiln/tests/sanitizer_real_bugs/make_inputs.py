@@ -42,3 +42,7 @@ save("scores2x128.npy", [2, 128], [p / 16.0 - 8.0 for p in perm])
 save("grad1x1x3x4x6.npy", [1, 1, 3, 4, 6], [rng.normal() for _ in range(72)])
 # One row of logits for uzu's top-k.
 save("logits1x2000.npy", [1, 2000], [2 * rng.normal() for _ in range(2000)])
+# Rows, weight and bias for MLX's layer norm (axis 2000: 8 SIMD groups of 32 threads).
+save("rows2x2000.npy", [2, 2000], [rng.normal() for _ in range(4000)])
+save("weight2000.npy", [2000], [1 + 0.1 * rng.normal() for _ in range(2000)])
+save("bias2000.npy", [2000], [0.1 * rng.normal() for _ in range(2000)])
