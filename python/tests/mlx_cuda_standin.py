@@ -147,13 +147,19 @@ class Recorder:
                 self.pending.append((kiln_kernel.name, got, ins, shapes, dtypes, tmpl))
 
     def compile_pending(self):
-        """Compiles what was recorded; raises AssertionError naming every kernel that failed."""
+        """Compiles what was recorded; raises AssertionError naming every kernel that failed.
+        With ``KILN_MLX_SOURCE`` (an MLX checkout) and CUDA's headers installed, each source is
+        also compiled inside MLX's own wrapper with MLX's headers."""
         failures = []
+        mlx_root = os.environ.get("KILN_MLX_SOURCE")
+        in_mlx = bool(mlx_root) and bool(cuda_include_dirs())
         for name, got, kinds, shapes, dtypes, tmpl in self.pending:
             k = _kiln.CudaKernel(got["name"], got["input_names"], got["output_names"], got["source"], got["header"],
                                  got["ensure_row_contiguous"], got["shared_memory"])
             try:
                 assert k._compile(kinds, shapes, dtypes, tmpl, ARCH) > 1000
+                if in_mlx:
+                    compile_in_mlx_wrapper(mlx_root, got, [(d, len(s)) for d, s in kinds], dtypes, tmpl)
             except Exception as e:  # noqa: BLE001 - reported together below
                 failures.append(f"{name} {kinds}: {e}")
         self.pending.clear()

@@ -42,6 +42,26 @@ ROW_SUM = """
 """
 
 
+# Each thread's Metal attributes, a SIMD-group sum and a barrier, for grids of partial groups.
+WHERE_AM_I = """
+    uint2 p = thread_position_in_grid.xy;
+    uint i = p.x + threads_per_grid.x * p.y;
+    float s = simd_sum(x[i]);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[i * 5 + 0] = float(thread_index_in_threadgroup);
+    out[i * 5 + 1] = float(thread_position_in_threadgroup.x + 100 * thread_position_in_threadgroup.y);
+    out[i * 5 + 2] = float(threads_per_threadgroup.x + 100 * threads_per_threadgroup.y);
+    out[i * 5 + 3] = float(thread_index_in_simdgroup + 100 * simdgroup_index_in_threadgroup);
+    out[i * 5 + 4] = s;
+"""
+
+
+def on_the_emulator(name, source, x, **kw):
+    """The kernel's outputs on kiln's CPU emulator (NumPy in and out), the reference."""
+    k = kiln.metal_kernel(name, ["x"], ["out"], source)
+    return k(inputs=[to_numpy(x)], output_dtypes=[np.float32], **kw)
+
+
 @pytest.fixture
 def standin():
     """The drop-in installed with a recording stand-in for ``mx.fast.cuda_kernel``."""
@@ -331,9 +351,8 @@ def test_stand_in_runs_of_a_barrier_kernel_match_the_emulator(grid, tg):
         x = mx.random.normal((grid[0],))
         groups = -(-grid[0] // tg[0])
         (out,) = k(inputs=[x], grid=grid, threadgroup=tg, output_shapes=[(groups,)], output_dtypes=[mx.float32])
-        with kiln.mlx.use_device("cpu"):
-            (want,) = k(inputs=[x], grid=grid, threadgroup=tg, output_shapes=[(groups,)], output_dtypes=[mx.float32])
-        assert_close(np.asarray(out), np.asarray(want).astype(np.float64), np.float32)
+        (want,) = on_the_emulator("row_sum", ROW_SUM, x, grid=grid, threadgroup=tg, output_shapes=[(groups,)])
+        assert_close(np.asarray(out), want.astype(np.float64), np.float32)
     finally:
         kiln.mlx.uninstall()
 
@@ -345,23 +364,13 @@ def test_stand_in_runs_of_partial_2d_groups_give_metals_attributes():
     kiln.mlx.uninstall()
     kiln.mlx.install(force=True, cuda_kernel=StandIn(run=True))
     try:
-        k = mx.fast.metal_kernel(name="where_am_i", input_names=["x"], output_names=["out"], source="""
-            uint2 p = thread_position_in_grid.xy;
-            uint i = p.x + threads_per_grid.x * p.y;
-            float s = simd_sum(x[i]);
-            threadgroup_barrier(mem_flags::mem_threadgroup);
-            out[i * 5 + 0] = float(thread_index_in_threadgroup);
-            out[i * 5 + 1] = float(thread_position_in_threadgroup.x + 100 * thread_position_in_threadgroup.y);
-            out[i * 5 + 2] = float(threads_per_threadgroup.x + 100 * threads_per_threadgroup.y);
-            out[i * 5 + 3] = float(thread_index_in_simdgroup + 100 * simdgroup_index_in_threadgroup);
-            out[i * 5 + 4] = s;
-        """)
+        k = mx.fast.metal_kernel(name="where_am_i", input_names=["x"], output_names=["out"], source=WHERE_AM_I)
         x = mx.random.normal((12 * 10,))
         kw = dict(grid=(12, 10, 1), threadgroup=(8, 8, 1), output_shapes=[(600,)], output_dtypes=[mx.float32])
         (out,) = k(inputs=[x], **kw)
-        with kiln.mlx.use_device("cpu"):
-            (want,) = k(inputs=[x], **kw)
-        assert_close(np.asarray(out), np.asarray(want).astype(np.float64), np.float32)
+        (want,) = on_the_emulator("where_am_i", WHERE_AM_I, x, grid=kw["grid"], threadgroup=kw["threadgroup"],
+                                  output_shapes=kw["output_shapes"])
+        assert_close(np.asarray(out), want.astype(np.float64), np.float32)
     finally:
         kiln.mlx.uninstall()
 
