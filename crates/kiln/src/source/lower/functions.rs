@@ -178,7 +178,9 @@ fn function_head(src: &Cursor, k: usize, kernels: &HashSet<String>) -> Body {
         start -= 1;
     }
     let decl: Vec<&Token> = (start..open).map(|j| src.tok(j)).collect();
-    if decl.iter().any(|t| t.is("kernel") || (t.kind == Kind::Attr && crate::source::parse::is_kernel_attribute(t.attr_inner())))
+    if decl
+        .iter()
+        .any(|t| t.is("kernel") || (t.kind == Kind::Attr && crate::source::parse::is_kernel_attribute(t.attr_inner())))
         || kernels.contains(&src.tok(open - 1).text)
     {
         return Body::Kernel;
