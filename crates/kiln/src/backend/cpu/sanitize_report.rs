@@ -382,17 +382,32 @@ fn finding(
                 if ((1i64 << 32) - (1 << 20)..1i64 << 32).contains(&index) { index - (1i64 << 32) } else { index };
             f.index = Some(index);
             let distance = if index < 0 { -index } else { index - n + 1 };
-            f.distance = Some(distance);
-            let side =
-                if index < 0 { format!("{distance} before the start") } else { format!("{distance} past the end") };
+            // An access that starts inside the memory and runs past its end (wider than what is
+            // left: a struct or vector read from a smaller buffer) has no element outside to name.
+            let overruns = (0..n).contains(&index);
+            f.distance = (!overruns).then_some(distance);
             let write = raw.kind == RawKind::OobWrite;
-            f.message = format!(
-                "thread {} {} {what}[{index}], outside its {} ({side}; {})",
-                fmt_thread(ta, position(ta)),
-                if write { "wrote" } else { "read" },
-                plural(n as u64, "element"),
-                times(raw.count)
-            );
+            let unit = if elem == 1 { "byte" } else { "element" };
+            f.message = if overruns {
+                format!(
+                    "thread {} {} {what} from [{index}] on, past the end of its {} (the access is wider than what \
+                     is left; {})",
+                    fmt_thread(ta, position(ta)),
+                    if write { "wrote" } else { "read" },
+                    plural(n as u64, unit),
+                    times(raw.count)
+                )
+            } else {
+                let side =
+                    if index < 0 { format!("{distance} before the start") } else { format!("{distance} past the end") };
+                format!(
+                    "thread {} {} {what}[{index}], outside its {} ({side}; {})",
+                    fmt_thread(ta, position(ta)),
+                    if write { "wrote" } else { "read" },
+                    plural(n as u64, unit),
+                    times(raw.count)
+                )
+            };
             let bytes_out = if index < 0 { -raw.offset } else { raw.offset - raw.size as i64 };
             let in_apron = matches!(raw.memory, Memory::Buffer(_)) && bytes_out < PAD_BYTES as i64;
             if !write && in_apron && run.discarded_oob == Some(true) {
