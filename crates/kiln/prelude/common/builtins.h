@@ -75,10 +75,23 @@ KILN_SIMD_INTRINSIC(simd_broadcast) KILN_SIMD_INTRINSIC(simd_shuffle) KILN_SIMD_
 KILN_SIMD_INTRINSIC(simd_shuffle_up) KILN_SIMD_INTRINSIC(simd_shuffle_xor) KILN_SIMD_INTRINSIC(simd_shuffle_rotate_down)
 KILN_SIMD_INTRINSIC(simd_shuffle_rotate_up) KILN_SIMD_INTRINSIC(simd_shuffle_and_fill_down)
 KILN_SIMD_INTRINSIC(simd_shuffle_and_fill_up) KILN_SIMD_INTRINSIC(simd_max) KILN_SIMD_INTRINSIC(simd_min)
-KILN_SIMD_INTRINSIC(simd_sum) KILN_SIMD_INTRINSIC(simd_product) KILN_SIMD_INTRINSIC(simd_and) KILN_SIMD_INTRINSIC(simd_or)
-KILN_SIMD_INTRINSIC(simd_xor) KILN_SIMD_INTRINSIC(simd_prefix_exclusive_product) KILN_SIMD_INTRINSIC(simd_prefix_exclusive_sum)
+KILN_SIMD_INTRINSIC(simd_sum) KILN_SIMD_INTRINSIC(simd_product) KILN_SIMD_INTRINSIC(simd_prefix_exclusive_product) KILN_SIMD_INTRINSIC(simd_prefix_exclusive_sum)
 KILN_SIMD_INTRINSIC(simd_prefix_inclusive_product) KILN_SIMD_INTRINSIC(simd_prefix_inclusive_sum)
 #undef KILN_SIMD_INTRINSIC
+// The bitwise reductions take a float's bits too (MLX instantiates them for bfloat through float).
+namespace kiln {
+template <class T> struct bits_of { typedef T type; };
+template <> struct bits_of<float> { typedef uint type; };
+template <> struct bits_of<half> { typedef ushort type; };
+template <> struct bits_of<bfloat> { typedef ushort type; };
+}  // namespace kiln
+#define KILN_SIMD_BITWISE(NAME)                                                                 \
+  template <class T> KILN_HD inline T __metal_##NAME(T x) {                                     \
+    typedef typename ::kiln::bits_of<T>::type B;                                                \
+    return ::metal::as_type<T>(B(::metal::NAME(::metal::as_type<B>(x))));                       \
+  }
+KILN_SIMD_BITWISE(simd_and) KILN_SIMD_BITWISE(simd_or) KILN_SIMD_BITWISE(simd_xor)
+#undef KILN_SIMD_BITWISE
 // The exponent and integral part come back through a pointer.
 template <class A, class E> KILN_HD inline auto __metal_frexp(A a, E* e) -> decltype(::metal::frexp(a, *e)) {
   return ::metal::frexp(a, *e);

@@ -268,7 +268,8 @@ struct half {
   // |v| >= 2^24 overflows half, so the float conversion (exact below 2^24) rounds once.
   template <class T, class = typename kiln::enable_if<kiln::is_integral<T>::value>::type>
   KILN_HD constexpr half(T v) : bits(KILN_CVT(f32_to_f16, (float)v)) {}
-  KILN_HD constexpr inline half(bfloat b);
+  // Metal converts between half and bfloat only when asked (`half(b)`, `static_cast`).
+  KILN_HD explicit constexpr inline half(bfloat b);
   KILN_HD constexpr operator float() const { return KILN_CVT(f16_to_f32, bits); }
   KILN_HD static constexpr half from_bits(ushort b) { return half(b, bits_tag()); }
 };
@@ -283,11 +284,11 @@ struct bfloat {
   KILN_HD constexpr bfloat(double f) : bits(KILN_CVT(f32_to_bf16, KILN_NARROW(f64_to_f32_odd, f))) {}
   template <class T, class = typename kiln::enable_if<kiln::is_integral<T>::value>::type>
   KILN_HD constexpr bfloat(T v) : bits(KILN_CVT(f32_to_bf16, KILN_NARROW(int_to_f32_odd, v))) {}
-  KILN_HD constexpr bfloat(half h) : bits(KILN_CVT(f32_to_bf16, (float)h)) {}
+  KILN_HD explicit constexpr bfloat(half h) : bits(KILN_CVT(f32_to_bf16, (float)h)) {}
   KILN_HD constexpr operator float() const { return KILN_CVT(bf16_to_f32, bits); }
   KILN_HD static constexpr bfloat from_bits(ushort b) { return bfloat(b, bits_tag()); }
 };
-KILN_HD constexpr inline half::half(bfloat b) : bits(KILN_CVT(f32_to_f16, (float)b)) {}
+KILN_HD constexpr half::half(bfloat b) : bits(KILN_CVT(f32_to_f16, (float)b)) {}
 #undef KILN_CVT
 #undef KILN_NARROW
 
@@ -329,7 +330,7 @@ template <class A, class B> struct small_op {
 // to float), then the operation is done in float and rounded once to the result type.
 #define KILN_SMALL_BINOP(OP)                                                                   \
   template <class A, class B, class = typename kiln::enable_if<kiln::small_op<A, B>::value>::type> \
-  KILN_HD inline typename kiln::mixed_result<A, B>::type operator OP(A a, B b) {              \
+  KILN_HD constexpr typename kiln::mixed_result<A, B>::type operator OP(A a, B b) {           \
     typedef typename kiln::mixed_result<A, B>::type R;                                        \
     return R((float)R(a) OP (float)R(b));                                                     \
   }
@@ -337,7 +338,7 @@ KILN_SMALL_BINOP(+) KILN_SMALL_BINOP(-) KILN_SMALL_BINOP(*) KILN_SMALL_BINOP(/)
 #undef KILN_SMALL_BINOP
 #define KILN_SMALL_CMP(OP)                                                                     \
   template <class A, class B, class = typename kiln::enable_if<kiln::small_op<A, B>::value>::type> \
-  KILN_HD inline bool operator OP(A a, B b) {                                                  \
+  KILN_HD constexpr bool operator OP(A a, B b) {                                               \
     typedef typename kiln::mixed_result<A, B>::type R;                                        \
     return (float)R(a) OP (float)R(b);                                                        \
   }

@@ -183,6 +183,21 @@ impl<'a> Rewriter<'a> {
                         }
                         self.set(k, "");
                     }
+                    // An explicit specialisation of a member function template inside its class
+                    // (clang's CWG 727, which GCC refuses) is the non-template overload it
+                    // stands for: calls that deduce its arguments pick it either way.
+                    "template"
+                        if self.tok_is(k + 1, "<")
+                            && self.tok_is(k + 2, ">")
+                            && !context.file_scope
+                            && !in_function
+                            && !context.in_parens
+                            && !["struct", "class", "union"].iter().any(|s| self.tok_is(k + 3, s)) =>
+                    {
+                        self.blank(k, k + 3);
+                        k += 3;
+                        continue;
+                    }
                     "for" | "while" if self.tok_is(k + 1, "(") => self.poll_loop(k),
                     "is_function_constant_defined" if self.tok_is(k + 1, "(") && self.tok_is(k + 3, ")") => {
                         let name = self.tok(k + 2).text.clone();

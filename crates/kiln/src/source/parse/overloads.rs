@@ -78,22 +78,22 @@ pub(crate) fn check(src: &Cursor) -> Result<Vec<(usize, usize)>, String> {
                     }
                 }
             }
-        } else if t.kind == Kind::Ident && is(k + 1, "(") && k > 0 {
+        } else if let Some((name, open)) = function_name(src, k).filter(|_| k > 0) {
             let before = tok(k - 1);
             let after_type = before.kind == Kind::Ident || ["*", "&", "&&", ">", ">>"].iter().any(|s| before.is(s));
-            let Some(close) = src.matching(k + 1) else { break };
+            let Some(close) = src.matching(open) else { break };
             if after_type {
                 let params: Vec<Param> = {
-                    let inner: Vec<&Token> = (k + 2..close).map(tok).filter(|t| t.kind != Kind::Attr).collect();
+                    let inner: Vec<&Token> = (open + 1..close).map(tok).filter(|t| t.kind != Kind::Attr).collect();
                     split_commas(&inner).iter().map(|p| param(p)).collect()
                 };
                 if params.iter().any(|p| !p.spaces.is_empty()) {
                     let scope = scopes.last().copied().unwrap_or(0);
-                    let key = (scope, t.text.clone(), params.iter().map(|p| p.lowered.clone()).collect());
+                    let key = (scope, name.clone(), params.iter().map(|p| p.lowered.clone()).collect());
                     let spaces: Vec<String> = params.iter().map(|p| p.spaces.clone()).collect();
                     let written: Vec<String> = params.iter().map(|p| p.written.clone()).collect();
                     let (from, to) = declaration(src, k, close);
-                    let text = without_spaces(src, from, to, k + 2, close);
+                    let text = without_spaces(src, from, to);
                     if let Some((other, other_written, line, other_text)) = seen.get(&key) {
                         if *other != spaces && *other_text == text {
                             // The same definition but for address spaces: one function lowered.
@@ -103,7 +103,7 @@ pub(crate) fn check(src: &Cursor) -> Result<Vec<(usize, usize)>, String> {
                                 "function `{}` (lines {line} and {}) is overloaded only on address spaces (`{}` and `{}`): \
                                  kiln lowers Metal's address spaces to plain C++ pointers and references, where these \
                                  overloads are one function; give them different names",
-                                t.text,
+                                name,
                                 t.line,
                                 other_written.join(", "),
                                 written.join(", ")
@@ -138,17 +138,38 @@ fn declaration(src: &Cursor, name: usize, close: usize) -> (usize, usize) {
     (from, to.min(src.len().saturating_sub(1)))
 }
 
-/// The text of tokens `from..=to` without the address spaces in `params_from..params_to`.
-fn without_spaces(src: &Cursor, from: usize, to: usize, params_from: usize, params_to: usize) -> String {
+/// The text of tokens `from..=to` without address spaces (as lowered: both sides of a pair
+/// that differ only there are one function).
+fn without_spaces(src: &Cursor, from: usize, to: usize) -> String {
     let mut out: Vec<&str> = Vec::new();
     for j in from..=to {
         let t = src.tok(j);
-        if (params_from..params_to).contains(&j) && ADDRESS_SPACES.iter().any(|s| t.is(s)) {
-            continue;
+        if !ADDRESS_SPACES.iter().any(|s| t.is(s)) {
+            out.push(&t.text);
         }
-        out.push(&t.text);
     }
     out.join(" ")
+}
+
+/// The function name at `k` and the `(` of its parameters: `name(`, or an operator
+/// (`operator+=(`, `operator()(`, `operator[](`).
+fn function_name(src: &Cursor, k: usize) -> Option<(String, usize)> {
+    let t = src.tok(k);
+    if t.kind != Kind::Ident {
+        return None;
+    }
+    if !t.is("operator") {
+        return src.is(k + 1, "(").then(|| (t.text.clone(), k + 1));
+    }
+    let mut j = k + 1;
+    if (src.is(j, "(") && src.is(j + 1, ")")) || (src.is(j, "[") && src.is(j + 1, "]")) {
+        j += 2;
+    } else {
+        while j < src.len() && src.tok(j).kind == Kind::Punct && !src.is(j, "(") {
+            j += 1;
+        }
+    }
+    src.is(j, "(").then(|| ((k..j).map(|i| src.tok(i).text.as_str()).collect(), j))
 }
 
 /// A class template specialisation whose arguments name address spaces.
@@ -339,6 +360,9 @@ mod tests {
         assert_eq!(repeats.len(), 1);
         let (from, to) = repeats[0];
         assert!(c.tok(from).is("template") && c.tok(from).line == 4 && c.tok(to).is("}"), "{repeats:?}");
+        let ops = "template <typename T> constexpr thread C<T>& operator+=(thread C<T>& a, C<T> b) { a.x += b.x; return a; }\n\
+                   template <typename T> constexpr device C<T>& operator+=(device C<T>& a, C<T> b) { a.x += b.x; return a; }\n";
+        assert_eq!(check(&Cursor::new(ops)).map(|r| r.len()), Ok(1), "operators fold like functions");
     }
 
     #[test]
