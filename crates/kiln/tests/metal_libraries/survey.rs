@@ -105,7 +105,6 @@ fn survey() {
         if let Err(e) = &r.cuda {
             let _ = write!(report, "    nvrtc:\n{}", errors(e, 12));
         }
-        print!("{}", report.rsplit_once("\n").map_or("", |_| "").to_string());
         eprintln!("{}", r.label);
     }
     println!("{report}");
