@@ -74,9 +74,13 @@ def unwrap(kernel, keywords: dict):
 def render(finding: dict) -> str:
     """One finding as ``kiln check`` prints it: the headline, then its lines."""
     out = f"{finding.get('severity')}[{finding.get('kind')}] {finding.get('kernel')}: {finding.get('message')}"
-    for line, text in ((finding.get("line"), finding.get("text")), (finding.get("other_line"), finding.get("other_text"))):
+    part = finding.get("part") or "body"
+    lines = ((finding.get("line"), finding.get("text"), finding.get("file")),
+             (finding.get("other_line"), finding.get("other_text"), finding.get("other_file")))
+    for line, text, file in lines:
         if line is not None:
-            out += f"\n  {finding.get('part') or 'body'} line {line} | {(text or '').rstrip()}"
+            # A line of a header the file includes is named by that header.
+            out += f"\n  {file or part} line {line} | {(text or '').rstrip()}"
     return out
 
 

@@ -148,3 +148,14 @@ def test_a_private_array_read_before_written_is_an_uninitialized_read(rng):
     source = "uint i = thread_position_in_grid.x;\nfloat acc[2];\nacc[0] = inp[i];\nout[i] = acc[0] + acc[1];"
     found = kiln.check(kiln.metal_kernel("private", ["inp"], ["out"], source), **_args(a))
     assert [(f["kind"], f["buffer"], f["line"]) for f in found] == [("uninitialized-read", "acc", 4)], found
+
+
+def test_a_finding_in_an_included_header_is_rendered_with_the_headers_name():
+    from kiln._check import render
+
+    finding = {"severity": "error", "kind": "race", "kernel": "k", "message": "m", "part": "source",
+               "line": 446, "text": "x = y;", "file": "../definitions.metal",
+               "other_line": 12, "other_text": "y = 1;", "other_file": None}
+    text = render(finding)
+    assert "../definitions.metal line 446 | x = y;" in text
+    assert "source line 12 | y = 1;" in text

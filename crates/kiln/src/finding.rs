@@ -117,6 +117,7 @@ pub fn to_json(findings: &[Finding]) -> Value {
                     "file": f.line.as_ref().and_then(|l| l.file.clone()),
                     "other_line": line(&f.other_line),
                     "other_text": text(&f.other_line),
+                    "other_file": f.other_line.as_ref().and_then(|l| l.file.clone()),
                     "lines": lines,
                     "threads": f.threads.iter().map(|t| t.0).collect::<Vec<_>>(),
                     "thread_positions": f.threads.iter().map(|t| t.1.to_vec()).collect::<Vec<_>>(),
