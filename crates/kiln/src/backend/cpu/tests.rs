@@ -110,7 +110,7 @@ fn checked_mode_reports_an_out_of_bounds_read_naming_the_input() {
     match run_checked("cpu_checked_read", src, &x) {
         Err(Error::KernelFault { kernel, msg }) => {
             assert_eq!(kernel, "cpu_checked_read");
-            assert!(msg.contains("input 0") && msg.contains("byte 0 past the end"), "{msg}");
+            assert!(msg.contains("input `x`") && msg.contains("byte 0 past the end"), "{msg}");
         }
         other => panic!("expected a kernel fault, got {other:?}"),
     }
@@ -132,7 +132,7 @@ fn checked_mode_reports_writes_far_outside_an_output() {
         match run_checked(name, &src, &x) {
             Err(Error::KernelFault { kernel, msg }) => {
                 assert_eq!(kernel, name);
-                assert!(msg.contains("output 0") && msg.contains(side), "{msg}");
+                assert!(msg.contains("output `out`") && msg.contains(side), "{msg}");
             }
             other => panic!("{name}: expected a kernel fault, got {other:?}"),
         }
@@ -318,7 +318,7 @@ fn writes_past_an_output_are_faults_on_unchecked_launches() {
         match k.call(&[(&input).into()], &spec) {
             Err(Error::KernelFault { kernel, msg }) => {
                 assert_eq!(kernel, "cpu_write_past_output");
-                assert!(msg.contains("output 0") && msg.contains("past the end"), "{msg}");
+                assert!(msg.contains("output `out`") && msg.contains("past the end"), "{msg}");
             }
             other => panic!("expected a kernel fault, got {other:?}"),
         }
