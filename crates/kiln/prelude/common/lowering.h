@@ -86,4 +86,9 @@ template <class A> struct last_<A> { typedef A type; };
 template <class A, class B, class... R> struct last_<A, B, R...> : last_<B, R...> {};
 template <class... T>
 constexpr unsigned long struct_size = round_up(offset_of_last<T...> + sizeof(typename last_<T...>::type), struct_align<T...>);
+
+// `[lo ... hi] = v` of an array initialiser (source/lower/designators.rs).
+template <class A, class V> KILN_HD inline void fill_range(A& a, long lo, long hi, const V& v) {
+  for (long i = lo; i <= hi; ++i) a[i] = v;
+}
 }  // namespace kiln

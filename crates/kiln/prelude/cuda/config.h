@@ -23,3 +23,6 @@ template <class T, class U> __device__ __forceinline__ void copy_bits(T* to, con
   for (unsigned i = 0; i < n; ++i) d[i] = s[i];
 }
 }  // namespace kiln
+// GNU's `__extension__` (ggml-common.h marks its anonymous unions with it), which NVRTC does not
+// know; it only silences warnings.
+#define __extension__

@@ -15,7 +15,8 @@
 //!   `CallScope` first in its body, and every call of it by name with a fitting number of
 //!   arguments passes `kiln::rt::CallSite(K)` there. Functions whose callers cannot pass one
 //!   (operators, constructors, parameter packs, lambdas passed on, out-of-class or separately
-//!   declared definitions, names the prelude also declares) run out of line with a scope that
+//!   declared definitions, names the prelude also declares, functions used as values: a
+//!   template argument, a pointer) run out of line with a scope that
 //!   records their return address: the scheduler refuses to combine part of a SIMD-group
 //!   inside them.
 //!
@@ -183,12 +184,25 @@ pub fn instrument(src: &Cursor, out: &mut [String], kernels: &HashSet<String>) -
             }
         }
     }
+    // Names used as values (`&f`, a template argument `mmv_fn<f<float>>`, `decltype(f<A>)`):
+    // the function's type must stay as written, so it takes no site parameter.
+    let valued: HashSet<&str> = (0..src.len())
+        .filter(|&k| {
+            src.ident(k)
+                && reaching.contains(src.tok(k).text.as_str())
+                && !heads.contains(&k)
+                && call_open(src, k).is_none()
+                && !(k > 0 && (src.is(k - 1, ".") || src.is(k - 1, "->")))
+        })
+        .map(|k| src.tok(k).text.as_str())
+        .collect();
     // Names whose every definition takes the site at one place: (required, total) parameters.
     let mut arity: HashMap<&str, Option<(usize, usize)>> = HashMap::new();
     for s in &scopes {
         match &s.body {
             Body::Named { name, required, total, .. } => {
                 let ok = !prototypes.contains(name.as_str())
+                    && !valued.contains(name.as_str())
                     && !prelude_names().contains(name)
                     && !SITED_COLLECTIVES.contains(&name.as_str());
                 let this = ok.then_some((*required, *total));

@@ -11,6 +11,7 @@
 
 mod anon_structs;
 mod convergence;
+mod designators;
 mod functions;
 mod members;
 mod oslog;

@@ -49,6 +49,7 @@ pub fn rewrite(program: &MetalProgram, parse: &ProgramParse, target: LowerTarget
     let mut rw = Rewriter { parse, out, target, program, defined_constants: HashMap::new(), next_site: 0 };
     rw.run();
     super::anon_structs::lower(src, &mut rw.out);
+    super::designators::lower(parse, &mut rw.out);
     if target == LowerTarget::Cpu {
         let kernels = parse.kernels.keys().cloned().collect();
         super::convergence::instrument(src, &mut rw.out, &kernels)?;

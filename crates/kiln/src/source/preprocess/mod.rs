@@ -141,7 +141,12 @@ impl Preprocessor {
                 self.flush(&mut text)?;
                 self.directive(line)?;
             } else if self.active() {
-                text.extend_from_slice(line);
+                // A line splice outside a directive ends its line here: the lowering may write
+                // after the token before it, which would leave the `\` stray.
+                text.extend(line.iter().map(|t| match t.kind {
+                    PpKind::Space if t.text.contains('\\') => PpToken { text: unspliced(&t.text), ..t.clone() },
+                    _ => t.clone(),
+                }));
             } else {
                 self.blank(line);
             }
@@ -203,6 +208,11 @@ impl Preprocessor {
         includer.resume(at as usize + newlines);
         Ok(true)
     }
+}
+
+/// Blank text with its line splices (`\` before a newline) turned into plain newlines.
+fn unspliced(text: &str) -> String {
+    text.replace("\\\r\n", "\n").replace("\\\n", "\n")
 }
 
 /// The significant tokens of `toks`, with `space` set where blanks preceded them.
