@@ -82,8 +82,19 @@ fn lower_parsed(program: &MetalProgram, parse: &ProgramParse, target: LowerTarge
     let code = ternary::wrap_conditionals(&rewritten.code);
     Ok(LoweredModule {
         code,
-        entries: parse.entries.clone(),
+        entries: dispatched_entries(program, parse),
         needs_cooperative_threads: rewritten.cooperative,
         line_map: (1..=lines as u32).collect(),
     })
+}
+
+/// The entries a program's unit wraps: of a whole file, only the one it dispatches (its other
+/// instantiations are never instantiated, so a large library compiles what one kernel needs,
+/// and each kernel's unit is cached on its own); every entry when the program names none of
+/// them (compiling then reports that).
+fn dispatched_entries(program: &MetalProgram, parse: &ProgramParse) -> Vec<Entry> {
+    match parse.entry(&program.function) {
+        Some(entry) if program.kind == crate::program::ProgramKind::FullFile => vec![entry.clone()],
+        _ => parse.entries.clone(),
+    }
 }

@@ -65,7 +65,14 @@ pub(super) fn parse_params(kernel: &str, tokens: &[&Token]) -> Result<Vec<EntryP
             .ok_or_else(|| format!("kernel {kernel}: cannot find the name of parameter `{}`", join(&part)))?;
         let name = decl[name_pos].text.clone();
         let ty = &decl[..name_pos];
-        let attr = attr_pos.map(|p| part[p].attr_inner().to_string());
+        // `function_constant(c)` only says whether the parameter exists; a parameter with no
+        // other attribute takes the next free buffer slot like one with none.
+        let attr = attr_pos
+            .map(|p| {
+                let parts = crate::source::cursor::split_text_commas(part[p].attr_inner());
+                parts.into_iter().filter(|a| !a.starts_with("function_constant")).collect::<Vec<_>>().join(", ")
+            })
+            .filter(|inner| !inner.is_empty());
         match attr {
             Some(inner) => {
                 let first = inner.split(',').next().unwrap_or("").trim().to_string();

@@ -238,10 +238,14 @@ impl Outline {
         while j < range.end {
             let t = &self.toks[j];
             let ends_name = t.kind == Kind::Attr || ["=", ";", ",", "[", "{"].iter().any(|s| t.is(s));
-            if ends_name && j > range.start && self.toks[j - 1].kind == Kind::Ident {
+            let before = j.checked_sub(1).filter(|&b| b >= range.start).map(|b| &self.toks[b]);
+            // A keyword before an attribute (`template [[host_name(..)]]`) declares nothing.
+            if ends_name && before.is_some_and(|b| b.kind == Kind::Ident && !is_keyword(&b.text)) {
                 names.push(self.toks[j - 1].text.clone());
             }
-            if t.is("(") || t.is("{") || t.is("[") {
+            // Template arguments (`kernel_f<int32_t, float>`) declare nothing either.
+            let angle = t.is("<") && self.matching(j).is_some_and(|c| c < range.end);
+            if t.is("(") || t.is("{") || t.is("[") || angle {
                 j = self.matching(j).map_or(range.end, |c| c + 1);
             } else {
                 j += 1;
@@ -305,6 +309,37 @@ impl Outline {
         }
         out
     }
+}
+
+/// Words of C++ and Metal that name no declaration (the reach must not follow them).
+fn is_keyword(word: &str) -> bool {
+    matches!(
+        word,
+        "template"
+            | "typename"
+            | "class"
+            | "struct"
+            | "union"
+            | "enum"
+            | "kernel"
+            | "const"
+            | "constexpr"
+            | "constant"
+            | "device"
+            | "thread"
+            | "threadgroup"
+            | "static"
+            | "inline"
+            | "extern"
+            | "typedef"
+            | "using"
+            | "namespace"
+            | "void"
+            | "return"
+            | "operator"
+            | "auto"
+            | "volatile"
+    )
 }
 
 /// `#define NAME body` → (NAME, body tokens without trivia); `None` for other directives.
@@ -388,6 +423,12 @@ kernel void b(device float* o [[buffer(0)]], constant P& p [[buffer(1)]]) {
             assert!(reach.contains(name), "{name} is reached from add");
         }
         assert!(!reach.contains("unused_by_a"));
+        let inst = Outline::new(
+            "constant bool c [[function_constant(0)]];\ntemplate <typename T, typename U> kernel void u(device T* y) { y[0] = c; }\n\
+             typedef decltype(u<float, int>) u_t;\ntemplate [[host_name(\"u_f\")]] kernel u_t u<float, int>;\n\
+             template <typename T> kernel void g(device T* y) { y[0] = float(1); }\n",
+        );
+        assert!(!inst.reach(inst.function("g").unwrap()).contains("c"), "instantiations declare no type names");
         let reach_b = o.reach(o.function("b").unwrap());
         assert!(reach_b.contains("unused_by_a") && reach_b.contains("P"));
         assert!(!reach_b.contains("n"));
