@@ -16,6 +16,7 @@ mod functions;
 mod members;
 mod oslog;
 mod private_arrays;
+mod prune;
 mod rewrite;
 mod ternary;
 

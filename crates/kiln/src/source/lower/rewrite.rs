@@ -61,6 +61,14 @@ pub fn rewrite(program: &MetalProgram, parse: &ProgramParse, target: LowerTarget
     for &(from, to) in &parse.repeated {
         rw.blank(from, to + 1);
     }
+    // One kernel of a whole file compiles what it reaches.
+    if program.kind == crate::program::ProgramKind::FullFile && parse.entries.len() > 1 {
+        if let Some(entry) = parse.entry(&program.function) {
+            for (from, to) in super::prune::unreached(parse, entry) {
+                rw.blank(from, to);
+            }
+        }
+    }
     let cooperative = src.toks.iter().any(|t| t.kind == Kind::Ident && is_cooperative(&t.text));
     Ok(Rewritten { code: rw.out.concat(), cooperative })
 }

@@ -81,6 +81,15 @@ impl Outline {
         outline
     }
 
+    /// The outline of already significant tokens (a preprocessed program's, without its
+    /// preprocessor lines): items only, no `#define`s.
+    pub fn of_tokens(toks: Vec<Token>) -> Outline {
+        let brackets = Brackets::new(&toks, true);
+        let mut outline = Outline { toks, items: Vec::new(), defines: HashMap::new(), brackets };
+        outline.items = outline.split();
+        outline
+    }
+
     fn is(&self, k: usize, s: &str) -> bool {
         self.toks.get(k).is_some_and(|t| t.is(s))
     }
