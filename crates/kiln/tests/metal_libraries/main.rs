@@ -7,6 +7,8 @@
 #[macro_use]
 mod common;
 
+mod cases;
 mod corpus;
+mod harness;
 mod stdlib;
 mod survey;
