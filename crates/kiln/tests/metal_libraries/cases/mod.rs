@@ -3,6 +3,7 @@
 
 pub mod candle;
 pub mod ggml;
+pub mod mlx;
 
 use candle::*;
 
@@ -22,4 +23,9 @@ backend_tests!(
 mod ggml_cases {
     use super::ggml::*;
     backend_tests!(get_rows_f16, get_rows_q4_0, rms_norm_mul_f32);
+}
+
+mod mlx_cases {
+    use super::mlx::*;
+    backend_tests!(unary_exp_f16, binary_add_broadcast, copy_f32_to_bf16, softmax_f32, rms_norm_f32);
 }
