@@ -80,6 +80,12 @@ def struct(n, packed):
         out.append("  }")
         out.append("  template <class U>")
         out.append(f"  KILN_HD constexpr explicit vec(const {other}<U, {n}>& o) : {from_o} {{}}")
+    # A brace list shorter than the vector (`uint4 k = {a, b, c}`, MLX's random.metal) sets the
+    # components it lists and zeroes the rest, as Metal's vector initialiser lists do.
+    for m in range(2, n):
+        short = ", ".join(f"T {c}_" for c in comps[:m])
+        inits = ", ".join(f"{c}({c}_)" if i < m else f"{c}(T(0))" for i, c in enumerate(comps))
+        out.append(f"  KILN_HD constexpr {name}({short}) : {inits} {{}}")
     for shape in ctor_shapes(n):
         params, inits, idx = [], [], 0
         for p, size in enumerate(shape):

@@ -100,3 +100,10 @@ template <class A, class I> KILN_HD inline auto __metal_modf(A a, I* i) -> declt
   return ::metal::modf(a, *i);
 }
 template <class T> KILN_HD inline T __metal_get_simdgroup_size(T) { return T(32); }
+
+// <metal_uniform>: uniform<T> says a value is the same in every thread of the dispatch, a hint
+// for Apple's compiler; the value is all there is, so the type is T itself.
+namespace metal {
+template <class T> using uniform = T;
+template <class T> KILN_HD constexpr T make_uniform(T v) { return v; }
+}  // namespace metal

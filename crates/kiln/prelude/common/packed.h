@@ -93,6 +93,7 @@ template <class T> struct packed_vec<T, 3> {
   KILN_HD constexpr explicit packed_vec(const vec<U, 3>& o) : x(T(o.x)), y(T(o.y)), z(T(o.z)) {}
   KILN_HD constexpr packed_vec(const vec<T, 3>& o) : x(o.x), y(o.y), z(o.z) {}
   KILN_HD constexpr operator vec<T, 3>() const { return vec<T, 3>(x, y, z); }
+  KILN_HD constexpr packed_vec(T x_, T y_) : x(x_), y(y_), z(T(0)) {}
   KILN_HD constexpr packed_vec(T a0, const vec<T, 2>& a1) : x(a0), y(a1.x), z(a1.y) {}
   KILN_HD constexpr packed_vec(const vec<T, 2>& a0, T a1) : x(a0.x), y(a0.y), z(a1) {}
   KILN_HD T& operator[](int i) { return (&x)[i]; }
@@ -371,6 +372,8 @@ template <class T> struct packed_vec<T, 4> {
   KILN_HD constexpr explicit packed_vec(const vec<U, 4>& o) : x(T(o.x)), y(T(o.y)), z(T(o.z)), w(T(o.w)) {}
   KILN_HD constexpr packed_vec(const vec<T, 4>& o) : x(o.x), y(o.y), z(o.z), w(o.w) {}
   KILN_HD constexpr operator vec<T, 4>() const { return vec<T, 4>(x, y, z, w); }
+  KILN_HD constexpr packed_vec(T x_, T y_) : x(x_), y(y_), z(T(0)), w(T(0)) {}
+  KILN_HD constexpr packed_vec(T x_, T y_, T z_) : x(x_), y(y_), z(z_), w(T(0)) {}
   KILN_HD constexpr packed_vec(T a0, T a1, const vec<T, 2>& a2) : x(a0), y(a1), z(a2.x), w(a2.y) {}
   KILN_HD constexpr packed_vec(T a0, const vec<T, 2>& a1, T a2) : x(a0), y(a1.x), z(a1.y), w(a2) {}
   KILN_HD constexpr packed_vec(T a0, const vec<T, 3>& a1) : x(a0), y(a1.x), z(a1.y), w(a1.z) {}

@@ -1,5 +1,6 @@
 // kiln common prelude: Metal's <metal_type_traits>, in namespace metal. The C++14 type traits
-// (with the C++17 `_v` forms, conjunction/disjunction/negation and bool_constant), where half and
+// (with the C++17 `_v` forms, conjunction/disjunction/negation, also as Apple's internal
+// _conjunction/_disjunction/_negation, and bool_constant), where half and
 // bfloat are floating-point arithmetic types, plus Metal's own: is_vector, vec_elements,
 // make_scalar and remove_addrspace (address spaces do not exist in kiln's C++, so that one is
 // the identity). No standard headers are available (NVRTC has none), so everything is written
@@ -257,6 +258,10 @@ template <class... B> struct disjunction : false_type {};
 template <class B> struct disjunction<B> : B {};
 template <class B, class... R> struct disjunction<B, R...> : conditional<bool(B::value), B, disjunction<R...>>::type {};
 template <class B> struct negation : bool_constant<!bool(B::value)> {};
+// The names Apple's headers give these behind `#pragma METAL internals` (MLX's atomic.h).
+template <class... B> using _conjunction = conjunction<B...>;
+template <class... B> using _disjunction = disjunction<B...>;
+template <class B> using _negation = negation<B>;
 
 // Metal's vector traits: vec_elements is a vector's length (1 for a scalar), make_scalar its
 // element type (a scalar is its own).

@@ -118,6 +118,7 @@ template <class T> struct alignas(4 * sizeof(T)) vec<T, 3> {
   }
   template <class U>
   KILN_HD constexpr explicit vec(const packed_vec<U, 3>& o) : x(T(o.x)), y(T(o.y)), z(T(o.z)) {}
+  KILN_HD constexpr vec(T x_, T y_) : x(x_), y(y_), z(T(0)) {}
   KILN_HD constexpr vec(T a0, const vec<T, 2>& a1) : x(a0), y(a1.x), z(a1.y) {}
   KILN_HD constexpr vec(const vec<T, 2>& a0, T a1) : x(a0.x), y(a0.y), z(a1) {}
   KILN_HD T& operator[](int i) { return (&x)[i]; }
@@ -396,6 +397,8 @@ template <class T> struct alignas(4 * sizeof(T)) vec<T, 4> {
   }
   template <class U>
   KILN_HD constexpr explicit vec(const packed_vec<U, 4>& o) : x(T(o.x)), y(T(o.y)), z(T(o.z)), w(T(o.w)) {}
+  KILN_HD constexpr vec(T x_, T y_) : x(x_), y(y_), z(T(0)), w(T(0)) {}
+  KILN_HD constexpr vec(T x_, T y_, T z_) : x(x_), y(y_), z(z_), w(T(0)) {}
   KILN_HD constexpr vec(T a0, T a1, const vec<T, 2>& a2) : x(a0), y(a1), z(a2.x), w(a2.y) {}
   KILN_HD constexpr vec(T a0, const vec<T, 2>& a1, T a2) : x(a0), y(a1.x), z(a1.y), w(a2) {}
   KILN_HD constexpr vec(T a0, const vec<T, 3>& a1) : x(a0), y(a1.x), z(a1.y), w(a1.z) {}

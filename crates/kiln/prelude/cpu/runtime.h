@@ -216,6 +216,13 @@ enum memory_order {
   memory_order_release = __ATOMIC_RELEASE, memory_order_acq_rel = __ATOMIC_ACQ_REL,
   memory_order_seq_cst = __ATOMIC_SEQ_CST
 };
+// Metal 3.2's scopes. 3 is the system scope, which Apple's header leaves to programs (MLX's
+// fence.metal casts __METAL_MEMORY_SCOPE_SYSTEM__ to it); the numbers are kiln's own.
+enum thread_scope : int { thread_scope_threadgroup = 1, thread_scope_device = 2, thread_scope_simdgroup = 4, thread_scope_thread = 5 };
+// Every thread of a CPU dispatch shares the host's memory: one fence orders them at any scope.
+inline void atomic_thread_fence(mem_flags, memory_order order = memory_order_seq_cst, thread_scope = thread_scope_device) {
+  __atomic_thread_fence(order);
+}
 template <class T> struct atomic { T v; };
 typedef atomic<int> atomic_int;
 typedef atomic<uint> atomic_uint;

@@ -23,13 +23,17 @@ KILN_HD void simdgroup_barrier(mem_flags flags = mem_flags::mem_none) {
   if (static_cast<unsigned>(flags) & static_cast<unsigned>(mem_flags::mem_device)) __threadfence();
   __syncwarp(__activemask());
 }
-KILN_HD void atomic_thread_fence(mem_flags flags, int = 0, int = 0) {
-  if (static_cast<unsigned>(flags) & static_cast<unsigned>(mem_flags::mem_device)) __threadfence();
-  else __threadfence_block();
-}
-
 enum memory_order { memory_order_relaxed, memory_order_acquire, memory_order_release, memory_order_acq_rel, memory_order_seq_cst };
-enum thread_scope { thread_scope_thread, thread_scope_simdgroup, thread_scope_threadgroup, thread_scope_device };
+// Metal 3.2's scopes. 3 is the system scope, which Apple's header leaves to programs (MLX's
+// fence.metal casts __METAL_MEMORY_SCOPE_SYSTEM__ to it); the numbers are kiln's own.
+enum thread_scope : int { thread_scope_threadgroup = 1, thread_scope_device = 2, thread_scope_simdgroup = 4, thread_scope_thread = 5 };
+
+// A device-memory fence at system scope is also ordered against the host (mapped memory).
+KILN_HD void atomic_thread_fence(mem_flags flags, memory_order = memory_order_seq_cst, thread_scope scope = thread_scope_device) {
+  if (!(static_cast<unsigned>(flags) & static_cast<unsigned>(mem_flags::mem_device))) __threadfence_block();
+  else if (static_cast<int>(scope) == 3) __threadfence_system();
+  else __threadfence();
+}
 
 template <class T> struct atomic { T value; };
 typedef atomic<int> atomic_int;

@@ -8,6 +8,7 @@
 mod common;
 
 mod cases;
+mod compile_each;
 mod corpus;
 mod harness;
 mod stdlib;

@@ -169,6 +169,13 @@ impl<'a> Rewriter<'a> {
                 Kind::Ident if !prev_member => match t.text.as_str() {
                     "kernel" if !in_function => self.set(k, ""),
                     "device" | "thread" => self.set(k, ""),
+                    // Metal 3.2's `coherent(device)` / `coherent(system)` pointer qualifier:
+                    // every kiln target's memory is coherent at those scopes already.
+                    "coherent" if self.tok_is(k + 1, "(") && self.tok_is(k + 3, ")") => {
+                        self.blank(k, k + 4);
+                        k += 4;
+                        continue;
+                    }
                     "constant" => {
                         if context.file_scope && !in_template_arguments(&self.parse.cursor, k) {
                             if let Some(next) = self.function_constant(k) {
@@ -260,8 +267,14 @@ impl<'a> Rewriter<'a> {
 
     /// File-scope `constant` data: `KILN_CONSTANT` (the target's constant storage, `const`)
     /// without repeating a `static` or `const` the declaration already has.
+    /// An out-of-class definition of a static data member (`constant constexpr const float
+    /// S<6, 3>::table[8][8];`, MLX's conv.metal) keeps only the specifiers it has: `static` is
+    /// not allowed there and the member's storage is its class's.
     fn file_constant(&self, k: usize) -> String {
         let (has_static, has_const, has_constexpr) = self.specifiers_around(k);
+        if self.defines_static_member(k) {
+            return String::new();
+        }
         match self.target {
             _ if !has_static && !has_const => "KILN_CONSTANT".into(),
             LowerTarget::Cpu if has_static && has_const => String::new(),
@@ -272,6 +285,19 @@ impl<'a> Rewriter<'a> {
             LowerTarget::Cuda if has_const => "__constant__".into(),
             LowerTarget::Cuda => "__constant__ const".into(),
         }
+    }
+
+    /// Whether the declaration at `k` names a qualified declarator (`...::name` before its
+    /// `[`, `=`, `{` or `;`): the definition of a class's static member.
+    fn defines_static_member(&self, k: usize) -> bool {
+        // A declaration's type and name take a few dozen tokens at most.
+        const MOST: usize = 64;
+        let len = self.parse.cursor.len();
+        let mut j = k + 1;
+        while j < len && j - k < MOST && ![";", "=", "[", "{", "("].iter().any(|s| self.tok_is(j, s)) {
+            j += 1;
+        }
+        j < len && j >= k + 3 && self.tok_is(j - 2, "::")
     }
 
     /// `for (a; b; c)` and `while (b)`: the condition also polls for cancellation, so a kernel

@@ -30,7 +30,15 @@ pub fn wrap_conditionals(code: &str) -> String {
         .collect();
     let operands = operand_ends(toks, sig, &group_end, &closes);
     let n = sig.len();
-    let mut cond = Conditionals { toks, sig, pre: vec![String::new(); n], post: vec![String::new(); n] };
+    let mut cond = Conditionals {
+        toks,
+        sig,
+        pre: vec![String::new(); n],
+        post: vec![String::new(); n],
+        group_end: &group_end,
+        operands: &operands,
+        literal: vec![false; n],
+    };
     // Innermost first: a conditional nested in an arm lies after the outer `?`, and the outer
     // arm's `decltype` copy must see the inner one already wrapped.
     for q in (0..sig.len()).rev() {
@@ -138,6 +146,12 @@ struct Conditionals<'a> {
     /// Text inserted before / after each significant token.
     pre: Vec<String>,
     post: Vec<String>,
+    /// Just past the group each opener starts.
+    group_end: &'a [Option<usize>],
+    /// Each `?`'s `:` and the end of its false operand.
+    operands: &'a [Option<(usize, usize)>],
+    /// The `?`s of conditionals whose arms are both literal-typed (see `literal_typed`).
+    literal: Vec<bool>,
 }
 
 impl Conditionals<'_> {
@@ -181,9 +195,14 @@ impl Conditionals<'_> {
         if (colon - m0) + (f1 - f0) > MAX_ARM_TEXT {
             return;
         }
-        // Literal against literal already has C++'s (and Metal's) usual conversions.
-        let literal = |(a, b): (usize, usize)| b == a + 1 && self.tok(a).kind == Kind::Number;
-        if (literal(m) && literal(f)) || self.has_lambda(m) || self.has_lambda(f) {
+        // Literal against literal already has C++'s (and Metal's) usual conversions, and a
+        // `decltype` of such a conditional on template parameters can crash GCC (MLX's steel
+        // conv loaders: `(BN == 8) ? 1 : (n / (R * C) >= 8 ? 8 : 4)` in a class template).
+        if self.literal_typed(m) && self.literal_typed(f) {
+            self.literal[q] = true;
+            return;
+        }
+        if self.has_lambda(m) || self.has_lambda(f) {
             return;
         }
         let Some(mt) = self.arm_text(m.0, m.1, MAX_ARM_TEXT) else { return };
@@ -197,6 +216,31 @@ impl Conditionals<'_> {
         self.post[m.1 - 1].push_str("))");
         self.pre[f.0] = format!("{}{}", cast(&ft, &mt), self.pre[f.0]);
         self.post[f.1 - 1].push_str("))");
+    }
+
+    /// Whether the arm `from..to` has a literal's type: a number (with a sign), in parentheses
+    /// or not, or a conditional whose arms both have one (already seen: innermost go first).
+    fn literal_typed(&self, (mut from, mut to): (usize, usize)) -> bool {
+        while to > from + 1 && self.punct(from, "(") && self.group_end[from] == Some(to) {
+            (from, to) = (from + 1, to - 1);
+        }
+        let signed = to == from + 2 && (self.punct(from, "-") || self.punct(from, "+"));
+        if (to == from + 1 || signed) && self.tok(to - 1).kind == Kind::Number {
+            return true;
+        }
+        // The arm's outermost conditional is its first `?` outside brackets.
+        let mut k = from;
+        while k < to {
+            if self.punct(k, "?") {
+                return self.literal[k] && self.operands[k].is_some_and(|(_, end)| end == to);
+            }
+            let t = self.tok(k);
+            k = match self.group_end[k] {
+                Some(end) if t.kind == Kind::Punct && ["(", "[", "{"].contains(&t.text.as_str()) => end,
+                _ => k + 1,
+            };
+        }
+        false
     }
 
     /// True when the arm holds a lambda, which C++17 forbids inside `decltype`.
@@ -285,6 +329,18 @@ mod tests {
             w.contains("static_cast<kiln::tern_arm<decltype((halfscale)), decltype((scale * count))>>((halfscale))")
         );
         assert!(w.ends_with(";\nint k = 3;"));
+    }
+
+    #[test]
+    fn leaves_conditionals_of_literals_alone() {
+        // Arms that are literals, in parentheses or in conditionals of their own, whatever the
+        // conditions read.
+        let src = "const short v = (BN == 8) ? 1 : (n / (R * C) >= 8 ? 8 : -4);";
+        assert_eq!(wrap_conditionals(src), src);
+        // One arm that is not a literal still wraps the conditional it is in.
+        let w = wrap_conditionals("x = c ? 1 : (d ? 2 : y);");
+        assert!(w.contains("decltype((1))"), "{w}");
+        assert!(w.contains("decltype((y))"), "{w}");
     }
 
     #[test]

@@ -129,12 +129,19 @@ fn buffer_param(name: String, index: u32, ty: &[&Token]) -> EntryParam {
 
 /// The element type of a pointer or reference parameter without qualifiers.
 fn pointee(ty: &[&Token]) -> String {
+    // Metal 3.2's `coherent(scope)` qualifier goes with the address space.
+    let coherent: Vec<usize> =
+        (0..ty.len()).filter(|&k| ty[k].is("coherent") && ty.get(k + 1).is_some_and(|t| t.is("("))).collect();
     let kept: Vec<&Token> = ty
         .iter()
-        .copied()
-        .filter(|t| {
-            !["device", "constant", "threadgroup", "thread", "const", "*", "&", "volatile"].iter().any(|k| t.is(k))
+        .enumerate()
+        .filter(|&(k, t)| {
+            !coherent.iter().any(|&c| (c..c + 4).contains(&k))
+                && !["device", "constant", "threadgroup", "thread", "const", "*", "&", "volatile"]
+                    .iter()
+                    .any(|q| t.is(q))
         })
+        .map(|(_, t)| *t)
         .collect();
     join(&kept)
 }

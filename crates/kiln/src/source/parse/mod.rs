@@ -8,6 +8,7 @@
 //! evaluation over it (`const_eval`: integer constant expressions, type sizes).
 
 mod const_eval;
+mod deduce;
 mod entry;
 mod outline;
 mod overloads;

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use super::deduce::KernelTemplate;
 use super::entry::{join, parse_params};
 use super::{Context, Entry, FunctionConstant, ProgramParse};
 use crate::source::cursor::Cursor;
@@ -25,6 +26,8 @@ struct Walk {
     context: Vec<Context>,
     entries: Vec<Entry>,
     kernels: HashMap<String, Vec<super::EntryParam>>,
+    /// Kernel templates by name, for instantiations that name no template arguments.
+    templates: HashMap<String, KernelTemplate>,
     instantiations: HashMap<usize, usize>,
     function_constants: HashMap<usize, FunctionConstant>,
     /// The line where each entry's host name was defined.
@@ -38,6 +41,7 @@ pub(super) fn walk(src: Cursor, repeated: Vec<(usize, usize)>) -> Result<Program
         src,
         entries: Vec::new(),
         kernels: HashMap::new(),
+        templates: HashMap::new(),
         instantiations: HashMap::new(),
         function_constants: HashMap::new(),
         entry_lines: HashMap::new(),
@@ -186,6 +190,12 @@ impl Walk {
                 break;
             }
         }
+        if is_template && src.is(j + 1, "<") {
+            if let Some(close_angle) = angle_close(src, j + 1) {
+                let template = KernelTemplate::new(&src.toks_in(j + 2, close_angle), &src.toks_in(open + 1, close));
+                self.templates.insert(name.clone(), template);
+            }
+        }
         if !is_template {
             let line = src.tok(name_pos).line;
             let entry =
@@ -237,7 +247,7 @@ impl Walk {
             }
             src.toks_in(from, stop)
         };
-        let callee = join(&callee_toks);
+        let mut callee = join(&callee_toks);
         let fname = callee_toks
             .iter()
             .take_while(|t| !t.is("<"))
@@ -245,6 +255,16 @@ impl Walk {
             .last()
             .map(|t| t.text.clone())
             .unwrap_or_default();
+        // `void f(params)` naming no template arguments: those its parameters' types give.
+        let named_args = callee_toks.iter().any(|t| t.is("<"));
+        if let (false, Some(template)) = (named_args, self.templates.get(&fname)) {
+            let open = (j..end).find(|&p| src.is(p, "("));
+            if let Some((open, close)) = open.and_then(|o| Some((o, src.matching(o)?))) {
+                if let Some(args) = template.deduce(&src.toks_in(open + 1, close)) {
+                    callee = format!("{callee}<{}>", args.join(", "));
+                }
+            }
+        }
         let params =
             self.kernels.get(&fname).cloned().ok_or_else(|| {
                 format!("instantiation {host:?} names `{fname}`, which is not a kernel defined above it")
@@ -304,6 +324,25 @@ pub(crate) fn host_name(inner: &str) -> Option<String> {
         rest = literal[end + 1..].trim_start();
     }
     rest.starts_with(')').then_some(name)
+}
+
+/// The `>` closing the template parameter list whose `<` is at `open`.
+fn angle_close(src: &Cursor, open: usize) -> Option<usize> {
+    let mut depth = 0i32;
+    for k in open..src.len() {
+        match src.tok(k).text.as_str() {
+            "<" | "(" => depth += 1,
+            ")" => depth -= 1,
+            ">" => depth -= 1,
+            ">>" => depth -= 2,
+            "{" | ";" => return None,
+            _ => {}
+        }
+        if depth <= 0 {
+            return Some(k);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
