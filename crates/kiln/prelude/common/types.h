@@ -255,7 +255,27 @@ KILN_HD constexpr bool is_constant_evaluated() { return false; }
 #endif
 }  // namespace kiln
 
+struct half;
 struct bfloat;
+
+namespace kiln {
+template <class T> T&& declval_() noexcept;
+template <class A, class B> struct same_ { static constexpr bool value = false; };
+template <class A> struct same_<A, A> { static constexpr bool value = true; };
+template <class T> struct unref_ { typedef T type; };
+template <class T> struct unref_<T&> { typedef T type; };
+template <class T> struct unref_<T&&> { typedef T type; };
+// A class (not half or bfloat) with a conversion of its own to an arithmetic type, which
+// converts on to float without another class (MLX's _NoMask with operator bool, fp8_e8m0 with
+// operator float and operator bfloat16_t). Metal's half and bfloat are built-in types: such a
+// class converts to them through its operator and a standard conversion, so `T(mask)` and
+// `h = mask` work; kiln's are classes, which take it through this constructor.
+template <class C, class = void> struct scalar_class { static constexpr bool value = false; };
+template <class C> struct scalar_class<C, decltype(void(static_cast<float>(declval_<C&>())))> {
+  typedef typename remove_cv<typename unref_<C>::type>::type plain;
+  static constexpr bool value = __is_class(plain) && !same_<plain, half>::value && !same_<plain, bfloat>::value;
+};
+}  // namespace kiln
 
 // Metal `half`: stored as binary16; arithmetic of two halves rounds to half.
 struct half {
@@ -270,6 +290,8 @@ struct half {
   KILN_HD constexpr half(T v) : bits(KILN_CVT(f32_to_f16, (float)v)) {}
   // Metal converts between half and bfloat only when asked (`half(b)`, `static_cast`).
   KILN_HD explicit constexpr inline half(bfloat b);
+  template <class C, class = typename kiln::enable_if<kiln::scalar_class<C>::value>::type>
+  KILN_HD constexpr half(C&& c) : half(static_cast<float>(c)) {}
   KILN_HD constexpr operator float() const { return KILN_CVT(f16_to_f32, bits); }
   KILN_HD static constexpr half from_bits(ushort b) { return half(b, bits_tag()); }
 };
@@ -285,6 +307,8 @@ struct bfloat {
   template <class T, class = typename kiln::enable_if<kiln::is_integral<T>::value>::type>
   KILN_HD constexpr bfloat(T v) : bits(KILN_CVT(f32_to_bf16, KILN_NARROW(int_to_f32_odd, v))) {}
   KILN_HD explicit constexpr bfloat(half h) : bits(KILN_CVT(f32_to_bf16, (float)h)) {}
+  template <class C, class = typename kiln::enable_if<kiln::scalar_class<C>::value>::type>
+  KILN_HD constexpr bfloat(C&& c) : bfloat(static_cast<float>(c)) {}
   KILN_HD constexpr operator float() const { return KILN_CVT(bf16_to_f32, bits); }
   KILN_HD static constexpr bfloat from_bits(ushort b) { return bfloat(b, bits_tag()); }
 };

@@ -94,6 +94,9 @@ struct Tg {
   uint64_t size;
   const char* name;
   uint32_t elem;
+  // Declared with a zero initialiser (`threadgroup float s[32] = {0};`): read before any store,
+  // it holds zeros.
+  bool zeroed;
   Cell* cells;
   uint64_t cap;
 };
@@ -413,7 +416,7 @@ KILN_NOSAN inline void record(uint64_t a, uint64_t size, bool write, bool atomic
     // One cell per element of the array's declared type (a float access updates one cell).
     const uint64_t e = cell_bytes(g), first = (a - lo) / e, last = (a - lo + size - 1) / e;
     me.mem = s.mem_tg[local];
-    for (uint64_t k = first; k <= last; ++k) touch(g.cells[k], s.tg_gen, me, write, false, 1, i, k * e);
+    for (uint64_t k = first; k <= last; ++k) touch(g.cells[k], s.tg_gen, me, write, g.zeroed, 1, i, k * e);
     return;
   }
   const uint64_t page = a >> PAGE_SHIFT;
@@ -482,7 +485,8 @@ KILN_NOSAN inline void private_reset() {
   }
 }
 
-KILN_NOSAN inline void tg_opened(int slot, const char* data, uint64_t size, const char* name, uint32_t elem) {
+KILN_NOSAN inline void tg_opened(int slot, const char* data, uint64_t size, const char* name, uint32_t elem,
+                                 bool zeroed) {
   if (!g_armed || slot < 0 || slot >= TG_SLOTS) return;
   Tg& g = g_state.tg[slot];
   if (g.cap < size) {
@@ -500,6 +504,7 @@ KILN_NOSAN inline void tg_opened(int slot, const char* data, uint64_t size, cons
   g.size = size;
   g.name = name;
   g.elem = elem ? elem : 1;
+  g.zeroed = zeroed;
 }
 
 KILN_NOSAN inline void group_begin(uint64_t lin) {

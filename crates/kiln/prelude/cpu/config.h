@@ -76,7 +76,7 @@ void barrier_enter(const void* site, uint32_t flags);
 void barrier_leave(uint32_t flags);
 void collective_leave();
 void collective_enter(const void* site);
-void tg_opened(int slot, const char* data, uint64_t size, const char* name, uint32_t elem);
+void tg_opened(int slot, const char* data, uint64_t size, const char* name, uint32_t elem, bool zeroed);
 void group_begin(uint64_t lin);
 void group_end();
 void barrier_release(const kiln::rt::Group& g);

@@ -500,7 +500,7 @@ inline int run_groups_unprotected(Body body, bool cooperative, const LaunchDesc*
     g_cur.group = &g;
     KILN_CHECK(kiln::chk::group_begin(lin));
     KILN_CHECK(for (uint32_t i = 0; i < d->n_tg && i < 16; ++i) kiln::chk::tg_opened(
-        TG_DECLARED + (int)i, (const char*)g.tg_mem[i], d->tg_sizes[i], tg_names[i], 1));
+        TG_DECLARED + (int)i, (const char*)g.tg_mem[i], d->tg_sizes[i], tg_names[i], 1, false));
     if (cooperative) {
       for (uint i = 0; i < (n + 31) / 32; ++i) w.divergence[i].left_out = 0;
       run_cooperative(g, stacks, w);

@@ -385,6 +385,14 @@ __attribute__((noinline)) inline void simdgroup_multiply(simdgroup_matrix<TD, 8,
                                                          const simdgroup_matrix<TB, 8, 8>& b) {
   matrix_detail::mma(d, a, b, (const simdgroup_matrix<TD, 8, 8>*)nullptr, __builtin_return_address(0));
 }
+// `a * b`: simdgroup_multiply into a fresh matrix (MLX's winograd transforms).
+template <class T>
+__attribute__((noinline)) inline simdgroup_matrix<T, 8, 8> operator*(const simdgroup_matrix<T, 8, 8>& a,
+                                                                     const simdgroup_matrix<T, 8, 8>& b) {
+  simdgroup_matrix<T, 8, 8> d;
+  matrix_detail::mma(d, a, b, (const simdgroup_matrix<T, 8, 8>*)nullptr, __builtin_return_address(0));
+  return d;
+}
 }  // namespace metal
 
 // Source call sites: the lowering passes `kiln::site_tag<N>{}` as the first argument of every

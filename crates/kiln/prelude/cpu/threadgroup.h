@@ -162,7 +162,10 @@ inline int tg_region_of(const TgArena* a, uint64_t addr) {
 }
 
 // Per-group storage for a `threadgroup` declaration, keyed by declaration site and type.
-template <class T, int Site> inline T* tg_alloc(const char* name) {
+// The group's storage of the `threadgroup` declaration at `Site`, opened by the first of its
+// threads to reach it; `Zeroed` (declared `= {0}` or `= {}`) fills it with zeros then, once for
+// the group, so a later thread's declaration never clears what others stored.
+template <class T, int Site, bool Zeroed = false> inline T* tg_alloc(const char* name) {
   static char key;
   Group* g = g_cur.group;
   for (int i = 0; i < g->nallocs; ++i)
@@ -172,7 +175,8 @@ template <class T, int Site> inline T* tg_alloc(const char* name) {
   void* mem = tg_open(g->arena, g->nallocs, sizeof(T), name, g->checked, &fault, g->tg_fault_text,
                       (int)sizeof g->tg_fault_text);
   if (!mem) throw Fault{fault};
-  KILN_CHECK(kiln::chk::tg_opened(g->nallocs, (const char*)mem, sizeof(T), name, kiln::chk::elem_size<T>::value));
+  if (Zeroed) __builtin_memset(mem, 0, sizeof(T));
+  KILN_CHECK(kiln::chk::tg_opened(g->nallocs, (const char*)mem, sizeof(T), name, kiln::chk::elem_size<T>::value, Zeroed));
   g->allocs[g->nallocs++] = Alloc{&key, mem};
   return (T*)mem;
 }

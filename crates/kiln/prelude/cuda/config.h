@@ -26,3 +26,50 @@ template <class T, class U> __device__ __forceinline__ void copy_bits(T* to, con
 // GNU's `__extension__` (ggml-common.h marks its anonymous unions with it), which NVRTC does not
 // know; it only silences warnings.
 #define __extension__
+// The bit-counting builtins of clang and GCC that Metal programs call, in constant expressions
+// too (MLX's fft.h: `constexpr short power = __builtin_ctz(radix);`), which NVRTC does not know:
+// a loop while constant-evaluated, CUDA's intrinsics at run time; undefined for 0, as theirs.
+namespace kiln {
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_is_constant_evaluated)
+#define KILN_BITS_CONSTANT() __builtin_is_constant_evaluated()
+#endif
+#endif
+#ifndef KILN_BITS_CONSTANT
+#define KILN_BITS_CONSTANT() false
+#endif
+KILN_HD constexpr int ctz_of(unsigned long long x, int width) {
+  if (KILN_BITS_CONSTANT()) {
+    int n = 0;
+    while (n < width && !((x >> n) & 1ull)) ++n;
+    return n;
+  }
+  return width == 32 ? __ffs(static_cast<int>(x)) - 1 : __ffsll(static_cast<long long>(x)) - 1;
+}
+KILN_HD constexpr int clz_of(unsigned long long x, int width) {
+  if (KILN_BITS_CONSTANT()) {
+    int n = 0;
+    while (n < width && !((x >> (width - 1 - n)) & 1ull)) ++n;
+    return n;
+  }
+  return width == 32 ? __clz(static_cast<int>(x)) : __clzll(static_cast<long long>(x));
+}
+KILN_HD constexpr int popcount_of(unsigned long long x) {
+  if (KILN_BITS_CONSTANT()) {
+    int n = 0;
+    for (; x; x &= x - 1) ++n;
+    return n;
+  }
+  return __popcll(x);
+}
+#undef KILN_BITS_CONSTANT
+}  // namespace kiln
+#define __builtin_ctz(x) ::kiln::ctz_of(static_cast<unsigned>(x), 32)
+#define __builtin_ctzl(x) ::kiln::ctz_of(static_cast<unsigned long long>(x), 64)
+#define __builtin_ctzll(x) ::kiln::ctz_of(static_cast<unsigned long long>(x), 64)
+#define __builtin_clz(x) ::kiln::clz_of(static_cast<unsigned>(x), 32)
+#define __builtin_clzl(x) ::kiln::clz_of(static_cast<unsigned long long>(x), 64)
+#define __builtin_clzll(x) ::kiln::clz_of(static_cast<unsigned long long>(x), 64)
+#define __builtin_popcount(x) ::kiln::popcount_of(static_cast<unsigned>(x))
+#define __builtin_popcountl(x) ::kiln::popcount_of(static_cast<unsigned long long>(x))
+#define __builtin_popcountll(x) ::kiln::popcount_of(static_cast<unsigned long long>(x))

@@ -86,4 +86,11 @@ KILN_HD void simdgroup_multiply(simdgroup_matrix<TD, 8, 8>& d, const simdgroup_m
                                 const simdgroup_matrix<TB, 8, 8>& b) {
   simdgroup_multiply_accumulate(d, a, b, make_filled_simdgroup_matrix<TD, 8, 8>(TD(0)));
 }
+// `a * b`: simdgroup_multiply into a fresh matrix (MLX's winograd transforms).
+template <class T>
+KILN_HD simdgroup_matrix<T, 8, 8> operator*(const simdgroup_matrix<T, 8, 8>& a, const simdgroup_matrix<T, 8, 8>& b) {
+  simdgroup_matrix<T, 8, 8> d;
+  simdgroup_multiply(d, a, b);
+  return d;
+}
 }  // namespace metal

@@ -19,6 +19,19 @@ KILN_HD constexpr mem_flags operator|(mem_flags a, mem_flags b) {
 }
 
 KILN_HD void threadgroup_barrier(mem_flags = mem_flags::mem_none) { __syncthreads(); }
+}  // namespace metal
+namespace kiln {
+// A `threadgroup` array declared `= {0}`: the group's threads zero it together, then meet, so
+// every thread reads zeros where nobody stored (the declaration stands where all threads run).
+template <class T> KILN_HD void tg_zero(T& storage) {
+  unsigned char* bytes = reinterpret_cast<unsigned char*>(&storage);
+  const unsigned me = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned all = blockDim.x * blockDim.y * blockDim.z;
+  for (unsigned i = me; i < sizeof(T); i += all) bytes[i] = 0;
+  __syncthreads();
+}
+}  // namespace kiln
+namespace metal {
 KILN_HD void simdgroup_barrier(mem_flags flags = mem_flags::mem_none) {
   if (static_cast<unsigned>(flags) & static_cast<unsigned>(mem_flags::mem_device)) __threadfence();
   __syncwarp(__activemask());

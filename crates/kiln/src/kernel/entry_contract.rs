@@ -47,14 +47,16 @@ impl EntryContract {
     pub fn of(op: &str, program: &MetalProgram) -> Result<Option<EntryContract>> {
         let Ok(parsed) = parse_shared(program) else { return Ok(None) };
         let Some(entry) = parsed.entry(&program.function) else { return Ok(None) };
-        let outline = Outline::new(&program.source);
+        // The preprocessed program's outline: a macro reaches what it expands to where it is
+        // used (ggml's file defines `K`, `NSG` and `FC_OP` for one kernel and #undefs them).
+        let (outline, _) = parsed.outline();
         let (base, args) = split_callee(&entry.callee);
         let item = outline.function(&base);
         let mut params = entry.params.clone();
         if let Some(item) = item {
             let reach = outline.reach(item);
-            function_constants::check(op, &entry.host_name, &outline, &reach, &program.constants)?;
-            let absent = function_constants::absent_params(&outline, item, &program.constants);
+            function_constants::check(op, &entry.host_name, outline, &reach, &program.constants)?;
+            let absent = function_constants::absent_params(outline, item, &program.constants);
             params.retain(|p| match p {
                 EntryParam::Buffer { name, .. } | EntryParam::Threadgroup { name, .. } => !absent.contains(name),
                 EntryParam::Builtin { .. } => true,
@@ -62,8 +64,8 @@ impl EntryContract {
         }
         let (max_total_threads, static_threadgroup) = match item {
             Some(item) => {
-                let scope = Scope::new(&outline, item, &args);
-                (max_total_threads(&outline, item, &scope), static_threadgroup(&outline, item, &scope))
+                let scope = Scope::new(outline, item, &args);
+                (max_total_threads(outline, item, &scope), static_threadgroup(outline, item, &scope))
             }
             None => (None, StaticThreadgroup { bytes: 0, complete: false }),
         };

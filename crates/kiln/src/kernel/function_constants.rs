@@ -15,7 +15,7 @@ use crate::dtype::{element_bytes_to_f64, f64_to_element_bytes, DType};
 use crate::error::{Error, Result};
 use crate::program::{ConstantKey, ConstantValue};
 use crate::source::cursor::split_text_commas;
-use crate::source::parse::Outline;
+use crate::source::parse::{constant_index, Outline};
 use crate::source::tokens::Kind;
 
 /// One `constant T name [[function_constant(index)]];` declaration.
@@ -42,10 +42,7 @@ pub(crate) fn declared(outline: &Outline) -> Vec<FunctionConstant> {
             continue;
         }
         let inner = toks[attr].attr_inner();
-        let index = inner
-            .strip_prefix("function_constant")
-            .map(|r| r.trim().trim_start_matches('(').trim_end_matches(')').trim())
-            .and_then(|r| r.parse().ok());
+        let index = constant_index(inner, Some(outline));
         let ty = toks[first + 1..attr - 1].iter().map(|t| t.text.as_str()).collect::<Vec<_>>().join(" ");
         out.push(FunctionConstant { name: toks[attr - 1].text.clone(), index, ty });
     }

@@ -51,7 +51,6 @@ pub fn fields(fields: &[Field]) -> LibraryArg {
 #[derive(Clone, Copy, Debug)]
 pub enum Field {
     I32(i32),
-    U32(u32),
     I64(i64),
     U64(u64),
     F32(f32),
@@ -62,7 +61,6 @@ impl Field {
     fn bytes(self) -> Vec<u8> {
         match self {
             Field::I32(v) => v.to_le_bytes().to_vec(),
-            Field::U32(v) => v.to_le_bytes().to_vec(),
             Field::I64(v) => v.to_le_bytes().to_vec(),
             Field::U64(v) => v.to_le_bytes().to_vec(),
             Field::F32(v) => v.to_le_bytes().to_vec(),

@@ -3,7 +3,7 @@
 //! `-fsyntax-only`, NVRTC with `--fdevice-syntax-only`: the front end, templates instantiated);
 //! the kernels a failure names are set aside and the rest compiled again until they pass, so a
 //! kernel counts as compiling only inside a unit that compiled. `cargo test --test
-//! metal_libraries survey -- --ignored --nocapture` (`KILN_SURVEY=<part of a file's label>`
+//! metal_libraries survey -- --ignored --nocapture` (`KILN_SURVEY=<parts of files' labels, comma-separated>`
 //! picks files); the report also goes to `target/metal-libraries-survey.txt`.
 
 use std::collections::BTreeSet;
@@ -205,7 +205,7 @@ fn survey() {
     let filter = std::env::var("KILN_SURVEY").unwrap_or_default();
     let mut report = String::new();
     let mut totals: Vec<(&str, usize, usize, usize)> = Vec::new();
-    for file in files().iter().filter(|f| f.label().contains(&filter)) {
+    for file in files().iter().filter(|f| filter.split(',').any(|part| f.label().contains(part))) {
         let (n, cpu, cuda) = survey_file(file, nvrtc);
         let total = *n.as_ref().unwrap_or(&0);
         let line = format!("{:48} kernels {:5}  cpu {:5}  nvrtc {:5}", file.label(), total, cpu.ok, cuda.ok);

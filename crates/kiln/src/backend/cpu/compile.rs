@@ -374,8 +374,16 @@ pub(super) fn load(kernel: &str, so: &Path) -> Result<Compiled> {
     let fault = |msg: String| Error::Driver { backend: "cpu", kernel: kernel.to_string(), msg };
     // SAFETY: the library was compiled by us from a translation unit whose only static
     // initialisers are trivial thread-locals; loading it runs no user code.
-    let lib =
-        unsafe { libloading::Library::new(so) }.map_err(|e| fault(format!("cannot load {}: {e}", so.display())))?;
+    // Every symbol is bound now: one the unit declares but never defines (a specialisation
+    // the translation left out, say) is this error, not a process killed at its first call.
+    #[cfg(unix)]
+    let opened = unsafe {
+        libloading::os::unix::Library::open(Some(so), libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL)
+    }
+    .map(libloading::Library::from);
+    #[cfg(not(unix))]
+    let opened = unsafe { libloading::Library::new(so) };
+    let lib = opened.map_err(|e| fault(format!("cannot load {}: {e}", so.display())))?;
     // SAFETY: `kiln_run` is defined by every translation unit with exactly the RunFn signature.
     let run: RunFn = unsafe { lib.get::<RunFn>(b"kiln_run\0") }
         .map(|s| *s)

@@ -193,6 +193,8 @@ pub fn instrument(src: &Cursor, out: &mut [String], kernels: &HashSet<String>) -
                 && !heads.contains(&k)
                 && call_open(src, k).is_none()
                 && !(k > 0 && (src.is(k - 1, ".") || src.is(k - 1, "->")))
+                // `auto f = [&](...) { ... };` names a lambda; it does not use it.
+                && !src.is(k + 1, "=")
         })
         .map(|k| src.tok(k).text.as_str())
         .collect();

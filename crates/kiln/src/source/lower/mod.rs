@@ -12,6 +12,7 @@
 mod anon_structs;
 mod convergence;
 mod designators;
+mod float_args;
 mod functions;
 mod members;
 mod oslog;

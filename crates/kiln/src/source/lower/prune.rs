@@ -13,18 +13,7 @@ use crate::source::tokens::{tokenize, Kind};
 
 /// The ranges of significant tokens (`from..to`, cursor positions) that `entry` does not reach.
 pub(super) fn unreached(parse: &ProgramParse, entry: &Entry) -> Vec<(usize, usize)> {
-    let src = &parse.cursor;
-    // The outline's tokens are the cursor's significant tokens but its preprocessor lines.
-    let mut at: Vec<usize> = Vec::with_capacity(src.len());
-    let mut toks = Vec::with_capacity(src.len());
-    for k in 0..src.len() {
-        let t = src.tok(k);
-        if t.kind != Kind::Preproc {
-            at.push(k);
-            toks.push(t.clone());
-        }
-    }
-    let outline = Outline::of_tokens(toks);
+    let (outline, at) = parse.outline();
     let mut declared: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, item) in outline.items.iter().enumerate() {
         for n in &item.names {
@@ -37,7 +26,7 @@ pub(super) fn unreached(parse: &ProgramParse, entry: &Entry) -> Vec<(usize, usiz
     let mut names: HashSet<String> = HashSet::new();
     let mut kept = vec![false; outline.items.len()];
     for (i, item) in outline.items.iter().enumerate() {
-        if always_kept(&outline, i) {
+        if always_kept(outline, i) {
             kept[i] = true;
             work.extend(item.refs.iter().cloned());
         }

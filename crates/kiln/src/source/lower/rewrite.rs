@@ -50,6 +50,7 @@ pub fn rewrite(program: &MetalProgram, parse: &ProgramParse, target: LowerTarget
     rw.run();
     super::anon_structs::lower(src, &mut rw.out);
     super::designators::lower(parse, &mut rw.out);
+    super::float_args::companions(parse, &mut rw.out);
     if target == LowerTarget::Cpu {
         let kernels = parse.kernels.keys().cloned().collect();
         super::convergence::instrument(src, &mut rw.out, &kernels)?;
@@ -372,12 +373,21 @@ impl<'a> Rewriter<'a> {
         let mut decls = Vec::new();
         for part in split_commas(&span[name..]) {
             let name = part.first().filter(|t| t.kind == Kind::Ident)?.text.clone();
-            let dims = self.array_dims(&part[1..])?;
+            // `= {0}` or `= {}` (MLX's layer norm): storage zeroed once for the group.
+            let eq = part.iter().position(|t| t.is("=")).unwrap_or(part.len());
+            let zeroed = eq < part.len();
+            if zeroed && !is_zero_initializer(&part[eq + 1..]) {
+                return None;
+            }
+            let dims = self.array_dims(&part[1..eq])?;
             let site = self.next_site;
             self.next_site += 1;
-            decls.push(match self.target {
-                LowerTarget::Cpu => format!("auto& {name} = *kiln::rt::tg_alloc<{ty}{dims}, {site}>(\"{name}\");"),
-                LowerTarget::Cuda => format!("__shared__ {ty} {name}{dims};"),
+            decls.push(match (self.target, zeroed) {
+                (LowerTarget::Cpu, _) => {
+                    format!("auto& {name} = *kiln::rt::tg_alloc<{ty}{dims}, {site}, {zeroed}>(\"{name}\");")
+                }
+                (LowerTarget::Cuda, false) => format!("__shared__ {ty} {name}{dims};"),
+                (LowerTarget::Cuda, true) => format!("__shared__ {ty} {name}{dims}; kiln::tg_zero({name});"),
             });
         }
         self.set(k, decls.join(" "));
@@ -433,7 +443,27 @@ impl<'a> Rewriter<'a> {
         let init = if init.is_empty() { format!("{ty}()") } else { format!("{ty}({init})") };
         self.set(k, format!("static constexpr {ty} {name} = {init};"));
         self.blank(k + 1, end + 1);
+        // Specifiers written before `constant` (MLX's STEEL_CONST is `static constant constexpr
+        // const`) are the lowered declaration's own.
+        let mut from = k;
+        while from > 0 && ["static", "constexpr", "const", "inline"].iter().any(|s| self.tok_is(from - 1, s)) {
+            from -= 1;
+        }
+        self.blank(from, k);
         Some(end + 1)
+    }
+}
+
+/// `{}` or `{0}` (any spelling of zero): an initialiser that zeroes threadgroup storage.
+fn is_zero_initializer(toks: &[&Token]) -> bool {
+    let zero = |t: &Token| {
+        t.kind == Kind::Number
+            && t.text.trim_end_matches(['f', 'F', 'h', 'H', 'u', 'U', 'l', 'L']).parse::<f64>() == Ok(0.0)
+    };
+    match toks {
+        [open, close] => open.is("{") && close.is("}"),
+        [open, z, close] => open.is("{") && zero(z) && close.is("}"),
+        _ => false,
     }
 }
 

@@ -14,6 +14,24 @@ use crate::source::cursor::split_commas;
 use crate::source::limits::MAX_NESTING;
 use crate::source::tokens::{is_float_literal, Kind, Token};
 
+/// The index of a `[[function_constant(expr)]]` attribute (its inner text): an integer
+/// constant expression (`FC_ROPE + 1` in ggml, its macro expanded by the preprocessing), its
+/// names resolved in `outline`'s file scope where one is given.
+pub(crate) fn constant_index(inner: &str, outline: Option<&Outline>) -> Option<u32> {
+    let expr = inner.strip_prefix("function_constant")?.trim();
+    let expr = expr.strip_prefix('(')?.strip_suffix(')')?;
+    let toks: Vec<Token> = crate::source::tokens::tokenize(expr).into_iter().filter(|t| !t.is_trivia()).collect();
+    let empty;
+    let outline = match outline {
+        Some(o) => o,
+        None => {
+            empty = Outline::of_tokens(Vec::new());
+            &empty
+        }
+    };
+    Scope::file_scope(outline).eval(&toks).and_then(|v| u32::try_from(v).ok())
+}
+
 /// What a template parameter of the kernel is bound to by its instantiation.
 #[derive(Clone, Debug)]
 pub(crate) enum Bound {
@@ -73,6 +91,17 @@ impl<'a> Scope<'a> {
             }
         }
         Scope { outline, template, constants }
+    }
+
+    /// The scope of file-scope constants and `#define`s only.
+    pub fn file_scope(outline: &'a Outline) -> Scope<'a> {
+        let mut constants = HashMap::new();
+        for it in outline.items.iter().filter(|it| it.function.is_none()) {
+            if let Some((name, init)) = constant_definition(&outline.toks[it.range.clone()]) {
+                constants.insert(name, init);
+            }
+        }
+        Scope { outline, template: HashMap::new(), constants }
     }
 
     /// The value of an integer constant expression.

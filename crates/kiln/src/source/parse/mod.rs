@@ -16,7 +16,7 @@ mod process_calls;
 mod program;
 mod this_space;
 
-pub(crate) use const_eval::{split_args, Scope};
+pub(crate) use const_eval::{constant_index, split_args, Scope};
 pub(crate) use entry::{first_declarator, join};
 pub(crate) use outline::Outline;
 pub(crate) use program::{in_template_arguments, is_function_qualifier, is_kernel_attribute};
@@ -131,12 +131,34 @@ pub(crate) struct ProgramParse {
     /// Inclusive ranges of class template specialisations that repeat an earlier one but for
     /// address spaces (one thing once lowered).
     pub repeated: Vec<(usize, usize)>,
+    /// The outline of the preprocessed tokens, with the cursor position of each of its tokens;
+    /// built on first use.
+    pub(crate) outline: std::cell::OnceCell<(Outline, Vec<usize>)>,
 }
 
 impl ProgramParse {
     /// The entry named `host_name`.
     pub fn entry(&self, host_name: &str) -> Option<&Entry> {
         self.entries.iter().find(|e| e.host_name == host_name)
+    }
+
+    /// The outline of the preprocessed program (macros expanded where they are used, as the
+    /// compilers see them, `#undef`s and inactive branches honoured; so it has no `#define`s of
+    /// its own), and for each outline token its position in [`Self::cursor`].
+    pub fn outline(&self) -> (&Outline, &[usize]) {
+        let (outline, at) = self.outline.get_or_init(|| {
+            let mut at = Vec::with_capacity(self.cursor.len());
+            let mut toks = Vec::with_capacity(self.cursor.len());
+            for k in 0..self.cursor.len() {
+                let t = self.cursor.tok(k);
+                if t.kind != crate::source::tokens::Kind::Preproc {
+                    at.push(k);
+                    toks.push(t.clone());
+                }
+            }
+            (Outline::of_tokens(toks), at)
+        });
+        (outline, at)
     }
 }
 

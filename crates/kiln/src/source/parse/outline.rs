@@ -11,7 +11,9 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use crate::source::cursor::{split_commas, split_text_commas, Brackets};
-use crate::source::tokens::{tokenize, Kind, Token};
+#[cfg(test)]
+use crate::source::tokens::tokenize;
+use crate::source::tokens::{Kind, Token};
 
 /// One template parameter of a function.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,6 +63,9 @@ pub(crate) struct Outline {
 }
 
 impl Outline {
+    /// The outline of raw source, its `#define`s read as written (tests; programs are
+    /// outlined after preprocessing, `ProgramParse::outline`).
+    #[cfg(test)]
     pub fn new(source: &str) -> Outline {
         let mut toks = Vec::new();
         let mut defines = HashMap::new();
@@ -190,7 +195,15 @@ impl Outline {
             j += 1;
         }
         let open = paren?;
-        let name = self.toks[k..open].iter().rev().find(|t| t.kind == Kind::Ident)?.text.clone();
+        // An explicit specialisation's name stands before its template arguments
+        // (`template <> uint32_t max_value<uint32_t>()` defines `max_value`).
+        let mut name_end = open;
+        if open > k && (self.is(open - 1, ">") || self.is(open - 1, ">>")) {
+            if let Some(o) = self.brackets.opening(open - 1).filter(|&o| o > k) {
+                name_end = o;
+            }
+        }
+        let name = self.toks[k..name_end].iter().rev().find(|t| t.kind == Kind::Ident)?.text.clone();
         // Brackets pair per kind: a `)` past the brace belongs to no parameter list of its own.
         let params_end = self.matching(open).filter(|&c| c < brace)?;
         let mut attrs = Vec::new();
@@ -352,6 +365,7 @@ fn is_keyword(word: &str) -> bool {
 }
 
 /// `#define NAME body` → (NAME, body tokens without trivia); `None` for other directives.
+#[cfg(test)]
 fn define(line: &str) -> Option<(String, Vec<Token>)> {
     let text = line.trim_start().strip_prefix('#')?.trim_start();
     let rest = text.strip_prefix("define")?;

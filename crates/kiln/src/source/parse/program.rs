@@ -55,6 +55,7 @@ pub(super) fn walk(src: Cursor, repeated: Vec<(usize, usize)>) -> Result<Program
         instantiations: w.instantiations,
         function_constants: w.function_constants,
         repeated,
+        outline: std::cell::OnceCell::new(),
     })
 }
 
@@ -154,13 +155,20 @@ impl Walk {
         let Some(end) = src.semicolon(k) else { return Ok(None) };
         let Some(attr) = (k + 1..end).find(|&j| src.tok(j).kind == Kind::Attr) else { return Ok(None) };
         let inner = src.tok(attr).attr_inner();
-        let Some(rest) = inner.strip_prefix("function_constant") else { return Ok(None) };
-        let index: Option<u32> = rest.trim().trim_start_matches('(').trim_end_matches(')').trim().parse().ok();
+        if !inner.starts_with("function_constant") {
+            return Ok(None);
+        }
+        let index = super::constant_index(inner, None);
         if attr < k + 3 {
             return Err(format!("malformed function constant declaration on line {}", src.tok(k).line));
         }
         let name = src.tok(attr - 1).text.clone();
-        let ty = join(&src.toks_in(k + 1, attr - 1));
+        // `static constant constexpr const bool x [[function_constant(0)]]` (MLX's STEEL_CONST):
+        // the specifiers say nothing of the type.
+        let specifier =
+            |t: &&crate::source::tokens::Token| ["static", "constexpr", "const", "inline"].contains(&t.text.as_str());
+        let ty_toks: Vec<_> = src.toks_in(k + 1, attr - 1).into_iter().filter(|t| !specifier(t)).collect();
+        let ty = join(&ty_toks);
         self.function_constants.insert(k, FunctionConstant { end, name, ty, index });
         Ok(Some(end))
     }

@@ -2,8 +2,11 @@
 //! an NVIDIA GPU is present (ignored otherwise).
 
 pub mod candle;
+pub mod candle_families;
 pub mod ggml;
+pub mod ggml_families;
 pub mod mlx;
+pub mod mlx_families;
 
 use candle::*;
 
