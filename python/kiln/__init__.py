@@ -20,7 +20,7 @@ from . import errors, ops  # noqa: E402
 from ._custom_function import custom_function, grad, jvp, value_and_grad, vjp
 from ._debug import DebugBuffer, DebugValues, debug_buffer
 from ._check import check
-from ._kernel import MetalKernel, MetalLibrary, Output, metal_kernel, metal_library
+from ._kernel import MetalKernel, MetalLibrary, Output, metal_kernel, metal_library, metal_library_file
 from ._kiln import cuda_status as _cuda_status
 from ._kiln import devices as _devices
 from ._kiln import nvrtc_version
@@ -70,6 +70,7 @@ __all__ = [
     "check",
     "metal_kernel",
     "metal_library",
+    "metal_library_file",
     "MetalKernel",
     "MetalLibrary",
     "Output",

@@ -113,7 +113,17 @@ class MetalLibrary:
     ) -> list[Any]: ...
 
 def metal_library(
-    name: str, source: str, math_mode: str = "safe", include_dirs: Sequence[str | os.PathLike[str]] = ()
+    name: str,
+    source: str,
+    math_mode: str = "safe",
+    include_dirs: Sequence[str | os.PathLike[str]] = (),
+    defines: Mapping[str, str | int | float | bool | None] | Sequence[tuple[str, str | int | float | bool | None]] | None = None,
+) -> MetalLibrary: ...
+def metal_library_file(
+    path: str | os.PathLike[str],
+    math_mode: str = "safe",
+    include_dirs: Sequence[str | os.PathLike[str]] = (),
+    defines: Mapping[str, str | int | float | bool | None] | Sequence[tuple[str, str | int | float | bool | None]] | None = None,
 ) -> MetalLibrary: ...
 def cuda_available() -> bool: ...
 def cuda_status() -> str: ...

@@ -372,7 +372,7 @@ class MetalLibrary:
 
     __slots__ = ("_library", "name")
 
-    def __init__(self, name, source, math_mode, include_dirs=()):
+    def __init__(self, name, source, math_mode, include_dirs=(), defines=None, file_dir=None):
         op = f"metal_library {check_arg.text('metal_library', 'name', name)}"
         check_arg.text(op, "source", source)
         if math_mode not in _MATH_MODES:
@@ -383,7 +383,8 @@ class MetalLibrary:
         dirs = [] if isinstance(include_dirs, (str, bytes)) else list(include_dirs)
         if isinstance(include_dirs, (str, bytes)) or not all(isinstance(d, str) or hasattr(d, "__fspath__") for d in dirs):
             raise InvalidArgumentError(f"[{op}] include_dirs must be a list of directory paths, got {include_dirs!r}")
-        self._library = _kiln.Library(name, source, math_mode, [d if isinstance(d, str) else d.__fspath__() for d in dirs])
+        self._library = _kiln.Library(name, source, math_mode, [d if isinstance(d, str) else d.__fspath__() for d in dirs],
+                                      _macro_pairs(op, defines), file_dir)
         self.name = name
 
     def dispatch(self, function, buffers, *, threadgroup, threads=None, threadgroups=None,
@@ -583,10 +584,56 @@ def _scalar_bytes(v) -> bytes:
         return np.float32(v).tobytes()
 
 
-def metal_library(name, source, math_mode="safe", include_dirs=()) -> MetalLibrary:
+def _macro_pairs(op, defines):
+    """``defines`` ({name: value} or (name, value) pairs; a value None or True is 1) as
+    (name, text) pairs."""
+    if defines is None:
+        return []
+    items = defines.items() if isinstance(defines, dict) else defines
+    pairs = []
+    try:
+        items = list(items)
+    except TypeError:
+        items = None
+    if items is None or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in items):
+        raise InvalidArgumentError(f"[{op}] defines must map macro names to values, got {defines!r}")
+    for name, value in items:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise InvalidArgumentError(f"[{op}] defines: macro name {name!r} is not an identifier")
+        if value is None or value is True:
+            value = "1"
+        elif value is False:
+            value = "0"
+        elif isinstance(value, (int, float)):
+            value = repr(value)
+        elif not isinstance(value, str) or "\n" in value or "\0" in value:
+            raise InvalidArgumentError(f"[{op}] defines: the value of {name} must be one line of text or a number, got {value!r}")
+        pairs.append((name, value))
+    return pairs
+
+
+def metal_library(name, source, math_mode="safe", include_dirs=(), defines=None) -> MetalLibrary:
     """A whole ``.metal`` file (mlx-native style): kernels with ``[[buffer(n)]]``,
     ``[[threadgroup(n)]]`` and builtin parameters, function constants and file-scope data.
     ``include_dirs`` are where the file's ``#include "x.h"`` and ``#include <x.h>`` find the
-    library's own headers (a header found nowhere is a compile error naming the line). Run a
-    function with :meth:`MetalLibrary.dispatch`."""
-    return MetalLibrary(name, source, math_mode, include_dirs)
+    library's own headers (a header found nowhere is a compile error naming the line);
+    ``defines`` maps macro names to values for the whole source, as a library's build passes
+    them (``{"GGML_METAL_HAS_BF16": 1}``). Run a function with :meth:`MetalLibrary.dispatch`."""
+    return MetalLibrary(name, source, math_mode, include_dirs, defines)
+
+
+def metal_library_file(path, math_mode="safe", include_dirs=(), defines=None) -> MetalLibrary:
+    """The ``.metal`` file at ``path`` as a :func:`metal_library` named by its file name; its
+    quoted ``#include`` lines are looked up beside it first, then in ``include_dirs``."""
+    import os
+
+    if not (isinstance(path, str) or hasattr(path, "__fspath__")):
+        raise InvalidArgumentError(f"[metal_library_file] path must be a file path, got {path!r}")
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidArgumentError(f"[metal_library_file] cannot read {path}: {e}") from None
+    directory = os.path.dirname(os.path.abspath(path))
+    return MetalLibrary(os.path.basename(path), source, math_mode, include_dirs, defines, directory)

@@ -83,3 +83,39 @@ def test_errors_name_the_library_and_function(rng):
         LIB.dispatch("no_such_function", [np.ones(4, np.float32)], threads=(4, 1, 1), threadgroup=(4, 1, 1))
     with pytest.raises(ValueError):
         LIB.dispatch("axpb", [], threadgroup=(4, 1, 1))
+
+
+def test_a_library_file_with_its_headers_and_defines(rng, tmp_path):
+    # A file as libraries ship them: a sibling header included by a quoted name, another from
+    # an include directory by an angled one, and a macro the library's build defines.
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "kernels" / "scale.h").write_text("inline float scaled(float v) { return v * SCALE; }\n")
+    (tmp_path / "inc" / "offset.h").write_text("constant float kOffset = 0.5f;\n")
+    (tmp_path / "kernels" / "lib.metal").write_text(
+        "#include <metal_stdlib>\n#include \"scale.h\"\n#include <offset.h>\nusing namespace metal;\n"
+        "kernel void f(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],\n"
+        "              uint i [[thread_position_in_grid]]) {\n"
+        "#if HAS_OFFSET\n  y[i] = scaled(x[i]) + kOffset;\n#else\n  y[i] = scaled(x[i]);\n#endif\n}\n")
+    x = random_array(rng, (64,), np.float32)
+    for has_offset, offset in ((True, 0.5), (False, 0.0)):
+        lib = kiln.metal_library_file(tmp_path / "kernels" / "lib.metal", include_dirs=[tmp_path / "inc"],
+                                      defines={"SCALE": 3.0, "HAS_OFFSET": has_offset})
+        assert lib.name == "lib.metal"
+        (y,) = lib.dispatch("f", [x, kiln.Output((64,), np.float32)], threads=(64, 1, 1), threadgroup=(32, 1, 1))
+        assert_close(y, x.astype(np.float64) * 3.0 + offset, np.float32)
+    # A header found nowhere is a compile error naming it.
+    lib = kiln.metal_library_file(tmp_path / "kernels" / "lib.metal", defines={"SCALE": 1})
+    with pytest.raises(kiln.KilnError, match="offset.h"):
+        lib.dispatch("f", [x, kiln.Output((64,), np.float32)], threads=(64, 1, 1), threadgroup=(32, 1, 1))
+
+
+@pytest.mark.parametrize("defines", [{"not a name": 1}, {"X": [1]}, {"X": "a\nb"}, [("X",)], 7])
+def test_bad_defines_are_argument_errors(defines):
+    with pytest.raises(kiln.InvalidArgumentError, match="defines"):
+        kiln.metal_library("bad_defines", SOURCE, defines=defines)
+
+
+def test_a_missing_library_file_is_an_argument_error(tmp_path):
+    with pytest.raises(kiln.InvalidArgumentError, match="cannot read"):
+        kiln.metal_library_file(tmp_path / "nowhere.metal")

@@ -91,6 +91,7 @@ pub fn bench(args: BenchArgs, device: kiln::Device) -> kiln::Result<()> {
     }
     if args.compile {
         out!("{}", kiln_tools::bench::compile_time::measure()?.table());
+        out!("{}", kiln_tools::bench::library_compile::measure()?.table());
         return Ok(());
     }
     if let Some(calls) = args.host_calls {

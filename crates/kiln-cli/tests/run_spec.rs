@@ -188,3 +188,22 @@ fn zero_dimension_grids_are_refused_naming_the_kernel() {
     assert!(stderr(&out).contains("warning:") && stderr(&out).contains("runs no thread"), "{}", stderr(&out));
     assert_eq!(Array::load_npy(out_dir.join("a.npy")).unwrap().to_vec::<f32>().unwrap(), vec![4.0; 8]);
 }
+
+#[test]
+fn library_defines_and_include_dirs_reach_the_preprocessor() {
+    let dir = scratch("defines");
+    std::fs::create_dir_all(dir.join("inc")).unwrap();
+    std::fs::write(dir.join("inc").join("step.h"), "constant float kStep = STEP;\n").unwrap();
+    let spec = "[library]\nsource = '''\n#include <step.h>\nkernel void ramp(device float* y [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n#if NEGATE\n  y[i] = -kStep * float(i);\n#else\n  y[i] = kStep * float(i);\n#endif\n}\n'''\nfunction = \"ramp\"\ninclude_dirs = [\"inc\"]\ndefines = { STEP = 0.25, NEGATE = true }\n\n[dispatch]\ngrid = [8, 1, 1]\nthreadgroup = [8, 1, 1]\n\n[[buffer]]\noutput = \"y\"\nshape = [8]\ndtype = \"float32\"\n";
+    let path = dir.join("ramp.toml");
+    std::fs::write(&path, spec).unwrap();
+    let out_dir = dir.join("out");
+    let out = run_spec(&path, &out_dir, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let y = Array::load_npy(out_dir.join("y.npy")).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(y, (0..8).map(|i| -0.25 * i as f32).collect::<Vec<_>>());
+    // A value that is not one line of text, a number or a bool names the key.
+    std::fs::write(&path, spec.replace("NEGATE = true", "NEGATE = [1]")).unwrap();
+    let out = run_spec(&path, &out_dir, &[]);
+    assert!(!out.status.success() && stderr(&out).contains("NEGATE"), "{}", stderr(&out));
+}

@@ -426,9 +426,24 @@ pub struct Library {
 #[pymethods]
 impl Library {
     #[new]
-    #[pyo3(signature = (name, source, math_mode_name, include_dirs=Vec::new()))]
-    fn new(name: &str, source: &str, math_mode_name: &str, include_dirs: Vec<String>) -> PyResult<Self> {
-        let library = MetalLibrary::new(name, source).math_mode(math_mode(math_mode_name)?).include_dirs(include_dirs);
+    /// `file_dir`: where the source's own quoted `#include`s are looked up first (the file's
+    /// directory, for `kiln.metal_library_file`); `defines`: macros for the whole source.
+    #[pyo3(signature = (name, source, math_mode_name, include_dirs=Vec::new(), defines=Vec::new(), file_dir=None))]
+    fn new(
+        name: &str,
+        source: &str,
+        math_mode_name: &str,
+        include_dirs: Vec<String>,
+        defines: Vec<(String, String)>,
+        file_dir: Option<String>,
+    ) -> PyResult<Self> {
+        let mut library = MetalLibrary::new(name, source)
+            .math_mode(math_mode(math_mode_name)?)
+            .include_dirs(include_dirs)
+            .defines(defines);
+        if let Some(dir) = file_dir {
+            library = library.file_dir(dir);
+        }
         Ok(Library { library })
     }
 

@@ -190,6 +190,40 @@ fn invalid_msl_reports_the_users_line() {
 }
 
 #[test]
+fn a_function_declared_but_never_defined_is_an_error_at_load() {
+    // The host compiler accepts the call (a shared library may leave symbols to others); the
+    // library is loaded with every symbol bound, so the launch fails instead of the process
+    // dying at the call.
+    let src = "#include <metal_stdlib>\nusing namespace metal;\nfloat only_declared(float x);\n\
+               kernel void f(device float* o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n\
+               o[i] = only_declared(float(i));\n}\n";
+    let prog = MetalProgram {
+        kernel: "undefined_symbol".into(),
+        source: src.into(),
+        kind: ProgramKind::FullFile,
+        function: "f".into(),
+        math_mode: MathMode::Safe,
+        constants: vec![],
+    };
+    let backend = backend_for(Device::Cpu).unwrap();
+    let err = backend
+        .launch(&Launch {
+            program: &prog,
+            bindings: vec![Binding::Output(OutputSpec { shape: vec![4].into(), dtype: DType::F32, init_value: None })],
+            dispatch: Dispatch::Threads([4, 1, 1]),
+            threadgroup: [4, 1, 1],
+            threadgroup_memory: vec![],
+            timeout: None,
+            cancel: None,
+            stream: None,
+            resolved: None,
+        })
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("undefined symbol") && text.contains("only_declared"), "{text}");
+}
+
+#[test]
 fn missing_compiler_is_a_typed_error() {
     match CpuBackend::with_compiler("/nonexistent/kiln-test-c++") {
         Err(Error::BackendUnavailable { backend, reason }) => {

@@ -13,6 +13,7 @@ pub mod compile_time;
 mod docs_cases;
 pub mod host;
 pub mod inputs;
+pub mod library_compile;
 pub mod plot;
 pub mod report;
 

@@ -240,7 +240,7 @@ fn parse_template_item(c: &Section<'_>, i: usize, item: &Value) -> Result<(Templ
 fn parse_library(root: &Section<'_>) -> Result<LibrarySpec> {
     let file = root.file;
     let l = root.sub_table("library")?.ok_or_else(|| root.err("library", "missing [library] table"))?;
-    l.only_keys(&["source_file", "source", "function", "constants", "math_mode", "include_dirs"])?;
+    l.only_keys(&["source_file", "source", "function", "constants", "math_mode", "include_dirs", "defines"])?;
     // A source file's quoted `#include`s are looked up beside it, as a compiler does.
     let (source, source_dir) = match (l.str("source_file")?, l.str("source")?) {
         (Some(rel), None) => {
@@ -265,6 +265,26 @@ fn parse_library(root: &Section<'_>) -> Result<LibrarySpec> {
     if l.has("include_dirs") {
         let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
         library = library.include_dirs(l.strings("include_dirs")?.iter().map(|d| base.join(d)));
+    }
+    // Macros the library's build defines (`-D name=value`): strings, integers, floats or bools.
+    if let Some(defines) = l.sub_table("defines")? {
+        let mut macros = Vec::new();
+        for (name, value) in defines.table {
+            let text = match value {
+                toml::Value::String(s) if !s.contains('\n') => s.clone(),
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => format!("{f:?}"),
+                toml::Value::Boolean(b) => u8::from(*b).to_string(),
+                _ => return Err(defines.err(name, "a macro's value is one line of text, a number or a bool")),
+            };
+            let identifier = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !identifier {
+                return Err(defines.err(name, "a macro's name is an identifier"));
+            }
+            macros.push((name.clone(), text));
+        }
+        library = library.defines(macros);
     }
     if let Some(m) = l.str("math_mode")? {
         library = library.math_mode(m.parse::<MathMode>().map_err(|e| l.err("math_mode", e.to_string()))?);

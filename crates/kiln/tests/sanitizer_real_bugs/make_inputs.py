@@ -46,3 +46,7 @@ save("logits1x2000.npy", [1, 2000], [2 * rng.normal() for _ in range(2000)])
 save("rows2x2000.npy", [2, 2000], [rng.normal() for _ in range(4000)])
 save("weight2000.npy", [2000], [1 + 0.1 * rng.normal() for _ in range(2000)])
 save("bias2000.npy", [2000], [0.1 * rng.normal() for _ in range(2000)])
+# The same for a row of 2048, which fills MLX's layer-norm group exactly (256 threads of 8).
+save("rows2x2048.npy", [2, 2048], [rng.normal() for _ in range(4096)])
+save("weight2048.npy", [2048], [1 + 0.1 * rng.normal() for _ in range(2048)])
+save("bias2048.npy", [2048], [0.1 * rng.normal() for _ in range(2048)])

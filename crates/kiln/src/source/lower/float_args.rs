@@ -7,7 +7,8 @@
 //! the lowering adds a companion template taking half or bfloat in those positions exactly and
 //! forwarding them as floats: an exact match, chosen over both conversions, that calls the
 //! function Metal would have. Functions the program also overloads on half or bfloat keep
-//! those overloads (a non-template exact match beats the template).
+//! those overloads (a non-template exact match beats the template); names the program also
+//! declares as function templates get no companion (their template takes half as it is).
 
 use crate::source::parse::ProgramParse;
 use crate::source::tokens::{Kind, Token};
@@ -22,13 +23,29 @@ pub(super) fn companions(parse: &ProgramParse, out: &mut [String]) {
         return;
     }
     let (outline, at) = parse.outline();
+    // Names the program also declares as function templates take small floats as they are (a
+    // companion would be as good a match as the program's template: ambiguous).
+    let templates: std::collections::HashSet<&str> = outline
+        .items
+        .iter()
+        .filter_map(|item| {
+            let f = item.function.as_ref()?;
+            outline.toks[item.range.start].is("template").then_some(f.name.as_str())
+        })
+        .collect();
     for item in &outline.items {
         let Some(f) = &item.function else { continue };
         let head = &outline.toks[item.range.start..f.params.start];
         let starts_template = head.first().is_some_and(|t| t.is("template"));
         let name_at = f.params.start.checked_sub(2);
         let qualified = name_at.and_then(|n| n.checked_sub(1)).is_some_and(|p| outline.toks[p].is("::"));
-        if f.is_kernel || starts_template || qualified || f.name == "operator" || f.body.end >= outline.toks.len() {
+        if f.is_kernel
+            || starts_template
+            || qualified
+            || f.name == "operator"
+            || templates.contains(f.name.as_str())
+            || f.body.end >= outline.toks.len()
+        {
             continue;
         }
         let params: Vec<&Token> = outline.toks[f.params.clone()].iter().collect();

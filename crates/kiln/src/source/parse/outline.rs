@@ -185,6 +185,12 @@ impl Outline {
             if t.is("=") {
                 return None;
             }
+            // `__attribute__((always_inline))` (MLX's METAL_FUNC) and a `decltype(...)` return
+            // type come before the name; their parentheses are not the parameters'.
+            if ["__attribute__", "decltype", "alignas"].contains(&t.text.as_str()) && self.is(j + 1, "(") {
+                j = self.matching(j + 1)? + 1;
+                continue;
+            }
             if t.is("(") {
                 paren = Some(j);
                 break;
@@ -436,6 +442,18 @@ kernel void b(device float* o [[buffer(0)]], constant P& p [[buffer(1)]]) {
         assert_eq!(b.attrs, vec!["max_total_threads_per_threadgroup(64)".to_string()]);
         assert!(o.function("helper").is_some(), "functions inside namespaces are found");
         assert!(o.function("nope").is_none());
+    }
+
+    #[test]
+    fn functions_are_named_past_attributes_return_types_and_specialisation_arguments() {
+        let o = Outline::new(
+            "template <typename T, int N> inline __attribute__((always_inline)) void load_row(const device T* s, thread T (&a)[N]) {}
+             template <> inline uint32_t max_value<uint32_t>() { return 0xFFFFFFFFu; }
+             decltype(1 + 2) three() { return 3; }
+",
+        );
+        let names: Vec<&str> = o.items.iter().filter_map(|i| i.function.as_ref()).map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["load_row", "max_value", "three"]);
     }
 
     #[test]

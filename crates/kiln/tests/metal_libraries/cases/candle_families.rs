@@ -816,10 +816,8 @@ pub fn gather_i64_f32(device: Device) {
     });
 }
 
-/// indexing.metal `gather_u32_f32` (its index type spelled `uint`). Left out: the CPU unit
-/// keeps only the primary template of `max_value` and drops its `uint32_t` specialisation, so
-/// loading the kernel fails with "undefined symbol: _Z9max_valueIjET_v" (and ends the process).
-#[allow(dead_code)]
+/// indexing.metal `gather_u32_f32` (its index type spelled `uint`, which reaches the
+/// `uint32_t` specialisation of `max_value` only through its name).
 pub fn gather_u32_f32(device: Device) {
     gather_f32(device, "gather_u32_f32", 356, |idx, shape| {
         let v: Vec<u32> = idx.iter().map(|i| i.map_or(u32::MAX, |i| i as u32)).collect();
@@ -956,6 +954,7 @@ mod run {
         gemm_nt_f16,
         gemm_tn_f32,
         gather_i64_f32,
+        gather_u32_f32,
         scatter_add_i64_f32,
         scatter_u32_f32,
         index_add_u32_f16,
