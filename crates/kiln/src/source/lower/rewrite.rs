@@ -66,7 +66,7 @@ pub fn rewrite(program: &MetalProgram, parse: &ProgramParse, target: LowerTarget
     if program.kind == crate::program::ProgramKind::FullFile && parse.entries.len() > 1 {
         if let Some(entry) = parse.entry(&program.function) {
             for (from, to) in super::prune::unreached(parse, entry) {
-                rw.blank(from, to);
+                rw.blank_with_trivia(from, to);
             }
         }
     }
@@ -103,6 +103,23 @@ impl<'a> Rewriter<'a> {
         for k in from..to.min(self.parse.cursor.len()) {
             self.set(k, "");
         }
+    }
+
+    /// Blanks the significant tokens `from..to` and the comments and spaces between them,
+    /// keeping their line breaks (what a pruned declaration leaves for the passes after).
+    fn blank_with_trivia(&mut self, from: usize, to: usize) {
+        let src = &self.parse.cursor;
+        let to = to.min(src.len());
+        if from >= to {
+            return;
+        }
+        for i in src.sig[from]..=src.sig[to - 1] {
+            let t = &src.toks[i];
+            if t.is_trivia() {
+                self.out[i] = "\n".repeat(t.text.matches('\n').count());
+            }
+        }
+        self.blank(from, to);
     }
 
     /// The position of the token closing the bracket opened at `k`.
