@@ -1,7 +1,7 @@
 //! `kiln._kiln.MetalKernel` (the base of `kiln.MetalKernel`, which `kiln.metal_kernel` makes) and `kiln._kiln.Library` (behind
 //! `kiln.metal_library`): argument conversion and the launch, with the GIL released. A launch
-//! on the CPU runs on a worker thread while this thread watches for Ctrl-C: a signal sets the
-//! kernel's cancel flag and the emulator stops at its next poll.
+//! on the CPU runs on one of the emulator's worker threads while this thread watches for
+//! Ctrl-C: a signal sets the kernel's cancel flag and the emulator stops at its next poll.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +24,7 @@ use crate::torch_call::LaunchKeywords;
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
 /// Runs `launch` with the GIL released. Launches on the CPU (the only ones that can run long
-/// and be stopped) run on a worker thread while this one checks Python's signal handlers; a
+/// and be stopped) run on an emulator worker thread while this one checks Python's signal handlers; a
 /// raised `KeyboardInterrupt` (or any exception a handler raises) sets `cancel` and is
 /// re-raised once the kernel has stopped.
 ///
@@ -40,11 +40,11 @@ pub fn run_interruptible<T: Send>(
         return detached(py, op, launch);
     };
     let (result, raised) = py.detach(|| {
-        std::thread::scope(|s| {
-            let (tx, rx) = mpsc::channel();
-            s.spawn(move || {
-                let _ = tx.send(catch_unwind(AssertUnwindSafe(launch)));
-            });
+        let (tx, rx) = mpsc::channel();
+        let job = move || {
+            let _ = tx.send(catch_unwind(AssertUnwindSafe(launch)));
+        };
+        let wait = || {
             let mut raised: Option<PyErr> = None;
             loop {
                 match rx.recv_timeout(SIGNAL_POLL) {
@@ -59,7 +59,20 @@ pub fn run_interruptible<T: Send>(
                     }
                 }
             }
-        })
+        };
+        // The launch runs on the emulator's own (persistent) worker threads; a caller that is
+        // one of them (it would wait on itself) gives it a thread of its own.
+        if rayon::current_thread_index().is_none() {
+            rayon::in_place_scope(|s| {
+                s.spawn(move |_| job());
+                wait()
+            })
+        } else {
+            std::thread::scope(|s| {
+                s.spawn(job);
+                wait()
+            })
+        }
     });
     if let Some(e) = raised {
         return Err(e);

@@ -18,8 +18,8 @@
 
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rayon::prelude::*;
 
@@ -459,9 +459,6 @@ enum Stop {
     Cancelled,
 }
 
-/// How often a watcher looks at the caller's cancel flag.
-const CANCEL_POLL: Duration = Duration::from_millis(10);
-
 /// Runs every group over the rayon pool; returns the first fault message and whether the
 /// timeout or the caller's cancel flag stopped the kernel.
 fn execute(
@@ -521,41 +518,15 @@ fn execute(
     if timeout.is_none() && cancelled_by_caller.is_none() {
         work();
     } else {
-        let (done_tx, done_rx) = mpsc::channel::<()>();
-        let timed_out = &timed_out;
-        let start = Instant::now();
-        std::thread::scope(|s| {
-            s.spawn(move || loop {
-                let left = timeout.map(|t| t.saturating_sub(start.elapsed()));
-                let wait = match (left, cancelled_by_caller) {
-                    (Some(left), Some(_)) => left.min(CANCEL_POLL),
-                    (Some(left), None) => left,
-                    (None, _) => CANCEL_POLL,
-                };
-                match done_rx.recv_timeout(wait) {
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                    _ => break,
-                }
-                if cancelled_by_caller.is_some_and(|c| c.load(Ordering::SeqCst)) {
-                    timed_out.store(2, Ordering::SeqCst);
-                    cancel.store(1, Ordering::SeqCst);
-                    break;
-                }
-                if timeout.is_some_and(|t| start.elapsed() >= t) {
-                    timed_out.store(1, Ordering::SeqCst);
-                    cancel.store(1, Ordering::SeqCst);
-                    break;
-                }
-            });
-            work();
-            let _ = done_tx.send(());
-        });
+        // The process's watcher stops the kernel past its timeout or once the caller asks.
+        let _watch = super::watcher::watch(timeout, cancelled_by_caller, cancel, &timed_out);
+        work();
     }
     log.finish();
     let fault = fault.lock().ok().and_then(|mut f| f.take());
     let stop = match timed_out.load(Ordering::SeqCst) {
         0 => Stop::Finished,
-        1 => Stop::TimedOut,
+        super::watcher::TIMED_OUT => Stop::TimedOut,
         _ => Stop::Cancelled,
     };
     (fault, stop)

@@ -36,6 +36,7 @@ mod scheduler_object;
 mod stacks;
 mod threadgroup;
 mod toolchain;
+mod watcher;
 
 use std::cell::Cell;
 use std::collections::HashMap;

@@ -1,0 +1,167 @@
+//! One thread for the whole process that stops CPU launches past their timeout or whose
+//! caller set their cancel flag, instead of a thread started (and torn down) for every launch
+//! that has either. A launch registers its flags for as long as it runs ([`watch`]); the
+//! watcher sleeps until the nearest deadline, or polls the callers' flags every
+//! [`CANCEL_POLL`] while one is registered, and otherwise waits to be woken.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How often the watcher looks at the callers' cancel flags.
+pub(super) const CANCEL_POLL: Duration = Duration::from_millis(10);
+
+/// What `why` is set to when the watcher stops a launch.
+pub(super) const TIMED_OUT: i32 = 1;
+pub(super) const CANCELLED: i32 = 2;
+
+/// One running launch's flags.
+struct Watched {
+    id: u64,
+    deadline: Option<Instant>,
+    caller: *const AtomicBool,
+    /// The kernel's own stop flag (set to 1 to stop it).
+    cancel: *const AtomicI32,
+    /// Why it was stopped (0 until then).
+    why: *const AtomicI32,
+}
+
+// SAFETY: the pointers are only read while the registry's lock is held, and the launch that
+// owns the atomics removes its entry under that lock before they go out of scope (`Watch::drop`).
+unsafe impl Send for Watched {}
+
+#[derive(Default)]
+struct Registry {
+    next_id: u64,
+    watched: Vec<Watched>,
+}
+
+struct Watcher {
+    registry: Mutex<Registry>,
+    wake: Condvar,
+}
+
+fn watcher() -> &'static Watcher {
+    static WATCHER: OnceLock<&'static Watcher> = OnceLock::new();
+    WATCHER.get_or_init(|| {
+        let w: &'static Watcher = Box::leak(Box::new(Watcher { registry: Mutex::default(), wake: Condvar::new() }));
+        std::thread::Builder::new()
+            .name("kiln-cpu-watcher".into())
+            .spawn(move || w.run())
+            .expect("start the CPU launch watcher thread");
+        w
+    })
+}
+
+impl Watcher {
+    fn run(&self) {
+        let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let now = Instant::now();
+            let mut wait: Option<Duration> = None;
+            for w in &registry.watched {
+                // SAFETY: see `Watched`: the entry is registered, so its atomics are alive.
+                let (caller, cancel, why) = unsafe { (w.caller.as_ref(), &*w.cancel, &*w.why) };
+                if why.load(Ordering::SeqCst) != 0 {
+                    continue;
+                }
+                let stop = if caller.is_some_and(|c| c.load(Ordering::SeqCst)) {
+                    CANCELLED
+                } else if w.deadline.is_some_and(|d| now >= d) {
+                    TIMED_OUT
+                } else {
+                    let left = w.deadline.map(|d| d - now);
+                    let next = match (left, caller.is_some()) {
+                        (Some(left), true) => left.min(CANCEL_POLL),
+                        (Some(left), false) => left,
+                        (None, _) => CANCEL_POLL,
+                    };
+                    wait = Some(wait.map_or(next, |w| w.min(next)));
+                    continue;
+                };
+                why.store(stop, Ordering::SeqCst);
+                cancel.store(1, Ordering::SeqCst);
+            }
+            registry = match wait {
+                Some(wait) => self.wake.wait_timeout(registry, wait).unwrap_or_else(|e| e.into_inner()).0,
+                None => self.wake.wait(registry).unwrap_or_else(|e| e.into_inner()),
+            };
+        }
+    }
+}
+
+/// A launch's registration; dropping it ends the watch.
+pub(super) struct Watch {
+    id: u64,
+}
+
+/// Watches a launch until the returned value is dropped: past `timeout` from now, or once
+/// `caller` is set, `why` becomes [`TIMED_OUT`] or [`CANCELLED`] and `cancel` 1. The atomics
+/// must outlive the returned value.
+pub(super) fn watch(
+    timeout: Option<Duration>,
+    caller: Option<&AtomicBool>,
+    cancel: &AtomicI32,
+    why: &AtomicI32,
+) -> Watch {
+    let w = watcher();
+    let mut registry = w.registry.lock().unwrap_or_else(|e| e.into_inner());
+    registry.next_id += 1;
+    let id = registry.next_id;
+    registry.watched.push(Watched {
+        id,
+        deadline: timeout.map(|t| Instant::now() + t),
+        caller: caller.map_or(std::ptr::null(), |c| c as *const AtomicBool),
+        cancel,
+        why,
+    });
+    drop(registry);
+    w.wake.notify_one();
+    Watch { id }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let mut registry = watcher().registry.lock().unwrap_or_else(|e| e.into_inner());
+        registry.watched.retain(|w| w.id != self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stops_past_the_deadline_or_when_the_caller_asks_and_forgets_finished_launches() {
+        let (cancel, why) = (AtomicI32::new(0), AtomicI32::new(0));
+        let start = Instant::now();
+        let first = watch(Some(Duration::from_millis(30)), None, &cancel, &why);
+        while cancel.load(Ordering::SeqCst) == 0 {
+            assert!(start.elapsed() < Duration::from_secs(10), "the deadline never fired");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(start.elapsed() >= Duration::from_millis(30));
+        assert_eq!(why.load(Ordering::SeqCst), TIMED_OUT);
+        let first_id = first.id;
+        drop(first);
+
+        let (cancel, why, caller) = (AtomicI32::new(0), AtomicI32::new(0), AtomicBool::new(false));
+        let watch = super::watch(None, Some(&caller), &cancel, &why);
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(cancel.load(Ordering::SeqCst), 0, "nothing asked it to stop");
+        caller.store(true, Ordering::SeqCst);
+        let start = Instant::now();
+        while cancel.load(Ordering::SeqCst) == 0 {
+            assert!(start.elapsed() < Duration::from_secs(10), "the caller's flag was never seen");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(why.load(Ordering::SeqCst), CANCELLED);
+        let second_id = watch.id;
+        drop(watch);
+        let registry = watcher().registry.lock().unwrap();
+        assert!(
+            registry.watched.iter().all(|w| w.id != first_id && w.id != second_id),
+            "finished launches are forgotten"
+        );
+    }
+}
