@@ -333,8 +333,8 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
         };
         let k = bodies.len();
         let Some((before, body, after)) = output_parts(s, n) else { continue };
-        let before_hit = before.iter().rposition(|&b| b != CANARY).map(|p| before.len() - p);
-        let after_hit = after.iter().position(|&b| b != CANARY).map(|p| p + 1);
+        let before_hit = last_not(before, CANARY).map(|p| before.len() - p);
+        let after_hit = first_not(after, CANARY).map(|p| p + 1);
         let side = match (before_hit, after_hit) {
             (Some(d), _) => Some(("before the start", d)),
             (None, Some(d)) => Some(("past the end", d)),
@@ -391,6 +391,36 @@ fn write_back(a: &Array, body: &[u8]) {
     // this kernel to write (`Binding::OutputInto`) and does not touch during the launch; `body`
     // is kiln's guarded copy, a different allocation of the same length.
     unsafe { std::ptr::copy_nonoverlapping(body.as_ptr(), dest.as_ptr() as *mut u8, body.len()) };
+}
+
+/// Canary slack is compared a block at a time (a memcmp), then searched byte by byte only
+/// in a block that differs: tens of kilobytes per output per launch.
+const CANARY_BLOCK: usize = 512;
+
+/// The position of the first byte of `bytes` that is not `value`.
+fn first_not(bytes: &[u8], value: u8) -> Option<usize> {
+    let pattern = [value; CANARY_BLOCK];
+    let mut at = 0;
+    for chunk in bytes.chunks(CANARY_BLOCK) {
+        if chunk != &pattern[..chunk.len()] {
+            return chunk.iter().position(|&b| b != value).map(|p| at + p);
+        }
+        at += chunk.len();
+    }
+    None
+}
+
+/// The position of the last byte of `bytes` that is not `value`.
+fn last_not(bytes: &[u8], value: u8) -> Option<usize> {
+    let pattern = [value; CANARY_BLOCK];
+    let mut end = bytes.len();
+    for chunk in bytes.rchunks(CANARY_BLOCK) {
+        end -= chunk.len();
+        if chunk != &pattern[..chunk.len()] {
+            return chunk.iter().rposition(|&b| b != value).map(|p| end + p);
+        }
+    }
+    None
 }
 
 fn describe(role: Role) -> String {
@@ -519,8 +549,10 @@ fn execute(
         work();
     } else {
         // The process's watcher stops the kernel past its timeout or once the caller asks.
-        let _watch = super::watcher::watch(timeout, cancelled_by_caller, cancel, &timed_out);
-        work();
+        match super::watcher::watch(timeout, cancelled_by_caller, cancel, &timed_out) {
+            Ok(_watch) => work(),
+            Err(why) => return (Some(why), Stop::Finished),
+        }
     }
     log.finish();
     let fault = fault.lock().ok().and_then(|mut f| f.take());
@@ -544,4 +576,26 @@ pub(super) fn geometry(launch: &Launch<'_>) -> Result<([u32; 3], [u32; 3], [u32;
             (grid, tg, groups)
         }
     })
+}
+
+#[cfg(test)]
+mod canary_tests {
+    use super::{first_not, last_not, CANARY, CANARY_BLOCK};
+
+    #[test]
+    fn the_block_scan_finds_what_a_byte_scan_finds() {
+        for len in [0, 1, 7, CANARY_BLOCK - 1, CANARY_BLOCK, CANARY_BLOCK + 1, 3 * CANARY_BLOCK + 5] {
+            let clean = vec![CANARY; len];
+            assert_eq!(first_not(&clean, CANARY), None);
+            assert_eq!(last_not(&clean, CANARY), None);
+            for hits in [vec![0], vec![len / 2], vec![len.saturating_sub(1)], vec![1, len.saturating_sub(2)]] {
+                let mut bytes = clean.clone();
+                for &h in hits.iter().filter(|&&h| h < len) {
+                    bytes[h] = 0;
+                }
+                assert_eq!(first_not(&bytes, CANARY), bytes.iter().position(|&b| b != CANARY), "len {len} {hits:?}");
+                assert_eq!(last_not(&bytes, CANARY), bytes.iter().rposition(|&b| b != CANARY), "len {len} {hits:?}");
+            }
+        }
+    }
 }

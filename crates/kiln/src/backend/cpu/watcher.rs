@@ -41,16 +41,19 @@ struct Watcher {
     wake: Condvar,
 }
 
-fn watcher() -> &'static Watcher {
-    static WATCHER: OnceLock<&'static Watcher> = OnceLock::new();
-    WATCHER.get_or_init(|| {
-        let w: &'static Watcher = Box::leak(Box::new(Watcher { registry: Mutex::default(), wake: Condvar::new() }));
-        std::thread::Builder::new()
-            .name("kiln-cpu-watcher".into())
-            .spawn(move || w.run())
-            .expect("start the CPU launch watcher thread");
-        w
-    })
+/// The watcher, started on first use; why not when its thread cannot start.
+fn watcher() -> Result<&'static Watcher, String> {
+    static WATCHER: OnceLock<Result<&'static Watcher, String>> = OnceLock::new();
+    WATCHER
+        .get_or_init(|| {
+            let w: &'static Watcher = Box::leak(Box::new(Watcher { registry: Mutex::default(), wake: Condvar::new() }));
+            std::thread::Builder::new()
+                .name("kiln-cpu-watcher".into())
+                .spawn(move || w.run())
+                .map(|_| w)
+                .map_err(|e| format!("cannot start the thread that stops CPU kernels past their timeout: {e}"))
+        })
+        .clone()
 }
 
 impl Watcher {
@@ -93,6 +96,7 @@ impl Watcher {
 /// A launch's registration; dropping it ends the watch.
 pub(super) struct Watch {
     id: u64,
+    watcher: &'static Watcher,
 }
 
 /// Watches a launch until the returned value is dropped: past `timeout` from now, or once
@@ -103,8 +107,8 @@ pub(super) fn watch(
     caller: Option<&AtomicBool>,
     cancel: &AtomicI32,
     why: &AtomicI32,
-) -> Watch {
-    let w = watcher();
+) -> Result<Watch, String> {
+    let w = watcher()?;
     let mut registry = w.registry.lock().unwrap_or_else(|e| e.into_inner());
     registry.next_id += 1;
     let id = registry.next_id;
@@ -117,12 +121,12 @@ pub(super) fn watch(
     });
     drop(registry);
     w.wake.notify_one();
-    Watch { id }
+    Ok(Watch { id, watcher: w })
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        let mut registry = watcher().registry.lock().unwrap_or_else(|e| e.into_inner());
+        let mut registry = self.watcher.registry.lock().unwrap_or_else(|e| e.into_inner());
         registry.watched.retain(|w| w.id != self.id);
     }
 }
@@ -135,7 +139,7 @@ mod tests {
     fn stops_past_the_deadline_or_when_the_caller_asks_and_forgets_finished_launches() {
         let (cancel, why) = (AtomicI32::new(0), AtomicI32::new(0));
         let start = Instant::now();
-        let first = watch(Some(Duration::from_millis(30)), None, &cancel, &why);
+        let first = watch(Some(Duration::from_millis(30)), None, &cancel, &why).unwrap();
         while cancel.load(Ordering::SeqCst) == 0 {
             assert!(start.elapsed() < Duration::from_secs(10), "the deadline never fired");
             std::thread::sleep(Duration::from_millis(1));
@@ -146,7 +150,7 @@ mod tests {
         drop(first);
 
         let (cancel, why, caller) = (AtomicI32::new(0), AtomicI32::new(0), AtomicBool::new(false));
-        let watch = super::watch(None, Some(&caller), &cancel, &why);
+        let watch = super::watch(None, Some(&caller), &cancel, &why).unwrap();
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(cancel.load(Ordering::SeqCst), 0, "nothing asked it to stop");
         caller.store(true, Ordering::SeqCst);
@@ -158,7 +162,7 @@ mod tests {
         assert_eq!(why.load(Ordering::SeqCst), CANCELLED);
         let second_id = watch.id;
         drop(watch);
-        let registry = watcher().registry.lock().unwrap();
+        let registry = watcher().unwrap().registry.lock().unwrap();
         assert!(
             registry.watched.iter().all(|w| w.id != first_id && w.id != second_id),
             "finished launches are forgotten"
