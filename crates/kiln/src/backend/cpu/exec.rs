@@ -290,11 +290,7 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
     }
     if let Ok(hit) = usize::try_from(watch.hit) {
         let (slot, data, len) = guarded[hit / 2];
-        let role = super::sanitize_report::buffer_named(
-            launch.program,
-            slot,
-            &roles[slot].map_or("buffer".to_string(), describe),
-        );
+        let role = buffer_named(launch.program, slot, &roles[slot].map_or("buffer".to_string(), describe));
         let place = if hit % 2 == 0 {
             format!("{} bytes before the start", data.saturating_sub(watch.addr))
         } else {
@@ -343,7 +339,7 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
         if let Some((side, dist)) = side {
             let role =
                 if matches!(binding, Binding::Bytes(_)) { "constant data".to_string() } else { format!("output {k}") };
-            let what = super::sanitize_report::buffer_named(launch.program, slot, &role);
+            let what = buffer_named(launch.program, slot, &role);
             return Err(Error::KernelFault {
                 kernel: kernel.clone(),
                 msg: format!(
@@ -391,6 +387,26 @@ fn write_back(a: &Array, body: &[u8]) {
     // this kernel to write (`Binding::OutputInto`) and does not touch during the launch; `body`
     // is kiln's guarded copy, a different allocation of the same length.
     unsafe { std::ptr::copy_nonoverlapping(body.as_ptr(), dest.as_ptr() as *mut u8, body.len()) };
+}
+
+/// `role` (`input 1`, `output 0`, `buffer`) with the name the kernel gives its `[[buffer(slot)]]`
+/// parameter (`input `y``), for messages about a launch's buffers; `role` as it is when the
+/// program names none. Lowers the program again: for faults, not for every launch.
+fn buffer_named(program: &crate::backend::MetalProgram, slot: usize, role: &str) -> String {
+    let lowered = crate::source::lower::lower(program, crate::source::lower::LowerTarget::Cpu).ok();
+    let name = lowered.as_ref().and_then(|m| {
+        let entry = m.entries.iter().find(|e| e.host_name == program.function)?;
+        entry.params.iter().find_map(|p| match p {
+            crate::source::lower::EntryParam::Buffer { name, index, .. } if *index as usize == slot => {
+                Some(name.clone())
+            }
+            _ => None,
+        })
+    });
+    match name {
+        Some(name) => format!("{} `{name}`", role.trim_end_matches(|c: char| c.is_ascii_digit()).trim_end()),
+        None => role.to_string(),
+    }
 }
 
 /// Canary slack is compared a block at a time (a memcmp), then searched byte by byte only

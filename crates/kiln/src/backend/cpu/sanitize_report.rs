@@ -480,23 +480,3 @@ fn describe_ranges(ranges: &[(usize, usize)]) -> String {
     }
     parts.join(", ")
 }
-
-/// `role` (`input 1`, `output 0`, `buffer`) with the name the kernel gives its `[[buffer(slot)]]`
-/// parameter (`input `y``), for messages about a launch's buffers; `role` as it is when the
-/// program names none. Lowers the program again: for faults, not for every launch.
-pub(super) fn buffer_named(program: &MetalProgram, slot: usize, role: &str) -> String {
-    let lowered = crate::source::lower::lower(program, crate::source::lower::LowerTarget::Cpu).ok();
-    let name = lowered.as_ref().and_then(|m| {
-        let entry = m.entries.iter().find(|e| e.host_name == program.function)?;
-        entry.params.iter().find_map(|p| match p {
-            crate::source::lower::EntryParam::Buffer { name, index, .. } if *index as usize == slot => {
-                Some(name.clone())
-            }
-            _ => None,
-        })
-    });
-    match name {
-        Some(name) => format!("{} `{name}`", role.trim_end_matches(|c: char| c.is_ascii_digit()).trim_end()),
-        None => role.to_string(),
-    }
-}
