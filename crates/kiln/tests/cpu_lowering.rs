@@ -164,20 +164,7 @@ fn invalid_msl_reports_the_users_line() {
         math_mode: MathMode::Safe,
         constants: vec![],
     };
-    let backend = backend_for(Device::Cpu).unwrap();
-    let err = backend
-        .launch(&Launch {
-            program: &prog,
-            bindings: vec![Binding::Output(OutputSpec { shape: vec![4].into(), dtype: DType::F32, init_value: None })],
-            dispatch: Dispatch::Threads([4, 1, 1]),
-            threadgroup: [4, 1, 1],
-            threadgroup_memory: vec![],
-            timeout: None,
-            cancel: None,
-            stream: None,
-            resolved: None,
-        })
-        .unwrap_err();
+    let err = launch_one_output(&prog).unwrap_err();
     match err {
         Error::Compile { kernel, log, .. } => {
             assert_eq!(kernel, "broken");
@@ -187,6 +174,21 @@ fn invalid_msl_reports_the_users_line() {
         }
         other => panic!("expected a compile error, got {other:?}"),
     }
+}
+
+/// Runs function `f` of `prog` on the CPU: four threads writing one output of four floats.
+fn launch_one_output(prog: &MetalProgram) -> kiln::Result<Vec<kiln::Array>> {
+    backend_for(Device::Cpu).unwrap().launch(&Launch {
+        program: prog,
+        bindings: vec![Binding::Output(OutputSpec { shape: vec![4].into(), dtype: DType::F32, init_value: None })],
+        dispatch: Dispatch::Threads([4, 1, 1]),
+        threadgroup: [4, 1, 1],
+        threadgroup_memory: vec![],
+        timeout: None,
+        cancel: None,
+        stream: None,
+        resolved: None,
+    })
 }
 
 #[test]
@@ -205,20 +207,7 @@ fn a_function_declared_but_never_defined_is_an_error_at_load() {
         math_mode: MathMode::Safe,
         constants: vec![],
     };
-    let backend = backend_for(Device::Cpu).unwrap();
-    let err = backend
-        .launch(&Launch {
-            program: &prog,
-            bindings: vec![Binding::Output(OutputSpec { shape: vec![4].into(), dtype: DType::F32, init_value: None })],
-            dispatch: Dispatch::Threads([4, 1, 1]),
-            threadgroup: [4, 1, 1],
-            threadgroup_memory: vec![],
-            timeout: None,
-            cancel: None,
-            stream: None,
-            resolved: None,
-        })
-        .unwrap_err();
+    let err = launch_one_output(&prog).unwrap_err();
     let text = err.to_string();
     assert!(text.contains("undefined symbol") && text.contains("only_declared"), "{text}");
 }

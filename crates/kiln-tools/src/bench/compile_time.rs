@@ -122,12 +122,12 @@ fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(super) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-fn nonce() -> u128 {
+pub(super) fn nonce() -> u128 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
 }
 
@@ -210,7 +210,7 @@ pub fn measure() -> Result<CompileTimes> {
     })
 }
 
-fn time(f: impl FnOnce() -> Result<()>) -> Result<f64> {
+pub(super) fn time(f: impl FnOnce() -> Result<()>) -> Result<f64> {
     let t = Instant::now();
     f()?;
     Ok(ms_since(t))

@@ -10,11 +10,12 @@
 //! kernel template and its instantiations, and the argument struct from ggml-metal-impl.h.
 
 use std::path::PathBuf;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use kiln::backend::{cpu, cuda, MetalProgram};
 use kiln::error::{Error, Result};
 use kiln::kernel::{LibraryLaunch, MetalLibrary};
+
+use super::compile_time::{median, nonce, time};
 
 const REPEATS: usize = 3;
 const ARCH: cuda::Arch = (9, 0);
@@ -32,15 +33,6 @@ pub struct LibraryTimes {
 
 fn corpus() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../kiln/tests/data/ggml")
-}
-
-fn nonce() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn read(name: &str) -> Result<String> {
@@ -74,12 +66,6 @@ fn fresh(library: &MetalLibrary) -> MetalProgram {
     let mut program = library.program(&LibraryLaunch::threads(FUNCTION, 1usize, 1usize));
     program.source.push_str(&format!("\n// {}\n", nonce()));
     program
-}
-
-fn time(f: impl FnOnce() -> Result<()>) -> Result<f64> {
-    let t = Instant::now();
-    f()?;
-    Ok(t.elapsed().as_secs_f64() * 1e3)
 }
 
 /// Measures the case; the NVRTC columns where NVRTC loads.

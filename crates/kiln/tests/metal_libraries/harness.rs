@@ -99,6 +99,39 @@ pub fn normals(rng: &mut Rng, dtype: DType, shape: &[usize], scale: f64) -> (Arr
     (a, v)
 }
 
+/// Random q4_0 blocks (ggml-common.h `block_q4_0`, which candle's quantized.metal shares: a half
+/// scale, 16 bytes of 4-bit quants, the low nibbles elements 0-15 and the high ones 16-31, each
+/// (q - 8)·d) and their values.
+pub fn q4_0_blocks(rng: &mut Rng, blocks: usize) -> (Vec<u8>, Vec<f64>) {
+    let mut bytes = Vec::new();
+    let mut values = Vec::new();
+    for _ in 0..blocks {
+        let d = kiln::f16::from_f64(rng.uniform(0.01, 0.2));
+        bytes.extend(d.to_bits().to_le_bytes());
+        let qs: Vec<u8> = (0..16).map(|_| (rng.next_u64() & 0xff) as u8).collect();
+        bytes.extend(&qs);
+        let d = d.to_f64();
+        values.extend(qs.iter().map(|q| ((q & 15) as f64 - 8.0) * d));
+        values.extend(qs.iter().map(|q| ((q >> 4) as f64 - 8.0) * d));
+    }
+    (bytes, values)
+}
+
+/// Random q8_0 blocks (ggml-common.h `block_q8_0`: a half scale and 32 signed bytes, each q·d)
+/// and their values.
+pub fn q8_0_blocks(rng: &mut Rng, blocks: usize) -> (Vec<u8>, Vec<f64>) {
+    let mut bytes = Vec::new();
+    let mut values = Vec::new();
+    for _ in 0..blocks {
+        let d = kiln::f16::from_f64(rng.uniform(0.002, 0.02));
+        bytes.extend(d.to_bits().to_le_bytes());
+        let qs: Vec<i8> = (0..32).map(|_| (rng.next_u64() & 0xff) as u8 as i8).collect();
+        bytes.extend(qs.iter().map(|q| *q as u8));
+        values.extend(qs.iter().map(|&q| q as f64 * d.to_f64()));
+    }
+    (bytes, values)
+}
+
 /// `x` rounded to `dtype` (the kernel's own rounding points).
 pub fn round(dtype: DType, x: f64) -> f64 {
     Array::from_f64(dtype, &[1], &[x]).and_then(|a| a.to_f64_vec()).map_or(f64::NAN, |v| v[0])

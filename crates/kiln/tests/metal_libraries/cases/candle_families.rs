@@ -8,7 +8,10 @@
 use kiln::{Array, DType, Device, LibraryArg, LibraryLaunch};
 
 use crate::common::Rng;
-use crate::harness::{bytes, check, dispatch, fields, input, library, linear_split, normals, output, round, Field};
+use crate::harness::{
+    bytes, check, dispatch, fields, input, library, linear_split, normals, output, q4_0_blocks, q8_0_blocks, round,
+    Field,
+};
 
 /// A `&[usize]` (or one `usize`) as candle's `set_params!` binds it: the u64 values' bytes.
 fn sizes(values: &[usize]) -> LibraryArg {
@@ -509,35 +512,6 @@ pub fn avg_pool2d_f16(device: Device) {
 // ---------------------------------------------------------------------------------------------
 // quantized matvec (quantized.metal, ggml's kernels)
 // ---------------------------------------------------------------------------------------------
-
-/// Random q4_0 blocks (`block_q4_0`: a half scale, 16 bytes of 4-bit quants; element i < 16 is
-/// the low nibble of byte i, element 16 + i its high nibble, each (q − 8)·d) and their values.
-fn q4_0_blocks(rng: &mut Rng, blocks: usize) -> (Vec<u8>, Vec<f64>) {
-    let (mut bytes, mut values) = (Vec::new(), Vec::new());
-    for _ in 0..blocks {
-        let d = kiln::f16::from_f64(rng.uniform(0.01, 0.2));
-        bytes.extend(d.to_bits().to_le_bytes());
-        let qs: Vec<u8> = (0..16).map(|_| (rng.next_u64() & 0xff) as u8).collect();
-        bytes.extend(&qs);
-        let d = d.to_f64();
-        values.extend(qs.iter().map(|q| ((q & 15) as f64 - 8.0) * d));
-        values.extend(qs.iter().map(|q| ((q >> 4) as f64 - 8.0) * d));
-    }
-    (bytes, values)
-}
-
-/// Random q8_0 blocks (`block_q8_0`: a half scale, 32 signed bytes, each q·d) and their values.
-fn q8_0_blocks(rng: &mut Rng, blocks: usize) -> (Vec<u8>, Vec<f64>) {
-    let (mut bytes, mut values) = (Vec::new(), Vec::new());
-    for _ in 0..blocks {
-        let d = kiln::f16::from_f64(rng.uniform(0.002, 0.02));
-        bytes.extend(d.to_bits().to_le_bytes());
-        let qs: Vec<i8> = (0..32).map(|_| (rng.next_u64() & 0xff) as u8 as i8).collect();
-        bytes.extend(qs.iter().map(|&q| q as u8));
-        values.extend(qs.iter().map(|&q| q as f64 * d.to_f64()));
-    }
-    (bytes, values)
-}
 
 /// `kernel_mul_mv_{q4_0,q8_0}_f32`: dst[m, n] = Σ_k W[n, k]·x[m, k] with W quantized, dispatched
 /// as kernels/quantized.rs `call_quantized_matmul_mv_t` (28-177) does for (b, m, n, k) =

@@ -6,7 +6,7 @@
 use kiln::{Array, DType, Device, LibraryLaunch};
 
 use crate::common::Rng;
-use crate::harness::{check, dispatch, fields, input, library, normals, output, Field};
+use crate::harness::{check, dispatch, fields, input, library, normals, output, q4_0_blocks, Field};
 
 const FILE: &str = "ggml-metal.metal";
 
@@ -52,23 +52,6 @@ pub fn get_rows_f16(device: Device) {
     let out = dispatch(device, &library("ggml", FILE), &args, &launch);
     let want: Vec<f64> = ids.iter().flat_map(|&r| sv[r as usize * ne00..][..ne00].to_vec()).collect();
     check("ggml kernel_get_rows_f16", &out[0], &want, DType::F32);
-}
-
-/// Random q4_0 blocks (ggml-common.h `block_q4_0`: a half scale, 16 bytes of 4-bit quants, the
-/// low nibbles elements 0-15 and the high ones 16-31, each (q - 8)·d) and their values.
-fn q4_0_blocks(rng: &mut Rng, blocks: usize) -> (Vec<u8>, Vec<f64>) {
-    let mut bytes = Vec::new();
-    let mut values = Vec::new();
-    for _ in 0..blocks {
-        let d = kiln::f16::from_f64(rng.uniform(0.01, 0.2));
-        bytes.extend(d.to_bits().to_le_bytes());
-        let qs: Vec<u8> = (0..16).map(|_| (rng.next_u64() & 0xff) as u8).collect();
-        bytes.extend(&qs);
-        let d = d.to_f64();
-        values.extend(qs.iter().map(|q| ((q & 15) as f64 - 8.0) * d));
-        values.extend(qs.iter().map(|q| ((q >> 4) as f64 - 8.0) * d));
-    }
-    (bytes, values)
 }
 
 /// `kernel_get_rows_q4_0`: the same dispatch with ne00t = ne00/16 (16 values per thread).

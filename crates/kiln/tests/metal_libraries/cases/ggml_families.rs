@@ -6,7 +6,9 @@ use kiln::backend::{ConstantKey, ConstantValue};
 use kiln::{Array, DType, Device, LibraryArg, LibraryLaunch};
 
 use crate::common::Rng;
-use crate::harness::{check, dispatch, fields, input, library, normals, output, round, Field};
+use crate::harness::{
+    check, dispatch, fields, input, library, normals, output, q4_0_blocks, q8_0_blocks, round, Field,
+};
 
 const FILE: &str = "ggml-metal.metal";
 
@@ -308,38 +310,6 @@ pub fn soft_max_f32_mask(device: Device) {
 
 // ---------------------------------------------------------------------------------------------
 // quantized matrix-vector products
-
-/// Random q4_0 blocks (ggml-common.h `block_q4_0`: a half scale, 16 bytes of 4-bit quants, the
-/// low nibbles elements 0-15 and the high ones 16-31, each (q - 8)·d) and their values.
-fn q4_0_blocks(rng: &mut Rng, blocks: usize) -> (Vec<u8>, Vec<f64>) {
-    let mut bytes = Vec::new();
-    let mut values = Vec::new();
-    for _ in 0..blocks {
-        let d = kiln::f16::from_f64(rng.uniform(0.01, 0.2));
-        bytes.extend(d.to_bits().to_le_bytes());
-        let qs: Vec<u8> = (0..16).map(|_| (rng.next_u64() & 0xff) as u8).collect();
-        bytes.extend(&qs);
-        let d = d.to_f64();
-        values.extend(qs.iter().map(|q| ((q & 15) as f64 - 8.0) * d));
-        values.extend(qs.iter().map(|q| ((q >> 4) as f64 - 8.0) * d));
-    }
-    (bytes, values)
-}
-
-/// Random q8_0 blocks (ggml-common.h `block_q8_0`: a half scale and 32 signed bytes, each q·d)
-/// and their values.
-fn q8_0_blocks(rng: &mut Rng, blocks: usize) -> (Vec<u8>, Vec<f64>) {
-    let mut bytes = Vec::new();
-    let mut values = Vec::new();
-    for _ in 0..blocks {
-        let d = kiln::f16::from_f64(rng.uniform(0.002, 0.02));
-        bytes.extend(d.to_bits().to_le_bytes());
-        let qs: Vec<i8> = (0..32).map(|_| (rng.next_u64() & 0xff) as u8 as i8).collect();
-        bytes.extend(qs.iter().map(|q| *q as u8));
-        values.extend(qs.iter().map(|&q| q as f64 * d.to_f64()));
-    }
-    (bytes, values)
-}
 
 /// `ggml_metal_kargs_mul_mv` (ggml-metal-impl.h) for src0 of `ne0x` (ne00, ne01, ne02) with
 /// `row_bytes` a row, src1 f32 of `ne1x` (ne10, ne11, ne12), nr0 rows per simdgroup.

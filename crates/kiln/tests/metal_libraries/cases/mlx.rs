@@ -7,13 +7,13 @@ use kiln::{DType, Device, LibraryLaunch};
 use crate::common::Rng;
 use crate::harness::{bytes, check, dispatch, input, library, normals, output, round};
 
-fn lib(file: &str) -> kiln::MetalLibrary {
+pub fn lib(file: &str) -> kiln::MetalLibrary {
     library("mlx", &format!("mlx/backend/metal/kernels/{file}"))
 }
 
 /// MLX's `get_block_dims` (mlx/backend/common/utils.cpp:117-146): powers of two, at most 2^10
 /// threads, grown round-robin over the three axes.
-fn block_dims(dims: [usize; 3]) -> [usize; 3] {
+pub fn block_dims(dims: [usize; 3]) -> [usize; 3] {
     let mut pows = [0u32; 3];
     let mut sum = 0;
     loop {

@@ -5,33 +5,9 @@
 use kiln::backend::{ConstantKey, ConstantValue};
 use kiln::{Array, DType, Device, LibraryArg, LibraryLaunch};
 
+use super::mlx::{block_dims, lib};
 use crate::common::Rng;
-use crate::harness::{bytes, check, dispatch, fields, input, library, normals, output, round, Field};
-
-fn lib(file: &str) -> kiln::MetalLibrary {
-    library("mlx", &format!("mlx/backend/metal/kernels/{file}"))
-}
-
-/// MLX's `get_block_dims` (mlx/backend/common/utils.cpp:117-146), as in `mlx.rs`.
-fn block_dims(dims: [usize; 3]) -> [usize; 3] {
-    let mut pows = [0u32; 3];
-    let mut sum = 0;
-    loop {
-        let presum = sum;
-        for a in 0..3 {
-            if dims[a] >= (1 << (pows[a] + 1)) {
-                pows[a] += 1;
-                sum += 1;
-            }
-            if sum == 10 {
-                return pows.map(|p| 1 << p);
-            }
-        }
-        if sum == presum {
-            return pows.map(|p| 1 << p);
-        }
-    }
-}
+use crate::harness::{bytes, check, dispatch, fields, input, normals, output, round, Field};
 
 /// A buffer slot the host code leaves unbound (the kernel does not read it): kiln binds
 /// arguments by position, so the slot still takes a placeholder.
