@@ -1,56 +1,22 @@
-"""Arrays of other frameworks as kiln array descriptors, without copies, and kiln's outputs as
-arrays of the caller's framework.
-
-A descriptor is ``(owner, address, nbytes, offset, shape, strides, dtype, ordinal)``: the span
-of memory the view reaches (its lowest address and length in bytes), the view's first element
-as an offset in elements from there, element strides (None: row-major, for a contiguous
-tensor, whose strides on axes of one element PyTorch leaves free), kiln's dtype name and the
-CUDA device ordinal (-1 for host memory). ``owner`` stays alive while kiln uses the memory.
+"""Arrays of other frameworks for the extension, without copies, and kiln's outputs as arrays of
+the caller's framework. The extension reads NumPy arrays and PyTorch tensors itself (as
+``_kiln.LentArray``); here other objects (lists, DLPack and CUDA-array-interface exports) become
+one of those first.
 """
 
 from __future__ import annotations
 
 import sys
-import weakref
 
 import numpy as np
 
-from ._dtypes import dtype_name, numpy_dtype, torch_dtype
+from . import _kiln
+from ._dtypes import numpy_dtype
 from .errors import InvalidArgumentError
 
 # Where an array lives and which framework its outputs come back in.
 NUMPY = "numpy"
 TORCH = "torch"
-
-
-def describe(owner, address, shape, strides, itemsize, dtype, ordinal, byte_strides):
-    """The descriptor of a view at ``address`` (its first element) with these strides."""
-    if byte_strides:
-        if any(s % itemsize for s in strides):
-            raise InvalidArgumentError(
-                f"[kiln] strides {tuple(strides)} are not whole elements of {itemsize} bytes"
-            )
-        strides = tuple(s // itemsize for s in strides)
-    else:
-        strides = tuple(strides)
-    lo = hi = 0
-    for n, s in zip(shape, strides):
-        if n == 0:
-            return (owner, address, 0, 0, tuple(shape), strides, dtype, ordinal)
-        r = (n - 1) * s
-        if r < 0:
-            lo += r
-        else:
-            hi += r
-    start = address + lo * itemsize
-    # The lent span starts at a 64-byte boundary (same page, same allocation granule), so that
-    # kiln sees a view's true alignment in its element offset, as it does for its own buffers,
-    # and picks vector loads only where they are aligned.
-    pad = start % 64
-    if pad % itemsize:
-        pad = 0
-    return (owner, start - pad, (hi - lo + 1) * itemsize + pad, pad // itemsize - lo, tuple(shape), strides, dtype,
-            ordinal)
 
 
 def native(a: np.ndarray) -> np.ndarray:
@@ -61,36 +27,11 @@ def native(a: np.ndarray) -> np.ndarray:
     return np.array(a, dtype=a.dtype.newbyteorder("="), order="K")
 
 
-def pinned(a: np.ndarray):
-    """An owner for ``a``'s memory that keeps it at its address while kiln uses it: the array,
-    and a weak reference to the array that owns the data, which makes NumPy refuse to resize
-    that array (``resize(..., refcheck=False)`` from another thread) until the call is over."""
-    root = a
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    return (a, weakref.ref(root)) if root.flags.owndata else a
-
-
-def numpy_desc(a: np.ndarray):
-    """The descriptor of a NumPy array read in place; an array of another byte order or with
-    misaligned elements is described through a native copy (``native``)."""
-    a = native(a)
-    dtype = dtype_name(a.dtype)
-    return describe(pinned(a), a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.itemsize, dtype, -1,
-                    True)
-
-
-def torch_desc(t, ordinal: int):
-    dtype = dtype_name(t.dtype)
-    itemsize = t.element_size()
-    if t.is_contiguous():
-        # The common case (every output, most inputs) without walking the strides in Python.
-        ptr = t.data_ptr()
-        pad = ptr % 64
-        if pad % itemsize:
-            pad = 0
-        return (t, ptr - pad, t.numel() * itemsize + pad, pad // itemsize, t.shape, None, dtype, ordinal)
-    return describe(t, t.data_ptr(), t.shape, t.stride(), itemsize, dtype, ordinal, False)
+def lend(x):
+    """A NumPy array or PyTorch tensor as the extension's ``LentArray``: the array kiln views in
+    place (read by the extension; one of another byte order or with misaligned elements through
+    a native copy)."""
+    return _kiln.lend(x)
 
 
 def torch_module():

@@ -18,8 +18,7 @@ from ._arrays import (
     from_cuda_object,
     host_output,
     is_cuda_object,
-    numpy_desc,
-    torch_desc,
+    lend,
     torch_module,
     torch_outputs,
 )
@@ -47,7 +46,8 @@ def _math_mode(op, compile_options) -> str:
 
 
 class _Inputs:
-    """The descriptors of a call's inputs and the framework / device of its lead array."""
+    """A call's inputs as the extension takes them (``LentArray`` values and Python scalars) and
+    the framework / device of its lead array."""
 
     __slots__ = ("descs", "lead", "ordinal", "device")
 
@@ -76,7 +76,7 @@ class _Inputs:
             return
         if isinstance(x, np.generic):
             # NumPy scalars keep their dtype (np.float64 is also a Python float).
-            self.descs.append(numpy_desc(np.asarray(x)))
+            self.descs.append(lend(np.asarray(x)))
             return
         if isinstance(x, (bool, int, float)):
             v = bool(x) if isinstance(x, bool) else scalar("kiln", "the scalar", int(x)) if isinstance(x, int) else float(x)
@@ -91,14 +91,14 @@ class _Inputs:
         self._host(a)
 
     def _host(self, a):
-        self.descs.append(numpy_desc(a))
+        self.descs.append(lend(a))
         if self.lead is None and a.ndim > 0:
             self.lead = NUMPY
 
     def _tensor(self, x, ensure_row_contiguous):
         self.descs.append(self._torch(x, ensure_row_contiguous))
         if self.lead is None and x.dim() > 0:
-            self.lead, self.ordinal, self.device = TORCH, self.descs[-1][7], x.device
+            self.lead, self.ordinal, self.device = TORCH, self.descs[-1].ordinal, x.device
 
     @staticmethod
     def _torch(x, ensure_row_contiguous):
@@ -108,7 +108,7 @@ class _Inputs:
         if ordinal >= 0 and ensure_row_contiguous and not x.is_contiguous():
             # MLX copies such inputs too; PyTorch's copy runs on the current stream, in order.
             x = x.contiguous()
-        return torch_desc(x.detach() if x.requires_grad else x, ordinal)
+        return lend(x)
 
 
 def _stream_handle(stream, ordinal):
@@ -275,7 +275,7 @@ class MetalKernel(_kiln.MetalKernel):
                 outs, descs = None, None
             else:
                 outs = torch_outputs(shapes, dtypes, ins.device, init)
-                descs = [torch_desc(o, ins.ordinal) for o in outs]
+                descs = [lend(o) for o in outs]
             ordinal = ins.ordinal
             args = (ins.descs, shapes, dtypes, call.grid, call.threadgroup, call.template, init, bool(verbose), None,
                     (_stream_handle(None, ordinal), ordinal), descs, call.timeout)
@@ -531,7 +531,7 @@ class _Dispatch:
                 if on_torch_cuda:
                     t = torch_outputs([b.shape], [b.dtype], self.inputs.device, b.init_value)[0]
                     fresh.append(t)
-                    slots.append(torch_desc(t, self.inputs.ordinal))
+                    slots.append(lend(t))
                 else:
                     slots.append(("output", b.shape, b.dtype, b.init_value))
             elif isinstance(b, (bytes, bytearray)):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from . import _kiln
 from ._abstract import empty_outputs, is_describing
-from ._arrays import NUMPY, TORCH, as_numpy, host_output, numpy_desc, torch_desc, torch_module, torch_outputs
+from ._arrays import NUMPY, TORCH, as_numpy, host_output, lend, torch_module, torch_outputs
 from ._kernel import _DeviceGuard, _stream_handle
 from . import _validate as check_arg
 from ._validate import named
@@ -37,11 +37,11 @@ __all__ = [
 def _desc(x):
     torch = torch_module()
     if torch is not None and isinstance(x, torch.Tensor):
-        return torch_desc(x.detach(), x.get_device()), (TORCH, x)
+        return lend(x), (TORCH, x)
     a = as_numpy(x)
     if a.dtype == object:
         raise UnsupportedDTypeError(f"[kiln] {type(x).__name__} is not an array kiln can read")
-    return numpy_desc(a), (NUMPY, None)
+    return lend(a), (NUMPY, None)
 
 
 def _descs(op, arrays):
@@ -82,8 +82,8 @@ def _plan(op, make, arrays, *args, like_x=1, views=False):
             return outs if outs is not None else _run_on_device(plan, lead)
     descs, kinds = _descs(op, arrays)
     lead, tensor = kinds[0]
-    if descs[0][7] >= 0:
-        with _DeviceGuard(descs[0][7]):
+    if descs[0].ordinal >= 0:
+        with _DeviceGuard(descs[0].ordinal):
             return _run_on_device(make(*descs, *args), tensor)
     plan = make(*descs, *args)
     return [host_output(h, lead) for h in plan.run(None, None)]
@@ -94,7 +94,7 @@ def _run_on_device(plan, lead):
     ``lead``'s device, on PyTorch's current stream there."""
     ordinal = lead.get_device()
     outs = [torch_outputs([tuple(s)], [d], lead.device, init)[0] for s, d, init in plan.outputs()]
-    plan.run((_stream_handle(None, ordinal), ordinal), [torch_desc(o, ordinal) for o in outs])
+    plan.run((_stream_handle(None, ordinal), ordinal), [lend(o) for o in outs])
     return outs
 
 

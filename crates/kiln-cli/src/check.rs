@@ -65,7 +65,7 @@ pub fn check(args: CheckArgs) -> ExitCode {
 
 fn findings(path: &Path, timeout: Option<f64>) -> kiln::Result<Vec<sanitize::Finding>> {
     let mut spec = KernelSpec::load(path)?;
-    if let Some(limit) = crate::timeout_override(timeout, spec.timeout())? {
+    if let Some(limit) = crate::timeout::spec_limit("check", timeout, spec.timeout())? {
         spec = spec.with_timeout(limit);
     }
     let (result, found) = sanitize::check(|| spec.run(Device::Cpu));

@@ -4,6 +4,7 @@ mod bench;
 mod cache;
 mod check;
 mod out;
+mod timeout;
 mod write_outputs;
 
 use std::io::IsTerminal;
@@ -114,9 +115,6 @@ fn parse_device(text: &str) -> kiln::Result<Device> {
     }
 }
 
-/// How long `kiln run` lets a kernel run when neither `--timeout` nor the spec says.
-const DEFAULT_TIMEOUT_SECONDS: f64 = 60.0;
-
 fn run(spec: &Path, device: &str, out: &Path, checked: bool, timeout: Option<f64>) -> kiln::Result<()> {
     // Checking is the emulator's: with it, "auto" means the CPU.
     let device = if checked && device == "auto" { Device::Cpu } else { parse_device(device)? };
@@ -127,7 +125,7 @@ fn run(spec: &Path, device: &str, out: &Path, checked: bool, timeout: Option<f64
         ));
     }
     let mut spec = KernelSpec::load(spec)?;
-    if let Some(limit) = timeout_override(timeout, spec.timeout())? {
+    if let Some(limit) = timeout::spec_limit("run", timeout, spec.timeout())? {
         spec = spec.with_timeout(limit);
     }
     for warning in spec.warnings()? {
@@ -140,25 +138,6 @@ fn run(spec: &Path, device: &str, out: &Path, checked: bool, timeout: Option<f64
         outln!("{} {:?} {} -> {}", name, array.shape(), array.dtype(), path.display());
     }
     Ok(())
-}
-
-/// The limit that replaces the spec's `timeout` key: the flag when given, else the default when
-/// the spec gives none.
-fn timeout_override(flag: Option<f64>, key: Option<Duration>) -> kiln::Result<Option<Duration>> {
-    match (flag, key) {
-        (Some(seconds), _) => seconds_arg(seconds).map(Some),
-        (None, None) => seconds_arg(DEFAULT_TIMEOUT_SECONDS).map(Some),
-        (None, Some(_)) => Ok(None),
-    }
-}
-
-fn seconds_arg(seconds: f64) -> kiln::Result<Duration> {
-    let invalid =
-        || kiln::Error::invalid("run", format!("--timeout {seconds}: give a number of seconds >= 0 (0: no limit)"));
-    if seconds.is_nan() || seconds < 0.0 {
-        return Err(invalid());
-    }
-    Duration::try_from_secs_f64(seconds).map_err(|_| invalid())
 }
 
 fn translate(spec: &Path, emit: Emit) -> kiln::Result<()> {
@@ -221,20 +200,4 @@ fn devices() {
         }
     }
     outln!("best device: {}", backend::best_device());
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_timeout_flag_overrides_the_key_and_the_default_applies_only_without_both() {
-        let secs = Duration::from_secs_f64;
-        assert_eq!(timeout_override(None, None).unwrap(), Some(secs(60.0)));
-        assert_eq!(timeout_override(None, Some(secs(5.0))).unwrap(), None);
-        assert_eq!(timeout_override(Some(0.25), Some(secs(5.0))).unwrap(), Some(secs(0.25)));
-        assert_eq!(timeout_override(Some(0.0), None).unwrap(), Some(Duration::ZERO));
-        assert!(timeout_override(Some(f64::NAN), None).is_err());
-        assert!(timeout_override(Some(-1.0), None).is_err());
-    }
 }

@@ -1,17 +1,13 @@
-//! Arrays of other frameworks in, kiln arrays out, without copies. The Python side describes
-//! every array as `(owner, address, nbytes, offset, shape, strides, dtype, ordinal)`: the
-//! allocation the view lies in (its start address and length in bytes), the view's first
-//! element as an offset in elements from there, element strides, kiln's dtype name and the CUDA
-//! device ordinal (-1 for host memory). `owner` is kept alive while kiln uses the memory.
+//! Python values as kiln's: dtype names, shapes, kernel inputs, streams, and lent memory as kiln
+//! arrays (`lent.rs` reads the arrays of each framework into them).
 
-use kiln::array::{Shape, Strides};
 use kiln::backend::cpu::{lent_host_array, LentHostMemory};
-use kiln::backend::cuda::ExternalStream;
 use kiln::backend::cuda::{lent_cuda_array, LentCudaMemory};
+use kiln::backend::ExternalStream;
 use kiln::{Array, DType, KernelInput};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyString, PyTuple};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyTuple};
 use smallvec::SmallVec;
 
 use crate::errors::IntoPy;
@@ -19,26 +15,6 @@ use crate::errors::IntoPy;
 /// The dtype named `name` (kiln's names, which are NumPy's and MLX's).
 pub fn dtype(name: &str) -> PyResult<DType> {
     DType::from_name(name).ok_or_else(|| PyTypeError::new_err(format!("kiln has no dtype {name:?}")))
-}
-
-/// A kiln array over the memory a descriptor tuple describes (read without allocating: the
-/// fields are borrowed from the tuple; this runs for every array of every call).
-pub fn array(desc: &Bound<'_, PyTuple>) -> PyResult<Array> {
-    if desc.len() != 8 {
-        return Err(PyValueError::new_err("an array descriptor has 8 fields"));
-    }
-    let owner: Py<PyAny> = desc.get_item(0)?.unbind();
-    let address: usize = desc.get_borrowed_item(1)?.extract()?;
-    let nbytes: usize = desc.get_borrowed_item(2)?.extract()?;
-    let offset: usize = desc.get_borrowed_item(3)?.extract()?;
-    let shape: Shape = tuple_of(desc.get_borrowed_item(4)?)?;
-    // None: row-major (a contiguous tensor, whose strides on axes of one element need not be).
-    let strides_item = desc.get_borrowed_item(5)?;
-    let strides: Strides =
-        if strides_item.is_none() { kiln::array::row_major_strides(&shape) } else { tuple_of(strides_item)? };
-    let dtype = dtype(desc.get_borrowed_item(6)?.cast::<PyString>()?.to_str()?)?;
-    let ordinal: i64 = desc.get_borrowed_item(7)?.extract()?;
-    lent(Box::new(owner), address, nbytes, offset, &shape, &strides, dtype, ordinal)
 }
 
 /// A kiln array over `nbytes` of lent memory at `address` (host memory for `ordinal` < 0, else
@@ -114,7 +90,8 @@ where
     Ok(out)
 }
 
-/// A kernel input: a Python bool, int or float (MLX's scalar rules) or an array descriptor.
+/// A kernel input: a Python bool, int or float (MLX's scalar rules) or an array
+/// (`crate::lent::read`).
 pub fn input(item: &Bound<'_, PyAny>) -> PyResult<KernelInput> {
     if let Ok(b) = item.cast::<PyBool>() {
         return Ok(KernelInput::Bool(b.is_true()));
@@ -127,10 +104,7 @@ pub fn input(item: &Bound<'_, PyAny>) -> PyResult<KernelInput> {
     if item.is_instance_of::<PyFloat>() {
         return Ok(KernelInput::Float(item.extract()?));
     }
-    if let Ok(t) = item.cast::<PyTuple>() {
-        return Ok(KernelInput::Array(array(t)?));
-    }
-    Err(PyTypeError::new_err(format!("unsupported kernel input {}", item.get_type().name()?)))
+    Ok(KernelInput::Array(crate::lent::read(item)?))
 }
 
 /// `(handle, ordinal)` from Python as a stream of that device.
@@ -138,5 +112,5 @@ pub fn external_stream(stream: Option<(usize, usize)>) -> Option<ExternalStream>
     // SAFETY: the Python side passes `torch.cuda.current_stream(device).cuda_stream` of the
     // device the inputs live on (its primary context); PyTorch keeps its streams alive for the
     // process.
-    stream.map(|(handle, ordinal)| unsafe { ExternalStream::from_raw(handle, ordinal) })
+    stream.map(|(handle, ordinal)| unsafe { ExternalStream::cuda(handle, ordinal) })
 }

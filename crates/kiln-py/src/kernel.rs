@@ -285,8 +285,7 @@ impl Kernel {
         }
         let given = outputs_into.is_some();
         if let Some(outs) = outputs_into {
-            let outs: Vec<Array> =
-                outs.iter().map(|o| convert::array(o.cast::<PyTuple>()?)).collect::<PyResult<_>>()?;
+            let outs: Vec<Array> = outs.iter().map(|o| crate::lent::read(&o)).collect::<PyResult<_>>()?;
             spec.outputs_into = Some(outs.into_iter().map(Some).collect());
         }
         let launch_on = launch_device(&inputs, device);
@@ -591,9 +590,9 @@ fn library_arg(item: &Bound<'_, PyAny>) -> PyResult<LibraryArg> {
     if let Ok(b) = item.cast::<PyBytes>() {
         return Ok(LibraryArg::Bytes(b.as_bytes().to_vec()));
     }
-    let t = item.cast::<PyTuple>().map_err(|_| PyTypeError::new_err("a buffer is an array, bytes or kiln.Output"))?;
+    let Ok(t) = item.cast::<PyTuple>() else { return Ok(LibraryArg::Array(crate::lent::read(item)?)) };
     if t.len() == 2 && t.get_item(0)?.extract::<String>().is_ok_and(|s| s == "inplace") {
-        return Ok(LibraryArg::InPlace(convert::array(t.get_item(1)?.cast::<PyTuple>()?)?));
+        return Ok(LibraryArg::InPlace(crate::lent::read(&t.get_item(1)?)?));
     }
     if t.len() == 4 && t.get_item(0)?.extract::<String>().is_ok_and(|s| s == "output") {
         let shape: Vec<usize> = t.get_item(1)?.extract()?;
@@ -601,5 +600,5 @@ fn library_arg(item: &Bound<'_, PyAny>) -> PyResult<LibraryArg> {
         let init_value: Option<f64> = t.get_item(3)?.extract()?;
         return Ok(LibraryArg::Output { shape, dtype, init_value });
     }
-    Ok(LibraryArg::Array(convert::array(t)?))
+    Err(PyTypeError::new_err("a buffer is an array, bytes or kiln.Output"))
 }

@@ -1,7 +1,7 @@
 //! The `kiln._kiln` extension module: kiln's kernels, libraries and ops for Python. The Python
-//! package (`python/kiln`) turns NumPy arrays, PyTorch tensors and DLPack / CUDA-array-interface
-//! objects into array descriptors for this module and wraps what comes back; everything here is
-//! zero-copy over the caller's memory.
+//! package (`python/kiln`) hands it NumPy arrays and PyTorch tensors (read here, `lent.rs`; DLPack
+//! and CUDA-array-interface objects are first unpacked into one of those or into raw memory)
+//! and wraps what comes back; everything here is zero-copy over the caller's memory.
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -9,6 +9,7 @@ mod arrays;
 mod convert;
 mod errors;
 mod kernel;
+mod lent;
 mod mlx_cuda;
 mod ops;
 mod torch_call;
@@ -52,6 +53,8 @@ fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mlx_cuda::mlx_metal_verbose_text, m)?)?;
     m.add_class::<arrays::HostArray>()?;
     m.add_class::<arrays::DeviceArray>()?;
+    m.add_class::<lent::LentArray>()?;
+    m.add_function(wrap_pyfunction!(lent::lend, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_status, m)?)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
     m.add_function(wrap_pyfunction!(nvrtc_version, m)?)?;

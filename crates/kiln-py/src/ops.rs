@@ -3,7 +3,7 @@
 //! the caller's stream and the op's outputs are written into arrays the caller allocated
 //! (wherever the plan's calls make them), like `metal_kernel`
 //! (intermediate buffers are kiln's, ordered with that stream by the backend). The plan
-//! functions take an array descriptor built in Python or a PyTorch tensor, read here; on CUDA
+//! functions take a `LentArray` or a PyTorch tensor, read here; on CUDA
 //! tensors `OpPlan::run_torch` allocates the outputs with PyTorch and runs the calls in one step.
 //! On host arrays the ops of several launches also run whole here (`scaled_dot_product_attention`,
 //! ...).
@@ -11,19 +11,18 @@
 use kiln::array::row_major_strides;
 use kiln::ops;
 use kiln::{Array, Device};
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyList};
 
 use crate::arrays;
-use crate::convert;
 use crate::convert::external_stream;
 use crate::errors::to_py;
 use crate::kernel::run_interruptible;
+use crate::lent;
 use crate::torch_call;
 
-fn host(op: &str, desc: &Bound<'_, PyTuple>) -> PyResult<Array> {
-    let a = convert::array(desc)?;
+fn host(op: &str, obj: &Bound<'_, PyAny>) -> PyResult<Array> {
+    let a = lent::read(obj)?;
     if a.device() != Device::Cpu {
         return Err(to_py(kiln::Error::invalid(
             op,
@@ -77,8 +76,7 @@ impl OpPlan {
             None => self.plan.clone(),
         };
         if let Some(outs) = outputs_into {
-            let outs: Vec<Array> =
-                outs.iter().map(|o| convert::array(o.cast::<PyTuple>()?)).collect::<PyResult<_>>()?;
+            let outs: Vec<Array> = outs.iter().map(|o| lent::read(&o)).collect::<PyResult<_>>()?;
             run_interruptible(py, "kiln.ops", false, None, || plan.run_into(outs))?;
             return Ok(None);
         }
@@ -124,28 +122,9 @@ impl OpPlan {
     }
 }
 
-/// An op's array argument: an array descriptor built in Python, or a PyTorch tensor read here
-/// (over its memory, as the descriptor of a contiguous one would describe it).
+/// An op's array argument: a `LentArray`, or a PyTorch tensor read here.
 fn arg(obj: &Bound<'_, PyAny>) -> PyResult<Array> {
-    if let Ok(desc) = obj.cast::<PyTuple>() {
-        return convert::array(desc);
-    }
-    let torch = torch_call::torch(obj.py()).filter(|t| obj.get_type().is(t.tensor_type(obj.py())));
-    let Some(torch) = torch else {
-        return Err(PyTypeError::new_err(format!(
-            "kiln.ops: expected an array descriptor or a PyTorch tensor, got {}",
-            obj.get_type().name()?
-        )));
-    };
-    if let Some((array, _, _)) = torch_call::tensor_array(obj, torch) {
-        return Ok(array);
-    }
-    let dtype = obj.getattr("dtype")?;
-    if !torch.knows_dtype(&dtype) {
-        // The package's own check raises its UnsupportedDTypeError naming the dtype.
-        obj.py().import("kiln._dtypes")?.getattr("dtype_name")?.call1((dtype,))?;
-    }
-    Err(to_py(kiln::Error::invalid("kiln.ops", "could not read a PyTorch tensor argument")))
+    lent::read(obj)
 }
 
 fn plan(call: kiln::Result<ops::OpCall>) -> PyResult<OpPlan> {
@@ -285,12 +264,12 @@ pub fn plan_qr(a: &Bound<'_, PyAny>) -> PyResult<OpPlan> {
 #[pyo3(signature = (q, k, v, scale, mask_kind, mask))]
 pub fn scaled_dot_product_attention(
     py: Python<'_>,
-    q: &Bound<'_, PyTuple>,
-    k: &Bound<'_, PyTuple>,
-    v: &Bound<'_, PyTuple>,
+    q: &Bound<'_, PyAny>,
+    k: &Bound<'_, PyAny>,
+    v: &Bound<'_, PyAny>,
     scale: f32,
     mask_kind: &str,
-    mask: Option<&Bound<'_, PyTuple>>,
+    mask: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Vec<Py<PyAny>>> {
     let op = "scaled_dot_product_attention";
     let (q, k, v) = (host(op, q)?, host(op, k)?, host(op, v)?);
@@ -306,7 +285,7 @@ pub fn scaled_dot_product_attention(
 }
 
 #[pyfunction]
-pub fn grid_sample(py: Python<'_>, x: &Bound<'_, PyTuple>, grid: &Bound<'_, PyTuple>) -> PyResult<Vec<Py<PyAny>>> {
+pub fn grid_sample(py: Python<'_>, x: &Bound<'_, PyAny>, grid: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyAny>>> {
     let (x, g) = (host("grid_sample", x)?, host("grid_sample", grid)?);
     run(py, || Ok(vec![ops::grid_sample(&x, &g)?]))
 }
@@ -314,9 +293,9 @@ pub fn grid_sample(py: Python<'_>, x: &Bound<'_, PyTuple>, grid: &Bound<'_, PyTu
 #[pyfunction]
 pub fn grid_sample_vjp(
     py: Python<'_>,
-    x: &Bound<'_, PyTuple>,
-    grid: &Bound<'_, PyTuple>,
-    cotangent: &Bound<'_, PyTuple>,
+    x: &Bound<'_, PyAny>,
+    grid: &Bound<'_, PyAny>,
+    cotangent: &Bound<'_, PyAny>,
 ) -> PyResult<Vec<Py<PyAny>>> {
     let op = "grid_sample_vjp";
     let (x, g, c) = (host(op, x)?, host(op, grid)?, host(op, cotangent)?);
@@ -327,13 +306,13 @@ pub fn grid_sample_vjp(
 }
 
 #[pyfunction]
-pub fn cholesky(py: Python<'_>, a: &Bound<'_, PyTuple>) -> PyResult<Vec<Py<PyAny>>> {
+pub fn cholesky(py: Python<'_>, a: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyAny>>> {
     let a = host("cholesky", a)?;
     run(py, || Ok(vec![ops::cholesky(&a)?]))
 }
 
 #[pyfunction]
-pub fn qr(py: Python<'_>, a: &Bound<'_, PyTuple>) -> PyResult<Vec<Py<PyAny>>> {
+pub fn qr(py: Python<'_>, a: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyAny>>> {
     let a = host("qr", a)?;
     run(py, || {
         let (q, r) = ops::qr(&a)?;
@@ -344,9 +323,9 @@ pub fn qr(py: Python<'_>, a: &Bound<'_, PyTuple>) -> PyResult<Vec<Py<PyAny>>> {
 #[pyfunction]
 pub fn gdn_chunk_scaled_dot_kkt(
     py: Python<'_>,
-    k: &Bound<'_, PyTuple>,
-    beta: &Bound<'_, PyTuple>,
-    g: &Bound<'_, PyTuple>,
+    k: &Bound<'_, PyAny>,
+    beta: &Bound<'_, PyAny>,
+    g: &Bound<'_, PyAny>,
     chunk: usize,
 ) -> PyResult<Vec<Py<PyAny>>> {
     let op = "gdn_chunk_scaled_dot_kkt";

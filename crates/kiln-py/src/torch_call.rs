@@ -8,7 +8,7 @@
 //! stream. Anything else (NumPy, CPU tensors, tensor subclasses, a stream or
 //! device argument, non-contiguous inputs to be copied, a device whose context is not the
 //! thread's current one) is left to the general path in Python, which this must agree with.
-//! `kiln.ops` reads its PyTorch tensor arguments with the same `tensor_array`.
+//! Every PyTorch tensor kiln reads, on any path, is read by `read_tensor`.
 
 use std::sync::{Arc, Mutex};
 
@@ -33,7 +33,8 @@ pub(crate) struct Torch {
     empty_like: Py<PyAny>,
     full: Py<PyAny>,
     device: Py<PyAny>,
-    current_stream: Py<PyAny>,
+    /// `torch._C._cuda_getCurrentRawStream` (absent from builds without CUDA).
+    current_stream: Option<Py<PyAny>>,
     /// PyTorch's dtype objects (singletons, compared by identity) and kiln's dtypes.
     dtypes: Vec<(Py<PyAny>, DType)>,
 }
@@ -41,7 +42,7 @@ pub(crate) struct Torch {
 static TORCH: PyOnceLock<Option<Torch>> = PyOnceLock::new();
 static MODULES: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
-/// PyTorch, if the caller has imported it (kiln never imports it first) and it has CUDA.
+/// PyTorch, if the caller has imported it (kiln never imports it first).
 pub(crate) fn torch(py: Python<'_>) -> Option<&Torch> {
     if let Some(t) = TORCH.get(py) {
         return t.as_ref();
@@ -68,7 +69,7 @@ fn look_up(torch: &Bound<'_, PyAny>) -> PyResult<Torch> {
         empty_like: torch.getattr("empty_like")?.unbind(),
         full: torch.getattr("full")?.unbind(),
         device: torch.getattr("device")?.unbind(),
-        current_stream: c.getattr("_cuda_getCurrentRawStream")?.unbind(),
+        current_stream: c.getattr("_cuda_getCurrentRawStream").ok().map(Bound::unbind),
         dtypes,
     })
 }
@@ -76,11 +77,6 @@ fn look_up(torch: &Bound<'_, PyAny>) -> PyResult<Torch> {
 impl Torch {
     fn dtype(&self, d: &Bound<'_, PyAny>) -> Option<DType> {
         self.dtypes.iter().find(|(o, _)| d.is(o)).map(|(_, dtype)| *dtype)
-    }
-
-    /// Whether `d` is a PyTorch dtype kiln has.
-    pub(crate) fn knows_dtype(&self, d: &Bound<'_, PyAny>) -> bool {
-        self.dtype(d).is_some()
     }
 
     /// `torch.Tensor`.
@@ -95,7 +91,10 @@ impl Torch {
 
     /// PyTorch's current stream of device `ordinal` (its raw handle).
     pub(crate) fn current_stream(&self, py: Python<'_>, ordinal: usize) -> PyResult<usize> {
-        self.current_stream.bind(py).call1((ordinal,))?.extract()
+        let Some(current) = &self.current_stream else {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err("this PyTorch has no CUDA streams"));
+        };
+        current.bind(py).call1((ordinal,))?.extract()
     }
 
     /// `torch.empty_strided(shape, strides, dtype=, device=)` (`strides` row-major), or
@@ -199,27 +198,39 @@ fn template_key(template: &Bound<'_, PyAny>) -> Option<Vec<(String, TemplateKey)
     Some(out)
 }
 
-/// A PyTorch tensor as a kiln array over its memory (kept alive by it), with its device ordinal
-/// (-1 on the CPU) and whether it is contiguous; `None` where it cannot be read (a dtype kiln
-/// lacks). A contiguous tensor is described with row-major strides: they address the same
-/// elements (an axis of one element is only ever indexed at 0), and PyTorch's flag spares reading
-/// its strides.
-pub(crate) fn tensor_array(t: &Bound<'_, PyAny>, torch: &Torch) -> Option<(Array, bool, i64)> {
+/// A PyTorch tensor as a kiln array over its memory (kept alive by it), with whether it is
+/// contiguous and its device ordinal (-1 on the CPU); a dtype kiln lacks is the package's
+/// `UnsupportedDTypeError` naming it. A contiguous tensor is described with row-major strides:
+/// they address the same elements (an axis of one element is only ever indexed at 0), and
+/// PyTorch's flag spares reading its strides.
+pub(crate) fn read_tensor(t: &Bound<'_, PyAny>, torch: &Torch) -> PyResult<(Array, bool, i64)> {
     let py = t.py();
-    let on: i64 = t.call_method0(intern!(py, "get_device")).ok()?.extract().ok()?;
-    let dtype = torch.dtype(&t.getattr(intern!(py, "dtype")).ok()?)?;
-    let shape = shape_of(&t.getattr(intern!(py, "shape")).ok()?)?;
-    let contiguous = t.call_method0(intern!(py, "is_contiguous")).ok()?.is_truthy().ok()?;
+    let on: i64 = t.call_method0(intern!(py, "get_device"))?.extract()?;
+    let dtype_object = t.getattr(intern!(py, "dtype"))?;
+    let Some(dtype) = torch.dtype(&dtype_object) else {
+        // The package's own check raises its UnsupportedDTypeError naming the dtype.
+        py.import(intern!(py, "kiln._dtypes"))?.getattr(intern!(py, "dtype_name"))?.call1((dtype_object,))?;
+        return Err(pyo3::exceptions::PyTypeError::new_err("[kiln] unsupported tensor dtype"));
+    };
+    let shape = shape_of(&t.getattr(intern!(py, "shape"))?)
+        .ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("[kiln] a tensor's shape is not integers"))?;
+    let contiguous = t.call_method0(intern!(py, "is_contiguous"))?.is_truthy()?;
     let strides = if contiguous {
         row_major_strides(&shape)
     } else {
-        convert::tuple_of(t.call_method0(intern!(py, "stride")).ok()?.as_borrowed()).ok()?
+        convert::tuple_of(t.call_method0(intern!(py, "stride"))?.as_borrowed())?
     };
-    let address: usize = t.call_method0(intern!(py, "data_ptr")).ok()?.extract().ok()?;
+    let address: usize = t.call_method0(intern!(py, "data_ptr"))?.extract()?;
     let (start, nbytes, offset) = convert::span(address, &shape, &strides, dtype.size());
     let owner = Box::new(t.clone().unbind());
-    let array = convert::lent(owner, start, nbytes, offset, &shape, &strides, dtype, on).ok()?;
-    Some((array, contiguous, on))
+    let array = convert::lent(owner, start, nbytes, offset, &shape, &strides, dtype, on)?;
+    Ok((array, contiguous, on))
+}
+
+/// [`read_tensor`] for the cached call: `None` where the tensor cannot be read (the general
+/// path reports why).
+fn tensor_array(t: &Bound<'_, PyAny>, torch: &Torch) -> Option<(Array, bool, i64)> {
+    read_tensor(t, torch).ok()
 }
 
 /// A tensor just allocated with `shape`, `strides` and `dtype` on device `ordinal` as a kiln

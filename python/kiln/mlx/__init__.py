@@ -216,7 +216,7 @@ class MetalKernel:
         out_descs = [describe_dlpack(o, host) for o in outs]
         # Where kiln runs it: the GPU of the arrays' memory (device memory, or the CUDA managed
         # memory of MLX's CUDA build), else the CPU emulator.
-        ordinals = [d[7] for d in descs + out_descs if isinstance(d, tuple) and d[7] >= 0]
+        ordinals = [d.ordinal for d in descs + out_descs if isinstance(d, _kiln.LentArray) and d.ordinal >= 0]
         if not ordinals:
             self._kiln._launch(descs, shapes, dtypes, grid, threadgroup, tmpl, None, bool(verbose), None, None,
                                out_descs)

@@ -1,4 +1,4 @@
-"""MLX arrays as kiln array descriptors through their DLPack capsules, without copies.
+"""MLX arrays as kiln arrays (``_kiln.LentArray``) through their DLPack capsules, without copies.
 
 MLX exports every dtype kiln supports through ``__dlpack__`` (bfloat16 included, which NumPy's
 importer refuses), with the array's strides and byte offset, on the CPU and on CUDA. The capsule
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 
-from .._arrays import describe
+from .. import _kiln
 from ..errors import UnsupportedDTypeError
 
 
@@ -50,7 +50,7 @@ _DTYPES = {
 
 
 def describe_dlpack(array, host: bool = False):
-    """The kiln descriptor of an evaluated array with ``__dlpack__`` (its memory in place);
+    """The ``LentArray`` of an evaluated array with ``__dlpack__`` (its memory in place);
     ``host``: CUDA managed memory is described as host memory, for the CPU emulator."""
     capsule = array.__dlpack__()
     t = _DLTensor.from_address(_get_pointer(capsule, b"dltensor"))
@@ -75,7 +75,7 @@ def describe_dlpack(array, host: bool = False):
         # MLX's CUDA build keeps arrays in CUDA managed memory and exports them as host memory:
         # such memory is run on its GPU, not on the emulator.
         ordinal = managed_ordinal(t.data or 0)
-    return describe((array, capsule), address, shape, strides, bits // 8, dtype, ordinal, False)
+    return _kiln.LentArray.from_memory((array, capsule), address, shape, strides, dtype, ordinal)
 
 
 def device_kind(array) -> int:

@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod cuda;
 pub(crate) mod disk_cache;
 pub mod metal;
+mod stream;
 
 use std::any::Any;
 use std::sync::atomic::AtomicBool;
@@ -22,6 +23,8 @@ use crate::error::{Error, Result};
 
 /// The program description lives in the bottom layer (`program`); the backend seam speaks of it,
 /// so its users find it here too.
+pub use stream::ExternalStream;
+
 pub use crate::program::{ConstantKey, ConstantValue, MetalProgram, ProgramKind, Target};
 
 /// A freshly allocated, row-contiguous output.
@@ -84,7 +87,7 @@ pub struct Launch<'a> {
     /// Stops the kernel when set (backends that can interrupt a kernel honour it).
     pub cancel: Option<Arc<AtomicBool>>,
     /// The caller's CUDA stream to queue the kernel on, instead of the backend's own.
-    pub stream: Option<cuda::ExternalStream>,
+    pub stream: Option<ExternalStream>,
     /// Where a backend may keep what it resolved for `program`, so that launching the same
     /// program again skips the lookup by content; `None` always looks it up.
     pub resolved: Option<&'a ResolvedSlot>,
@@ -161,7 +164,25 @@ pub trait Backend: Send + Sync {
     /// Compiles (cached) and loads `program` without running it, so its first launch does not
     /// compile; what was loaded is kept in `resolved` where given.
     fn prepare(&self, program: &MetalProgram, resolved: Option<&ResolvedSlot>) -> Result<()>;
+    /// The tensor map (the [`TENSOR_MAP_BYTES`]-byte descriptor a tensor memory accelerator
+    /// copies tiles with) of a row-contiguous 16-bit array of this device viewed as a 3-D tensor
+    /// of `dims` (innermost first), copied in boxes of `tile` elements with the 128-byte
+    /// shared-memory swizzle. Only devices with such a unit (NVIDIA Hopper and later) have them;
+    /// the others answer an error naming `what`.
+    fn tensor_map_16bit(
+        &self,
+        what: &str,
+        array: &Array,
+        dims: [u64; 3],
+        tile: [u32; 3],
+    ) -> Result<[u8; TENSOR_MAP_BYTES]> {
+        let _ = (array, dims, tile);
+        Err(Error::invalid(what, format!("tensor maps are a capability of NVIDIA GPUs, not of {}", self.device())))
+    }
 }
+
+/// Bytes of one encoded tensor map ([`Backend::tensor_map_16bit`]).
+pub const TENSOR_MAP_BYTES: usize = 128;
 
 /// What `kiln devices` reports for one backend.
 #[derive(Clone, Debug)]
@@ -319,5 +340,14 @@ mod tests {
             assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
             assert!(err.to_string().contains("user_cuda") && err.to_string().contains("CUDA devices only"), "{err}");
         }
+    }
+
+    #[test]
+    fn tensor_maps_are_refused_by_the_cpu_with_the_op_named() {
+        let a = Array::full(DType::F16, &[4, 64], 1.0).unwrap();
+        let err =
+            backend_for(Device::Cpu).unwrap().tensor_map_16bit("prefill", &a, [64, 4, 1], [64, 4, 1]).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+        assert!(err.to_string().contains("prefill") && err.to_string().contains("NVIDIA"), "{err}");
     }
 }

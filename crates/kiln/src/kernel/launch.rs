@@ -8,7 +8,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::array::{byte_size, Array, Shape};
-use crate::backend::cuda::ExternalStream;
+use crate::backend::ExternalStream;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Error;

@@ -12,7 +12,7 @@ use rustc_hash::FxHashMap;
 use super::dim3::Dim3;
 use super::entry_contract::EntryContract;
 use crate::array::{byte_size, Array};
-use crate::backend::cuda::ExternalStream;
+use crate::backend::ExternalStream;
 use crate::backend::{self, Binding, Dispatch, Launch, OutputSpec};
 use crate::device::Device;
 use crate::dtype::DType;

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::array::Array;
-use crate::backend::cuda::ExternalStream;
+use crate::backend::ExternalStream;
 use crate::backend::MetalProgram;
 use crate::device::Device;
 use crate::dtype::DType;

@@ -249,11 +249,11 @@ impl CudaBackend {
         let kernel = launch.program.kernel.as_str();
         let stream = match launch.stream {
             None => self.stream.cu_stream(),
-            Some(s) if s.ordinal() == self.ordinal => s.cu_stream(),
+            Some(s) if s.device() == Device::Cuda(self.ordinal) => super::external::cu_stream(&s),
             Some(s) => {
                 return Err(Error::invalid(
                     kernel,
-                    format!("a stream of cuda:{} was given for a launch on cuda:{}", s.ordinal(), self.ordinal),
+                    format!("a stream of {} was given for a launch on cuda:{}", s.device(), self.ordinal),
                 ))
             }
         };

@@ -6,6 +6,7 @@
 use std::any::Any;
 
 use crate::array::Array;
+use crate::backend::ExternalStream;
 use crate::device::{Device, DeviceBuffer};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -74,32 +75,9 @@ pub fn lent_cuda_array(
     whole.as_strided(offset, shape, strides)
 }
 
-/// A CUDA stream owned by another framework (PyTorch's current stream of a device).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ExternalStream {
-    handle: usize,
-    ordinal: usize,
-}
-
-impl ExternalStream {
-    /// The stream `handle` (a `CUstream`, as `torch.cuda.Stream.cuda_stream` gives it; 0 is the
-    /// legacy default stream) of device `ordinal`.
-    ///
-    /// # Safety
-    /// `handle` must be 0 or a stream of device `ordinal`'s primary context that stays alive
-    /// until every kernel queued on it has run.
-    pub unsafe fn from_raw(handle: usize, ordinal: usize) -> Self {
-        ExternalStream { handle, ordinal }
-    }
-
-    /// The device the stream belongs to.
-    pub fn ordinal(&self) -> usize {
-        self.ordinal
-    }
-
-    pub(super) fn cu_stream(&self) -> cudarc::driver::sys::CUstream {
-        self.handle as cudarc::driver::sys::CUstream
-    }
+/// The `CUstream` of a caller's stream (of a CUDA device: `dispatch` checks which).
+pub(super) fn cu_stream(stream: &ExternalStream) -> cudarc::driver::sys::CUstream {
+    stream.handle() as cudarc::driver::sys::CUstream
 }
 
 /// Whether device `ordinal`'s primary context (the one PyTorch and the CUDA runtime use) is the

@@ -45,11 +45,10 @@ pub use compile::{
     build_precompiled_prelude, compile_past_memory as compile_source_past_memory,
     compile_with_log as compile_source_with_log, nvrtc_version, options as nvrtc_options, Arch, PastMemory,
 };
-pub use external::{is_current_context, lent_cuda_array, ExternalStream, LentCudaMemory};
+pub use external::{is_current_context, lent_cuda_array, LentCudaMemory};
 pub use memory::CudaBuffer;
 pub use pool::APRON_BYTES;
 use programs::{ProgramTable, Resolved};
-pub use tensor_map::TENSOR_MAP_BYTES;
 pub use timing::DeviceTimer;
 
 /// The CUDA backend of one device.
@@ -515,6 +514,16 @@ impl Backend for CudaBackend {
             slot.set(device, r.clone());
         }
         self.run(launch, &r)
+    }
+
+    fn tensor_map_16bit(
+        &self,
+        what: &str,
+        array: &Array,
+        dims: [u64; 3],
+        tile: [u32; 3],
+    ) -> Result<[u8; super::TENSOR_MAP_BYTES]> {
+        self.encode_tensor_map_16bit(what, array, dims, tile)
     }
 
     fn prepare(&self, program: &MetalProgram, resolved: Option<&ResolvedSlot>) -> Result<()> {

@@ -6,18 +6,22 @@ use cudarc::driver::sys;
 
 use super::CudaBackend;
 use crate::array::Array;
+use crate::backend::TENSOR_MAP_BYTES;
 use crate::device::Device;
 use crate::error::{Error, Result};
-
-/// Bytes of one encoded tensor map (`CUtensorMap`).
-pub const TENSOR_MAP_BYTES: usize = 128;
 
 impl CudaBackend {
     /// The tensor map of a row-contiguous 16-bit array of this device viewed as a 3-D tensor of
     /// `dims` (innermost first: `dims[0]` elements per row, `dims[1]` rows per matrix, `dims[2]`
     /// matrices), copied in boxes of `tile` elements, with the 128-byte shared-memory swizzle
     /// (`tile[0]` must span 128 bytes or less) and zeros for elements outside `dims`.
-    pub fn tensor_map_16bit(&self, what: &str, array: &Array, dims: [u64; 3], tile: [u32; 3]) -> Result<[u8; 128]> {
+    pub(super) fn encode_tensor_map_16bit(
+        &self,
+        what: &str,
+        array: &Array,
+        dims: [u64; 3],
+        tile: [u32; 3],
+    ) -> Result<[u8; TENSOR_MAP_BYTES]> {
         if array.device() != Device::Cuda(self.ordinal) || !array.is_row_contiguous() {
             return Err(Error::invalid(
                 what,

@@ -67,7 +67,7 @@
 //! 1024-byte boundaries. K-major descriptors (Q, K): stride between 8-row groups 1024 bytes,
 //! step `k` of 16 values at block `k / 4`, byte `32 (k % 4)`. MN-major descriptor (V): 8-key
 //! groups 1024 bytes apart, column blocks `R·128` bytes apart, step `k` at key `16 k`.
-//! Tensor maps (`CudaBackend::tensor_map_16bit`, encoded per call for the arrays passed and
+//! Tensor maps (`Backend::tensor_map_16bit`, encoded per call for the arrays passed and
 //! read by the kernel from device memory): Q as (D, Tq, B·Hq) in boxes of (64, 64, 1), K and
 //! V as (D, Tk, B·Hkv) in boxes of (64, BN, 1); rows past Tq or Tk arrive as zeros.
 //!
@@ -85,7 +85,6 @@ use std::fmt::Write;
 use std::sync::OnceLock;
 
 use crate::array::Array;
-use crate::backend::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{CudaKernel, KernelInput, LaunchSpec};
@@ -405,16 +404,16 @@ pub(super) fn inputs(
     scale: f32,
     schedule: &Schedule,
 ) -> Result<Vec<KernelInput>> {
-    let crate::device::Device::Cuda(ordinal) = q.device() else {
+    if !matches!(q.device(), crate::device::Device::Cuda(_)) {
         return Err(Error::invalid(op, format!("the warpgroup prefill runs on CUDA devices, not {}", q.device())));
-    };
-    let backend = crate::backend::cuda::cuda_backend(ordinal)?;
+    }
+    let backend = crate::backend::backend_for(q.device())?;
     let [q, k, v] = [q, k, v].map(|a| if a.is_row_contiguous() { Ok(a.clone()) } else { backend.row_contiguous(a) });
     let (q, k, v) = (q?, k?, v?);
     let (qs, ks) = (q.shape(), k.shape());
     let d = qs[3];
     let counters = schedule.bytes(d);
-    let mut maps = Vec::with_capacity(3 * crate::backend::cuda::TENSOR_MAP_BYTES + counters.len());
+    let mut maps = Vec::with_capacity(3 * crate::backend::TENSOR_MAP_BYTES + counters.len());
     maps.extend(backend.tensor_map_16bit(op, &q, [d as u64, qs[2] as u64, (qs[0] * qs[1]) as u64], [64, 64, 1])?);
     for a in [&k, &v] {
         maps.extend(backend.tensor_map_16bit(
@@ -439,7 +438,7 @@ pub fn cuda_source(dtype: DType, d: usize, causal: bool, scale: f32) -> Result<(
     let spec = spec(op, &q, causal, scale, &schedule)?;
     let k = kernel(op, d)?;
     let scale = Array::scalar(1.0f32);
-    let maps = Array::full(DType::U8, &[3 * crate::backend::cuda::TENSOR_MAP_BYTES + schedule.bytes(d).len()], 0.0)?;
+    let maps = Array::full(DType::U8, &[3 * crate::backend::TENSOR_MAP_BYTES + schedule.bytes(d).len()], 0.0)?;
     Ok((k.kernel_name(&spec.template), k.generate(&[q.clone(), q.clone(), q, scale, maps], &spec)?))
 }
 

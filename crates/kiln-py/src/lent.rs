@@ -1,0 +1,210 @@
+//! Arrays of other frameworks read once, here, as kiln arrays over their memory: NumPy arrays
+//! (their `__array_interface__`), PyTorch tensors (pointer, shape, strides, dtype, device) and,
+//! for the DLPack capsules and other exports the Python side unpacks, raw memory. The result is
+//! a [`LentArray`]: the named value the Python side holds for an array and passes to every
+//! call of this module (kernels, libraries, ops), instead of re-describing the array.
+//!
+//! A view is lent as the span of memory it reaches, starting at a 64-byte boundary where that
+//! is a whole number of elements (same page, same allocation granule), so that kiln sees the
+//! view's true alignment in its element offset and picks vector loads only where aligned.
+
+use kiln::array::{row_major_strides, Shape, Strides};
+use kiln::{Array, DType, Device};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyString, PyTuple, PyType, PyWeakrefReference};
+
+use crate::convert;
+use crate::torch_call;
+
+/// An array of another framework (or kiln's own host output) as kiln views it: its memory is
+/// kept alive, unresized, while the value lives.
+#[pyclass(module = "kiln._kiln", name = "LentArray", frozen)]
+pub struct LentArray {
+    array: Array,
+}
+
+impl LentArray {
+    /// The kiln array over the lent memory.
+    pub fn array(&self) -> &Array {
+        &self.array
+    }
+}
+
+#[pymethods]
+impl LentArray {
+    /// A view of `owner`'s memory: its first element at `address`, `shape` and element
+    /// `strides`, kiln's dtype name, on CUDA device `ordinal` (-1: host memory).
+    #[staticmethod]
+    fn from_memory(
+        owner: Py<PyAny>,
+        address: usize,
+        shape: Vec<usize>,
+        strides: Vec<isize>,
+        dtype: &str,
+        ordinal: i64,
+    ) -> PyResult<Self> {
+        if strides.len() != shape.len() {
+            return Err(PyValueError::new_err("a view has one stride per axis"));
+        }
+        let dtype = convert::dtype(dtype)?;
+        let (start, nbytes, offset) = convert::span(address, &shape, &strides, dtype.size());
+        let array = convert::lent(Box::new(owner), start, nbytes, offset, &shape, &strides, dtype, ordinal)?;
+        Ok(LentArray { array })
+    }
+
+    /// The CUDA device ordinal of the memory, -1 for host memory.
+    #[getter]
+    fn ordinal(&self) -> i64 {
+        match self.array.device() {
+            Device::Cuda(i) => i as i64,
+            _ => -1,
+        }
+    }
+
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.array.ndim()
+    }
+
+    #[getter]
+    fn shape(&self) -> Vec<usize> {
+        self.array.shape().to_vec()
+    }
+
+    /// kiln's dtype name.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.array.dtype().name()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<kiln.LentArray {:?} {} on {}>", self.array.shape(), self.array.dtype(), self.array.device())
+    }
+}
+
+/// `obj` (a NumPy array or a PyTorch tensor) as a [`LentArray`]; errors are the package's
+/// (`UnsupportedDTypeError` naming the dtype, `TypeError` for other objects), without the
+/// argument's name, which the caller adds.
+#[pyfunction]
+pub fn lend(obj: &Bound<'_, PyAny>) -> PyResult<LentArray> {
+    Ok(LentArray { array: read(obj)? })
+}
+
+/// `obj` as a kiln array over its memory: a [`LentArray`], a NumPy array or a PyTorch tensor.
+pub fn read(obj: &Bound<'_, PyAny>) -> PyResult<Array> {
+    if let Ok(lent) = obj.cast::<LentArray>() {
+        return Ok(lent.get().array.clone());
+    }
+    let py = obj.py();
+    let numpy = numpy(py)?;
+    if obj.is_instance(numpy.ndarray.bind(py))? {
+        return numpy_array(obj, numpy);
+    }
+    if let Some(torch) = torch_call::torch(py) {
+        if obj.is_instance(torch.tensor_type(py))? {
+            return torch_call::read_tensor(obj, torch).map(|(array, _, _)| array);
+        }
+    }
+    Err(PyTypeError::new_err(format!("[kiln] {} is not an array kiln can read", obj.get_type().name()?)))
+}
+
+/// NumPy's objects the reader uses, looked up once.
+struct NumPy {
+    ndarray: Py<PyType>,
+    /// NumPy's native-order dtype objects (singletons, compared by identity) and kiln's dtypes;
+    /// another dtype object is read by its name.
+    dtypes: Vec<(Py<PyAny>, DType)>,
+    /// `kiln._arrays.native`: a native-order, aligned copy of an array that is not.
+    native: Py<PyAny>,
+}
+
+static NUMPY: PyOnceLock<NumPy> = PyOnceLock::new();
+
+fn numpy(py: Python<'_>) -> PyResult<&NumPy> {
+    NUMPY.get_or_try_init(py, || {
+        let np = py.import("numpy")?;
+        let make = np.getattr("dtype")?;
+        let mut dtypes = Vec::new();
+        for dtype in DType::ALL {
+            if dtype != DType::BF16 {
+                dtypes.push((make.call1((dtype.name(),))?.unbind(), dtype));
+            }
+        }
+        Ok(NumPy {
+            ndarray: np.getattr("ndarray")?.cast_into::<PyType>()?.unbind(),
+            dtypes,
+            native: py.import("kiln._arrays")?.getattr("native")?.unbind(),
+        })
+    })
+}
+
+/// kiln's dtype of a NumPy dtype object and whether it is in native byte order.
+fn numpy_dtype(d: &Bound<'_, PyAny>, numpy: &NumPy) -> PyResult<(DType, bool)> {
+    if let Some((_, dtype)) = numpy.dtypes.iter().find(|(o, _)| d.is(o)) {
+        return Ok((*dtype, true));
+    }
+    let py = d.py();
+    let name = d.getattr(intern!(py, "name"))?;
+    let name = name.cast::<PyString>()?.to_str()?;
+    let Some(dtype) = DType::from_name(if name == "bool_" { "bool" } else { name }) else {
+        // The package's own check raises its UnsupportedDTypeError naming the dtype.
+        py.import("kiln._dtypes")?.getattr("dtype_name")?.call1((d,))?;
+        return Err(PyTypeError::new_err(format!("[kiln] unsupported dtype {name:?}")));
+    };
+    Ok((dtype, d.getattr(intern!(py, "isnative"))?.is_truthy()?))
+}
+
+/// A NumPy array read in place; one of another byte order or with misaligned elements is read
+/// through a native copy (which keeps its values).
+fn numpy_array(a: &Bound<'_, PyAny>, numpy: &NumPy) -> PyResult<Array> {
+    let py = a.py();
+    let (dtype, is_native) = numpy_dtype(&a.getattr(intern!(py, "dtype"))?, numpy)?;
+    if !is_native {
+        return numpy_array(&numpy.native.bind(py).call1((a,))?, numpy);
+    }
+    let interface = a.getattr(intern!(py, "__array_interface__"))?;
+    let interface = interface.cast::<PyDict>()?;
+    let item = |key: &str| -> PyResult<Bound<'_, PyAny>> {
+        interface.get_item(key)?.ok_or_else(|| PyValueError::new_err("an incomplete __array_interface__"))
+    };
+    let address: usize = item("data")?.cast::<PyTuple>()?.get_borrowed_item(0)?.extract()?;
+    let shape: Shape = convert::tuple_of(item("shape")?.as_borrowed())?;
+    let byte_strides = item("strides")?;
+    let size = dtype.size() as isize;
+    let strides: Strides = if byte_strides.is_none() {
+        row_major_strides(&shape)
+    } else {
+        let bytes: Strides = convert::tuple_of(byte_strides.as_borrowed())?;
+        if bytes.iter().any(|s| s % size != 0) {
+            return numpy_array(&numpy.native.bind(py).call1((a,))?, numpy);
+        }
+        bytes.iter().map(|s| s / size).collect()
+    };
+    if address % dtype.size() != 0 {
+        return numpy_array(&numpy.native.bind(py).call1((a,))?, numpy);
+    }
+    let (start, nbytes, offset) = convert::span(address, &shape, &strides, dtype.size());
+    convert::lent(pinned(a, numpy)?, start, nbytes, offset, &shape, &strides, dtype, -1)
+}
+
+/// What keeps a NumPy array's memory at its address while kiln uses it: the array, and a weak
+/// reference to the array that owns the data, which makes NumPy refuse to resize that array
+/// (`resize(..., refcheck=False)` from another thread) until kiln lets go.
+fn pinned(a: &Bound<'_, PyAny>, numpy: &NumPy) -> PyResult<Box<dyn std::any::Any + Send + Sync>> {
+    let py = a.py();
+    let ndarray = numpy.ndarray.bind(py);
+    let mut root = a.clone();
+    loop {
+        let base = root.getattr(intern!(py, "base"))?;
+        if !base.is_instance(ndarray)? {
+            break;
+        }
+        root = base;
+    }
+    let owns = root.getattr(intern!(py, "flags"))?.getattr(intern!(py, "owndata"))?.is_truthy()?;
+    let pin = if owns { Some(PyWeakrefReference::new(&root)?.into_any().unbind()) } else { None };
+    Ok(Box::new((a.clone().unbind(), pin)))
+}
