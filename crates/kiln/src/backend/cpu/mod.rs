@@ -260,13 +260,17 @@ impl Backend for CpuBackend {
         if self.sanitize || crate::finding::active() {
             return self.launch_sanitized(launch);
         }
-        let resolved = self.resolve(program)?;
         let checked = self.checked || CHECKED_SCOPES.with(|n| n.get() > 0);
+        let slot = launch.resolved.and_then(|s| s.get::<SlotEntry>(Device::Cpu)).filter(|e| e.cxx == self.cxx);
+        if let Some(entry) = slot {
+            return exec::run(&entry.resolved, launch, checked);
+        }
+        let resolved = self.resolve_into(program, launch.resolved)?;
         exec::run(&resolved, launch, checked)
     }
 
-    fn prepare(&self, program: &MetalProgram, _resolved: Option<&ResolvedSlot>) -> Result<()> {
-        self.resolve(program).map(|_| ())
+    fn prepare(&self, program: &MetalProgram, resolved: Option<&ResolvedSlot>) -> Result<()> {
+        self.resolve_into(program, resolved).map(|_| ())
     }
 }
 
@@ -313,7 +317,24 @@ pub(super) fn fits_in_memory(bytes: usize) -> bool {
     available.is_none_or(|kib| bytes as u64 <= kib.saturating_mul(1024))
 }
 
+/// What the CPU keeps in a program's [`ResolvedSlot`]: the resolution and the compiler it was
+/// built with (a backend with another compiler looks its programs up by content).
+struct SlotEntry {
+    cxx: String,
+    resolved: exec::Resolved,
+}
+
 impl CpuBackend {
+    /// [`CpuBackend::resolve`], kept in `slot` (when given) so that the program's next launch
+    /// skips the lookup by content.
+    fn resolve_into(&self, program: &MetalProgram, slot: Option<&ResolvedSlot>) -> Result<exec::Resolved> {
+        let resolved = self.resolve(program)?;
+        if let Some(slot) = slot {
+            slot.set(Device::Cpu, Arc::new(SlotEntry { cxx: self.cxx.clone(), resolved: resolved.clone() }));
+        }
+        Ok(resolved)
+    }
+
     /// The loaded library and entry of `program`. Programs seen before are looked up by
     /// their content (compiler, source, entry, math mode, constants), so a repeated launch does
     /// not lower, assemble and hash the translation unit again.
