@@ -323,6 +323,14 @@ class MetalKernel(_kiln.MetalKernel):
         call = self._parse(inputs, output_shapes, output_dtypes, template=template)
         return self._generate(call.inputs.descs, call.shapes, call.dtypes, call.template)
 
+    def translate(self, *, inputs, output_shapes, output_dtypes, template=None, target="cpu", **_ignored) -> str:
+        """The source this call runs as on ``target``, without running it: ``"cpu"`` the C++ unit
+        the CPU emulator compiles, ``"cuda"`` the CUDA that NVRTC compiles, ``"metal"`` what MLX
+        would compile (as :meth:`generate`). The call's keywords as for a call; only the inputs'
+        dtypes and ranks matter."""
+        call = self._parse(inputs, output_shapes, output_dtypes, template=template)
+        return self._translate(call.inputs.descs, call.shapes, call.dtypes, call.template, target)
+
     def compile_cuda(self, *, inputs, output_shapes, output_dtypes, template=None, arch=(9, 0),
                      **_ignored) -> int:
         """Compiles this call's CUDA translation with NVRTC for compute capability ``arch``
@@ -445,6 +453,14 @@ class MetalLibrary:
         slots, _ = d.slots(False)
         found = self._library.check(function, slots, d.kind, d.size, d.threadgroup, d.memory, d.constants)
         return json.loads(found)
+
+    def translate(self, function, *, target="cpu", constants=None) -> str:
+        """The source ``function`` runs as on ``target`` (``"cpu"``, ``"cuda"`` or ``"metal"``)
+        with these function ``constants``, without running it."""
+        op = f"metal_library {self.name}:{function}"
+        if not isinstance(function, str):
+            raise InvalidArgumentError(f"[{op}] function must be a str, got {function!r}")
+        return self._library.translate(function, _constants(op, constants), target)
 
     def __repr__(self):
         return f"<kiln.MetalLibrary {self.name!r}>"

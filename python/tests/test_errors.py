@@ -49,6 +49,26 @@ def test_compile_errors_name_the_kernel_and_the_users_line(rng):
         k(inputs=[rng.normal(size=4).astype(np.float32)], output_shapes=[(4,)], output_dtypes=[np.float32],
           grid=(4, 1, 1), threadgroup=(4, 1, 1))
     assert "broken_kernel" in str(e.value) and "undefined_thing" in str(e.value)
+    # The hint is the Python way to read the generated unit, not a CLI command.
+    assert "kernel.translate(" in str(e.value) and "kiln translate" not in str(e.value), str(e.value)
+
+
+def test_translate_shows_each_targets_source_and_names_a_bad_target(rng):
+    k = kiln.metal_kernel("scale_by_three", ["a"], ["out"], "uint i = thread_position_in_grid.x;\nout[i] = 3.0f * a[i];")
+    call = dict(inputs=[rng.normal(size=4).astype(np.float32)], output_shapes=[(4,)], output_dtypes=[np.float32])
+    metal, cpu, cuda = (k.translate(**call, target=t) for t in ("metal", "cpu", "cuda"))
+    assert metal == k.generate(**call)
+    for text in (metal, cpu, cuda):
+        assert "3.0f * a[i]" in text
+    assert "__global__" in cuda and "__global__" not in cpu and "[[kernel]]" in metal
+    with pytest.raises(kiln.InvalidArgumentError, match="scale_by_three.*target must be"):
+        k.translate(**call, target="hip")
+    lib = kiln.metal_library("scaled", "#include <metal_stdlib>\nusing namespace metal;\n"
+                             "kernel void twice(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) "
+                             "{ x[i] = 2.0f * x[i]; }\n")
+    assert "__global__" in lib.translate("twice", target="cuda") and "2.0f * x[i]" in lib.translate("twice")
+    with pytest.raises(kiln.InvalidArgumentError, match="scaled:twice.*target must be"):
+        lib.translate("twice", target="ptx")
 
 
 def test_unsupported_dtypes_are_type_errors(rng):

@@ -24,8 +24,16 @@ pub fn to_py(e: kiln::Error) -> PyErr {
         E::Spec { .. } => "SpecError",
         E::Npy { .. } | E::Io { .. } => "KilnIOError",
     };
-    raise(class, e.to_string())
+    let mut message = e.to_string();
+    if matches!(e, E::Compile { .. }) {
+        message = message.replace(kiln::source::user_lines::GENERATED_SOURCE_HINT, PYTHON_SOURCE_HINT);
+    }
+    raise(class, message)
 }
+
+/// Where a Python user reads the whole generated unit of a kernel that failed to compile.
+const PYTHON_SOURCE_HINT: &str = "(the generated source: `kernel.translate(inputs=..., output_shapes=..., \
+output_dtypes=..., target=\"cpu\")` or `target=\"cuda\"`; for a library, `library.translate(function, target=\"cpu\")`)";
 
 /// An instance of the `kiln.errors` class `class` with `message`.
 fn raise(class: &str, message: String) -> PyErr {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use kiln::backend::{ConstantKey, ConstantValue, Dispatch};
+use kiln::backend::{ConstantKey, ConstantValue, Dispatch, Target};
 use kiln::{Array, Device, KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, MathMode, MetalKernel, MetalLibrary};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -231,6 +231,27 @@ impl Kernel {
         no_panic(self.kernel.op(), || Ok(self.kernel.generate(&arrays, &spec).py_err()?.source))
     }
 
+    /// The source this call runs as on `target` ("metal": what MLX would compile; "cpu": the C++
+    /// unit the CPU emulator compiles; "cuda": the CUDA that NVRTC compiles), without running.
+    #[pyo3(name = "_translate", signature = (inputs, output_shapes, output_dtypes, template, target))]
+    fn translate(
+        &self,
+        inputs: &Bound<'_, PyList>,
+        output_shapes: &Bound<'_, PyList>,
+        output_dtypes: &Bound<'_, PyList>,
+        template: &Bound<'_, PyList>,
+        target: &str,
+    ) -> PyResult<String> {
+        let target = translate_target(self.kernel.op(), target)?;
+        let inputs = inputs_of(inputs)?;
+        let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
+        let spec = spec_of(output_shapes, output_dtypes, (1, 1, 1), (1, 1, 1), template)?;
+        no_panic(self.kernel.op(), || {
+            let program = self.kernel.program(&self.kernel.generate(&arrays, &spec).py_err()?);
+            kiln::backend::translate(&program, target).py_err()
+        })
+    }
+
     /// Compiles the CUDA translation of this call with NVRTC for compute capability `arch`
     /// (no GPU needed); returns the cubin's size in bytes.
     #[pyo3(name = "_compile_cuda", signature = (inputs, output_shapes, output_dtypes, template, arch))]
@@ -360,6 +381,19 @@ impl Kernel {
     /// The kiln kernel (for `mlx_cuda`).
     pub(crate) fn metal_kernel(&self) -> &MetalKernel {
         &self.kernel
+    }
+}
+
+/// A `translate` target by name.
+fn translate_target(op: &str, target: &str) -> PyResult<Target> {
+    match target {
+        "metal" => Ok(Target::Metal),
+        "cpu" => Ok(Target::Cpu),
+        "cuda" => Ok(Target::Cuda),
+        other => Err(crate::errors::to_py(kiln::Error::invalid(
+            op,
+            format!("target must be 'metal', 'cpu' or 'cuda', got {other:?}"),
+        ))),
     }
 }
 
@@ -511,6 +545,15 @@ impl Library {
         let library = &self.library;
         let outputs = run_interruptible(py, &op, on_cpu, Some(&cancel), || library.dispatch(device, &args, &launch))?;
         arrays::wrap(py, outputs)
+    }
+
+    /// The source `function` (with these function constants) runs as on `target` ("metal", "cpu"
+    /// or "cuda"), without running.
+    fn translate(&self, function: &str, constants: &Bound<'_, PyList>, target: &str) -> PyResult<String> {
+        let op = format!("metal_library {}:{function}", self.library.name());
+        let target = translate_target(&op, target)?;
+        let launch = library_launch(function, "threads", (1, 1, 1), (1, 1, 1), Vec::new(), constants)?;
+        no_panic(&op, || kiln::backend::translate(&self.library.program(&launch), target).py_err())
     }
 
     /// The `[[buffer(n)]]` slots `function` may write (non-`const` `device` pointers and

@@ -3,6 +3,10 @@
 
 use rustc_hash::FxHashMap;
 
+/// The last line of a compile error mapped onto the user's lines: where the whole generated
+/// unit can be read (the Python package shows its own way, `kernel.translate(...)`).
+pub const GENERATED_SOURCE_HINT: &str = "(the generated source: `kiln translate SPEC --emit cpu` or `--emit cuda`)";
+
 use crate::error::Error;
 use crate::program::{MetalProgram, ProgramKind};
 
@@ -233,7 +237,7 @@ pub fn user_compile_log(program: &MetalProgram, log: &str) -> String {
         out.push(caret_excerpt(&user, column));
     }
     if mapped {
-        out.push("(the generated source: `kiln translate SPEC --emit cpu` or `--emit cuda`)".to_string());
+        out.push(GENERATED_SOURCE_HINT.to_string());
     }
     out.join("\n")
 }
