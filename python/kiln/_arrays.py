@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _kiln
 from ._dtypes import numpy_dtype
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, UnsupportedDTypeError
 
 # Where an array lives and which framework its outputs come back in.
 NUMPY = "numpy"
@@ -57,6 +57,17 @@ def as_numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 
+def as_array(x):
+    """``x`` (a list, a DLPack or CUDA-array-interface export, anything NumPy reads) as a NumPy
+    array or a PyTorch tensor over the same data; lists follow MLX's rules (``as_numpy``)."""
+    if is_cuda_object(x):
+        return from_cuda_object(x)
+    a = as_numpy(x)
+    if a.dtype == object:
+        raise UnsupportedDTypeError(f"[kiln] {type(x).__name__} is not an array kiln can read")
+    return a
+
+
 def from_cuda_object(x):
     """A CUDA object of another framework (``__cuda_array_interface__`` or a CUDA
     ``__dlpack__``) as a PyTorch tensor over the same memory."""
@@ -89,7 +100,7 @@ def host_output(h, lead):
     a = np.asarray(h)
     if h.dtype == "bfloat16":
         a = a.view(numpy_dtype("bfloat16"))
-    if lead is TORCH:
+    if lead == TORCH:
         torch = torch_module()
         if h.dtype == "bfloat16":
             return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)

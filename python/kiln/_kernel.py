@@ -12,10 +12,7 @@ import numpy as np
 
 from . import _kiln
 from ._arrays import (
-    NUMPY,
-    TORCH,
     as_numpy,
-    from_cuda_object,
     host_output,
     is_cuda_object,
     lend,
@@ -23,10 +20,9 @@ from ._arrays import (
     torch_outputs,
 )
 from ._abstract import empty_outputs, is_describing
-from ._dtypes import dtype_name
-from ._validate import named, scalar
+from ._validate import scalar
 from . import _validate as check_arg
-from .errors import InvalidArgumentError, KilnError, UnsupportedDTypeError
+from .errors import InvalidArgumentError
 
 _MATH_MODES = ("safe", "relaxed", "fast")
 
@@ -46,69 +42,16 @@ def _math_mode(op, compile_options) -> str:
 
 
 class _Inputs:
-    """A call's inputs as the extension takes them (``LentArray`` values and Python scalars) and
-    the framework / device of its lead array."""
+    """Arrays (and scalars) read by the extension as a kernel call reads its inputs
+    (``_kiln.read_inputs``): ``descs`` the values the extension's calls take (``LentArray`` and
+    Python scalars), ``lead`` the framework of the lead array (``"numpy"`` or ``"torch"``),
+    ``ordinal`` its CUDA device (-1: host) and ``device`` the lead tensor's ``torch.device``."""
 
     __slots__ = ("descs", "lead", "ordinal", "device")
 
     def __init__(self, inputs, ensure_row_contiguous: bool, op: str = "kiln", names=()):
-        if isinstance(inputs, (str, bytes)) or not hasattr(inputs, "__iter__"):
-            raise InvalidArgumentError(f"[{op}] inputs must be a list, got {inputs!r}")
-        self.descs, self.lead, self.ordinal, self.device = [], None, -1, None
-        for k, x in enumerate(inputs):
-            try:
-                self._add(x, ensure_row_contiguous)
-            except KilnError as e:
-                what = f"inputs[{k}]" + (f" ({names[k]})" if k < len(names) else "")
-                raise named(op, what, e) from None
-
-    def _add(self, x, ensure_row_contiguous):
-        t = type(x)
-        if t is float or t is int or t is bool:
-            self.descs.append(scalar("kiln", "the scalar", x))
-            return
-        if t is np.ndarray:
-            self._host(x)
-            return
-        torch = torch_module()
-        if torch is not None and isinstance(x, torch.Tensor):
-            self._tensor(x, ensure_row_contiguous)
-            return
-        if isinstance(x, np.generic):
-            # NumPy scalars keep their dtype (np.float64 is also a Python float).
-            self.descs.append(lend(np.asarray(x)))
-            return
-        if isinstance(x, (bool, int, float)):
-            v = bool(x) if isinstance(x, bool) else scalar("kiln", "the scalar", int(x)) if isinstance(x, int) else float(x)
-            self.descs.append(v)
-            return
-        if is_cuda_object(x):
-            self._tensor(from_cuda_object(x), ensure_row_contiguous)
-            return
-        a = as_numpy(x)
-        if a.dtype == object:
-            raise UnsupportedDTypeError(f"[kiln] {type(x).__name__} is not an array kiln can read")
-        self._host(a)
-
-    def _host(self, a):
-        self.descs.append(lend(a))
-        if self.lead is None and a.ndim > 0:
-            self.lead = NUMPY
-
-    def _tensor(self, x, ensure_row_contiguous):
-        self.descs.append(self._torch(x, ensure_row_contiguous))
-        if self.lead is None and x.dim() > 0:
-            self.lead, self.ordinal, self.device = TORCH, self.descs[-1].ordinal, x.device
-
-    @staticmethod
-    def _torch(x, ensure_row_contiguous):
-        ordinal = x.get_device()
-        if ordinal < 0 and x.device.type != "cpu":
-            raise InvalidArgumentError(f"[kiln] tensors on {x.device} are not supported (cpu or cuda)")
-        if ordinal >= 0 and ensure_row_contiguous and not x.is_contiguous():
-            # MLX copies such inputs too; PyTorch's copy runs on the current stream, in order.
-            x = x.contiguous()
-        return lend(x)
+        self.descs, self.lead, self.ordinal, lead = _kiln.read_inputs(op, list(names), inputs, ensure_row_contiguous)
+        self.device = None if lead is None else lead.device
 
 
 def _stream_handle(stream, ordinal):
@@ -177,20 +120,6 @@ class _CallSignature:
         return inspect.signature(_call_keywords)
 
 
-class _Call(NamedTuple):
-    """One call's arguments, checked (``MetalKernel._parse``)."""
-
-    inputs: _Inputs
-    shapes: list
-    dtypes: list
-    grid: tuple
-    threadgroup: tuple
-    template: list
-    init_value: float | None
-    device: str | None
-    timeout: float | None
-
-
 class MetalKernel(_kiln.MetalKernel):
     """A kernel built by :func:`metal_kernel`. Call it with MLX's keyword arguments:
     ``kernel(*, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
@@ -206,9 +135,9 @@ class MetalKernel(_kiln.MetalKernel):
     that runs longer with :class:`kiln.TimeoutError` (a running CUDA kernel cannot be stopped, so
     it applies to the CPU only); a ``signal.alarm`` handler that raises stops it too, as Ctrl-C does.
 
-    The call itself is kiln's extension (``_kiln.MetalKernel.__call__``): PyTorch CUDA tensors on the
-    current device and stream are launched there in one step; every other call comes to
-    :meth:`_call_general`.
+    The call itself is kiln's extension (``_kiln.MetalKernel.__call__``), which checks the
+    keywords, reads the arrays and runs the kernel; only a call while PyTorch traces or with an
+    explicit ``stream`` comes back to Python (:meth:`_call_glue`).
     """
 
     __slots__ = ("_ensure_row_contiguous", "name", "input_names", "output_names")
@@ -234,113 +163,52 @@ class MetalKernel(_kiln.MetalKernel):
         self.input_names = tuple(input_names)
         self.output_names = tuple(output_names)
 
-    def _parse(self, inputs, output_shapes, output_dtypes, grid=(1, 1, 1), threadgroup=(1, 1, 1), template=None,
-               init_value=None, device=None, timeout=None) -> _Call:
-        """A call's arguments, each checked once (errors name the kernel and the argument)."""
-        op = f"metal_kernel {self.name}"
-        return _Call(
-            _Inputs(inputs, self._ensure_row_contiguous, op, self.input_names),
-            check_arg.shapes(op, output_shapes),
-            check_arg.dtypes(op, output_dtypes),
-            check_arg.dims(op, "grid", grid),
-            check_arg.dims(op, "threadgroup", threadgroup),
-            check_arg.template(op, template),
-            check_arg.init_value(op, init_value),
-            check_arg.device(op, device),
-            check_arg.timeout(op, timeout),
-        )
-
-    def _call_general(self, inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, verbose,
-                      stream, device, timeout=None):
+    def _call_glue(self, inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, verbose,
+                   stream, device, timeout=None):
+        """The two calls the extension leaves to Python: one while PyTorch traces (the outputs
+        described, nothing run) and one with an explicit CUDA ``stream``, made again inside
+        PyTorch's stream context, so PyTorch allocates the outputs (and any input copy) on that
+        stream too and its caching allocator orders their reuse after the kernel."""
         if is_describing():
             return empty_outputs(f"metal_kernel {self.name}", inputs, output_shapes, output_dtypes)
-        if stream is not None and not isinstance(stream, (str, bytes)):
-            # PyTorch allocates the outputs (and any input copy) on that stream too, so its
-            # caching allocator orders their reuse after the kernel.
-            torch = _require_torch_for(stream)
-            with torch.cuda.stream(stream if isinstance(stream, torch.cuda.Stream) else torch.cuda.ExternalStream(stream)):
-                return self(inputs=inputs, output_shapes=output_shapes, output_dtypes=output_dtypes, grid=grid,
-                            threadgroup=threadgroup, template=template, init_value=init_value, verbose=verbose,
-                            device=device, timeout=timeout)
-        call = self._parse(inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, device,
-                           timeout)
-        ins, shapes, dtypes, init = call.inputs, call.shapes, call.dtypes, call.init_value
-        if ins.ordinal >= 0 and call.device is not None and call.device != f"cuda:{ins.ordinal}":
-            raise InvalidArgumentError(
-                f"[metal_kernel {self.name}] the inputs live on cuda:{ins.ordinal}, not on {device}; move them with torch"
-            )
-        if ins.ordinal >= 0:
-            if len(shapes) != len(dtypes):
-                # Let kiln report the count mismatch in MLX's words.
-                outs, descs = None, None
-            else:
-                outs = torch_outputs(shapes, dtypes, ins.device, init)
-                descs = [lend(o) for o in outs]
-            ordinal = ins.ordinal
-            args = (ins.descs, shapes, dtypes, call.grid, call.threadgroup, call.template, init, bool(verbose), None,
-                    (_stream_handle(None, ordinal), ordinal), descs, call.timeout)
-            if _current_device() == ordinal:
-                self._launch(*args)
-            else:
-                with torch_module().cuda.device(ordinal):
-                    self._launch(*args)
-            return outs
-        res = self._launch(ins.descs, shapes, dtypes, call.grid, call.threadgroup, call.template, init,
-                           bool(verbose), call.device, None, None, call.timeout)
-        lead = ins.lead
-        out = []
-        for h in res:
-            if isinstance(h, _kiln.DeviceArray):
-                h = h.to_host()
-            out.append(host_output(h, lead))
-        return out
+        torch = _require_torch_for(stream)
+        with torch.cuda.stream(stream if isinstance(stream, torch.cuda.Stream) else torch.cuda.ExternalStream(stream)):
+            return self(inputs=inputs, output_shapes=output_shapes, output_dtypes=output_dtypes, grid=grid,
+                        threadgroup=threadgroup, template=template, init_value=init_value, verbose=verbose,
+                        device=device, timeout=timeout)
 
     def _check(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, init_value=None,
                **_ignored):
-        call = self._parse(inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value)
-        if call.inputs.ordinal >= 0:
-            raise InvalidArgumentError(
-                f"[metal_kernel {self.name}] kiln.check runs on the CPU emulator; pass host arrays (NumPy)"
-            )
-        text = self._check_json(call.inputs.descs, call.shapes, call.dtypes, call.grid, call.threadgroup,
-                                call.template, call.init_value)
-        return json.loads(text)
+        return json.loads(self._check_json(inputs, output_shapes, output_dtypes, grid, threadgroup, template,
+                                           init_value))
 
     def precompile(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
                    device=None, **_ignored) -> None:
         """Compiles and caches the kernel that a call with these arguments would run, without
         running it (only the inputs' dtypes and ranks matter), so the first real call does not
         pay the compile. ``device`` as in a call; by default where the inputs live."""
-        call = self._parse(inputs, output_shapes, output_dtypes, grid, threadgroup, template, device=device)
-        device = call.device
-        if call.inputs.ordinal >= 0 and device is None:
-            device = f"cuda:{call.inputs.ordinal}"
-        self._precompile(call.inputs.descs, call.shapes, call.dtypes, call.grid, call.threadgroup, call.template,
-                         device)
+        self._precompile(inputs, output_shapes, output_dtypes, grid, threadgroup, template, device)
 
     def generate(self, *, inputs, output_shapes, output_dtypes, template=None, **_ignored) -> str:
         """The Metal source MLX would compile for this call (``verbose=True`` prints it)."""
-        call = self._parse(inputs, output_shapes, output_dtypes, template=template)
-        return self._generate(call.inputs.descs, call.shapes, call.dtypes, call.template)
+        return self._generate(inputs, output_shapes, output_dtypes, template)
 
     def translate(self, *, inputs, output_shapes, output_dtypes, template=None, target="cpu", **_ignored) -> str:
         """The source this call runs as on ``target``, without running it: ``"cpu"`` the C++ unit
         the CPU emulator compiles, ``"cuda"`` the CUDA that NVRTC compiles, ``"metal"`` what MLX
         would compile (as :meth:`generate`). The call's keywords as for a call; only the inputs'
         dtypes and ranks matter."""
-        call = self._parse(inputs, output_shapes, output_dtypes, template=template)
-        return self._translate(call.inputs.descs, call.shapes, call.dtypes, call.template, target)
+        return self._translate(inputs, output_shapes, output_dtypes, template, target)
 
     def compile_cuda(self, *, inputs, output_shapes, output_dtypes, template=None, arch=(9, 0),
                      **_ignored) -> int:
         """Compiles this call's CUDA translation with NVRTC for compute capability ``arch``
         without running it (no GPU needed); returns the cubin's size in bytes."""
-        call = self._parse(inputs, output_shapes, output_dtypes, template=template)
         op = f"metal_kernel {self.name}"
-        if isinstance(arch, (str, bytes)) or len(tuple(arch)) != 2:
+        if isinstance(arch, (str, bytes)) or not hasattr(arch, "__len__") or len(tuple(arch)) != 2:
             raise InvalidArgumentError(f"[{op}] arch must be (major, minor), got {arch!r}")
         arch = tuple(check_arg.count(op, "arch", v, 0, 100) for v in arch)
-        return self._compile_cuda(call.inputs.descs, call.shapes, call.dtypes, call.template, arch)
+        return self._compile_cuda(inputs, output_shapes, output_dtypes, template, arch)
 
     def __repr__(self):
         return f"<kiln.MetalKernel {self.name!r}>"

@@ -13,9 +13,10 @@ use kiln::{Array, Device, KernelInput, LaunchSpec, LibraryArg, LibraryLaunch, Ma
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyBytes, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::arrays;
+use crate::call_args::{self, Call, Keywords};
 use crate::convert::{self, external_stream};
 use crate::errors::{detached, internal, no_panic, IntoPy};
 use crate::torch_call::LaunchKeywords;
@@ -126,6 +127,7 @@ fn describing(py: Python<'_>) -> PyResult<bool> {
 #[pyclass(module = "kiln._kiln", name = "MetalKernel", frozen, subclass)]
 pub struct Kernel {
     kernel: MetalKernel,
+    input_names: Vec<String>,
     ensure_row_contiguous: bool,
     launches: crate::torch_call::LaunchCache,
 }
@@ -154,14 +156,16 @@ impl Kernel {
                 .ensure_row_contiguous(ensure_row_contiguous)
                 .atomic_outputs(atomic_outputs)
                 .math_mode(math_mode(math_mode_name)?);
-            Ok(Kernel { kernel, ensure_row_contiguous, launches: Default::default() })
+            Ok(Kernel { kernel, input_names, ensure_row_contiguous, launches: Default::default() })
         })
     }
 
-    /// A call with MLX's keywords (`kiln.MetalKernel.__call__`). PyTorch CUDA tensors on
-    /// PyTorch's current device and stream (the common case) are read and launched in this one
-    /// step with the launch description cached; any other call goes to the subclass's
-    /// `_call_general` (Python), which converts every kind of input.
+    /// A call with MLX's keywords (`kiln.MetalKernel.__call__`), checked and run here. PyTorch
+    /// CUDA tensors on PyTorch's current device and stream (the common case) are launched with
+    /// the launch description cached; every other call is checked once (`call_args`) and run
+    /// where its inputs live. Only a call while PyTorch traces (`kiln._abstract.describing`) or
+    /// with an explicit `stream=` goes to the subclass's `_call_glue` (Python), which enters
+    /// PyTorch's context for it.
     #[pyo3(signature = (*, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, init_value=None, verbose=None, stream=None, device=None, timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn __call__<'py>(
@@ -183,11 +187,13 @@ impl Kernel {
         let template = template.unwrap_or(&none);
         let init_value = init_value.unwrap_or(&none);
         let verbose = match verbose {
-            Some(v) => v.clone(),
-            None => PyBool::new(py, false).to_owned().into_any(),
+            Some(v) => v.is_truthy()?,
+            None => false,
         };
-        if stream.is_none() && device.is_none() && timeout.is_none() && !verbose.is_truthy()? && !describing(py)? {
-            let this = slf.get();
+        let this = slf.get();
+        let given = |a: Option<&Bound<'py, PyAny>>| a.is_some_and(|a| !a.is_none());
+        let describing = describing(py)?;
+        if !given(stream) && !given(device) && !given(timeout) && !verbose && !describing {
             let keywords =
                 LaunchKeywords { inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value };
             let outs = no_panic(this.kernel.op(), || {
@@ -197,37 +203,52 @@ impl Kernel {
                 return Ok(outs.into_bound(py).into_any());
             }
         }
-        let stream = stream.unwrap_or(&none);
-        let device = device.unwrap_or(&none);
-        let timeout = timeout.unwrap_or(&none);
-        let args = (
+        // MLX's `stream` may also be a device name (a string), which names no CUDA stream.
+        let on_stream =
+            stream.is_some_and(|s| !s.is_none() && !s.is_instance_of::<PyString>() && !s.is_instance_of::<PyBytes>());
+        if describing || on_stream {
+            let stream = stream.unwrap_or(&none);
+            let device = device.unwrap_or(&none);
+            let timeout = timeout.unwrap_or(&none);
+            let args = (
+                inputs,
+                output_shapes,
+                output_dtypes,
+                grid,
+                threadgroup,
+                template,
+                init_value,
+                verbose,
+                stream,
+                device,
+                timeout,
+            );
+            return slf.call_method1(pyo3::intern!(py, "_call_glue"), args);
+        }
+        let keywords = Keywords {
             inputs,
             output_shapes,
             output_dtypes,
-            grid,
-            threadgroup,
-            template,
-            init_value,
-            verbose,
-            stream,
+            grid: Some(grid),
+            threadgroup: Some(threadgroup),
+            template: Some(template),
+            init_value: Some(init_value),
             device,
             timeout,
-        );
-        slf.call_method1(pyo3::intern!(py, "_call_general"), args)
+        };
+        no_panic(this.kernel.op(), || this.call_checked(py, &keywords, verbose))
     }
 
     /// The Metal source MLX would generate for these arguments, without running.
     #[pyo3(name = "_generate", signature = (inputs, output_shapes, output_dtypes, template))]
     fn generate(
         &self,
-        inputs: &Bound<'_, PyList>,
-        output_shapes: &Bound<'_, PyList>,
-        output_dtypes: &Bound<'_, PyList>,
-        template: &Bound<'_, PyList>,
+        inputs: &Bound<'_, PyAny>,
+        output_shapes: &Bound<'_, PyAny>,
+        output_dtypes: &Bound<'_, PyAny>,
+        template: &Bound<'_, PyAny>,
     ) -> PyResult<String> {
-        let inputs = inputs_of(inputs)?;
-        let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
-        let spec = spec_of(output_shapes, output_dtypes, (1, 1, 1), (1, 1, 1), template)?;
+        let (arrays, spec) = self.describe(inputs, output_shapes, output_dtypes, template)?;
         no_panic(self.kernel.op(), || Ok(self.kernel.generate(&arrays, &spec).py_err()?.source))
     }
 
@@ -236,16 +257,14 @@ impl Kernel {
     #[pyo3(name = "_translate", signature = (inputs, output_shapes, output_dtypes, template, target))]
     fn translate(
         &self,
-        inputs: &Bound<'_, PyList>,
-        output_shapes: &Bound<'_, PyList>,
-        output_dtypes: &Bound<'_, PyList>,
-        template: &Bound<'_, PyList>,
+        inputs: &Bound<'_, PyAny>,
+        output_shapes: &Bound<'_, PyAny>,
+        output_dtypes: &Bound<'_, PyAny>,
+        template: &Bound<'_, PyAny>,
         target: &str,
     ) -> PyResult<String> {
         let target = translate_target(self.kernel.op(), target)?;
-        let inputs = inputs_of(inputs)?;
-        let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
-        let spec = spec_of(output_shapes, output_dtypes, (1, 1, 1), (1, 1, 1), template)?;
+        let (arrays, spec) = self.describe(inputs, output_shapes, output_dtypes, template)?;
         no_panic(self.kernel.op(), || {
             let program = self.kernel.program(&self.kernel.generate(&arrays, &spec).py_err()?);
             kiln::backend::translate(&program, target).py_err()
@@ -258,15 +277,13 @@ impl Kernel {
     fn compile_cuda(
         &self,
         py: Python<'_>,
-        inputs: &Bound<'_, PyList>,
-        output_shapes: &Bound<'_, PyList>,
-        output_dtypes: &Bound<'_, PyList>,
-        template: &Bound<'_, PyList>,
+        inputs: &Bound<'_, PyAny>,
+        output_shapes: &Bound<'_, PyAny>,
+        output_dtypes: &Bound<'_, PyAny>,
+        template: &Bound<'_, PyAny>,
         arch: (u32, u32),
     ) -> PyResult<usize> {
-        let inputs = inputs_of(inputs)?;
-        let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
-        let spec = spec_of(output_shapes, output_dtypes, (1, 1, 1), (1, 1, 1), template)?;
+        let (arrays, spec) = self.describe(inputs, output_shapes, output_dtypes, template)?;
         let program =
             no_panic(self.kernel.op(), || Ok(self.kernel.program(&self.kernel.generate(&arrays, &spec).py_err()?)))?;
         let cubin = detached(py, self.kernel.op(), || kiln::backend::cuda::compile_cubin(&program, arch))?;
@@ -327,48 +344,75 @@ impl Kernel {
     /// as a JSON array (the format of `kiln check --json`).
     #[pyo3(name = "_check_json", signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value))]
     #[allow(clippy::too_many_arguments)]
-    fn check(
+    fn check<'py>(
         &self,
-        py: Python<'_>,
-        inputs: &Bound<'_, PyList>,
-        output_shapes: &Bound<'_, PyList>,
-        output_dtypes: &Bound<'_, PyList>,
-        grid: (u32, u32, u32),
-        threadgroup: (u32, u32, u32),
-        template: &Bound<'_, PyList>,
-        init_value: Option<f64>,
+        py: Python<'py>,
+        inputs: &Bound<'py, PyAny>,
+        output_shapes: &Bound<'py, PyAny>,
+        output_dtypes: &Bound<'py, PyAny>,
+        grid: &Bound<'py, PyAny>,
+        threadgroup: &Bound<'py, PyAny>,
+        template: &Bound<'py, PyAny>,
+        init_value: &Bound<'py, PyAny>,
     ) -> PyResult<String> {
-        let inputs = inputs_of(inputs)?;
-        let mut spec = spec_of(output_shapes, output_dtypes, grid, threadgroup, template)?;
-        spec.init_value = init_value;
+        let op = self.kernel.op();
+        let keywords = Keywords {
+            inputs,
+            output_shapes,
+            output_dtypes,
+            grid: Some(grid),
+            threadgroup: Some(threadgroup),
+            template: Some(template),
+            init_value: Some(init_value),
+            device: None,
+            timeout: None,
+        };
+        let call = call_args::parse(op, &self.input_names, self.ensure_row_contiguous, &keywords)?;
+        if call.inputs.cuda_ordinal().is_some() {
+            return Err(invalid(op, "kiln.check runs on the CPU emulator; pass host arrays (NumPy)"));
+        }
+        let (inputs, mut spec) = (call.inputs.values, call.spec);
         spec.device = Some(Device::Cpu);
         let kernel = &self.kernel;
-        let (result, found) = detached(py, kernel.op(), || Ok(kiln::sanitize::check(|| kernel.call(&inputs, &spec))))?;
+        let (result, found) = detached(py, op, || Ok(kiln::sanitize::check(|| kernel.call(&inputs, &spec))))?;
         result.py_err()?;
         Ok(kiln::sanitize::to_json(&found).to_string())
     }
 
     /// Compiles (and caches) the kernel a call with these arguments would run, without running
-    /// it; only the inputs' dtypes and ranks matter, not their data.
+    /// it; only the inputs' dtypes and ranks matter, not their data. `device` as in a call; by
+    /// default where the inputs live.
     #[pyo3(name = "_precompile", signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, device))]
     #[allow(clippy::too_many_arguments)]
-    fn precompile(
+    fn precompile<'py>(
         &self,
-        py: Python<'_>,
-        inputs: &Bound<'_, PyList>,
-        output_shapes: &Bound<'_, PyList>,
-        output_dtypes: &Bound<'_, PyList>,
-        grid: (u32, u32, u32),
-        threadgroup: (u32, u32, u32),
-        template: &Bound<'_, PyList>,
-        device: Option<&str>,
+        py: Python<'py>,
+        inputs: &Bound<'py, PyAny>,
+        output_shapes: &Bound<'py, PyAny>,
+        output_dtypes: &Bound<'py, PyAny>,
+        grid: &Bound<'py, PyAny>,
+        threadgroup: &Bound<'py, PyAny>,
+        template: &Bound<'py, PyAny>,
+        device: &Bound<'py, PyAny>,
     ) -> PyResult<()> {
-        let device = parse_device(self.kernel.op(), device)?;
-        let inputs = inputs_of(inputs)?;
-        let mut spec = spec_of(output_shapes, output_dtypes, grid, threadgroup, template)?;
+        let op = self.kernel.op();
+        let keywords = Keywords {
+            inputs,
+            output_shapes,
+            output_dtypes,
+            grid: Some(grid),
+            threadgroup: Some(threadgroup),
+            template: Some(template),
+            init_value: None,
+            device: Some(device),
+            timeout: None,
+        };
+        let call = call_args::parse(op, &self.input_names, self.ensure_row_contiguous, &keywords)?;
+        let device = call.device.or(call.inputs.cuda_ordinal().map(Device::Cuda));
+        let (inputs, mut spec) = (call.inputs.values, call.spec);
         spec.device = Some(launch_device(&inputs, device));
         let kernel = &self.kernel;
-        detached(py, kernel.op(), || kernel.precompile(&inputs, &spec))
+        detached(py, op, || kernel.precompile(&inputs, &spec))
     }
 
     #[getter]
@@ -382,6 +426,126 @@ impl Kernel {
     pub(crate) fn metal_kernel(&self) -> &MetalKernel {
         &self.kernel
     }
+
+    /// The input arrays and launch description of a call that only describes (no grid).
+    fn describe(
+        &self,
+        inputs: &Bound<'_, PyAny>,
+        output_shapes: &Bound<'_, PyAny>,
+        output_dtypes: &Bound<'_, PyAny>,
+        template: &Bound<'_, PyAny>,
+    ) -> PyResult<(Vec<Array>, LaunchSpec)> {
+        let keywords = Keywords {
+            inputs,
+            output_shapes,
+            output_dtypes,
+            grid: None,
+            threadgroup: None,
+            template: Some(template),
+            init_value: None,
+            device: None,
+            timeout: None,
+        };
+        let call = call_args::parse(self.kernel.op(), &self.input_names, self.ensure_row_contiguous, &keywords)?;
+        Ok((call.inputs.values.iter().map(KernelInput::to_array).collect(), call.spec))
+    }
+
+    /// A call checked here and run where its inputs live: host inputs (NumPy arrays, PyTorch
+    /// CPU tensors, scalars) on the CPU or on `device=`, returned in the lead input's framework;
+    /// PyTorch CUDA tensors on their device and PyTorch's current stream there, into outputs
+    /// PyTorch allocates.
+    fn call_checked<'py>(&self, py: Python<'py>, k: &Keywords<'_, 'py>, verbose: bool) -> PyResult<Bound<'py, PyAny>> {
+        let op = self.kernel.op();
+        let Call { inputs, mut spec, device, device_text } =
+            call_args::parse(op, &self.input_names, self.ensure_row_contiguous, k)?;
+        spec.verbose = verbose;
+        if let Some(ordinal) = inputs.cuda_ordinal() {
+            if let Some(text) = device_text.filter(|t| *t != format!("cuda:{ordinal}")) {
+                return Err(invalid(
+                    op,
+                    format!("the inputs live on cuda:{ordinal}, not on {text}; move them with torch"),
+                ));
+            }
+            return self.call_on_tensor_device(py, &inputs, spec, ordinal);
+        }
+        let mut values = inputs.values;
+        if let Some(d) = device {
+            move_inputs(&mut values, d, py)?;
+        }
+        let launch_on = launch_device(&values, device);
+        spec.device = Some(launch_on);
+        let on_cpu = launch_on == Device::Cpu;
+        // Only the CPU polls a cancel flag; a GPU call allocates none.
+        let cancel = on_cpu.then(|| Arc::new(AtomicBool::new(false)));
+        spec.cancel = cancel.clone();
+        let kernel = &self.kernel;
+        let outputs = run_interruptible(py, op, on_cpu, cancel.as_ref(), || kernel.call(&values, &spec))?;
+        host_outputs(py, outputs, inputs.lead)
+    }
+
+    /// A call of PyTorch CUDA tensors of device `ordinal` (under a device guard where another
+    /// is current), queued on PyTorch's current stream there, into outputs PyTorch allocates
+    /// on that stream (so its caching allocator orders their reuse after the kernel).
+    fn call_on_tensor_device<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: &call_args::Inputs<'py>,
+        mut spec: LaunchSpec,
+        ordinal: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let op = self.kernel.op();
+        let (Some(torch), Some(lead)) = (crate::torch_call::torch(py), inputs.lead_tensor.as_ref()) else {
+            return Err(invalid(op, "CUDA tensor inputs need PyTorch"));
+        };
+        let device = lead.getattr(pyo3::intern!(py, "device"))?;
+        let outs = PyList::empty(py);
+        // On a count mismatch kiln reports it, in MLX's words.
+        if spec.output_shapes.len() == spec.output_dtypes.len() {
+            let mut lent = Vec::with_capacity(spec.output_shapes.len());
+            for (shape, &dtype) in spec.output_shapes.iter().zip(&spec.output_dtypes) {
+                let kwargs = PyDict::new(py);
+                let Some(dtype_object) = torch.dtype_object(py, dtype) else {
+                    return Err(invalid(op, format!("PyTorch has no dtype {dtype}")));
+                };
+                kwargs.set_item("dtype", dtype_object)?;
+                kwargs.set_item("device", &device)?;
+                let strides = kiln::array::row_major_strides(shape);
+                let out = torch.allocate(shape, &strides, spec.init_value, &kwargs)?;
+                lent.push(Some(crate::torch_call::output_array(&out, shape, &strides, dtype, ordinal)?));
+                outs.append(out)?;
+            }
+            spec.outputs_into = Some(lent);
+        }
+        spec.stream = external_stream(Some((torch.current_stream(py, ordinal)?, ordinal)));
+        spec.device = Some(Device::Cuda(ordinal));
+        let (kernel, values) = (&self.kernel, &inputs.values);
+        torch.on_device(py, ordinal, || detached(py, op, || kernel.call(values, &spec)).map(drop))?;
+        Ok(outs.into_any())
+    }
+}
+
+fn invalid(op: &str, msg: impl Into<String>) -> PyErr {
+    crate::errors::to_py(kiln::Error::invalid(op, msg))
+}
+
+/// kiln's host outputs (device outputs copied back) as arrays of the lead input's framework
+/// (`kiln._arrays.host_output`: NumPy arrays, or PyTorch CPU tensors).
+fn host_outputs<'py>(py: Python<'py>, outputs: Vec<Array>, lead: call_args::Lead) -> PyResult<Bound<'py, PyAny>> {
+    static HOST_OUTPUT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let host_output =
+        HOST_OUTPUT.get_or_try_init(py, || py.import("kiln._arrays")?.getattr("host_output").map(Bound::unbind))?;
+    let framework = match lead {
+        call_args::Lead::Torch(_) => "torch",
+        call_args::Lead::NumPy => "numpy",
+    };
+    let list = PyList::empty(py);
+    for array in outputs {
+        let array = if array.device() == Device::Cpu { array } else { py.detach(|| array.to_host()).py_err()? };
+        for h in arrays::wrap(py, vec![array])? {
+            list.append(host_output.bind(py).call1((h, framework))?)?;
+        }
+    }
+    Ok(list.into_any())
 }
 
 /// A `translate` target by name.

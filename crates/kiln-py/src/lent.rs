@@ -27,6 +27,11 @@ pub struct LentArray {
 }
 
 impl LentArray {
+    /// A lent array of `array` (memory another framework owns, kept alive by it).
+    pub fn new(array: Array) -> Self {
+        LentArray { array }
+    }
+
     /// The kiln array over the lent memory.
     pub fn array(&self) -> &Array {
         &self.array
@@ -111,9 +116,20 @@ pub fn read(obj: &Bound<'_, PyAny>) -> PyResult<Array> {
     Err(PyTypeError::new_err(format!("[kiln] {} is not an array kiln can read", obj.get_type().name()?)))
 }
 
+/// Whether `x` is a NumPy array.
+pub fn is_numpy_array(x: &Bound<'_, PyAny>) -> PyResult<bool> {
+    x.is_instance(numpy(x.py())?.ndarray.bind(x.py()))
+}
+
+/// Whether `x` is a NumPy scalar (`np.generic`).
+pub fn is_numpy_scalar(x: &Bound<'_, PyAny>) -> PyResult<bool> {
+    x.is_instance(numpy(x.py())?.generic.bind(x.py()))
+}
+
 /// NumPy's objects the reader uses, looked up once.
 struct NumPy {
     ndarray: Py<PyType>,
+    generic: Py<PyType>,
     /// NumPy's native-order dtype objects (singletons, compared by identity) and kiln's dtypes;
     /// another dtype object is read by its name.
     dtypes: Vec<(Py<PyAny>, DType)>,
@@ -135,6 +151,7 @@ fn numpy(py: Python<'_>) -> PyResult<&NumPy> {
         }
         Ok(NumPy {
             ndarray: np.getattr("ndarray")?.cast_into::<PyType>()?.unbind(),
+            generic: np.getattr("generic")?.cast_into::<PyType>()?.unbind(),
             dtypes,
             native: py.import("kiln._arrays")?.getattr("native")?.unbind(),
         })

@@ -6,6 +6,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod arrays;
+mod call_args;
 mod convert;
 mod errors;
 mod kernel;
@@ -55,6 +56,7 @@ fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<arrays::DeviceArray>()?;
     m.add_class::<lent::LentArray>()?;
     m.add_function(wrap_pyfunction!(lent::lend, m)?)?;
+    m.add_function(wrap_pyfunction!(call_args::read_inputs, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_status, m)?)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
     m.add_function(wrap_pyfunction!(nvrtc_version, m)?)?;

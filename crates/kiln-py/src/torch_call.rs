@@ -35,6 +35,8 @@ pub(crate) struct Torch {
     device: Py<PyAny>,
     /// `torch._C._cuda_getCurrentRawStream` (absent from builds without CUDA).
     current_stream: Option<Py<PyAny>>,
+    /// `torch._C._cuda_getDevice` and `torch.cuda.device` (absent from builds without CUDA).
+    current_device: Option<(Py<PyAny>, Py<PyAny>)>,
     /// PyTorch's dtype objects (singletons, compared by identity) and kiln's dtypes.
     dtypes: Vec<(Py<PyAny>, DType)>,
 }
@@ -70,6 +72,10 @@ fn look_up(torch: &Bound<'_, PyAny>) -> PyResult<Torch> {
         full: torch.getattr("full")?.unbind(),
         device: torch.getattr("device")?.unbind(),
         current_stream: c.getattr("_cuda_getCurrentRawStream").ok().map(Bound::unbind),
+        current_device: c
+            .getattr("_cuda_getDevice")
+            .and_then(|get| Ok((get.unbind(), torch.getattr("cuda")?.getattr("device")?.unbind())))
+            .ok(),
         dtypes,
     })
 }
@@ -95,6 +101,24 @@ impl Torch {
             return Err(pyo3::exceptions::PyRuntimeError::new_err("this PyTorch has no CUDA streams"));
         };
         current.bind(py).call1((ordinal,))?.extract()
+    }
+
+    /// Runs `f` with CUDA device `ordinal` as PyTorch's current device (`torch.cuda.device`,
+    /// entered only when another device is current), restoring the caller's after.
+    pub(crate) fn on_device<T>(&self, py: Python<'_>, ordinal: usize, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+        let Some((get, device)) = &self.current_device else {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err("this PyTorch has no CUDA devices"));
+        };
+        let current: usize = get.bind(py).call0()?.extract()?;
+        if current == ordinal {
+            return f();
+        }
+        let guard = device.bind(py).call1((ordinal,))?;
+        guard.call_method0(intern!(py, "__enter__"))?;
+        let result = f();
+        let none = py.None();
+        guard.call_method1(intern!(py, "__exit__"), (&none, &none, &none))?;
+        result
     }
 
     /// `torch.empty_strided(shape, strides, dtype=, device=)` (`strides` row-major), or
