@@ -225,7 +225,7 @@ def test_the_worked_example_in_the_docs_runs(monkeypatch):
     docs = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "pytorch.md")
     with open(docs) as f:
         text = f.read()
-    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    code = text.split("```python torch\n", 1)[1].split("```", 1)[0]
     exec(compile(code, "docs/pytorch.md", "exec"), {"__name__": "docs_pytorch"})
 
 

@@ -20,7 +20,7 @@ use kiln_tools::spec::KernelSpec;
 use out::{errln, out, outln};
 
 #[derive(Parser)]
-#[command(name = "kiln", version, about = "Run MLX-style Metal kernels on NVIDIA GPUs, any CPU and Apple Metal")]
+#[command(name = "kiln", version, about = "Run MLX-style Metal kernels on NVIDIA GPUs (CUDA) and on any CPU")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

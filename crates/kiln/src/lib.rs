@@ -70,3 +70,18 @@ pub use kernel::{Dim3, IntoTemplateArg};
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The Rust guide's examples (docs/rust.md), run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/rust.md")]
+pub struct RustGuideDoctests;
+
+/// The sanitizer page's Rust example (docs/check.md), run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/check.md")]
+pub struct CheckDoctests;
+
+/// The kernel-logging page's Rust example (docs/logging.md), run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/logging.md")]
+pub struct LoggingDoctests;

@@ -3,7 +3,7 @@
 //! `MetalLibrary::dispatch` on the CPU): deep nesting of every bracket, of `#if` groups and
 //! expressions, of macro invocations, conditionals and collectives, macros that double their
 //! text, recursive macros, and large but realistic files. Each gives an `Error::Compile` that
-//! names the limit (README, "Limits") and the line, or translates correctly, within seconds, on
+//! names the limit (docs/msl.md, "Limits") and the line, or translates correctly, within seconds, on
 //! a caller's 2 MiB thread. The time bounds are generous for a loaded CI machine; what they
 //! guard against took minutes or aborted the process.
 

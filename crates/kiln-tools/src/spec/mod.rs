@@ -1,4 +1,4 @@
-//! Kernel spec files: the TOML contract of `kiln run` and `kiln translate` (DESIGN.md, "Kernel
+//! Kernel spec files: the TOML contract of `kiln run` and `kiln translate` (docs/design.md, "Kernel
 //! spec files"). A `[kernel]` + `[call]` + `[[input]]` file describes a body-only
 //! `metal_kernel` call; a `[library]` + `[dispatch]` + `[[buffer]]` file a full `.metal` file.
 //! Unknown keys, missing files and malformed values are errors naming the file and the key.

@@ -18,5 +18,5 @@ pub const MAX_EXPANSION_TOKENS: usize = 1 << 20;
 
 /// The sentence an error gives when `what` passes `limit`.
 pub fn exceeded(what: &str, limit: usize) -> String {
-    format!("{what} exceeds kiln's limit of {limit} (see \"Limits\" in the README)")
+    format!("{what} exceeds kiln's limit of {limit} (see docs/msl.md, \"Limits\")")
 }
