@@ -4,10 +4,10 @@
 use kiln::backend::cpu::{lent_host_array, LentHostMemory};
 use kiln::backend::cuda::{lent_cuda_array, LentCudaMemory};
 use kiln::backend::ExternalStream;
-use kiln::{Array, DType, KernelInput};
+use kiln::{Array, DType};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyTuple};
+use pyo3::types::PyTuple;
 use smallvec::SmallVec;
 
 use crate::errors::IntoPy;
@@ -88,23 +88,6 @@ where
         out.push(v.extract().map_err(Into::into)?);
     }
     Ok(out)
-}
-
-/// A kernel input: a Python bool, int or float (MLX's scalar rules) or an array
-/// (`crate::lent::read`).
-pub fn input(item: &Bound<'_, PyAny>) -> PyResult<KernelInput> {
-    if let Ok(b) = item.cast::<PyBool>() {
-        return Ok(KernelInput::Bool(b.is_true()));
-    }
-    if item.is_instance_of::<PyInt>() {
-        let v: i64 =
-            item.extract().map_err(|_| PyValueError::new_err(format!("integer input {item} does not fit int64")))?;
-        return Ok(KernelInput::Int(v));
-    }
-    if item.is_instance_of::<PyFloat>() {
-        return Ok(KernelInput::Float(item.extract()?));
-    }
-    Ok(KernelInput::Array(crate::lent::read(item)?))
 }
 
 /// `(handle, ordinal)` from Python as a stream of that device.

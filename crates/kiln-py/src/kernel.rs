@@ -590,7 +590,7 @@ fn move_inputs(inputs: &mut [KernelInput], device: Device, py: Python<'_>) -> Py
 
 /// A call's inputs, from the descriptors the Python side built.
 fn inputs_of(inputs: &Bound<'_, PyList>) -> PyResult<Vec<KernelInput>> {
-    inputs.iter().map(|i| convert::input(&i)).collect()
+    inputs.iter().map(|i| crate::lent::kernel_input(&i)).collect()
 }
 
 /// A call's launch description (grid and threadgroup as `(x, y, z)`).

@@ -9,12 +9,12 @@
 //! view's true alignment in its element offset and picks vector loads only where aligned.
 
 use kiln::array::{row_major_strides, Shape, Strides};
-use kiln::{Array, DType, Device};
+use kiln::{Array, DType, Device, KernelInput};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyString, PyTuple, PyType, PyWeakrefReference};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString, PyTuple, PyType, PyWeakrefReference};
 
 use crate::convert;
 use crate::torch_call;
@@ -114,6 +114,23 @@ pub fn read(obj: &Bound<'_, PyAny>) -> PyResult<Array> {
         }
     }
     Err(PyTypeError::new_err(format!("[kiln] {} is not an array kiln can read", obj.get_type().name()?)))
+}
+
+/// A kernel input of the extension's lower-level calls (`_launch`, whose arguments the caller
+/// checked): a Python bool, int or float (MLX's scalar rules) or an array ([`read`]).
+pub fn kernel_input(item: &Bound<'_, PyAny>) -> PyResult<KernelInput> {
+    if let Ok(b) = item.cast::<PyBool>() {
+        return Ok(KernelInput::Bool(b.is_true()));
+    }
+    if item.is_instance_of::<PyInt>() {
+        let v: i64 =
+            item.extract().map_err(|_| PyValueError::new_err(format!("integer input {item} does not fit int64")))?;
+        return Ok(KernelInput::Int(v));
+    }
+    if item.is_instance_of::<PyFloat>() {
+        return Ok(KernelInput::Float(item.extract()?));
+    }
+    Ok(KernelInput::Array(read(item)?))
 }
 
 /// Whether `x` is a NumPy array.

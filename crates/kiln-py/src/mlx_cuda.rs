@@ -169,7 +169,8 @@ impl PyCudaKernel {
         device: &str,
     ) -> PyResult<Vec<Py<PyAny>>> {
         let op = self.op();
-        let inputs: Vec<kiln::KernelInput> = inputs.iter().map(|i| convert::input(&i)).collect::<PyResult<_>>()?;
+        let inputs: Vec<kiln::KernelInput> =
+            inputs.iter().map(|i| crate::lent::kernel_input(&i)).collect::<PyResult<_>>()?;
         let mut spec: LaunchSpec = spec_of(output_shapes, output_dtypes, grid, threadgroup, template)?;
         spec.init_value = init_value;
         let device: Device = device

@@ -290,6 +290,17 @@ fn tensor_input(
     Some((array, contiguous))
 }
 
+/// A Python bool, int (that fits int64) or float as a kernel input (MLX's scalar rules).
+fn scalar(item: &Bound<'_, PyAny>) -> Option<KernelInput> {
+    if let Ok(b) = item.cast::<PyBool>() {
+        return Some(KernelInput::Bool(b.is_true()));
+    }
+    if item.is_instance_of::<PyInt>() {
+        return item.extract().ok().map(KernelInput::Int);
+    }
+    item.extract().ok().map(KernelInput::Float)
+}
+
 /// The keywords of a kernel call that describe the launch (MLX's names; `None` where not given).
 pub struct LaunchKeywords<'a, 'py> {
     pub inputs: &'a Bound<'py, PyAny>,
@@ -336,7 +347,7 @@ impl LaunchCache {
                 || item.is_exact_instance_of::<PyBool>()
             {
                 // A scalar kiln cannot pass is the general path's to report, naming the input.
-                let Ok(scalar) = convert::input(&item) else { return Ok(None) };
+                let Some(scalar) = scalar(&item) else { return Ok(None) };
                 scalar
             } else {
                 return Ok(None);

@@ -27,7 +27,7 @@ fn cuda_twins_compile_with_nvrtc() {
     let sources = grid_sample_cuda::cuda_sources(&x, &g, &cot).unwrap();
     assert_eq!(sources.len(), 2);
     for (name, body) in sources {
-        let source = format!("{}\n{}", kiln::source::cuda::prelude(), body);
+        let source = format!("{}\n{}", kiln::backend::cuda::emit::prelude(), body);
         let cubin = cuda::compile_source(&name, &source, (9, 0), MathMode::Safe).unwrap();
         assert_eq!(&cubin[..4], b"\x7fELF", "{name}");
     }

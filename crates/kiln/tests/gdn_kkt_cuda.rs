@@ -135,7 +135,7 @@ fn the_cuda_path_compiles_to_sm90_cubin() {
         let (kernel, spec) = cuda::kernel_and_spec(&k, &beta).unwrap();
         let entry = kernel.kernel_name(&spec.template);
         let body = kernel.generate(&[k, beta.clone(), beta], &spec).unwrap();
-        let source = format!("{}\n{}", kiln::source::cuda::prelude(), body);
+        let source = format!("{}\n{}", kiln::backend::cuda::emit::prelude(), body);
         let cubin = cuda_backend::compile_source(&entry, &source, (9, 0), MathMode::Safe)
             .unwrap_or_else(|e| panic!("{dtype} K={kd} H={h}: {e}"));
         assert_eq!(&cubin[..4], b"\x7fELF", "{entry}: not a cubin");

@@ -245,7 +245,7 @@ fn cuda_kernel_bodies_compile() {
     let mut spec = LaunchSpec::new([8, 1, 1], [4, 1, 1]).output(&[8], DType::F16);
     spec.template =
         smallvec::smallvec![("T".into(), TemplateArg::DType(DType::F16)), ("SCALE".into(), TemplateArg::Int(3))];
-    let source = format!("{}\n{}", kiln::source::cuda::prelude(), k.generate(&[a], &spec).unwrap());
+    let source = format!("{}\n{}", kiln::backend::cuda::emit::prelude(), k.generate(&[a], &spec).unwrap());
     let cubin = cuda::compile_source("scaled_copy", &source, ARCH, MathMode::Safe).unwrap();
     assert_eq!(&cubin[..4], b"\x7fELF");
 }
@@ -272,7 +272,7 @@ fn cuda_kernel_programs_compile_as_the_backend_compiles_them() {
         assert_eq!(program.kind, ProgramKind::Cuda { arch_specific: arch_specific.then_some(ARCH) });
         assert_eq!(program.function, "custom_kernel_strided_scale");
         let text = cuda::translate(&program).unwrap();
-        assert!(text.starts_with(&kiln::source::cuda::prelude()) && text.ends_with(&program.source));
+        assert!(text.starts_with(&kiln::backend::cuda::emit::prelude()) && text.ends_with(&program.source));
         assert_compiles(&program);
     }
 }
@@ -289,8 +289,11 @@ fn scatter_add_shared_histogram_compiles_for_every_index_dtype() {
         let spec = smem::spec(index, 32771, smem::Launch::DEFAULT).unwrap();
         let k = smem::kernel(32771).unwrap();
         let entry = k.kernel_name(&spec.template);
-        let source =
-            format!("{}\n{}", kiln::source::cuda::prelude(), k.generate(&[values.clone(), indices], &spec).unwrap());
+        let source = format!(
+            "{}\n{}",
+            kiln::backend::cuda::emit::prelude(),
+            k.generate(&[values.clone(), indices], &spec).unwrap()
+        );
         let cubin =
             cuda::compile_source(&entry, &source, ARCH, MathMode::Safe).unwrap_or_else(|e| panic!("{entry}: {e}"));
         assert_eq!(&cubin[..4], b"\x7fELF", "{entry}: not a cubin");
@@ -306,7 +309,7 @@ fn attention_tensor_core_prefill_compiles_for_every_variant() {
         for d in kiln::ops::attention::prefill_cuda::HEAD_DIMS {
             for causal in [false, true] {
                 let (entry, body) = kiln::ops::attention::prefill_cuda::cuda_source(dtype, d, causal).unwrap();
-                let source = format!("{}\n{}", kiln::source::cuda::prelude(), body);
+                let source = format!("{}\n{}", kiln::backend::cuda::emit::prelude(), body);
                 let cubin = cuda::compile_source(&entry, &source, ARCH, MathMode::Safe)
                     .unwrap_or_else(|e| panic!("{entry}: {e}"));
                 assert_eq!(&cubin[..4], b"\x7fELF", "{entry}: not a cubin");
@@ -343,7 +346,7 @@ fn attention_warpgroup_prefill_compiles_for_sm90a() {
     variants.push((DType::BF16, 64, true, 0.0));
     for (dtype, d, causal, scale) in variants {
         let (entry, body) = kiln::ops::attention::prefill_wgmma::cuda_source(dtype, d, causal, scale).unwrap();
-        let source = format!("{}\n{}", kiln::source::cuda::prelude(), body);
+        let source = format!("{}\n{}", kiln::backend::cuda::emit::prelude(), body);
         let (cubin, log) = cuda::compile_source_with_log(&entry, &source, ARCH, MathMode::Safe, true, true)
             .unwrap_or_else(|e| panic!("{entry}: {e}"));
         assert_eq!(&cubin[..4], b"\x7fELF", "{entry}: not a cubin");
@@ -357,7 +360,7 @@ fn attention_warpgroup_prefill_compiles_for_sm90a() {
     }
     // wgmma exists only on the architecture-specific target: plain sm_90 rejects the source.
     let (entry, body) = kiln::ops::attention::prefill_wgmma::cuda_source(DType::BF16, 128, true, 0.125).unwrap();
-    let source = format!("{}\n{}", kiln::source::cuda::prelude(), body);
+    let source = format!("{}\n{}", kiln::backend::cuda::emit::prelude(), body);
     assert!(cuda::compile_source(&entry, &source, ARCH, MathMode::Safe).is_err(), "{entry}: compiled for sm_90");
 }
 

@@ -8,7 +8,7 @@
 
 #define KILN_HD __device__
 #define KILN_CUDA 1
-// The prelude is wrapped in namespace kiln_metal (source/cuda.rs), where its global names live.
+// The prelude is wrapped in namespace kiln_metal (backend/cuda/emit.rs), where its global names live.
 #define KILN_GLOBAL_SCOPE kiln_metal
 #define KILN_CONSTANT __constant__ const
 // A GPU kernel cannot be stopped from the host, so loops need no poll.

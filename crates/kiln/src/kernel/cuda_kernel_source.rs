@@ -3,7 +3,7 @@
 //! MLX primitive on MLX's stream (the MLX drop-in, `kiln.mlx`, builds the `cuda_kernel` from
 //! this and calls it with the call's own grid, threadgroup, template and `init_value`).
 //!
-//! The header and body come from `source::cuda_mlx` (the lowered kernel and its entry shim).
+//! The header and body come from `backend::cuda::emit_mlx` (the lowered kernel and its entry shim).
 //! The CUDA parameters are the kernel's own names, so MLX's generated source reads as the Metal
 //! signature does. MLX passes `X_shape` / `X_strides` / `X_ndim` wherever their names appear in
 //! the body as substrings, and also for 0-d inputs whose signature lacks them; where the body
@@ -15,9 +15,9 @@ use super::entry_contract::EntryContract;
 use super::launch::LaunchSpec;
 use super::metal_kernel::MetalKernel;
 use crate::array::Array;
+use crate::backend::cuda::emit_mlx::{self, GridSource};
 use crate::error::{Error, Result};
 use crate::program::{check_threadgroup, MathMode};
-use crate::source::cuda_mlx::{self, GridSource};
 use crate::source::lower::{self, LowerTarget};
 use crate::source::mangle::TemplateArg;
 use crate::source::scan::ShapeInfo;
@@ -86,7 +86,7 @@ impl Names {
 
 impl MetalKernel {
     /// What `mx.fast.cuda_kernel` needs to run this call lazily on MLX's CUDA build, with
-    /// exactly Metal's semantics (see `source::cuda_mlx`). Only the inputs' dtypes, ranks and
+    /// exactly Metal's semantics (see `backend::cuda::emit_mlx`). Only the inputs' dtypes, ranks and
     /// sizes are read, not their data. Errors are the call's own (counts, dtypes, the
     /// threadgroup, translation); [`CudaKernelPlan::Unsupported`] names what `cuda_kernel`
     /// cannot launch (a grid beyond its `int` sizes or CUDA's block counts).
@@ -117,7 +117,7 @@ impl MetalKernel {
         for names in [Names::of_kernel(self), Names::positional(inputs.len(), self.output_names.len())] {
             let slots = slot_expressions(&names, &passed);
             let grid = if padded { GridSource::Input(&names.grid) } else { GridSource::Launch };
-            let mut text = cuda_mlx::emit(&module, &self.name, entry, &slots, grid, self.restrict_pointers);
+            let mut text = emit_mlx::emit(&module, &self.name, entry, &slots, grid, self.restrict_pointers);
             text.body = format!("{}{}", template_uses(spec), text.body);
             if mlx_passes_what_the_shim_reads(&text.body, &names, inputs, &passed) {
                 let mut input_names = names.inputs.clone();

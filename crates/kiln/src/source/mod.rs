@@ -3,9 +3,6 @@
 //! preprocessor and a target-independent parse), the lowerings of MSL to CUDA C++ and host
 //! C++, and the map from a program's lines back to the user's (`user_lines`).
 
-pub mod cpu;
-pub mod cuda;
-pub mod cuda_mlx;
 pub(crate) mod cursor;
 pub mod limits;
 pub mod lower;

@@ -36,7 +36,7 @@ fn whole(file: &CorpusFile) -> MetalProgram {
 fn cpu_round(program: &MetalProgram, module: &LoweredModule, keep: &[usize]) -> Result<(), String> {
     let mut m = module.clone();
     m.entries = keep.iter().map(|&i| module.entries[i].clone()).collect();
-    let tu = kiln::source::cpu::translation_unit(program, &m).map_err(|e| e.to_string())?;
+    let tu = kiln::backend::cpu::emit::translation_unit(program, &m).map_err(|e| e.to_string())?;
     let dir = std::env::temp_dir().join(format!("kiln-survey-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let path = dir.join(format!("{}.cpp", program.kernel.replace(['/', '.', ':'], "_")));
@@ -72,7 +72,7 @@ fn cpu_blamed(log: &str, keep: &[usize]) -> BTreeSet<usize> {
 fn cuda_round(program: &MetalProgram, module: &LoweredModule, keep: &[usize]) -> Result<(), (String, String)> {
     let mut m = module.clone();
     m.entries = keep.iter().map(|&i| module.entries[i].clone()).collect();
-    let source = kiln::source::cuda::emit(&m, &program.kernel, false, false).source;
+    let source = kiln::backend::cuda::emit::emit(&m, &program.kernel, false, false).source;
     let opts = ["--gpu-architecture=sm_90", "-std=c++17", "-default-device", "--fdevice-syntax-only"];
     let text = std::ffi::CString::new(source.clone()).map_err(|e| (e.to_string(), String::new()))?;
     let prog = cudarc::nvrtc::result::create_program(&text, None).map_err(|e| (format!("{e:?}"), String::new()))?;

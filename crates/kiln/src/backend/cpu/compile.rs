@@ -23,10 +23,10 @@ use super::built_once::BuiltOnce;
 use super::pch;
 use super::scheduler_object::{self, SchedulerObject};
 use super::toolchain::{flags, host_compiler, HostCompiler};
+use crate::backend::cpu::emit::{without_scheduler, ABI_VERSION};
 use crate::backend::{cache_root, disk_cache};
 use crate::error::{Error, Result};
 use crate::program::MathMode;
-use crate::source::cpu::{without_scheduler, ABI_VERSION};
 
 /// A loaded kernel library. Libraries are never unloaded: kernels may be called again, other
 /// threads could still be running their code, and their fault handlers stay chained.

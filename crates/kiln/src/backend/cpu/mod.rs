@@ -1,4 +1,4 @@
-//! The CPU emulator: MSL lowered to host C++ (see `source::cpu`), compiled by the host compiler
+//! The CPU emulator: MSL lowered to host C++ (see `backend::cpu::emit`), compiled by the host compiler
 //! (`CXX`, else `c++`) into a cached shared library, run with exact Metal semantics: exactly
 //! `grid` threads, partial edge groups, 32-lane simdgroups, barriers and collectives through
 //! cooperative fibers, groups spread over cores.
@@ -26,6 +26,7 @@ mod abi;
 mod built_once;
 mod checked;
 mod compile;
+pub mod emit;
 mod exec;
 mod kernel_log;
 mod lent;
@@ -44,11 +45,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::{Backend, BackendStatus, Capabilities, Launch, ResolvedSlot};
 use crate::array::Array;
+use crate::backend::cpu::emit::{prelude, translation_unit};
 use crate::config;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::program::{MathMode, MetalProgram, ProgramKind};
-use crate::source::cpu::{prelude, translation_unit};
 use crate::source::lower::{lower, AddressSpace, EntryParam, LowerTarget};
 use crate::source::user_lines::user_compile_error;
 

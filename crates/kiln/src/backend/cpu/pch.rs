@@ -1,5 +1,5 @@
 //! The CPU prelude as a precompiled header. Every translation unit starts with the same prelude
-//! (`source::cpu::prelude`), and parsing it is most of a kernel's compile time, so it is
+//! (`backend::cpu::emit::prelude`), and parsing it is most of a kernel's compile time, so it is
 //! compiled once per (compiler, flags, prelude text) into `<cache>/cpu-pch/<sha256>/` (`cache_root`)
 //! and kernels are compiled with `-include prelude.h`: GCC then reads `prelude.h.gch` and clang
 //! `prelude.h.pch` beside it. Both fall back to the header's text when the precompiled file does

@@ -30,11 +30,11 @@ use super::stacks;
 use super::threadgroup;
 use super::toolchain;
 use crate::array::{Array, HostBuffer};
+use crate::backend::cpu::emit::{checked_prelude, translation_unit_after};
 use crate::backend::{disk_cache, Binding, Launch, MetalProgram};
 use crate::config;
 use crate::dtype::f64_to_element_bytes;
 use crate::error::{Error, Result};
-use crate::source::cpu::{checked_prelude, translation_unit_after};
 use crate::source::lower::{lower, EntryParam, LowerTarget};
 use crate::source::user_lines::user_compile_error;
 

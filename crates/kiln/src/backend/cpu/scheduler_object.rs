@@ -20,9 +20,9 @@ use sha2::{Digest, Sha256};
 use super::built_once::BuiltOnce;
 use super::pch::{self, PreparedPrelude};
 use super::toolchain::HostCompiler;
+use crate::backend::cpu::emit::scheduler_unit;
 use crate::backend::{cache_root, disk_cache};
 use crate::error::{Error, Result};
-use crate::source::cpu::scheduler_unit;
 
 /// The linker flag tried first: gold links a kernel library in about half the time of the
 /// default linker.

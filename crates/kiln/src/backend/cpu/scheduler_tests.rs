@@ -4,11 +4,11 @@
 use super::compile::{linked_with_scheduler_object_on_this_thread, with_shortcuts, Shortcuts};
 use super::scheduler_object::{self, object_dir, object_key};
 use super::toolchain::{flags, host_compiler};
+use crate::backend::cpu::emit::prelude;
 use crate::backend::disk_cache;
 use crate::check::Rng;
 use crate::config;
 use crate::program::{MathMode, ProgramKind};
-use crate::source::cpu::prelude;
 use crate::{Array, DType, Device, Error, LaunchSpec, MetalKernel};
 
 fn nonce() -> u128 {

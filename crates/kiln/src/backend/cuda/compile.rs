@@ -295,7 +295,7 @@ mod tests {
         let source = format!(
             "{}\nnamespace kiln_metal {{\nextern \"C\" __global__ void pch_match_{tag}(float* p, uint n) {{\n  \
              uint i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) p[i] = metal::exp(p[i]) + metal::simd_sum(p[i]);\n}}\n}}\n",
-            crate::source::cuda::shared_prelude()
+            crate::backend::cuda::emit::shared_prelude()
         );
         let arch = (9, 0);
         assert!(build_precompiled_prelude(arch, MathMode::Safe).unwrap(), "NVRTC builds the precompiled prelude");
@@ -308,7 +308,7 @@ mod tests {
         // A kernel error is still the kernel's, with its log.
         let broken = format!(
             "{}\nnamespace kiln_metal {{ __global__ void broken() {{ undeclared_name(); }} }}\n",
-            crate::source::cuda::shared_prelude()
+            crate::backend::cuda::emit::shared_prelude()
         );
         match compile_past_memory("pch_broken", &broken, arch, MathMode::Safe, PastMemory::PrecompiledPrelude) {
             Err(Error::Compile { log, .. }) => assert!(log.contains("undeclared_name"), "{log}"),

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use super::{Arch, CudaBackend, LoadedModule};
 use crate::array::Array;
+use crate::backend::cuda::emit as cuda_source;
 use crate::backend::{Binding, Dispatch, Launch};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::program::{check_threadgroup, MathMode, MetalProgram};
-use crate::source::cuda as cuda_source;
 
 impl CudaBackend {
     /// The loaded module of a CUDA program's text: looked up by that text (without the prelude),

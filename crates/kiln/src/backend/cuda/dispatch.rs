@@ -14,11 +14,11 @@ use super::memory::CudaBuffer;
 use super::programs::Resolved;
 use super::CudaBackend;
 use crate::array::Array;
+use crate::backend::cuda::emit::{args_layout as L, MAX_THREADGROUP_BUFFERS};
 use crate::backend::{Binding, Dispatch, Launch};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::program::{check_threadgroup, MAX_BUFFERS, MAX_THREADGROUP_MEMORY};
-use crate::source::cuda::{args_layout as L, MAX_THREADGROUP_BUFFERS};
 
 /// One CUDA launch: the first group's position, the group count and the block size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! NVIDIA GPUs through cudarc: MSL lowered to CUDA C++ (see `source::cuda`), compiled by NVRTC,
+//! NVIDIA GPUs through cudarc: MSL lowered to CUDA C++ (see `backend::cuda::emit`), compiled by NVRTC,
 //! dispatched with exact Metal semantics (`dispatch.rs`). The driver and NVRTC are loaded at run
 //! time; their absence, or the absence of a device, is `BackendUnavailable`.
 //!
@@ -15,6 +15,8 @@
 mod compile;
 mod custom;
 mod dispatch;
+pub mod emit;
+pub mod emit_mlx;
 mod external;
 mod graphs;
 mod libs;
@@ -34,10 +36,10 @@ use cudarc::nvrtc::Ptx;
 
 use super::{unavailable, Backend, BackendStatus, Capabilities, Launch, ResolvedSlot};
 use crate::array::Array;
+use crate::backend::cuda::emit as cuda_source;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::program::{MathMode, MetalProgram, ProgramKind};
-use crate::source::cuda as cuda_source;
 use crate::source::lower::{self, LowerTarget};
 use crate::source::user_lines::user_compile_error;
 

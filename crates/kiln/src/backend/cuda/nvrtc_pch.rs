@@ -1,6 +1,6 @@
 //! The CUDA prelude as an NVRTC precompiled header. Parsing the prelude is nine tenths of
 //! NVRTC's time on a kernel, and every unit lowered from Metal starts with the same prelude
-//! text (`source::cuda::shared_prelude`), so units are compiled as `#include "kiln_prelude.h"`
+//! text (`backend::cuda::emit::shared_prelude`), so units are compiled as `#include "kiln_prelude.h"`
 //! plus their own part, with the header precompiled.
 //!
 //! NVRTC's precompiled headers live at a fixed address of its PCH heap, so one file serves only
@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
 
 use crate::backend::cache_root;
+use crate::backend::cuda::emit::shared_prelude;
 use crate::error::{Error, Result};
-use crate::source::cuda::shared_prelude;
 
 /// The name units include the prelude by.
 const HEADER_NAME: &str = "kiln_prelude.h";

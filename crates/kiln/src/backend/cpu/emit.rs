@@ -6,12 +6,12 @@
 use std::fmt::Write;
 use std::sync::OnceLock;
 
-use super::lower::{EntryParam, LoweredModule};
-use super::prelude::{
-    headers, Header, CPU_CHECKED_RUNTIME, CPU_CONFIG, CPU_RUNTIME, CPU_SCHEDULER, CPU_SCHEDULER_LINK, MLX_UTILS,
-};
 use crate::error::{Error, Result};
 use crate::program::{MetalProgram, ProgramKind};
+use crate::source::lower::{EntryParam, LoweredModule};
+use crate::source::prelude::{
+    headers, Header, CPU_CHECKED_RUNTIME, CPU_CONFIG, CPU_RUNTIME, CPU_SCHEDULER, CPU_SCHEDULER_LINK, MLX_UTILS,
+};
 use crate::source::scan::ATTRIBUTES;
 pub use crate::source::user_lines::user_file_name;
 

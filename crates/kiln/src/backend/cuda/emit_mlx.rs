@@ -21,8 +21,8 @@
 
 use std::fmt::Write;
 
-use super::cuda::{builtin_value_in, emit_user_code, shared_prelude};
-use super::lower::{Entry, EntryParam, LoweredModule};
+use super::emit::{builtin_value_in, emit_user_code, shared_prelude};
+use crate::source::lower::{Entry, EntryParam, LoweredModule};
 
 /// The name of the kernel entry shim the body calls.
 pub const ENTRY_SHIM: &str = "kiln_mlx_entry";
