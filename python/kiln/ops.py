@@ -56,12 +56,17 @@ def _descs(op, arrays):
     return tuple(d for d, _ in out), tuple(kind for _, kind in out)
 
 
-def _plan(op, make, arrays, *args, like_x=1, views=False):
-    """Runs a one-launch op: on a CUDA tensor's stream into PyTorch outputs, else into kiln's.
-    While describing (``kiln.torch.custom_op``'s fake), the op's ``like_x`` outputs have the shape
-    and dtype of ``x``. Ops whose kernel reads any view (``views``) take strided CUDA tensors as
-    they are; the others get them made contiguous by PyTorch, on its current stream (a kernel's
-    own copy would run on kiln's stream, unordered with the caller's)."""
+def _plan(op, arrays, *params, like_x=1, views=False, make=None):
+    """Runs op ``op`` (its name in the registry, ``kiln._kiln.plan_op``; ``make`` another plan of
+    the arrays) on ``arrays`` with scalar ``params``: on a CUDA tensor's stream into PyTorch
+    outputs, else into kiln's. While describing (``kiln.torch.custom_op``'s fake), the op's
+    ``like_x`` outputs have the shape and dtype of ``x``. Ops whose kernel reads any view
+    (``views``) take strided CUDA tensors as they are; the others get them made contiguous by
+    PyTorch, on its current stream (a kernel's own copy would run on kiln's stream, unordered with
+    the caller's)."""
+    if make is None:
+        def make(*lent):
+            return _kiln.plan_op(op, list(lent), [float(p) for p in params])
     if is_describing():
         if like_x is None:
             raise InvalidArgumentError("[kiln.ops] this op cannot describe its outputs; give the custom op a fake=")
@@ -77,15 +82,15 @@ def _plan(op, make, arrays, *args, like_x=1, views=False):
         # Planning may set the device up or upload to it (attention's tensor maps): under the
         # guard too, so the current device stays the caller's.
         with _DeviceGuard(lead.get_device()):
-            plan = make(*(a if type(a) is torch.Tensor else _descs(op, [a])[0][0] for a in arrays), *args)
+            plan = make(*(a if type(a) is torch.Tensor else _descs(op, [a])[0][0] for a in arrays))
             outs = plan.run_torch(lead)
             return outs if outs is not None else _run_on_device(plan, lead)
     descs, kinds = _descs(op, arrays)
     lead, tensor = kinds[0]
     if descs[0].ordinal >= 0:
         with _DeviceGuard(descs[0].ordinal):
-            return _run_on_device(make(*descs, *args), tensor)
-    plan = make(*descs, *args)
+            return _run_on_device(make(*descs), tensor)
+    plan = make(*descs)
     return [host_output(h, lead) for h in plan.run(None, None)]
 
 
@@ -103,59 +108,60 @@ def _on_cuda(x) -> bool:
     return torch is not None and isinstance(x, torch.Tensor) and x.is_cuda
 
 
-def _plan_on_cuda(op, make, arrays, *args):
+def _plan_on_cuda(op, arrays, *params):
     """An op's kernel calls on PyTorch CUDA tensors: all on the current stream, the outputs
     PyTorch's. Inputs are made contiguous by PyTorch on that stream (a kernel's own copy of a
     strided input would run on kiln's stream)."""
-    return _plan(op, make, arrays, *args, like_x=None)
+    return _plan(op, arrays, *params, like_x=None)
 
 
-def _run(op, fn, arrays, *args):
+def _run(op, arrays, *params):
+    """An op of several launches on host arrays (the whole plan, run here)."""
     if is_describing():
         raise InvalidArgumentError("[kiln.ops] ops of several launches run on host arrays only; give the custom op a fake=")
     descs, kinds = _descs(op, arrays)
     lead = kinds[0][0]
-    outs = fn(*descs, *args)
-    return [host_output(h, lead) for h in outs]
+    plan = _kiln.plan_op(op, list(descs), [float(p) for p in params])
+    return [host_output(h, lead) for h in plan.run(None, None)]
 
 
 def exp(x):
     """``mx.exp``: the exponential, elementwise, of any float view (no copy)."""
-    return _plan("exp", lambda d: _kiln.plan_unary("exp", d), [x], views=True)[0]
+    return _plan("exp", [x], views=True)[0]
 
 
 def silu(x):
     """``mlx.nn.silu``: ``x * sigmoid(x)``, elementwise."""
-    return _plan("silu", lambda d: _kiln.plan_unary("silu", d), [x], views=True)[0]
+    return _plan("silu", [x], views=True)[0]
 
 
 def gelu_approx(x):
     """``mlx.nn.gelu_approx``: the tanh approximation of GELU, elementwise."""
-    return _plan("gelu_approx", lambda d: _kiln.plan_unary("gelu", d), [x], views=True)[0]
+    return _plan("gelu_approx", [x], views=True)[0]
 
 
 def gelu(x):
     """``mlx.nn.gelu``: the exact (erf) GELU, elementwise."""
-    return _plan("gelu", lambda d: _kiln.plan_unary("gelu_erf", d), [x], views=True)[0]
+    return _plan("gelu", [x], views=True)[0]
 
 
 def rms_norm(x, weight, eps):
     """``mx.fast.rms_norm(x, weight, eps)``: normalises the last axis, f32 accumulation."""
-    return _plan("rms_norm", _kiln.plan_rms_norm, [x, weight], check_arg.number("rms_norm", "eps", eps))[0]
+    return _plan("rms_norm", [x, weight], check_arg.number("rms_norm", "eps", eps))[0]
 
 
 def residual_rms_norm(x, residual, weight, eps):
     """kiln's fused residual add + RMS norm: returns ``(rms_norm(x + residual, weight, eps),
     x + residual)``."""
-    return tuple(_plan("residual_rms_norm", _kiln.plan_residual_rms_norm, [x, residual, weight],
-                       check_arg.number("residual_rms_norm", "eps", eps), like_x=2))
+    return tuple(_plan("residual_rms_norm", [x, residual, weight], check_arg.number("residual_rms_norm", "eps", eps),
+                       like_x=2))
 
 
 def softmax(x, axis=-1):
     """``mx.softmax(x, axis=-1)`` over the last axis (online max and sum, rows of any length)."""
     if axis not in (-1, getattr(x, "ndim", 1) - 1):
         raise InvalidArgumentError("[softmax] kiln.ops.softmax runs over the last axis")
-    return _plan("softmax", _kiln.plan_softmax, [x])[0]
+    return _plan("softmax", [x])[0]
 
 
 def rope(a, dims, *, traditional, base, scale, offset, freqs=None):
@@ -164,7 +170,7 @@ def rope(a, dims, *, traditional, base, scale, offset, freqs=None):
     supported)."""
     if freqs is not None:
         raise InvalidArgumentError("[rope] kiln.ops.rope takes base, not freqs")
-    return _plan("rope", _kiln.plan_rope, [a], check_arg.count("rope", "dims", dims), bool(traditional),
+    return _plan("rope", [a], check_arg.count("rope", "dims", dims), float(bool(traditional)),
                  check_arg.number("rope", "base", base), check_arg.number("rope", "scale", scale),
                  check_arg.count("rope", "offset", offset, -(2**31), 2**31))[0]
 
@@ -175,71 +181,64 @@ def scaled_dot_product_attention(q, k, v, *, scale, mask=None):
     ``"causal"`` or an additive array broadcastable to (B, Hq, Tq, Tk)."""
     op = "scaled_dot_product_attention"
     scale = check_arg.number(op, "scale", scale)
-    if _on_cuda(q):
-        kind = "none" if mask is None else "causal" if isinstance(mask, str) and mask == "causal" else "array"
-        arrays = [q, k, v] if kind != "array" else [q, k, v, mask]
-        return _plan_on_cuda(op, lambda a, b, c, *m: _kiln.plan_scaled_dot_product_attention(
-            a, b, c, scale, kind, m[0] if m else None), arrays)[0]
-    if mask is None or (isinstance(mask, str) and mask == "causal"):
-        kind = "none" if mask is None else "causal"
-        return _run(op, lambda a, b, c: _kiln.scaled_dot_product_attention(a, b, c, scale, kind, None),
-                    [q, k, v])[0]
-    if isinstance(mask, str):
+    causal = isinstance(mask, str) and mask == "causal"
+    if isinstance(mask, str) and not causal:
         raise InvalidArgumentError(f"[{op}] mask must be None, 'causal' or an array, got {mask!r}")
-    return _run(op, lambda a, b, c, m: _kiln.scaled_dot_product_attention(a, b, c, scale, "array", m),
-                [q, k, v, mask])[0]
+    arrays = [q, k, v] if mask is None or causal else [q, k, v, mask]
+    params = (scale, float(causal))
+    if _on_cuda(q):
+        return _plan_on_cuda(op, arrays, *params)[0]
+    return _run(op, arrays, *params)[0]
 
 
 def grid_sample(x, grid):
     """Bilinear grid sampling with zeros padding (align_corners=False): x (B, H, W, C) NHWC,
     grid (B, gH, gW, 2) in [-1, 1]; returns (B, gH, gW, C). The MLX docs' custom-kernel example."""
     if _on_cuda(x):
-        return _plan_on_cuda("grid_sample", _kiln.plan_grid_sample, [x, grid])[0]
-    return _run("grid_sample", _kiln.grid_sample, [x, grid])[0]
+        return _plan_on_cuda("grid_sample", [x, grid])[0]
+    return _run("grid_sample", [x, grid])[0]
 
 
 def grid_sample_vjp(x, grid, cotangent):
     """The VJP of :func:`grid_sample`: returns ``(x_grad, grid_grad)`` in float32."""
     if _on_cuda(x):
         # The kernel accumulates in float32; PyTorch casts to the inputs' dtypes on the stream.
-        dx, dg = _plan_on_cuda("grid_sample_vjp", _kiln.plan_grid_sample_vjp, [x, grid, cotangent])
+        dx, dg = _plan("grid_sample_vjp", [x, grid, cotangent], like_x=None, make=_kiln.plan_grid_sample_vjp_kernel)
         return dx.to(x.dtype), dg.to(grid.dtype)
-    return tuple(_run("grid_sample_vjp", _kiln.grid_sample_vjp, [x, grid, cotangent]))
+    return tuple(_run("grid_sample_vjp", [x, grid, cotangent]))
 
 
 def scatter_add(values, indices, bins):
     """Sums ``values`` (M, ...) into ``bins`` rows by ``indices`` (M,), duplicates included."""
-    return _plan("scatter_add", _kiln.plan_scatter_add, [values, indices], check_arg.count("scatter_add", "bins", bins),
-                 like_x=None)[0]
+    return _plan("scatter_add", [values, indices], check_arg.count("scatter_add", "bins", bins), like_x=None)[0]
 
 
 def overlap_add(frames, hop):
     """Overlap-adds ``frames`` (..., n_frames, frame_len) with hop ``hop`` (an inverse STFT's
     last step)."""
-    return _plan("overlap_add", _kiln.plan_overlap_add, [frames], check_arg.count("overlap_add", "hop", hop), like_x=None)[0]
+    return _plan("overlap_add", [frames], check_arg.count("overlap_add", "hop", hop), like_x=None)[0]
 
 
 def cholesky(a):
     """``mx.linalg.cholesky(a)`` (lower): batched; a matrix that is not positive definite is an
     error naming its batch index."""
     if _on_cuda(a):
-        return _plan_on_cuda("cholesky", _kiln.plan_cholesky, [a])[0]
-    return _run("cholesky", _kiln.cholesky, [a])[0]
+        return _plan_on_cuda("cholesky", [a])[0]
+    return _run("cholesky", [a])[0]
 
 
 def qr(a):
     """``mx.linalg.qr(a)``: batched Householder QR, returns ``(q, r)``."""
     if _on_cuda(a):
-        return tuple(_plan_on_cuda("qr", _kiln.plan_qr, [a]))
-    return tuple(_run("qr", _kiln.qr, [a]))
+        return tuple(_plan_on_cuda("qr", [a]))
+    return tuple(_run("qr", [a]))
 
 
 def gdn_chunk_scaled_dot_kkt(k, beta, g, chunk=64):
     """Gated delta net ``chunk_scaled_dot_kkt``: ``k`` (B, T, Hg, K), ``beta`` and ``g``
     (B, T, H) float32 with H a multiple of Hg; returns ``A`` (B, T, H, chunk) float32, per chunk
     the strictly lower-triangular ``beta_i * exp(g_i - g_j) * <k_i, k_j>``."""
+    chunk = check_arg.count("gdn_chunk_scaled_dot_kkt", "chunk", chunk)
     if _on_cuda(k):
-        return _plan_on_cuda("gdn_chunk_scaled_dot_kkt", _kiln.plan_gdn_chunk_scaled_dot_kkt, [k, beta, g],
-                             check_arg.count("gdn_chunk_scaled_dot_kkt", "chunk", chunk))[0]
-    return _run("gdn_chunk_scaled_dot_kkt", _kiln.gdn_chunk_scaled_dot_kkt, [k, beta, g],
-                check_arg.count("gdn_chunk_scaled_dot_kkt", "chunk", chunk))[0]
+        return _plan_on_cuda("gdn_chunk_scaled_dot_kkt", [k, beta, g], chunk)[0]
+    return _run("gdn_chunk_scaled_dot_kkt", [k, beta, g], chunk)[0]

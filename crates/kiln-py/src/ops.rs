@@ -2,15 +2,14 @@
 //! (`OpPlan`) run wherever their inputs live: on a CUDA tensor's device every call is queued on
 //! the caller's stream and the op's outputs are written into arrays the caller allocated
 //! (wherever the plan's calls make them), like `metal_kernel`
-//! (intermediate buffers are kiln's, ordered with that stream by the backend). The plan
-//! functions take a `LentArray` or a PyTorch tensor, read here; on CUDA
-//! tensors `OpPlan::run_torch` allocates the outputs with PyTorch and runs the calls in one step.
-//! On host arrays the ops of several launches also run whole here (`scaled_dot_product_attention`,
-//! ...).
+//! (intermediate buffers are kiln's, ordered with that stream by the backend). One binding,
+//! `plan_op`, plans any op of the registry (`kiln::ops::registry`) on `LentArray`s or PyTorch
+//! tensors, read here; on CUDA tensors `OpPlan::run_torch` allocates the outputs with PyTorch
+//! and runs the calls in one step.
 
 use kiln::array::row_major_strides;
 use kiln::ops;
-use kiln::{Array, Device};
+use kiln::Array;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -20,22 +19,6 @@ use crate::errors::to_py;
 use crate::kernel::run_interruptible;
 use crate::lent;
 use crate::torch_call;
-
-fn host(op: &str, obj: &Bound<'_, PyAny>) -> PyResult<Array> {
-    let a = lent::read(obj)?;
-    if a.device() != Device::Cpu {
-        return Err(to_py(kiln::Error::invalid(
-            op,
-            format!("kiln.ops runs on host arrays; this input lives on {}", a.device()),
-        )));
-    }
-    Ok(a)
-}
-
-fn run(py: Python<'_>, f: impl FnOnce() -> kiln::Result<Vec<Array>> + Send) -> PyResult<Vec<Py<PyAny>>> {
-    let outputs = run_interruptible(py, "kiln.ops", false, None, f)?;
-    arrays::wrap(py, outputs)
-}
 
 /// `(shape, dtype name, init_value)` of an op's output.
 type OutputDesc = (Vec<usize>, &'static str, Option<f64>);
@@ -122,215 +105,32 @@ impl OpPlan {
     }
 }
 
-/// An op's array argument: a `LentArray`, or a PyTorch tensor read here.
-fn arg(obj: &Bound<'_, PyAny>) -> PyResult<Array> {
-    lent::read(obj)
-}
-
-fn plan(call: kiln::Result<ops::OpCall>) -> PyResult<OpPlan> {
-    call.map(|call| OpPlan { plan: call.into() }).map_err(to_py)
-}
-
-/// `kiln.ops.<unary>(x)`: exp, silu, gelu (tanh approximation), gelu_erf.
+/// The plan of the op the registry names `name` in `kiln.ops` (`kiln::ops::registry`: the one
+/// place an op is named) on `arrays` (`LentArray`s or PyTorch tensors, in the entry's input
+/// order) and `params` (its scalar parameters, flags as 0 or 1): validated, not run; it runs
+/// wherever its inputs live.
 #[pyfunction]
-pub fn plan_unary(name: &str, x: &Bound<'_, PyAny>) -> PyResult<OpPlan> {
-    let op = match name {
-        "exp" => ops::Unary::Exp,
-        "silu" => ops::Unary::Silu,
-        "gelu" => ops::Unary::Gelu,
-        "gelu_erf" => ops::Unary::GeluErf,
-        other => return Err(to_py(kiln::Error::invalid("kiln.ops", format!("no unary op {other:?}")))),
+pub fn plan_op(name: &str, arrays: &Bound<'_, PyList>, params: Vec<f64>) -> PyResult<OpPlan> {
+    let Some(entry) = ops::registry().iter().find(|e| e.python == name) else {
+        return Err(to_py(kiln::Error::invalid("kiln.ops", format!("no op named {name:?}"))));
     };
-    plan(ops::unary_call(op, &arg(x)?))
+    let arrays: Vec<Array> = arrays.iter().map(|a| lent::read(&a)).collect::<PyResult<_>>()?;
+    (entry.plan)(&arrays, &params).map(|plan| OpPlan { plan }).map_err(to_py)
 }
 
+/// The VJP kernel alone of `grid_sample_vjp` on CUDA tensors: float32 `(x_grad, grid_grad)`,
+/// zeroed first; the casts to the inputs' dtypes that the whole plan ends with are left to the
+/// caller's framework, on its stream.
 #[pyfunction]
-pub fn plan_rms_norm(x: &Bound<'_, PyAny>, w: &Bound<'_, PyAny>, eps: f32) -> PyResult<OpPlan> {
-    plan(ops::rms_norm_call(&arg(x)?, &arg(w)?, eps))
-}
-
-#[pyfunction]
-pub fn plan_residual_rms_norm(
-    x: &Bound<'_, PyAny>,
-    residual: &Bound<'_, PyAny>,
-    w: &Bound<'_, PyAny>,
-    eps: f32,
-) -> PyResult<OpPlan> {
-    let (x, r, w) = (arg(x)?, arg(residual)?, arg(w)?);
-    plan(ops::residual_rms_norm_call(&x, &r, &w, eps))
-}
-
-#[pyfunction]
-pub fn plan_softmax(x: &Bound<'_, PyAny>) -> PyResult<OpPlan> {
-    plan(ops::softmax_call(&arg(x)?))
-}
-
-#[pyfunction]
-pub fn plan_rope(
-    x: &Bound<'_, PyAny>,
-    dims: usize,
-    traditional: bool,
-    base: f32,
-    scale: f32,
-    offset: i32,
-) -> PyResult<OpPlan> {
-    plan(ops::rope_call(&arg(x)?, dims, traditional, base, scale, offset))
-}
-
-#[pyfunction]
-pub fn plan_overlap_add(frames: &Bound<'_, PyAny>, hop: usize) -> PyResult<OpPlan> {
-    plan(ops::overlap_add_call(&arg(frames)?, hop))
-}
-
-#[pyfunction]
-pub fn plan_scatter_add(values: &Bound<'_, PyAny>, indices: &Bound<'_, PyAny>, bins: usize) -> PyResult<OpPlan> {
-    plan(ops::scatter_add_call(&arg(values)?, &arg(indices)?, bins))
-}
-
-fn mask_of<'a>(kind: &str, mask: Option<&'a Array>) -> ops::Mask<'a> {
-    match (kind, mask) {
-        ("causal", _) => ops::Mask::Causal,
-        ("array", Some(m)) => ops::Mask::Additive(m),
-        _ => ops::Mask::None,
-    }
-}
-
-/// The attention's kernel calls, on any device (several launches on some paths).
-#[pyfunction]
-#[pyo3(signature = (q, k, v, scale, mask_kind, mask))]
-pub fn plan_scaled_dot_product_attention(
-    q: &Bound<'_, PyAny>,
-    k: &Bound<'_, PyAny>,
-    v: &Bound<'_, PyAny>,
-    scale: f32,
-    mask_kind: &str,
-    mask: Option<&Bound<'_, PyAny>>,
-) -> PyResult<OpPlan> {
-    let (q, k, v) = (arg(q)?, arg(k)?, arg(v)?);
-    let mask = mask.map(arg).transpose()?;
-    let plan = ops::scaled_dot_product_attention_plan(&q, &k, &v, scale, mask_of(mask_kind, mask.as_ref()));
-    plan.map(|plan| OpPlan { plan }).map_err(to_py)
-}
-
-#[pyfunction]
-pub fn plan_grid_sample(x: &Bound<'_, PyAny>, grid: &Bound<'_, PyAny>) -> PyResult<OpPlan> {
-    plan(ops::grid_sample_call(&arg(x)?, &arg(grid)?))
-}
-
-/// The VJP's kernel call: float32 `(x_grad, grid_grad)`, zeroed first.
-#[pyfunction]
-pub fn plan_grid_sample_vjp(
+pub fn plan_grid_sample_vjp_kernel(
     x: &Bound<'_, PyAny>,
     grid: &Bound<'_, PyAny>,
     cotangent: &Bound<'_, PyAny>,
 ) -> PyResult<OpPlan> {
-    let (x, g, c) = (arg(x)?, arg(grid)?, arg(cotangent)?);
-    // The plan's first call is the VJP kernel (float32 gradients); the casts after it are left
-    // to the caller's framework.
+    let (x, g, c) = (lent::read(x)?, lent::read(grid)?, lent::read(cotangent)?);
     let vjp = ops::grid_sample_vjp_plan(&x, &g, &c).map_err(to_py)?.calls().first().cloned();
     let vjp = vjp.ok_or_else(|| to_py(kiln::Error::invalid("grid_sample_vjp", "the plan has no calls")))?;
     Ok(OpPlan { plan: vjp.into() })
-}
-
-#[pyfunction]
-pub fn plan_gdn_chunk_scaled_dot_kkt(
-    k: &Bound<'_, PyAny>,
-    beta: &Bound<'_, PyAny>,
-    g: &Bound<'_, PyAny>,
-    chunk: usize,
-) -> PyResult<OpPlan> {
-    let (k, b, g) = (arg(k)?, arg(beta)?, arg(g)?);
-    plan(ops::gdn_chunk_scaled_dot_kkt_call(&k, &b, &g, chunk))
-}
-
-/// The Cholesky's plan (one register kernel up to 64 x 64, else the blocked library
-/// dispatches, then the flag reduction): output `L`; a matrix that is not positive definite is
-/// the plan's error naming it (its check reads 8 bytes back, a wait).
-#[pyfunction]
-pub fn plan_cholesky(a: &Bound<'_, PyAny>) -> PyResult<OpPlan> {
-    let plan = ops::cholesky_plan(&arg(a)?).map_err(to_py)?;
-    Ok(OpPlan { plan })
-}
-
-/// The QR's plan (one kernel in threadgroup memory, or the blocked library dispatches):
-/// outputs `(q, r)`.
-#[pyfunction]
-pub fn plan_qr(a: &Bound<'_, PyAny>) -> PyResult<OpPlan> {
-    let plan = ops::qr_plan(&arg(a)?).map_err(to_py)?;
-    Ok(OpPlan { plan })
-}
-
-#[pyfunction]
-#[pyo3(signature = (q, k, v, scale, mask_kind, mask))]
-pub fn scaled_dot_product_attention(
-    py: Python<'_>,
-    q: &Bound<'_, PyAny>,
-    k: &Bound<'_, PyAny>,
-    v: &Bound<'_, PyAny>,
-    scale: f32,
-    mask_kind: &str,
-    mask: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Vec<Py<PyAny>>> {
-    let op = "scaled_dot_product_attention";
-    let (q, k, v) = (host(op, q)?, host(op, k)?, host(op, v)?);
-    let mask_array = mask.map(|m| host(op, m)).transpose()?;
-    run(py, || {
-        let mask = match (mask_kind, &mask_array) {
-            ("causal", _) => ops::Mask::Causal,
-            ("array", Some(m)) => ops::Mask::Additive(m),
-            _ => ops::Mask::None,
-        };
-        Ok(vec![ops::scaled_dot_product_attention(&q, &k, &v, scale, mask)?])
-    })
-}
-
-#[pyfunction]
-pub fn grid_sample(py: Python<'_>, x: &Bound<'_, PyAny>, grid: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyAny>>> {
-    let (x, g) = (host("grid_sample", x)?, host("grid_sample", grid)?);
-    run(py, || Ok(vec![ops::grid_sample(&x, &g)?]))
-}
-
-#[pyfunction]
-pub fn grid_sample_vjp(
-    py: Python<'_>,
-    x: &Bound<'_, PyAny>,
-    grid: &Bound<'_, PyAny>,
-    cotangent: &Bound<'_, PyAny>,
-) -> PyResult<Vec<Py<PyAny>>> {
-    let op = "grid_sample_vjp";
-    let (x, g, c) = (host(op, x)?, host(op, grid)?, host(op, cotangent)?);
-    run(py, || {
-        let (dx, dg) = ops::grid_sample_vjp(&x, &g, &c)?;
-        Ok(vec![dx, dg])
-    })
-}
-
-#[pyfunction]
-pub fn cholesky(py: Python<'_>, a: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyAny>>> {
-    let a = host("cholesky", a)?;
-    run(py, || Ok(vec![ops::cholesky(&a)?]))
-}
-
-#[pyfunction]
-pub fn qr(py: Python<'_>, a: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyAny>>> {
-    let a = host("qr", a)?;
-    run(py, || {
-        let (q, r) = ops::qr(&a)?;
-        Ok(vec![q, r])
-    })
-}
-
-#[pyfunction]
-pub fn gdn_chunk_scaled_dot_kkt(
-    py: Python<'_>,
-    k: &Bound<'_, PyAny>,
-    beta: &Bound<'_, PyAny>,
-    g: &Bound<'_, PyAny>,
-    chunk: usize,
-) -> PyResult<Vec<Py<PyAny>>> {
-    let op = "gdn_chunk_scaled_dot_kkt";
-    let (k, b, g) = (host(op, k)?, host(op, beta)?, host(op, g)?);
-    run(py, || Ok(vec![ops::gdn_chunk_scaled_dot_kkt(&k, &b, &g, chunk)?]))
 }
 
 /// Adds every op to the module.
@@ -344,24 +144,7 @@ pub fn op_registry() -> Vec<(&'static str, &'static str)> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<OpPlan>()?;
     m.add_function(wrap_pyfunction!(op_registry, m)?)?;
-    m.add_function(wrap_pyfunction!(plan_unary, m)?)?;
-    m.add_function(wrap_pyfunction!(plan_rms_norm, m)?)?;
-    m.add_function(wrap_pyfunction!(plan_residual_rms_norm, m)?)?;
-    m.add_function(wrap_pyfunction!(plan_softmax, m)?)?;
-    m.add_function(wrap_pyfunction!(plan_rope, m)?)?;
-    m.add_function(wrap_pyfunction!(plan_overlap_add, m)?)?;
-    m.add_function(wrap_pyfunction!(plan_scatter_add, m)?)?;
-    m.add_function(wrap_pyfunction!(plan_scaled_dot_product_attention, m)?)?;
-    m.add_function(wrap_pyfunction!(plan_grid_sample, m)?)?;
-    m.add_function(wrap_pyfunction!(plan_grid_sample_vjp, m)?)?;
-    m.add_function(wrap_pyfunction!(plan_gdn_chunk_scaled_dot_kkt, m)?)?;
-    m.add_function(wrap_pyfunction!(plan_cholesky, m)?)?;
-    m.add_function(wrap_pyfunction!(plan_qr, m)?)?;
-    m.add_function(wrap_pyfunction!(scaled_dot_product_attention, m)?)?;
-    m.add_function(wrap_pyfunction!(grid_sample, m)?)?;
-    m.add_function(wrap_pyfunction!(grid_sample_vjp, m)?)?;
-    m.add_function(wrap_pyfunction!(cholesky, m)?)?;
-    m.add_function(wrap_pyfunction!(qr, m)?)?;
-    m.add_function(wrap_pyfunction!(gdn_chunk_scaled_dot_kkt, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_op, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_grid_sample_vjp_kernel, m)?)?;
     Ok(())
 }
