@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod cuda;
 pub(crate) mod disk_cache;
 pub mod metal;
+pub(crate) mod program_table;
 mod stream;
 
 use std::any::Any;

@@ -40,12 +40,12 @@ mod toolchain;
 mod watcher;
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::{Backend, BackendStatus, Capabilities, Launch, ResolvedSlot};
 use crate::array::Array;
 use crate::backend::cpu::emit::{prelude, translation_unit};
+use crate::backend::program_table::{self, ProgramTable};
 use crate::config;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -340,14 +340,10 @@ impl CpuBackend {
     /// their content (compiler, source, entry, math mode, constants), so a repeated launch does
     /// not lower, assemble and hash the translation unit again.
     fn resolve(&self, program: &MetalProgram) -> Result<exec::Resolved> {
-        type Table = HashMap<String, exec::Resolved>;
-        static RESOLVED: OnceLock<Mutex<Table>> = OnceLock::new();
-        let key = format!(
-            "{}\0{}\0{:?}\0{:?}\0{}",
-            self.cxx, program.function, program.math_mode, program.constants, program.source
-        );
-        let resolved = RESOLVED.get_or_init(|| Mutex::new(HashMap::new()));
-        if let Some(hit) = resolved.lock().ok().and_then(|m| m.get(&key).cloned()) {
+        static RESOLVED: OnceLock<ProgramTable<exec::Resolved>> = OnceLock::new();
+        let resolved = RESOLVED.get_or_init(ProgramTable::default);
+        let hash = program_table::fingerprint(program);
+        if let Some(hit) = resolved.get(hash, program, &self.cxx)? {
             return Ok(hit);
         }
         metal_only(program)?;
@@ -372,9 +368,7 @@ impl CpuBackend {
         let compiled = compile::compile(&self.cxx, &program.kernel, &tu, prelude(program.kind), program.math_mode)
             .map_err(|e| user_compile_error(program, e))?;
         let found = exec::Resolved { compiled, entry, writable };
-        if let Ok(mut m) = resolved.lock() {
-            m.insert(key, found.clone());
-        }
+        resolved.insert(hash, program, &self.cxx, found.clone())?;
         Ok(found)
     }
 }

@@ -31,6 +31,7 @@ use super::threadgroup;
 use super::toolchain;
 use crate::array::{Array, HostBuffer};
 use crate::backend::cpu::emit::{checked_prelude, translation_unit_after};
+use crate::backend::program_table::{self, ProgramTable};
 use crate::backend::{disk_cache, Binding, Launch, MetalProgram};
 use crate::config;
 use crate::dtype::f64_to_element_bytes;
@@ -266,11 +267,10 @@ struct Instrumented {
 
 /// Compiles (or finds) the checked library of `program`.
 fn instrumented(cxx: &str, program: &MetalProgram) -> Result<Arc<Instrumented>> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Arc<Instrumented>>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    let id =
-        format!("{cxx}\0{}\0{:?}\0{:?}\0{}", program.function, program.math_mode, program.constants, program.source);
-    if let Some(hit) = cache.lock().ok().and_then(|m| m.get(&id).cloned()) {
+    static CACHE: OnceLock<ProgramTable<Arc<Instrumented>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(ProgramTable::default);
+    let hash = program_table::fingerprint(program);
+    if let Some(hit) = cache.get(hash, program, cxx)? {
         return Ok(hit);
     }
     let module = lower(program, LowerTarget::Cpu)?;
@@ -324,9 +324,7 @@ fn instrumented(cxx: &str, program: &MetalProgram) -> Result<Arc<Instrumented>> 
     let last = unsafe { compiled.symbol::<LastFn>(b"kiln_check_last\0") }.ok_or_else(|| fault("kiln_check_last"))?;
     let params = module.entries[entry].params.clone();
     let inst = Arc::new(Instrumented { compiled, image, arm, finish, written, last, entry, params });
-    if let Ok(mut m) = cache.lock() {
-        m.insert(id, inst.clone());
-    }
+    cache.insert(hash, program, cxx, inst.clone())?;
     Ok(inst)
 }
 

@@ -18,7 +18,7 @@ impl CudaBackend {
     /// so a call neither rebuilds nor hashes the whole translation unit; a launch that carries
     /// a resolved slot (a `CudaKernel`'s memoised program) finds the module there instead.
     fn custom_module(&self, kernel: &str, user_source: &str, specific: bool) -> Result<Arc<LoadedModule>> {
-        let hash = super::programs::fx(specific as u64, user_source.as_bytes());
+        let hash = crate::backend::program_table::fx(specific as u64, user_source.as_bytes());
         let poisoned = || Error::invalid(kernel, "CudaKernel module table lock poisoned");
         if let Some(bucket) = self.custom_modules.lock().map_err(|_| poisoned())?.get(&hash) {
             if let Some((_, _, m)) = bucket.iter().find(|(s, a, _)| *a == specific && s == user_source) {

@@ -9,7 +9,7 @@
 //! `APRON_BYTES` of readable memory on both sides (`pool.rs`). After a sticky fault the
 //! device's context is reset and the next `backend(ordinal)` builds a fresh one.
 //!
-//! A program seen before costs one hash of its Metal text and a table lookup (`programs.rs`):
+//! A program seen before costs one hash of its Metal text and a table lookup (`backend/program_table.rs`):
 //! lowering, the ~100 KB translation unit and its cache key are computed once per program.
 
 mod compile;
@@ -43,6 +43,7 @@ use crate::program::{MathMode, MetalProgram, ProgramKind};
 use crate::source::lower::{self, LowerTarget};
 use crate::source::user_lines::user_compile_error;
 
+use super::program_table::{self, ProgramTable};
 pub use compile::{
     build_precompiled_prelude, compile_past_memory as compile_source_past_memory,
     compile_with_log as compile_source_with_log, nvrtc_version, options as nvrtc_options, Arch, PastMemory,
@@ -50,7 +51,7 @@ pub use compile::{
 pub use external::{is_current_context, lent_cuda_array, LentCudaMemory};
 pub use memory::CudaBuffer;
 pub use pool::APRON_BYTES;
-use programs::{ProgramTable, Resolved};
+use programs::Resolved;
 pub use timing::DeviceTimer;
 
 /// The CUDA backend of one device.
@@ -63,7 +64,7 @@ pub struct CudaBackend {
     /// multiprocessors).
     capabilities: Capabilities,
     modules: Mutex<HashMap<String, Arc<LoadedModule>>>,
-    programs: ProgramTable,
+    programs: ProgramTable<Arc<Resolved>>,
     pool: Arc<pool::BlockPool>,
     /// One-node graphs of launch shapes seen more than once.
     graphs: graphs::GraphLaunches,
@@ -436,8 +437,8 @@ impl CudaBackend {
 
     /// The compiled entry of `program`: looked up by content, built on first use.
     fn resolve(&self, program: &MetalProgram) -> Result<Arc<Resolved>> {
-        let hash = programs::fingerprint(program);
-        if let Some(r) = self.programs.get(hash, program)? {
+        let hash = program_table::fingerprint(program);
+        if let Some(r) = self.programs.get(hash, program, "")? {
             return Ok(r);
         }
         let unit = translate_unit(program)?;
@@ -451,7 +452,7 @@ impl CudaBackend {
             func.shared_size_bytes().map_err(|e| self.fail(&program.kernel, "reading the static shared memory", e))?;
         let static_smem = usize::try_from(static_smem).unwrap_or(0);
         let resolved = Arc::new(Resolved::new(module, symbol, func, max_threads, unit.inline_bytes, static_smem));
-        self.programs.insert(hash, program, resolved.clone())?;
+        self.programs.insert(hash, program, "", resolved.clone())?;
         Ok(resolved)
     }
 
