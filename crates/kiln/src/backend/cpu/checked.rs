@@ -11,7 +11,6 @@
 //! only for outputs, whose slack is filled with canaries checked after the run.
 
 use std::alloc::{alloc, dealloc, Layout};
-use std::sync::Mutex;
 
 use super::abi::Guard;
 use crate::error::{Error, Result};
@@ -20,48 +19,6 @@ use crate::error::{Error, Result};
 pub const GRANULE: usize = 64 * 1024;
 /// Alignment of the data start (what any vector type of the prelude needs).
 const DATA_ALIGN: usize = 16;
-
-/// Allocations of at most this many bytes are kept for reuse when freed ([`POOL`]).
-const POOLED_SIZE: usize = 4 << 20;
-/// The most bytes the pool keeps.
-const POOL_BYTES: usize = 32 << 20;
-
-/// Freed guarded allocations (unprotected, of sizes up to [`POOLED_SIZE`]) kept for the next
-/// launch: a launch's outputs then cost neither a fresh mapping (allocations of three granules
-/// and more come from `mmap`) nor its pages' first-touch faults.
-static POOL: Mutex<Pool> = Mutex::new(Pool { free: Vec::new(), bytes: 0 });
-
-struct Pool {
-    /// Base address and size of each free allocation.
-    free: Vec<(usize, usize)>,
-    bytes: usize,
-}
-
-impl Pool {
-    /// A free allocation of `size` bytes, if the pool holds one.
-    fn take(size: usize) -> Option<*mut u8> {
-        let mut pool = POOL.lock().ok()?;
-        let i = pool.free.iter().rposition(|&(_, s)| s == size)?;
-        let (base, _) = pool.free.swap_remove(i);
-        pool.bytes -= size;
-        Some(base as *mut u8)
-    }
-
-    /// Keeps `base` (an allocation of `size` bytes) for reuse, or gives it back when the pool is
-    /// full; true when kept.
-    fn keep(base: *mut u8, size: usize) -> bool {
-        if size > POOLED_SIZE {
-            return false;
-        }
-        let Ok(mut pool) = POOL.lock() else { return false };
-        if pool.bytes + size > POOL_BYTES {
-            return false;
-        }
-        pool.bytes += size;
-        pool.free.push((base as usize, size));
-        true
-    }
-}
 
 /// A guarded allocation holding `len` bytes of data.
 pub struct GuardedBuf {
@@ -90,9 +47,8 @@ impl GuardedBuf {
         let middle = len.checked_add(DATA_ALIGN).ok_or_else(too_large)?.div_ceil(GRANULE) * GRANULE;
         let size = middle.checked_add(2 * GRANULE).ok_or_else(too_large)?;
         let layout = Layout::from_size_align(size, GRANULE).map_err(|_| too_large())?;
-        // SAFETY: the layout has a non-zero size (at least three granules). A pooled allocation
-        // came from `alloc` with a layout of this size and alignment, and no one else holds it.
-        let base = Pool::take(size).unwrap_or_else(|| unsafe { alloc(layout) });
+        // SAFETY: the layout has a non-zero size (at least three granules).
+        let base = unsafe { alloc(layout) };
         if base.is_null() {
             return Err(too_large());
         }
@@ -139,12 +95,8 @@ impl GuardedBuf {
 
 impl Drop for GuardedBuf {
     fn drop(&mut self) {
-        // The guards were unprotected by `kiln_checked_end` before any buffer is dropped, so a
-        // pooled allocation is plain memory again.
-        if Pool::keep(self.base, self.layout.size()) {
-            return;
-        }
-        // SAFETY: `base` came from `alloc` with this layout and is freed once.
+        // SAFETY: `base` came from `alloc` with this layout and is freed once; the guards
+        // were unprotected by `kiln_checked_end` before any buffer is dropped.
         unsafe { dealloc(self.base, self.layout) }
     }
 }
@@ -171,7 +123,7 @@ mod tests {
     use super::GuardedBuf;
 
     #[test]
-    fn a_reused_allocation_is_filled_afresh_and_keeps_its_layout() {
+    fn a_new_allocation_is_filled_and_keeps_its_layout() {
         let mut first = GuardedBuf::filled("pool", 100, 0x11).unwrap();
         first.between_guards().fill(0x77);
         let base = first.data_addr() - first.data_offset() as u64;
@@ -186,7 +138,7 @@ mod tests {
             assert!(b.data_addr() + 100 <= after.begin && after.begin - (b.data_addr() + 100) < 16);
             bufs.push(b);
         }
-        // Held at once, the four are four allocations (one may be the freed first one).
+        // Held at once, the four are four allocations.
         let mut bases: Vec<u64> = bufs.iter().map(|b| b.data_addr()).collect();
         bases.sort_unstable();
         bases.dedup();
