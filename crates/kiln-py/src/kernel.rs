@@ -5,7 +5,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kiln::backend::{ConstantKey, ConstantValue, Dispatch, Target};
@@ -19,6 +19,7 @@ use crate::arrays;
 use crate::call_args::{self, Call, Keywords};
 use crate::convert::{self, external_stream};
 use crate::errors::{detached, internal, no_panic, IntoPy};
+use crate::handoff::Handoff;
 use crate::torch_call::LaunchKeywords;
 
 /// How often the calling thread looks for Ctrl-C while a CPU kernel runs.
@@ -41,17 +42,14 @@ pub fn run_interruptible<T: Send>(
         return detached(py, op, launch);
     };
     let (result, raised) = py.detach(|| {
-        let (tx, rx) = mpsc::channel();
-        let job = move || {
-            let _ = tx.send(catch_unwind(AssertUnwindSafe(launch)));
-        };
+        let handoff = Handoff::default();
+        let job = || handoff.put(catch_unwind(AssertUnwindSafe(launch)));
         let wait = || {
             let mut raised: Option<PyErr> = None;
+            let mut first = true;
             loop {
-                match rx.recv_timeout(SIGNAL_POLL) {
-                    Ok(result) => return (Some(result), raised),
-                    Err(mpsc::RecvTimeoutError::Disconnected) => return (None, raised),
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                if let Some(result) = handoff.take(SIGNAL_POLL, std::mem::take(&mut first)) {
+                    return (result, raised);
                 }
                 if raised.is_none() {
                     if let Err(e) = Python::attach(|py| py.check_signals()) {
@@ -65,7 +63,7 @@ pub fn run_interruptible<T: Send>(
         // one of them (it would wait on itself) gives it a thread of its own.
         if rayon::current_thread_index().is_none() {
             rayon::in_place_scope(|s| {
-                s.spawn(move |_| job());
+                s.spawn(|_| job());
                 wait()
             })
         } else {
@@ -79,9 +77,8 @@ pub fn run_interruptible<T: Send>(
         return Err(e);
     }
     match result {
-        Some(Ok(r)) => r.py_err(),
-        Some(Err(payload)) => Err(internal(op, payload.as_ref())),
-        None => Err(PyValueError::new_err("the kernel's worker thread ended without a result")),
+        Ok(r) => r.py_err(),
+        Err(payload) => Err(internal(op, payload.as_ref())),
     }
 }
 

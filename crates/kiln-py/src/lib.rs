@@ -9,6 +9,7 @@ mod arrays;
 mod call_args;
 mod convert;
 mod errors;
+mod handoff;
 mod kernel;
 mod lent;
 mod mlx_cuda;
