@@ -68,6 +68,27 @@ pub struct Keywords<'a, 'py> {
     pub timeout: Option<&'a Bound<'py, PyAny>>,
 }
 
+impl<'a, 'py> Keywords<'a, 'py> {
+    /// The three keywords every call gives; the others left out.
+    pub fn new(
+        inputs: &'a Bound<'py, PyAny>,
+        output_shapes: &'a Bound<'py, PyAny>,
+        output_dtypes: &'a Bound<'py, PyAny>,
+    ) -> Self {
+        Keywords {
+            inputs,
+            output_shapes,
+            output_dtypes,
+            grid: None,
+            threadgroup: None,
+            template: None,
+            init_value: None,
+            device: None,
+            timeout: None,
+        }
+    }
+}
+
 /// Checks every keyword of a call of kernel `op` (inputs named by `names`).
 pub fn parse<'py>(
     op: &str,

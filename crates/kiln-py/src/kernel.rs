@@ -223,15 +223,13 @@ impl Kernel {
             return slf.call_method1(pyo3::intern!(py, "_call_glue"), args);
         }
         let keywords = Keywords {
-            inputs,
-            output_shapes,
-            output_dtypes,
             grid: Some(grid),
             threadgroup: Some(threadgroup),
             template: Some(template),
             init_value: Some(init_value),
             device,
             timeout,
+            ..Keywords::new(inputs, output_shapes, output_dtypes)
         };
         no_panic(this.kernel.op(), || this.call_checked(py, &keywords, verbose))
     }
@@ -354,15 +352,11 @@ impl Kernel {
     ) -> PyResult<String> {
         let op = self.kernel.op();
         let keywords = Keywords {
-            inputs,
-            output_shapes,
-            output_dtypes,
             grid: Some(grid),
             threadgroup: Some(threadgroup),
             template: Some(template),
             init_value: Some(init_value),
-            device: None,
-            timeout: None,
+            ..Keywords::new(inputs, output_shapes, output_dtypes)
         };
         let call = call_args::parse(op, &self.input_names, self.ensure_row_contiguous, &keywords)?;
         if call.inputs.cuda_ordinal().is_some() {
@@ -394,15 +388,11 @@ impl Kernel {
     ) -> PyResult<()> {
         let op = self.kernel.op();
         let keywords = Keywords {
-            inputs,
-            output_shapes,
-            output_dtypes,
             grid: Some(grid),
             threadgroup: Some(threadgroup),
             template: Some(template),
-            init_value: None,
             device: Some(device),
-            timeout: None,
+            ..Keywords::new(inputs, output_shapes, output_dtypes)
         };
         let call = call_args::parse(op, &self.input_names, self.ensure_row_contiguous, &keywords)?;
         let device = call.device.or(call.inputs.cuda_ordinal().map(Device::Cuda));
@@ -432,17 +422,7 @@ impl Kernel {
         output_dtypes: &Bound<'_, PyAny>,
         template: &Bound<'_, PyAny>,
     ) -> PyResult<(Vec<Array>, LaunchSpec)> {
-        let keywords = Keywords {
-            inputs,
-            output_shapes,
-            output_dtypes,
-            grid: None,
-            threadgroup: None,
-            template: Some(template),
-            init_value: None,
-            device: None,
-            timeout: None,
-        };
+        let keywords = Keywords { template: Some(template), ..Keywords::new(inputs, output_shapes, output_dtypes) };
         let call = call_args::parse(self.kernel.op(), &self.input_names, self.ensure_row_contiguous, &keywords)?;
         Ok((call.inputs.values.iter().map(KernelInput::to_array).collect(), call.spec))
     }
