@@ -69,3 +69,28 @@ def test_cuda_threads_on_their_own_streams_and_devices():
             check_calls(t, lambda a: torch.from_numpy(a).to(device), lambda y: y.cpu().numpy(), calls=20)
 
     run_threads(work, 4)
+
+
+def test_a_kernel_called_from_another_thread_runs_there_and_still_stops_at_its_timeout():
+    # Threads other than the main one run CPU launches on their own thread (they run no signal
+    # handlers to poll for); the timeout is the process watcher's, so it still applies.
+    spin = kiln.metal_kernel("threads_spin", ["inp"], ["out"], """
+        uint i = thread_position_in_grid.x;
+        while (true) { if (inp[i] < -1e30f) break; }
+        out[i] = inp[i];
+    """)
+    x = np.ones(4, np.float32)
+    results = []
+
+    def work(_):
+        try:
+            spin(inputs=[x], output_shapes=[(4,)], output_dtypes=[np.float32], grid=(4, 1, 1),
+                 threadgroup=(4, 1, 1), timeout=0.5)
+        except kiln.TimeoutError as e:
+            results.append(str(e))
+        (out,) = SCALED_EXP(inputs=[x, 2.0], output_shapes=[(4,)], output_dtypes=[np.float32],
+                            grid=(4, 1, 1), threadgroup=(4, 1, 1))
+        assert_close(out, np.exp(x) * 2.0, np.float32)
+
+    run_threads(work, 2)
+    assert len(results) == 2 and all("threads_spin" in r for r in results), results

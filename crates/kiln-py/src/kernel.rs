@@ -38,7 +38,9 @@ pub fn run_interruptible<T: Send>(
     cancel: Option<&Arc<AtomicBool>>,
     launch: impl FnOnce() -> kiln::Result<T> + Send,
 ) -> PyResult<T> {
-    let Some(cancel) = cancel.filter(|_| on_cpu) else {
+    // Only Python's main thread runs signal handlers: a launch from another thread has nothing
+    // to poll for and runs on its caller's thread.
+    let Some(cancel) = cancel.filter(|_| on_cpu && is_main_thread(py)) else {
         return detached(py, op, launch);
     };
     let (result, raised) = py.detach(|| {
@@ -80,6 +82,20 @@ pub fn run_interruptible<T: Send>(
         Ok(r) => r.py_err(),
         Err(payload) => Err(internal(op, payload.as_ref())),
     }
+}
+
+/// Whether this is Python's main thread (the one that runs signal handlers); true when it cannot
+/// be told.
+fn is_main_thread(py: Python<'_>) -> bool {
+    static MAIN: PyOnceLock<(Py<PyAny>, u64)> = PyOnceLock::new();
+    let Ok((get_ident, main)) = MAIN.get_or_try_init(py, || -> PyResult<_> {
+        let get_ident = py.import("_thread")?.getattr("get_ident")?;
+        let main: u64 = py.import("threading")?.call_method0("main_thread")?.getattr("ident")?.extract()?;
+        Ok((get_ident.unbind(), main))
+    }) else {
+        return true;
+    };
+    get_ident.bind(py).call0().and_then(|i| i.extract::<u64>()).map_or(true, |i| i == *main)
 }
 
 /// A call's `timeout=` in seconds as a time limit (none for `None`).

@@ -524,7 +524,7 @@ fn execute(
     let work = || {
         let per_chunk = (total / (rayon::current_num_threads() as u64 * 8)).max(1);
         let chunks = total.div_ceil(per_chunk);
-        (0..chunks).into_par_iter().for_each(|c| {
+        let run_chunk = |c: u64| {
             let begin = c * per_chunk;
             let end = (begin + per_chunk).min(total);
             let mut msg = [0 as c_char; 512];
@@ -559,7 +559,14 @@ fn execute(
                 }
                 cancel.store(2, Ordering::SeqCst);
             }
-        });
+        };
+        // A grid of one chunk runs on the calling thread: handing it to the pool (and waiting
+        // for it) would cost more than it can save.
+        if chunks == 1 {
+            run_chunk(0);
+        } else {
+            (0..chunks).into_par_iter().for_each(run_chunk);
+        }
     };
     if timeout.is_none() && cancelled_by_caller.is_none() {
         work();
