@@ -2,7 +2,10 @@
 //! caller set their cancel flag, instead of a thread started (and torn down) for every launch
 //! that has either. A launch registers its flags for as long as it runs ([`watch`]); the
 //! watcher sleeps until the nearest deadline, or polls the callers' flags every
-//! [`CANCEL_POLL`] while one is registered, and otherwise waits to be woken.
+//! [`CANCEL_POLL`] while one is registered, and keeps that tick for [`LINGER`] after the last
+//! launch left, then waits to be woken. A launch registering while the watcher will wake soon
+//! enough anyway (the common case of back-to-back calls) does not wake it: a wake-up is a
+//! context switch per launch.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -10,6 +13,9 @@ use std::time::{Duration, Instant};
 
 /// How often the watcher looks at the callers' cancel flags.
 pub(super) const CANCEL_POLL: Duration = Duration::from_millis(10);
+
+/// How long the watcher keeps ticking after the last launch it watched ended.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// What `why` is set to when the watcher stops a launch.
 pub(super) const TIMED_OUT: i32 = 1;
@@ -34,6 +40,10 @@ unsafe impl Send for Watched {}
 struct Registry {
     next_id: u64,
     watched: Vec<Watched>,
+    /// When the watcher's current sleep ends (`None`: it sleeps until woken).
+    wakes_at: Option<Instant>,
+    /// When the last watched launch ended.
+    last_left: Option<Instant>,
 }
 
 struct Watcher {
@@ -85,6 +95,12 @@ impl Watcher {
                 why.store(stop, Ordering::SeqCst);
                 cancel.store(1, Ordering::SeqCst);
             }
+            // With no launch left, keep the poll's tick a while, so the next launch of a run of
+            // calls finds the watcher awake soon enough and needs no wake-up.
+            if registry.watched.is_empty() && registry.last_left.is_some_and(|t| now.duration_since(t) < LINGER) {
+                wait = Some(CANCEL_POLL);
+            }
+            registry.wakes_at = wait.map(|w| now + w);
             registry = match wait {
                 Some(wait) => self.wake.wait_timeout(registry, wait).unwrap_or_else(|e| e.into_inner()).0,
                 None => self.wake.wait(registry).unwrap_or_else(|e| e.into_inner()),
@@ -112,15 +128,26 @@ pub(super) fn watch(
     let mut registry = w.registry.lock().unwrap_or_else(|e| e.into_inner());
     registry.next_id += 1;
     let id = registry.next_id;
+    let now = Instant::now();
+    let deadline = timeout.map(|t| now + t);
+    // The latest the watcher may first look at this launch: its deadline, or a poll from now.
+    let first_look = match (deadline, caller.is_some()) {
+        (Some(d), true) => d.min(now + CANCEL_POLL),
+        (Some(d), false) => d,
+        (None, _) => now + CANCEL_POLL,
+    };
     registry.watched.push(Watched {
         id,
-        deadline: timeout.map(|t| Instant::now() + t),
+        deadline,
         caller: caller.map_or(std::ptr::null(), |c| c as *const AtomicBool),
         cancel,
         why,
     });
+    let wake = registry.wakes_at.is_none_or(|t| t > first_look);
     drop(registry);
-    w.wake.notify_one();
+    if wake {
+        w.wake.notify_one();
+    }
     Ok(Watch { id, watcher: w })
 }
 
@@ -128,6 +155,7 @@ impl Drop for Watch {
     fn drop(&mut self) {
         let mut registry = self.watcher.registry.lock().unwrap_or_else(|e| e.into_inner());
         registry.watched.retain(|w| w.id != self.id);
+        registry.last_left = Some(Instant::now());
     }
 }
 
