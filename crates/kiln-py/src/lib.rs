@@ -12,6 +12,7 @@ mod errors;
 mod handoff;
 mod kernel;
 mod lent;
+mod library;
 mod mlx_cuda;
 mod ops;
 mod torch_call;
@@ -49,7 +50,7 @@ fn devices() -> Vec<(String, String)> {
 #[pymodule]
 fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<kernel::Kernel>()?;
-    m.add_class::<kernel::Library>()?;
+    m.add_class::<library::Library>()?;
     m.add_class::<mlx_cuda::PyCudaKernel>()?;
     m.add_function(wrap_pyfunction!(mlx_cuda::mlx_cuda_kernel_source, m)?)?;
     m.add_function(wrap_pyfunction!(mlx_cuda::mlx_metal_verbose_text, m)?)?;
