@@ -233,6 +233,27 @@ def test_bad_arguments_are_kiln_errors_naming_the_kernel_and_the_argument(overri
         _call(**override)
 
 
+@pytest.mark.parametrize("override", [
+    dict(inputs=(np.arange(4, dtype=np.float32),)),
+    dict(inputs=(x for x in [np.arange(4, dtype=np.float32)])),
+    dict(inputs=[[0.0, 1.0, 2.0, 3.0]]),
+    dict(inputs=[np.arange(4, dtype=">f4")]),
+    dict(inputs=[np.arange(8, dtype=np.float32)[::2] / 2]),
+    dict(grid=np.array([4, 1, 1]), threadgroup=[4, 1, 1]),
+    dict(output_shapes=[np.array([4])], output_dtypes=["float32"]),
+    dict(output_shapes=((np.int32(4),),), output_dtypes=[np.dtype("float32")]),
+    dict(template=[("N", np.int32(3)), ("B", np.bool_(True))], init_value=np.float32(0.5)),
+    dict(timeout=np.float64(30.0), device="cpu", verbose=np.bool_(False)),
+])
+def test_arguments_of_other_python_types_are_taken_as_their_values(override):
+    # Iterables and NumPy scalars stand for lists and ints, other byte orders and strided views
+    # are read through copies: the call checks and reads each argument once, in the extension.
+    want = 2 * (np.arange(4, dtype=np.float32) if "inputs" in override else np.ones(4, np.float32))
+    (out,) = _call(**override)
+    assert isinstance(out, np.ndarray) and out.dtype == np.float32
+    np.testing.assert_array_equal(out, want)
+
+
 def test_names_must_be_identifiers():
     with pytest.raises(kiln.InvalidArgumentError, match=r"input name .*not an identifier"):
         kiln.metal_kernel("inject", ["inp) { } void f(int x"], ["out"], "out[0] = 1;")
