@@ -10,7 +10,6 @@ import sys
 
 import numpy as np
 
-from . import _kiln
 from ._dtypes import numpy_dtype
 from .errors import InvalidArgumentError, UnsupportedDTypeError
 
@@ -25,13 +24,6 @@ def native(a: np.ndarray) -> np.ndarray:
     if a.dtype.isnative and a.flags.aligned:
         return a
     return np.array(a, dtype=a.dtype.newbyteorder("="), order="K")
-
-
-def lend(x):
-    """A NumPy array or PyTorch tensor as the extension's ``LentArray``: the array kiln views in
-    place (read by the extension; one of another byte order or with misaligned elements through
-    a native copy)."""
-    return _kiln.lend(x)
 
 
 def torch_module():

@@ -15,7 +15,6 @@ from ._arrays import (
     as_numpy,
     host_output,
     is_cuda_object,
-    lend,
     torch_module,
     torch_outputs,
 )
@@ -415,7 +414,7 @@ class _Dispatch:
                 if on_torch_cuda:
                     t = torch_outputs([b.shape], [b.dtype], self.inputs.device, b.init_value)[0]
                     fresh.append(t)
-                    slots.append(lend(t))
+                    slots.append(_kiln.lend(t))
                 else:
                     slots.append(("output", b.shape, b.dtype, b.init_value))
             elif isinstance(b, (bytes, bytearray)):

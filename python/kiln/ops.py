@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from . import _kiln
 from ._abstract import empty_outputs, is_describing
-from ._arrays import NUMPY, TORCH, as_numpy, host_output, lend, torch_module, torch_outputs
+from ._arrays import NUMPY, TORCH, as_numpy, host_output, torch_module, torch_outputs
 from ._kernel import _DeviceGuard, _stream_handle
 from . import _validate as check_arg
 from ._validate import named
@@ -37,11 +37,11 @@ __all__ = [
 def _desc(x):
     torch = torch_module()
     if torch is not None and isinstance(x, torch.Tensor):
-        return lend(x), (TORCH, x)
+        return _kiln.lend(x), (TORCH, x)
     a = as_numpy(x)
     if a.dtype == object:
         raise UnsupportedDTypeError(f"[kiln] {type(x).__name__} is not an array kiln can read")
-    return lend(a), (NUMPY, None)
+    return _kiln.lend(a), (NUMPY, None)
 
 
 def _descs(op, arrays):
@@ -56,6 +56,16 @@ def _descs(op, arrays):
     return tuple(d for d, _ in out), tuple(kind for _, kind in out)
 
 
+def _planner(op, params):
+    """The plan of registry op ``op`` with scalar ``params``, as a function of its arrays."""
+    numbers = [float(p) for p in params]
+
+    def make(*arrays):
+        return _kiln.plan_op(op, list(arrays), numbers)
+
+    return make
+
+
 def _plan(op, arrays, *params, like_x=1, views=False, make=None):
     """Runs op ``op`` (its name in the registry, ``kiln._kiln.plan_op``; ``make`` another plan of
     the arrays) on ``arrays`` with scalar ``params``: on a CUDA tensor's stream into PyTorch
@@ -64,9 +74,7 @@ def _plan(op, arrays, *params, like_x=1, views=False, make=None):
     (``views``) take strided CUDA tensors as they are; the others get them made contiguous by
     PyTorch, on its current stream (a kernel's own copy would run on kiln's stream, unordered with
     the caller's)."""
-    if make is None:
-        def make(*lent):
-            return _kiln.plan_op(op, list(lent), [float(p) for p in params])
+    make = make or _planner(op, params)
     if is_describing():
         if like_x is None:
             raise InvalidArgumentError("[kiln.ops] this op cannot describe its outputs; give the custom op a fake=")
@@ -99,7 +107,7 @@ def _run_on_device(plan, lead):
     ``lead``'s device, on PyTorch's current stream there."""
     ordinal = lead.get_device()
     outs = [torch_outputs([tuple(s)], [d], lead.device, init)[0] for s, d, init in plan.outputs()]
-    plan.run((_stream_handle(None, ordinal), ordinal), [lend(o) for o in outs])
+    plan.run((_stream_handle(None, ordinal), ordinal), [_kiln.lend(o) for o in outs])
     return outs
 
 
@@ -121,7 +129,7 @@ def _run(op, arrays, *params):
         raise InvalidArgumentError("[kiln.ops] ops of several launches run on host arrays only; give the custom op a fake=")
     descs, kinds = _descs(op, arrays)
     lead = kinds[0][0]
-    plan = _kiln.plan_op(op, list(descs), [float(p) for p in params])
+    plan = _planner(op, params)(*descs)
     return [host_output(h, lead) for h in plan.run(None, None)]
 
 

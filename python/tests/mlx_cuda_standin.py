@@ -18,7 +18,7 @@ import numpy as np
 import kiln
 from kiln import _kiln
 from kiln import _validate as check_arg
-from kiln._arrays import as_numpy, host_output, lend
+from kiln._arrays import as_numpy, host_output
 from kiln._dtypes import dtype_name
 
 ARCH = (9, 0)
@@ -96,7 +96,7 @@ class StandIn:
                                    template=template, init_value=init_value, verbose=verbose, stream=stream))
             if cuda is None:
                 return [mx.zeros(tuple(s), dtype=d) for s, d in zip(output_shapes, output_dtypes)]
-            descs = [x if isinstance(x, (bool, int, float)) else lend(to_numpy(x)) for x in inputs]
+            descs = [x if isinstance(x, (bool, int, float)) else _kiln.lend(to_numpy(x)) for x in inputs]
             outs = cuda._launch(descs, [tuple(s) for s in output_shapes], [dtype_name(d) for d in output_dtypes],
                                 tuple(grid), tuple(threadgroup), kiln_template(template), init_value, self.device)
             return [to_mlx(host_output(o.to_host(), "numpy")) for o in outs]

@@ -8,12 +8,13 @@
 use std::time::Duration;
 
 use kiln::{DType, Device, KernelInput, LaunchSpec};
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple};
 
+use crate::convert;
 use crate::errors::to_py;
 use crate::lent;
 use crate::torch_call;
@@ -30,17 +31,31 @@ pub enum Lead {
 /// A call's inputs, read.
 pub struct Inputs<'py> {
     pub values: Vec<KernelInput>,
-    pub lead: Lead,
+    /// The lead array's framework, once an input of more than 0 dimensions set it.
+    lead: Option<Lead>,
     /// The lead tensor (for its `device`), when the lead is a PyTorch tensor.
     pub lead_tensor: Option<Bound<'py, PyAny>>,
 }
 
-impl Inputs<'_> {
+impl<'py> Inputs<'py> {
     /// The CUDA device of the lead tensor, if the call's inputs live on one.
     pub fn cuda_ordinal(&self) -> Option<usize> {
-        match self.lead {
+        match self.lead() {
             Lead::Torch(o) => usize::try_from(o).ok(),
             Lead::NumPy => None,
+        }
+    }
+
+    /// The framework the outputs come back in (NumPy for a call of scalars only).
+    pub fn lead(&self) -> Lead {
+        self.lead.unwrap_or(Lead::NumPy)
+    }
+
+    /// Makes `array` (of framework `lead`, the tensor `tensor`) the lead unless one came before.
+    fn offer_lead(&mut self, array: &kiln::Array, lead: Lead, tensor: Option<&Bound<'py, PyAny>>) {
+        if self.lead.is_none() && array.ndim() > 0 {
+            self.lead = Some(lead);
+            self.lead_tensor = tensor.cloned();
         }
     }
 }
@@ -151,18 +166,17 @@ fn is_bool(value: &Bound<'_, PyAny>) -> PyResult<bool> {
 /// `value` as an integer when it is one (`operator.index`, not a bool), else `None`; an integer
 /// past `i128` is `i128::MAX`.
 fn integer(value: &Bound<'_, PyAny>) -> PyResult<Option<i128>> {
-    if is_bool(value)? {
-        return Ok(None);
-    }
-    if value.is_instance_of::<PyInt>() {
-        // An integer past i128 is past every range an argument allows.
+    // An integer past i128 is past every range an argument allows.
+    if value.is_exact_instance_of::<PyInt>() {
         return Ok(Some(value.extract::<i128>().unwrap_or(i128::MAX)));
     }
-    if value.is_instance_of::<PyFloat>() || value.is_instance_of::<PyString>() {
+    if is_bool(value)? || value.is_instance_of::<PyFloat>() || value.is_instance_of::<PyString>() {
         return Ok(None);
     }
-    match value.py().import(intern!(value.py(), "operator"))?.getattr(intern!(value.py(), "index"))?.call1((value,)) {
-        Ok(i) => Ok(Some(i.extract::<i128>().unwrap_or(i128::MAX))),
+    // Other integers (NumPy's, subclasses of int) through `__index__`.
+    match value.extract::<i128>() {
+        Ok(i) => Ok(Some(i)),
+        Err(e) if e.is_instance_of::<PyOverflowError>(value.py()) => Ok(Some(i128::MAX)),
         Err(_) => Ok(None),
     }
 }
@@ -381,6 +395,7 @@ pub fn read_inputs<'py>(
     ensure_row_contiguous: bool,
 ) -> PyResult<(Vec<Py<PyAny>>, &'static str, i64, Option<Bound<'py, PyAny>>)> {
     let read = inputs(op, &names, ensure_row_contiguous, arrays)?;
+    let lead = read.lead();
     let mut values = Vec::with_capacity(read.values.len());
     for v in read.values {
         values.push(match v {
@@ -390,7 +405,7 @@ pub fn read_inputs<'py>(
             KernelInput::Float(f) => f.into_pyobject(py)?.into_any().unbind(),
         });
     }
-    let (framework, ordinal) = match read.lead {
+    let (framework, ordinal) = match lead {
         Lead::NumPy => ("numpy", -1),
         Lead::Torch(o) => ("torch", o),
     };
@@ -408,10 +423,9 @@ fn inputs<'py>(
     if refused || value.try_iter().is_err() {
         return Err(invalid(op, format!("inputs must be a list, got {}", repr(value))));
     }
-    let mut out = Inputs { values: Vec::new(), lead: Lead::NumPy, lead_tensor: None };
-    let mut has_lead = false;
+    let mut out = Inputs { values: Vec::new(), lead: None, lead_tensor: None };
     for (k, x) in sequence(op, "inputs", value)?.iter().enumerate() {
-        let read = input(x, ensure_row_contiguous, &mut out, &mut has_lead);
+        let read = input(x, ensure_row_contiguous, &mut out);
         let input = read.map_err(|e| {
             let what = match names.get(k) {
                 Some(n) => format!("inputs[{k}] ({n})"),
@@ -424,54 +438,32 @@ fn inputs<'py>(
     Ok(out)
 }
 
-fn scalar_int(x: &Bound<'_, PyAny>) -> PyResult<KernelInput> {
-    match x.extract::<i64>() {
-        Ok(v) => Ok(KernelInput::Int(v)),
-        Err(_) => Err(to_py(kiln::Error::invalid("kiln", format!("the scalar = {x} does not fit int64")))),
-    }
-}
-
 /// One input: Python scalars by MLX's rules, arrays of every framework read in place.
-fn input<'py>(
-    x: &Bound<'py, PyAny>,
-    ensure_row_contiguous: bool,
-    out: &mut Inputs<'py>,
-    has_lead: &mut bool,
-) -> PyResult<KernelInput> {
+fn input<'py>(x: &Bound<'py, PyAny>, ensure_row_contiguous: bool, out: &mut Inputs<'py>) -> PyResult<KernelInput> {
     let py = x.py();
-    if x.is_exact_instance_of::<PyBool>() {
-        return Ok(KernelInput::Bool(x.is_truthy()?));
-    }
-    if x.is_exact_instance_of::<PyInt>() {
-        return scalar_int(x);
-    }
-    if x.is_exact_instance_of::<PyFloat>() {
-        return Ok(KernelInput::Float(x.extract()?));
+    // Python's own scalars first: NumPy's float64 is also a float, and keeps its dtype below.
+    let python_scalar =
+        x.is_exact_instance_of::<PyBool>() || x.is_exact_instance_of::<PyInt>() || x.is_exact_instance_of::<PyFloat>();
+    if let Some(scalar) = python_scalar.then(|| convert::scalar(x)).flatten() {
+        return scalar;
     }
     let array = if lent::is_numpy_array(x)? {
         lent::read(x)?
     } else if let Some(t) = tensor(x)? {
-        return tensor_input(&t, ensure_row_contiguous, out, has_lead);
+        return tensor_input(&t, ensure_row_contiguous, out);
     } else if lent::is_numpy_scalar(x)? {
         // NumPy scalars keep their dtype (np.float64 is also a Python float).
         lent::read(&py.import(intern!(py, "numpy"))?.getattr(intern!(py, "asarray"))?.call1((x,))?)?
-    } else if x.is_instance_of::<PyBool>() {
-        return Ok(KernelInput::Bool(x.is_truthy()?));
-    } else if x.is_instance_of::<PyInt>() {
-        return scalar_int(x);
-    } else if x.is_instance_of::<PyFloat>() {
-        return Ok(KernelInput::Float(x.extract()?));
+    } else if let Some(scalar) = convert::scalar(x) {
+        return scalar;
     } else {
         let a = as_array(x)?;
         if let Some(t) = tensor(&a)? {
-            return tensor_input(&t, ensure_row_contiguous, out, has_lead);
+            return tensor_input(&t, ensure_row_contiguous, out);
         }
         lent::read(&a)?
     };
-    if !*has_lead && array.ndim() > 0 {
-        *has_lead = true;
-        out.lead = Lead::NumPy;
-    }
+    out.offer_lead(&array, Lead::NumPy, None);
     Ok(KernelInput::Array(array))
 }
 
@@ -490,7 +482,6 @@ fn tensor_input<'py>(
     t: &Bound<'py, PyAny>,
     ensure_row_contiguous: bool,
     out: &mut Inputs<'py>,
-    has_lead: &mut bool,
 ) -> PyResult<KernelInput> {
     let py = t.py();
     let ordinal: i64 = t.call_method0(intern!(py, "get_device"))?.extract()?;
@@ -509,10 +500,6 @@ fn tensor_input<'py>(
         return Err(PyTypeError::new_err("[kiln] PyTorch is not imported"));
     };
     let (array, _, _) = torch_call::read_tensor(&t, torch)?;
-    if !*has_lead && array.ndim() > 0 {
-        *has_lead = true;
-        out.lead = Lead::Torch(ordinal);
-        out.lead_tensor = Some(t);
-    }
+    out.offer_lead(&array, Lead::Torch(ordinal), Some(&t));
     Ok(KernelInput::Array(array))
 }

@@ -4,13 +4,13 @@
 use kiln::backend::cpu::{lent_host_array, LentHostMemory};
 use kiln::backend::cuda::{lent_cuda_array, LentCudaMemory};
 use kiln::backend::ExternalStream;
-use kiln::{Array, DType};
+use kiln::{Array, DType, KernelInput};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyBool, PyFloat, PyInt, PyTuple};
 use smallvec::SmallVec;
 
-use crate::errors::IntoPy;
+use crate::errors::{to_py, IntoPy};
 
 /// The dtype named `name` (kiln's names, which are NumPy's and MLX's).
 pub fn dtype(name: &str) -> PyResult<DType> {
@@ -88,6 +88,22 @@ where
         out.push(v.extract().map_err(Into::into)?);
     }
     Ok(out)
+}
+
+/// A Python bool, int or float (subclasses too) as a kernel input by MLX's rules; `None` for any
+/// other object. An int outside int64 is an error.
+pub fn scalar(item: &Bound<'_, PyAny>) -> Option<PyResult<KernelInput>> {
+    if let Ok(b) = item.cast::<PyBool>() {
+        return Some(Ok(KernelInput::Bool(b.is_true())));
+    }
+    if item.is_instance_of::<PyInt>() {
+        let too_large = || to_py(kiln::Error::invalid("kiln", format!("the scalar = {item} does not fit int64")));
+        return Some(item.extract::<i64>().map(KernelInput::Int).map_err(|_| too_large()));
+    }
+    if item.is_instance_of::<PyFloat>() {
+        return Some(item.extract().map(KernelInput::Float));
+    }
+    None
 }
 
 /// `(handle, ordinal)` from Python as a stream of that device.

@@ -14,7 +14,7 @@ use kiln::{Array, Device, KernelInput, LaunchSpec, MathMode, MetalKernel};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString};
+use pyo3::types::{PyBool, PyBytes, PyInt, PyList, PyString};
 
 use crate::arrays;
 use crate::call_args::{self, Call, Keywords};
@@ -462,6 +462,7 @@ impl Kernel {
             }
             return self.call_on_tensor_device(py, &inputs, spec, ordinal);
         }
+        let lead = inputs.lead();
         let mut values = inputs.values;
         if let Some(d) = device {
             move_inputs(&mut values, d, py)?;
@@ -474,7 +475,7 @@ impl Kernel {
         spec.cancel = cancel.clone();
         let kernel = &self.kernel;
         let outputs = run_interruptible(py, op, on_cpu, cancel.as_ref(), || kernel.call(&values, &spec))?;
-        host_outputs(py, outputs, inputs.lead)
+        host_outputs(py, outputs, lead)
     }
 
     /// A call of PyTorch CUDA tensors of device `ordinal` (under a device guard where another
@@ -492,29 +493,20 @@ impl Kernel {
             return Err(invalid(op, "CUDA tensor inputs need PyTorch"));
         };
         let device = lead.getattr(pyo3::intern!(py, "device"))?;
-        let outs = PyList::empty(py);
+        let mut outs = Vec::new();
         // On a count mismatch kiln reports it, in MLX's words.
         if spec.output_shapes.len() == spec.output_dtypes.len() {
-            let mut lent = Vec::with_capacity(spec.output_shapes.len());
-            for (shape, &dtype) in spec.output_shapes.iter().zip(&spec.output_dtypes) {
-                let kwargs = PyDict::new(py);
-                let Some(dtype_object) = torch.dtype_object(py, dtype) else {
-                    return Err(invalid(op, format!("PyTorch has no dtype {dtype}")));
-                };
-                kwargs.set_item("dtype", dtype_object)?;
-                kwargs.set_item("device", &device)?;
-                let strides = kiln::array::row_major_strides(shape);
-                let out = torch.allocate(shape, &strides, spec.init_value, &kwargs)?;
-                lent.push(Some(crate::torch_call::output_array(&out, shape, &strides, dtype, ordinal)?));
-                outs.append(out)?;
-            }
-            spec.outputs_into = Some(lent);
+            let wanted = spec.output_shapes.iter().zip(&spec.output_dtypes);
+            let (tensors, lent) =
+                torch.outputs(op, &device, ordinal, wanted.map(|(s, &d)| (s.as_slice(), d, spec.init_value)))?;
+            outs = tensors;
+            spec.outputs_into = Some(lent.into_iter().map(Some).collect());
         }
         spec.stream = external_stream(Some((torch.current_stream(py, ordinal)?, ordinal)));
         spec.device = Some(Device::Cuda(ordinal));
         let (kernel, values) = (&self.kernel, &inputs.values);
         torch.on_device(py, ordinal, || detached(py, op, || kernel.call(values, &spec)).map(drop))?;
-        Ok(outs.into_any())
+        Ok(PyList::new(py, outs)?.into_any())
     }
 }
 

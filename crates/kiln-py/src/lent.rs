@@ -14,7 +14,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString, PyTuple, PyType, PyWeakrefReference};
+use pyo3::types::{PyDict, PyString, PyTuple, PyType, PyWeakrefReference};
 
 use crate::convert;
 use crate::torch_call;
@@ -119,18 +119,10 @@ pub fn read(obj: &Bound<'_, PyAny>) -> PyResult<Array> {
 /// A kernel input of the extension's lower-level calls (`_launch`, whose arguments the caller
 /// checked): a Python bool, int or float (MLX's scalar rules) or an array ([`read`]).
 pub fn kernel_input(item: &Bound<'_, PyAny>) -> PyResult<KernelInput> {
-    if let Ok(b) = item.cast::<PyBool>() {
-        return Ok(KernelInput::Bool(b.is_true()));
+    match convert::scalar(item) {
+        Some(scalar) => scalar,
+        None => Ok(KernelInput::Array(read(item)?)),
     }
-    if item.is_instance_of::<PyInt>() {
-        let v: i64 =
-            item.extract().map_err(|_| PyValueError::new_err(format!("integer input {item} does not fit int64")))?;
-        return Ok(KernelInput::Int(v));
-    }
-    if item.is_instance_of::<PyFloat>() {
-        return Ok(KernelInput::Float(item.extract()?));
-    }
-    Ok(KernelInput::Array(read(item)?))
 }
 
 /// Whether `x` is a NumPy array.

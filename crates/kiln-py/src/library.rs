@@ -67,10 +67,7 @@ impl Library {
     ) -> PyResult<Vec<Py<PyAny>>> {
         let op = format!("metal_library {}:{function}", self.library.name());
         let explicit = parse_device(&op, device)?;
-        let mut args = Vec::with_capacity(buffers.len());
-        for item in buffers.iter() {
-            args.push(library_arg(&item)?);
-        }
+        let mut args = library_args(buffers)?;
         let device = explicit
             .or_else(|| {
                 args.iter().find_map(|a| match a {
@@ -133,10 +130,7 @@ impl Library {
         threadgroup_memory: Vec<usize>,
         constants: &Bound<'_, PyList>,
     ) -> PyResult<String> {
-        let mut args = Vec::with_capacity(buffers.len());
-        for item in buffers.iter() {
-            args.push(library_arg(&item)?);
-        }
+        let args = library_args(buffers)?;
         let launch = library_launch(function, dispatch, size, threadgroup, threadgroup_memory, constants)?;
         let library = &self.library;
         let op = format!("metal_library {}:{function}", library.name());
@@ -180,6 +174,11 @@ fn library_launch(
         launch.constants.push((key, value));
     }
     Ok(launch)
+}
+
+/// The arguments of a dispatch, slot by slot (`library_arg`).
+fn library_args(buffers: &Bound<'_, PyList>) -> PyResult<Vec<LibraryArg>> {
+    buffers.iter().map(|item| library_arg(&item)).collect()
 }
 
 fn library_arg(item: &Bound<'_, PyAny>) -> PyResult<LibraryArg> {

@@ -7,11 +7,10 @@
 //! tensors, read here; on CUDA tensors `OpPlan::run_torch` allocates the outputs with PyTorch
 //! and runs the calls in one step.
 
-use kiln::array::row_major_strides;
 use kiln::ops;
 use kiln::Array;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::PyList;
 
 use crate::arrays;
 use crate::convert::external_stream;
@@ -82,20 +81,9 @@ impl OpPlan {
         }
         let specs = self.plan.output_specs().map_err(to_py)?;
         let device = lead.getattr(pyo3::intern!(py, "device"))?;
-        let mut outputs = Vec::with_capacity(specs.len());
-        let mut arrays = Vec::with_capacity(specs.len());
-        for spec in &specs {
-            let Some(dtype) = torch.dtype_object(py, spec.dtype) else {
-                return Err(to_py(kiln::Error::dtype("kiln.ops", spec.dtype, "PyTorch has no such dtype")));
-            };
-            let kwargs = PyDict::new(py);
-            kwargs.set_item(pyo3::intern!(py, "dtype"), dtype)?;
-            kwargs.set_item(pyo3::intern!(py, "device"), &device)?;
-            let strides = row_major_strides(&spec.shape);
-            let out = torch.allocate(&spec.shape, &strides, spec.init_value, &kwargs)?;
-            arrays.push(torch_call::output_array(&out, &spec.shape, &strides, spec.dtype, ordinal)?);
-            outputs.push(out.unbind());
-        }
+        let wanted = specs.iter().map(|s| (s.shape.as_slice(), s.dtype, s.init_value));
+        let (outputs, arrays) = torch.outputs("kiln.ops", &device, ordinal, wanted)?;
+        let outputs = outputs.into_iter().map(Bound::unbind).collect();
         let mut plan = self.plan.clone();
         if let Some(stream) = external_stream(Some((torch.current_stream(py, ordinal)?, ordinal))) {
             plan = plan.on_stream(stream);

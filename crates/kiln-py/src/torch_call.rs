@@ -7,7 +7,7 @@
 //! `torch.empty_strided` with cached arguments, and the kernel is queued on PyTorch's current
 //! stream. Anything else (NumPy, CPU tensors, tensor subclasses, a stream or
 //! device argument, non-contiguous inputs to be copied, a device whose context is not the
-//! thread's current one) is left to the general path in Python, which this must agree with.
+//! thread's current one) is left to the checked path (`call_args.rs`), which this must agree with.
 //! Every PyTorch tensor kiln reads, on any path, is read by `read_tensor`.
 
 use std::sync::{Arc, Mutex};
@@ -119,6 +119,33 @@ impl Torch {
         let none = py.None();
         guard.call_method1(intern!(py, "__exit__"), (&none, &none, &none))?;
         result
+    }
+
+    /// Fresh row-contiguous tensors on `device` (the `torch.device` of CUDA device `ordinal`),
+    /// one per output `(shape, dtype, fill)`, allocated on PyTorch's current stream, and kiln's
+    /// arrays over them; a dtype PyTorch lacks is an error naming `op`.
+    pub(crate) fn outputs<'py, 's>(
+        &self,
+        op: &str,
+        device: &Bound<'py, PyAny>,
+        ordinal: usize,
+        outputs: impl IntoIterator<Item = (&'s [usize], DType, Option<f64>)>,
+    ) -> PyResult<(Vec<Bound<'py, PyAny>>, Vec<Array>)> {
+        let py = device.py();
+        let (mut tensors, mut arrays) = (Vec::new(), Vec::new());
+        for (shape, dtype, fill) in outputs {
+            let Some(dtype_object) = self.dtype_object(py, dtype) else {
+                return Err(crate::errors::to_py(kiln::Error::dtype(op, dtype, "PyTorch has no such dtype")));
+            };
+            let kwargs = PyDict::new(py);
+            kwargs.set_item(intern!(py, "dtype"), dtype_object)?;
+            kwargs.set_item(intern!(py, "device"), device)?;
+            let strides = row_major_strides(shape);
+            let out = self.allocate(shape, &strides, fill, &kwargs)?;
+            arrays.push(output_array(&out, shape, &strides, dtype, ordinal)?);
+            tensors.push(out);
+        }
+        Ok((tensors, arrays))
     }
 
     /// `torch.empty_strided(shape, strides, dtype=, device=)` (`strides` row-major), or
@@ -290,17 +317,6 @@ fn tensor_input(
     Some((array, contiguous))
 }
 
-/// A Python bool, int (that fits int64) or float as a kernel input (MLX's scalar rules).
-fn scalar(item: &Bound<'_, PyAny>) -> Option<KernelInput> {
-    if let Ok(b) = item.cast::<PyBool>() {
-        return Some(KernelInput::Bool(b.is_true()));
-    }
-    if item.is_instance_of::<PyInt>() {
-        return item.extract().ok().map(KernelInput::Int);
-    }
-    item.extract().ok().map(KernelInput::Float)
-}
-
 /// The keywords of a kernel call that describe the launch (MLX's names; `None` where not given).
 pub struct LaunchKeywords<'a, 'py> {
     pub inputs: &'a Bound<'py, PyAny>,
@@ -347,7 +363,7 @@ impl LaunchCache {
                 || item.is_exact_instance_of::<PyBool>()
             {
                 // A scalar kiln cannot pass is the general path's to report, naming the input.
-                let Some(scalar) = scalar(&item) else { return Ok(None) };
+                let Some(Ok(scalar)) = convert::scalar(&item) else { return Ok(None) };
                 scalar
             } else {
                 return Ok(None);
