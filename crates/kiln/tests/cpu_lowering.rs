@@ -128,7 +128,7 @@ fn run_row_sum(dtype: DType, function: &str, use_bias: bool) {
             timeout: None,
             cancel: None,
             stream: None,
-            resolved: None,
+            memo: None,
         })
         .unwrap();
     let xv = x.to_f64_vec().unwrap();
@@ -187,7 +187,7 @@ fn launch_one_output(prog: &MetalProgram) -> kiln::Result<Vec<kiln::Array>> {
         timeout: None,
         cancel: None,
         stream: None,
-        resolved: None,
+        memo: None,
     })
 }
 

@@ -21,6 +21,7 @@ use crate::array::{Array, Shape};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::source::parse::ParseSlot;
 
 /// The program description lives in the bottom layer (`program`); the backend seam speaks of it,
 /// so its users find it here too.
@@ -89,9 +90,38 @@ pub struct Launch<'a> {
     pub cancel: Option<Arc<AtomicBool>>,
     /// The caller's CUDA stream to queue the kernel on, instead of the backend's own.
     pub stream: Option<ExternalStream>,
-    /// Where a backend may keep what it resolved for `program`, so that launching the same
-    /// program again skips the lookup by content; `None` always looks it up.
-    pub resolved: Option<&'a ResolvedSlot>,
+    /// What the program's owner keeps beside it: its parse, which a backend lowers from, and
+    /// where a backend keeps what it resolved for it, so that launching the same program again
+    /// skips the lookup by content. `None`: the program is parsed and looked up afresh.
+    pub memo: Option<&'a ProgramMemo>,
+}
+
+/// What the owner of a program (a kernel's memo of one signature, a library's of one function)
+/// keeps beside it and hands to the backend with each launch: the program's one parse, read by
+/// its launch contract and by every backend's lowering, and what a backend resolved (compiled
+/// and loaded) for it.
+#[derive(Debug, Default)]
+pub struct ProgramMemo {
+    parse: Arc<ParseSlot>,
+    resolved: ResolvedSlot,
+}
+
+impl ProgramMemo {
+    /// A memo whose program is parsed into `parse`, shared with other programs of the same
+    /// text (a library's functions).
+    pub(crate) fn sharing_parse(parse: &Arc<ParseSlot>) -> ProgramMemo {
+        ProgramMemo { parse: parse.clone(), resolved: ResolvedSlot::default() }
+    }
+
+    /// The program's parse.
+    pub(crate) fn parse(&self) -> &ParseSlot {
+        &self.parse
+    }
+
+    /// Where a backend keeps what it resolved for the program.
+    pub fn resolved(&self) -> &ResolvedSlot {
+        &self.resolved
+    }
 }
 
 /// What one backend resolved (compiled and loaded) for one program, kept beside the program by
@@ -163,8 +193,9 @@ pub trait Backend: Send + Sync {
     /// Compiles (cached) and runs one dispatch; returns the outputs in binding order.
     fn launch(&self, launch: &Launch<'_>) -> Result<Vec<Array>>;
     /// Compiles (cached) and loads `program` without running it, so its first launch does not
-    /// compile; what was loaded is kept in `resolved` where given.
-    fn prepare(&self, program: &MetalProgram, resolved: Option<&ResolvedSlot>) -> Result<()>;
+    /// compile; it is lowered from the parse in `memo`, and what was loaded is kept there, where
+    /// given.
+    fn prepare(&self, program: &MetalProgram, memo: Option<&ProgramMemo>) -> Result<()>;
     /// The tensor map (the [`TENSOR_MAP_BYTES`]-byte descriptor a tensor memory accelerator
     /// copies tiles with) of a row-contiguous 16-bit array of this device viewed as a 3-D tensor
     /// of `dims` (innermost first), copied in boxes of `tile` elements with the 128-byte
@@ -330,7 +361,7 @@ mod tests {
             timeout: None,
             cancel: None,
             stream: None,
-            resolved: None,
+            memo: None,
         };
         let cpu = backend_for(Device::Cpu).unwrap();
         for err in [

@@ -12,7 +12,7 @@ use super::launch::{KernelInput, LaunchSpec};
 use super::marshal::{Convention, Marshal};
 use super::signature_memo::SignatureMemo;
 use crate::array::Array;
-use crate::backend::{self, Dispatch, Launch, ResolvedSlot};
+use crate::backend::{self, Dispatch, Launch, ProgramMemo};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -43,7 +43,7 @@ pub struct CudaKernel {
 #[derive(Debug)]
 struct Generated {
     program: MetalProgram,
-    resolved: ResolvedSlot,
+    memo: ProgramMemo,
 }
 
 /// The CUDA element type MLX uses for a dtype.
@@ -275,7 +275,7 @@ impl CudaKernel {
         };
         let arrays: Vec<Array> = inputs.iter().map(KernelInput::to_array).collect();
         let generated = self.memo.get_or_make(&self.op(), &arrays, spec, || {
-            Ok(Generated { program: self.program(&arrays, spec)?, resolved: ResolvedSlot::default() })
+            Ok(Generated { program: self.program(&arrays, spec)?, memo: ProgramMemo::default() })
         })?;
         let backend = backend::backend_for(Device::Cuda(ordinal))?;
         let marshal = Marshal {
@@ -296,7 +296,7 @@ impl CudaKernel {
             timeout: spec.timeout,
             cancel: spec.cancel.clone(),
             stream: spec.stream,
-            resolved: Some(&generated.resolved),
+            memo: Some(&generated.memo),
         };
         backend.launch(&launch)
     }

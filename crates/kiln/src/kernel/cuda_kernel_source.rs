@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::program::{check_threadgroup, MathMode};
 use crate::source::lower::{self, LowerTarget};
 use crate::source::mangle::TemplateArg;
+use crate::source::parse::ParseSlot;
 use crate::source::scan::ShapeInfo;
 
 /// CUDA's limits on the block counts of a launch (x, y, z).
@@ -98,13 +99,14 @@ impl MetalKernel {
         let group = [0, 1, 2].map(|d| spec.threadgroup[d].min(spec.grid[d].max(1)));
         let sig_inputs = self.signature_inputs(inputs);
         let n_buffers = crate::source::metal_codegen::buffer_count(&sig_inputs, self.output_names.len());
-        if let Some(contract) = EntryContract::of(self.op(), &program)? {
+        let parse = ParseSlot::default();
+        if let Some(contract) = EntryContract::of(self.op(), &program, &parse)? {
             contract.check(self.op(), group, n_buffers, &[])?;
         }
         if let Some(reason) = launch_limit(spec.grid, group) {
             return Ok(CudaKernelPlan::Unsupported(reason));
         }
-        let module = lower::lower(&program, LowerTarget::Cuda)?;
+        let module = lower::lower_kept(&program, Some(&parse), LowerTarget::Cuda)?;
         let Some(entry) = module.entry(&program.function) else {
             return Err(Error::Compile {
                 backend: "cuda",

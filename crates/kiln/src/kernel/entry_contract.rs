@@ -18,7 +18,7 @@
 use super::function_constants;
 use crate::error::{Error, Result};
 use crate::program::{MetalProgram, MAX_THREADGROUP_MEMORY};
-use crate::source::parse::{first_declarator, parse_shared, split_args, AddressSpace, EntryParam, Outline, Scope};
+use crate::source::parse::{first_declarator, split_args, AddressSpace, EntryParam, Outline, ParseSlot, Scope};
 use crate::source::tokens::{tokenize, Kind, Token};
 
 /// Bytes of a kernel's own `threadgroup` declarations.
@@ -41,11 +41,12 @@ pub(crate) struct EntryContract {
 }
 
 impl EntryContract {
-    /// The contract of `program`'s entry, after checking its function constants (errors name
-    /// `op`). `None` when the program does not parse or has no such entry: compiling it fails
-    /// with the backend's own message.
-    pub fn of(op: &str, program: &MetalProgram) -> Result<Option<EntryContract>> {
-        let Ok(parsed) = parse_shared(program) else { return Ok(None) };
+    /// The contract of `program`'s entry, read from its parse (kept in `parse` for the
+    /// program's lowering), after checking its function constants (errors name `op`). `None`
+    /// when the program does not parse or has no such entry: compiling it fails with the
+    /// backend's own message.
+    pub(crate) fn of(op: &str, program: &MetalProgram, parse: &ParseSlot) -> Result<Option<EntryContract>> {
+        let Ok(parsed) = parse.parse(program) else { return Ok(None) };
         let Some(entry) = parsed.entry(&program.function) else { return Ok(None) };
         // The preprocessed program's outline: a macro reaches what it expands to where it is
         // used (ggml's file defines `K`, `NSG` and `FC_OP` for one kernel and #undefs them).
@@ -282,16 +283,19 @@ kernel void capped(device float* o [[buffer(0)]]) {
 
     #[test]
     fn static_threadgroup_bytes_follow_the_instantiation() {
-        let c = EntryContract::of("t", &program(FILE, "tiles_half_8", Vec::new())).unwrap().unwrap();
+        let c =
+            EntryContract::of("t", &program(FILE, "tiles_half_8", Vec::new()), &ParseSlot::default()).unwrap().unwrap();
         assert_eq!(c.static_threadgroup(), StaticThreadgroup { bytes: 2 * (8 * 65 + 2) + 16, complete: true });
-        let capped = EntryContract::of("t", &program(FILE, "capped", Vec::new())).unwrap().unwrap();
+        let capped =
+            EntryContract::of("t", &program(FILE, "capped", Vec::new()), &ParseSlot::default()).unwrap().unwrap();
         assert_eq!(capped.static_threadgroup(), StaticThreadgroup { bytes: 0, complete: false });
         assert_eq!(capped.max_total_threads, Some(64));
     }
 
     #[test]
     fn launches_are_checked_against_the_entry() {
-        let c = EntryContract::of("t", &program(FILE, "tiles_half_8", Vec::new())).unwrap().unwrap();
+        let c =
+            EntryContract::of("t", &program(FILE, "tiles_half_8", Vec::new()), &ParseSlot::default()).unwrap().unwrap();
         assert!(c.check("t", [32, 1, 1], 1, &[128]).is_ok());
         let missing_buffer = c.check("t", [32, 1, 1], 0, &[128]).unwrap_err().to_string();
         assert!(
@@ -304,7 +308,8 @@ kernel void capped(device float* o [[buffer(0)]]) {
         assert!(c.check("t", [32, 1, 1], 1, &[31_696]).is_ok());
         let over = c.check("t", [32, 1, 1], 1, &[31_697]).unwrap_err().to_string();
         assert!(over.contains("32768"), "{over}");
-        let capped = EntryContract::of("t", &program(FILE, "capped", Vec::new())).unwrap().unwrap();
+        let capped =
+            EntryContract::of("t", &program(FILE, "capped", Vec::new()), &ParseSlot::default()).unwrap().unwrap();
         assert!(capped.check("t", [64, 1, 1], 1, &[]).is_ok());
         assert!(capped.check("t", [8, 9, 1], 1, &[]).unwrap_err().to_string().contains("max_total_threads"));
     }
@@ -321,7 +326,7 @@ kernel void capped(device float* o [[buffer(0)]]) {
         let p = program(&src, "deep", Vec::new());
         assert!(lower(&p, LowerTarget::Cpu).is_err());
         assert!(lower(&p, LowerTarget::Cuda).is_ok());
-        let c = EntryContract::of("t", &p).unwrap().expect("the entry is parsed");
+        let c = EntryContract::of("t", &p, &ParseSlot::default()).unwrap().expect("the entry is parsed");
         let err = c.check("t", [32, 1, 1], 0, &[]).unwrap_err().to_string();
         assert!(err.contains("kernel deep") && err.contains("`o` [[buffer(0)]]"), "{err}");
         assert!(c.check("t", [32, 1, 1], 1, &[]).is_ok());
@@ -339,16 +344,23 @@ kernel void fc(device float* y [[buffer(0)]]) { y[0] = n2 * (has_alpha ? alpha :
 kernel void g(device float* y [[buffer(0)]]) { y[0] = other; }
 "#;
         let int = |k: ConstantKey, v: i64| (k, ConstantValue::Int(v));
-        assert!(EntryContract::of("t", &program(src, "fc", vec![int(ConstantKey::Index(1), 3)])).is_ok());
-        let err = EntryContract::of("t", &program(src, "fc", Vec::new())).unwrap_err().to_string();
+        assert!(EntryContract::of(
+            "t",
+            &program(src, "fc", vec![int(ConstantKey::Index(1), 3)]),
+            &ParseSlot::default()
+        )
+        .is_ok());
+        let err =
+            EntryContract::of("t", &program(src, "fc", Vec::new()), &ParseSlot::default()).unwrap_err().to_string();
         assert!(err.contains("`n`") && err.contains("fc"), "{err}");
         let by_name = vec![int(ConstantKey::Name("n".into()), 3_000_000_000)];
-        let err = EntryContract::of("t", &program(src, "fc", by_name)).unwrap_err().to_string();
+        let err = EntryContract::of("t", &program(src, "fc", by_name), &ParseSlot::default()).unwrap_err().to_string();
         assert!(err.contains("out of range"), "{err}");
         let float = vec![(ConstantKey::Name("n".into()), ConstantValue::Float(1.5))];
-        assert!(EntryContract::of("t", &program(src, "fc", float)).is_err());
+        assert!(EntryContract::of("t", &program(src, "fc", float), &ParseSlot::default()).is_err());
         // `other` is used only by g; `n` only by fc.
-        assert!(EntryContract::of("t", &program(src, "g", vec![int(ConstantKey::Index(3), 1)])).is_ok());
-        assert!(EntryContract::of("t", &program(src, "g", Vec::new())).is_err());
+        assert!(EntryContract::of("t", &program(src, "g", vec![int(ConstantKey::Index(3), 1)]), &ParseSlot::default())
+            .is_ok());
+        assert!(EntryContract::of("t", &program(src, "g", Vec::new()), &ParseSlot::default()).is_err());
     }
 }

@@ -14,7 +14,7 @@ use super::launch::{KernelInput, LaunchSpec};
 use super::marshal::{is_host_scalar, Convention, Marshal};
 use super::signature_memo::SignatureMemo;
 use crate::array::Array;
-use crate::backend::{self, Dispatch, Launch, ResolvedSlot};
+use crate::backend::{self, Dispatch, Launch, ProgramMemo};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -65,12 +65,12 @@ pub struct MetalKernel {
     pub(super) restrict_pointers: bool,
 }
 
-/// The generated source of one signature, the program compiled from it, the slot where the
-/// backend keeps what it resolved for that program, and what its launches must satisfy.
+/// The generated source of one signature, the program compiled from it, its memo (the
+/// program's parse and what backends resolved for it), and what its launches must satisfy.
 struct Generated {
     source: GeneratedSource,
     program: MetalProgram,
-    resolved: ResolvedSlot,
+    memo: ProgramMemo,
     contract: Option<EntryContract>,
 }
 
@@ -290,8 +290,9 @@ impl MetalKernel {
         self.memo.get_or_make(self.op(), arrays, spec, || {
             let generated = self.generate(arrays, spec)?;
             let program = self.program(&generated);
-            let contract = EntryContract::of(self.op(), &program)?;
-            Ok(Generated { source: generated, program, resolved: ResolvedSlot::default(), contract })
+            let memo = ProgramMemo::default();
+            let contract = EntryContract::of(self.op(), &program, memo.parse())?;
+            Ok(Generated { source: generated, program, memo, contract })
         })
     }
 
@@ -330,7 +331,7 @@ impl MetalKernel {
             timeout: spec.timeout,
             cancel: spec.cancel.clone(),
             stream: spec.stream,
-            resolved: Some(&memo.resolved),
+            memo: Some(&memo.memo),
         };
         if let Some(contract) = &memo.contract {
             contract.check(self.op(), launch.effective_threadgroup(), launch.bindings.len(), &[])?;
@@ -348,7 +349,7 @@ impl MetalKernel {
         let arrays: SmallVec<[Array; 4]> = inputs.iter().map(KernelInput::to_array).collect();
         let memo = self.generate_memoised(&arrays, spec)?;
         check_threadgroup(self.op(), spec.threadgroup)?;
-        backend::backend_for(device)?.prepare(&memo.program, Some(&memo.resolved))
+        backend::backend_for(device)?.prepare(&memo.program, Some(&memo.memo))
     }
 
     /// The launch device: the spec's, else the one every array input lives on (the CPU when
@@ -410,4 +411,33 @@ fn check_names(op: &str, input_names: &[&str], output_names: &[&str]) -> Result<
         seen.push(name);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MetalKernel;
+    use crate::array::Array;
+    use crate::device::Device;
+    use crate::dtype::DType;
+    use crate::kernel::{KernelInput, LaunchSpec};
+    use crate::source::parse::PARSES;
+
+    #[test]
+    fn a_signature_is_parsed_once_for_its_contract_and_its_lowering() {
+        let kernel =
+            MetalKernel::new("plus_one", &["x"], &["y"], "uint i = thread_position_in_grid.x; y[i] = x[i] + 1;")
+                .unwrap();
+        let spec = |dtype| LaunchSpec::new(4usize, 32usize).output(&[4], dtype).device(Device::Cpu);
+        let before = PARSES.with(|n| n.get());
+        let x = Array::from_slice(&[4], &[1.0f32, -2.0, 0.5, 8.0]).unwrap();
+        for _ in 0..2 {
+            let out = kernel.call(&[KernelInput::Array(x.clone())], &spec(DType::F32)).unwrap();
+            assert_eq!(out[0].to_host().unwrap().to_vec::<f32>().unwrap(), [2.0, -1.0, 1.5, 9.0]);
+        }
+        assert_eq!(PARSES.with(|n| n.get()) - before, 1, "one signature's source was parsed more than once");
+        let ints = Array::from_slice(&[4], &[1i32, -2, 5, 8]).unwrap();
+        let out = kernel.call(&[KernelInput::Array(ints)], &spec(DType::I32)).unwrap();
+        assert_eq!(out[0].to_host().unwrap().to_vec::<i32>().unwrap(), [2, -1, 6, 9]);
+        assert_eq!(PARSES.with(|n| n.get()) - before, 2, "another signature is another source, parsed once");
+    }
 }

@@ -13,7 +13,7 @@ use super::dim3::Dim3;
 use super::entry_contract::EntryContract;
 use crate::array::{byte_size, Array};
 use crate::backend::ExternalStream;
-use crate::backend::{self, Binding, Dispatch, Launch, OutputSpec};
+use crate::backend::{self, Binding, Dispatch, Launch, OutputSpec, ProgramMemo};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -21,6 +21,7 @@ use crate::program::{
     check_threadgroup, ConstantKey, ConstantValue, MathMode, MetalProgram, ProgramKind, MAX_BUFFERS,
     MAX_THREADGROUP_MEMORY,
 };
+use crate::source::parse::ParseSlot;
 use crate::source::preprocess::{self, IncludePaths};
 
 /// A full Metal source file (mlx-native style): kernel functions take `[[buffer(n)]]`,
@@ -54,7 +55,7 @@ pub struct MetalLibrary {
     name: String,
     source: String,
     math_mode: MathMode,
-    contracts: Contracts,
+    programs: Arc<Programs>,
     includes: IncludePaths,
     /// Macros defined before the source, as Metal's `MTLCompileOptions.preprocessorMacros`.
     defines: Vec<(String, String)>,
@@ -62,9 +63,41 @@ pub struct MetalLibrary {
     resolved: Arc<OnceLock<std::result::Result<String, String>>>,
 }
 
-/// What launches of each function must satisfy, by function and constant values (read from the
-/// source once, not at every dispatch).
-type Contracts = Arc<Mutex<FxHashMap<String, Arc<Option<EntryContract>>>>>;
+/// What the library keeps for one function under one set of constant values, made at its
+/// first dispatch: the program a backend compiles, its memo (the library's one parse and what
+/// backends resolved for the program) and what its launches must satisfy.
+#[derive(Debug)]
+struct Prepared {
+    program: MetalProgram,
+    memo: ProgramMemo,
+    contract: Option<EntryContract>,
+}
+
+/// The library's prepared programs by function, then by constant values, and the one parse of
+/// its source that all of them share.
+#[derive(Debug, Default)]
+struct Programs {
+    parse: Arc<ParseSlot>,
+    by_function: Mutex<FxHashMap<String, Vec<ByConstants>>>,
+}
+
+type Constants = Vec<(ConstantKey, ConstantValue)>;
+
+/// One function's program under one set of constant values.
+type ByConstants = (Constants, Arc<Prepared>);
+
+/// Whether two sets of constant values are the same (floats by their bits, so a NaN value
+/// finds its own entry).
+fn same_constants(a: &Constants, b: &Constants) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|((ka, va), (kb, vb))| {
+            ka == kb
+                && match (va, vb) {
+                    (ConstantValue::Float(x), ConstantValue::Float(y)) => x.to_bits() == y.to_bits(),
+                    _ => va == vb,
+                }
+        })
+}
 
 /// What is bound to one buffer slot of a library function.
 #[derive(Clone, Debug)]
@@ -194,7 +227,7 @@ impl MetalLibrary {
             name: name.into(),
             source: source.into(),
             math_mode: MathMode::Safe,
-            contracts: Contracts::default(),
+            programs: Arc::default(),
             includes: IncludePaths::default(),
             defines: Vec::new(),
             resolved: Arc::default(),
@@ -218,6 +251,7 @@ impl MetalLibrary {
     pub fn include_dirs<P: Into<PathBuf>>(mut self, dirs: impl IntoIterator<Item = P>) -> Self {
         self.includes.dirs = dirs.into_iter().map(Into::into).collect();
         self.resolved = Arc::default();
+        self.programs = Arc::default();
         self
     }
 
@@ -226,6 +260,7 @@ impl MetalLibrary {
     pub fn file_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.includes.file_dir = Some(dir.into());
         self.resolved = Arc::default();
+        self.programs = Arc::default();
         self
     }
 
@@ -234,6 +269,7 @@ impl MetalLibrary {
     pub fn defines<N: Into<String>, V: Into<String>>(mut self, defines: impl IntoIterator<Item = (N, V)>) -> Self {
         self.defines = defines.into_iter().map(|(n, v)| (n.into(), v.into())).collect();
         self.resolved = Arc::default();
+        self.programs = Arc::default();
         self
     }
 
@@ -241,6 +277,7 @@ impl MetalLibrary {
     pub fn math_mode(mut self, mode: MathMode) -> Self {
         self.math_mode = mode;
         self.resolved = Arc::default();
+        self.programs = Arc::default();
         self
     }
 
@@ -361,9 +398,9 @@ impl MetalLibrary {
                 }
             });
         }
-        let program = self.program(launch);
+        let prepared = self.prepared(&op, launch)?;
         let run = Launch {
-            program: &program,
+            program: &prepared.program,
             bindings,
             dispatch: launch.dispatch,
             threadgroup: launch.threadgroup,
@@ -371,9 +408,9 @@ impl MetalLibrary {
             timeout: launch.timeout,
             cancel: launch.cancel.clone(),
             stream: launch.stream,
-            resolved: None,
+            memo: Some(&prepared.memo),
         };
-        if let Some(contract) = self.contract(&op, &program)?.as_ref() {
+        if let Some(contract) = &prepared.contract {
             contract.check(&op, run.effective_threadgroup(), run.bindings.len(), &run.threadgroup_memory)?;
         }
         let outputs = backend.launch(&run)?;
@@ -398,20 +435,32 @@ impl MetalLibrary {
     /// Empty when the function cannot be read before compiling (compiling then reports why).
     pub fn writable_buffers(&self, launch: &LibraryLaunch) -> Result<Vec<(u32, String)>> {
         let op = format!("metal_library {}:{}", self.name, launch.function);
-        let program = self.program(launch);
-        Ok(self.contract(&op, &program)?.as_ref().as_ref().map(EntryContract::writable_buffers).unwrap_or_default())
+        Ok(self.prepared(&op, launch)?.contract.as_ref().map(EntryContract::writable_buffers).unwrap_or_default())
     }
 
-    /// The launch requirements of `program`'s entry, from the table when seen before.
-    fn contract(&self, op: &str, program: &MetalProgram) -> Result<Arc<Option<EntryContract>>> {
-        let key = format!("{}\0{:?}", program.function, program.constants);
-        let poisoned = || Error::invalid(op, "contract table lock poisoned");
-        if let Some(hit) = self.contracts.lock().map_err(|_| poisoned())?.get(&key) {
-            return Ok(hit.clone());
+    /// What the library keeps for `launch`'s function and constant values, made on first use.
+    fn prepared(&self, op: &str, launch: &LibraryLaunch) -> Result<Arc<Prepared>> {
+        let poisoned = || Error::invalid(op, "program table lock poisoned");
+        let find = |entries: &[ByConstants]| {
+            entries.iter().find(|(c, _)| same_constants(c, &launch.constants)).map(|(_, p)| p.clone())
+        };
+        let table = self.programs.by_function.lock().map_err(|_| poisoned())?;
+        if let Some(hit) = table.get(&launch.function).and_then(|e| find(e)) {
+            return Ok(hit);
         }
-        let contract = Arc::new(EntryContract::of(op, program)?);
-        self.contracts.lock().map_err(|_| poisoned())?.insert(key, contract.clone());
-        Ok(contract)
+        drop(table);
+        let program = self.program(launch);
+        let memo = ProgramMemo::sharing_parse(&self.programs.parse);
+        let contract = EntryContract::of(op, &program, memo.parse())?;
+        let made = Arc::new(Prepared { program, memo, contract });
+        let mut table = self.programs.by_function.lock().map_err(|_| poisoned())?;
+        let entries = table.entry(launch.function.clone()).or_default();
+        // Another thread may have made the same one meanwhile: keep the first.
+        if let Some(hit) = find(entries) {
+            return Ok(hit);
+        }
+        entries.push((launch.constants.clone(), made.clone()));
+        Ok(made)
     }
 }
 
@@ -439,4 +488,35 @@ fn refuse_unwritten_outputs(op: &str, args: &[LibraryArg], launch: &LibraryLaunc
             unwritten.join(", ")
         ),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LibraryArg, LibraryLaunch, MetalLibrary};
+    use crate::array::Array;
+    use crate::device::Device;
+    use crate::dtype::DType;
+    use crate::source::parse::PARSES;
+
+    const TWO: &str = "#include <metal_stdlib>\nusing namespace metal;\n\
+        kernel void twice(device const float* x [[buffer(0)]], device float* y [[buffer(1)]], uint i [[thread_position_in_grid]]) { y[i] = 2.0f * x[i]; }\n\
+        kernel void thrice(device const float* x [[buffer(0)]], device float* y [[buffer(1)]], uint i [[thread_position_in_grid]]) { y[i] = 3.0f * x[i]; }\n";
+
+    #[test]
+    fn a_library_is_parsed_once_for_its_functions_contracts_and_lowerings() {
+        let library = MetalLibrary::new("two", TWO);
+        let x = Array::from_slice(&[3], &[1.0f32, -2.0, 0.5]).unwrap();
+        let args = [LibraryArg::Array(x), LibraryArg::Output { shape: vec![3], dtype: DType::F32, init_value: None }];
+        let before = PARSES.with(|n| n.get());
+        for (function, factor) in [("twice", 2.0f32), ("thrice", 3.0), ("twice", 2.0)] {
+            let out = library.dispatch(Device::Cpu, &args, &LibraryLaunch::threads(function, 3usize, 32usize)).unwrap();
+            let want: Vec<f32> = [1.0f32, -2.0, 0.5].iter().map(|v| v * factor).collect();
+            assert_eq!(out[0].to_host().unwrap().to_vec::<f32>().unwrap(), want, "{function}");
+        }
+        // Two contracts and two CPU lowerings read one parse; the repeated dispatch reads none.
+        assert_eq!(PARSES.with(|n| n.get()) - before, 1, "the library's source was parsed more than once");
+        let other = library.clone().defines([("SCALE", "1")]);
+        other.dispatch(Device::Cpu, &args, &LibraryLaunch::threads("twice", 3usize, 32usize)).unwrap();
+        assert_eq!(PARSES.with(|n| n.get()) - before, 2, "a library with other defines is another text, parsed anew");
+    }
 }

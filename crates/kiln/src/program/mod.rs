@@ -6,9 +6,11 @@
 
 mod limits;
 mod math_mode;
+mod text_hash;
 
 pub use limits::{check_threadgroup, MAX_BUFFERS, MAX_NDIM, MAX_THREADGROUP_MEMORY, MAX_THREADS_PER_THREADGROUP};
 pub use math_mode::MathMode;
+pub(crate) use text_hash::fx;
 
 /// How the text of a program was produced, which decides how it compiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -290,7 +290,7 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
     }
     if let Ok(hit) = usize::try_from(watch.hit) {
         let (slot, data, len) = guarded[hit / 2];
-        let role = buffer_named(launch.program, slot, &roles[slot].map_or("buffer".to_string(), describe));
+        let role = buffer_named(launch, slot, &roles[slot].map_or("buffer".to_string(), describe));
         let place = if hit % 2 == 0 {
             format!("{} bytes before the start", data.saturating_sub(watch.addr))
         } else {
@@ -339,7 +339,7 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
         if let Some((side, dist)) = side {
             let role =
                 if matches!(binding, Binding::Bytes(_)) { "constant data".to_string() } else { format!("output {k}") };
-            let what = buffer_named(launch.program, slot, &role);
+            let what = buffer_named(launch, slot, &role);
             return Err(Error::KernelFault {
                 kernel: kernel.clone(),
                 msg: format!(
@@ -391,13 +391,16 @@ fn write_back(a: &Array, body: &[u8]) {
 
 /// `role` (`input 1`, `output 0`, `buffer`) with the name the kernel gives its `[[buffer(slot)]]`
 /// parameter (`input `y``), for messages about a launch's buffers; `role` as it is when the
-/// program names none. Lowers the program again: for faults, not for every launch.
-fn buffer_named(program: &crate::backend::MetalProgram, slot: usize, role: &str) -> String {
-    let lowered = crate::source::lower::lower(program, crate::source::lower::LowerTarget::Cpu).ok();
-    let name = lowered.as_ref().and_then(|m| {
-        let entry = m.entries.iter().find(|e| e.host_name == program.function)?;
+/// program names none. Reads the program's parse (kept in the launch's memo, else parsed again:
+/// for faults, not for every launch).
+fn buffer_named(launch: &Launch<'_>, slot: usize, role: &str) -> String {
+    let program = launch.program;
+    let fresh = crate::source::parse::ParseSlot::default();
+    let parse = launch.memo.map_or(&fresh, crate::backend::ProgramMemo::parse).parse(program).ok();
+    let name = parse.as_ref().and_then(|p| {
+        let entry = p.entry(&program.function)?;
         entry.params.iter().find_map(|p| match p {
-            crate::source::lower::EntryParam::Buffer { name, index, .. } if *index as usize == slot => {
+            crate::source::parse::EntryParam::Buffer { name, index, .. } if *index as usize == slot => {
                 Some(name.clone())
             }
             _ => None,

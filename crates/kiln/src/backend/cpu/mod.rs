@@ -42,7 +42,7 @@ mod watcher;
 use std::cell::Cell;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{Backend, BackendStatus, Capabilities, Launch, ResolvedSlot};
+use super::{Backend, BackendStatus, Capabilities, Launch, ProgramMemo};
 use crate::array::Array;
 use crate::backend::cpu::emit::{prelude, translation_unit};
 use crate::backend::program_table::{self, ProgramTable};
@@ -50,7 +50,8 @@ use crate::config;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::program::{MathMode, MetalProgram, ProgramKind};
-use crate::source::lower::{lower, AddressSpace, EntryParam, LowerTarget};
+use crate::source::lower::{lower, lower_kept, AddressSpace, EntryParam, LowerTarget};
+use crate::source::parse::ParseSlot;
 use crate::source::user_lines::user_compile_error;
 
 pub use lent::{lent_host_array, LentHostMemory};
@@ -262,16 +263,16 @@ impl Backend for CpuBackend {
             return self.launch_sanitized(launch);
         }
         let checked = self.checked || CHECKED_SCOPES.with(|n| n.get() > 0);
-        let slot = launch.resolved.and_then(|s| s.get::<SlotEntry>(Device::Cpu)).filter(|e| e.cxx == self.cxx);
-        if let Some(entry) = slot {
+        let kept = launch.memo.and_then(|m| m.resolved().get::<SlotEntry>(Device::Cpu)).filter(|e| e.cxx == self.cxx);
+        if let Some(entry) = kept {
             return exec::run(&entry.resolved, launch, checked);
         }
-        let resolved = self.resolve_into(program, launch.resolved)?;
+        let resolved = self.resolve_into(program, launch.memo)?;
         exec::run(&resolved, launch, checked)
     }
 
-    fn prepare(&self, program: &MetalProgram, resolved: Option<&ResolvedSlot>) -> Result<()> {
-        self.resolve_into(program, resolved).map(|_| ())
+    fn prepare(&self, program: &MetalProgram, memo: Option<&ProgramMemo>) -> Result<()> {
+        self.resolve_into(program, memo).map(|_| ())
     }
 }
 
@@ -318,7 +319,7 @@ pub(super) fn fits_in_memory(bytes: usize) -> bool {
     available.is_none_or(|kib| bytes as u64 <= kib.saturating_mul(1024))
 }
 
-/// What the CPU keeps in a program's [`ResolvedSlot`]: the resolution and the compiler it was
+/// What the CPU keeps in a program's [`super::ResolvedSlot`]: the resolution and the compiler it was
 /// built with (a backend with another compiler looks its programs up by content).
 struct SlotEntry {
     cxx: String,
@@ -326,12 +327,13 @@ struct SlotEntry {
 }
 
 impl CpuBackend {
-    /// [`CpuBackend::resolve`], kept in `slot` (when given) so that the program's next launch
-    /// skips the lookup by content.
-    fn resolve_into(&self, program: &MetalProgram, slot: Option<&ResolvedSlot>) -> Result<exec::Resolved> {
-        let resolved = self.resolve(program)?;
-        if let Some(slot) = slot {
-            slot.set(Device::Cpu, Arc::new(SlotEntry { cxx: self.cxx.clone(), resolved: resolved.clone() }));
+    /// [`CpuBackend::resolve`] (lowered from the parse kept in `memo`), kept in `memo` (when
+    /// given) so that the program's next launch skips the lookup by content.
+    fn resolve_into(&self, program: &MetalProgram, memo: Option<&ProgramMemo>) -> Result<exec::Resolved> {
+        let resolved = self.resolve(program, memo.map(ProgramMemo::parse))?;
+        if let Some(memo) = memo {
+            let entry = SlotEntry { cxx: self.cxx.clone(), resolved: resolved.clone() };
+            memo.resolved().set(Device::Cpu, Arc::new(entry));
         }
         Ok(resolved)
     }
@@ -339,7 +341,7 @@ impl CpuBackend {
     /// The loaded library and entry of `program`. Programs seen before are looked up by
     /// their content (compiler, source, entry, math mode, constants), so a repeated launch does
     /// not lower, assemble and hash the translation unit again.
-    fn resolve(&self, program: &MetalProgram) -> Result<exec::Resolved> {
+    fn resolve(&self, program: &MetalProgram, parse: Option<&ParseSlot>) -> Result<exec::Resolved> {
         static RESOLVED: OnceLock<ProgramTable<exec::Resolved>> = OnceLock::new();
         let resolved = RESOLVED.get_or_init(ProgramTable::default);
         let hash = program_table::fingerprint(program);
@@ -347,7 +349,7 @@ impl CpuBackend {
             return Ok(hit);
         }
         metal_only(program)?;
-        let module = lower(program, LowerTarget::Cpu)?;
+        let module = lower_kept(program, parse, LowerTarget::Cpu)?;
         let entry = module.entries.iter().position(|e| e.host_name == program.function).ok_or_else(|| {
             let names: Vec<&str> = module.entries.iter().map(|e| e.host_name.as_str()).collect();
             Error::invalid(

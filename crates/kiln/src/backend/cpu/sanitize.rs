@@ -32,11 +32,12 @@ use super::toolchain;
 use crate::array::{Array, HostBuffer};
 use crate::backend::cpu::emit::{checked_prelude, translation_unit_after};
 use crate::backend::program_table::{self, ProgramTable};
-use crate::backend::{disk_cache, Binding, Launch, MetalProgram};
+use crate::backend::{disk_cache, Binding, Launch, MetalProgram, ProgramMemo};
 use crate::config;
 use crate::dtype::f64_to_element_bytes;
 use crate::error::{Error, Result};
-use crate::source::lower::{lower, EntryParam, LowerTarget};
+use crate::source::lower::{lower_kept, EntryParam, LowerTarget};
+use crate::source::parse::ParseSlot;
 use crate::source::user_lines::user_compile_error;
 
 mod symbols;
@@ -265,15 +266,16 @@ struct Instrumented {
     params: Vec<EntryParam>,
 }
 
-/// Compiles (or finds) the checked library of `program`.
-fn instrumented(cxx: &str, program: &MetalProgram) -> Result<Arc<Instrumented>> {
+/// Compiles (or finds) the checked library of `program`, lowered from the parse kept in `parse`
+/// where given.
+fn instrumented(cxx: &str, program: &MetalProgram, parse: Option<&ParseSlot>) -> Result<Arc<Instrumented>> {
     static CACHE: OnceLock<ProgramTable<Arc<Instrumented>>> = OnceLock::new();
     let cache = CACHE.get_or_init(ProgramTable::default);
     let hash = program_table::fingerprint(program);
     if let Some(hit) = cache.get(hash, program, cxx)? {
         return Ok(hit);
     }
-    let module = lower(program, LowerTarget::Cpu)?;
+    let module = lower_kept(program, parse, LowerTarget::Cpu)?;
     let entry = module.entries.iter().position(|e| e.host_name == program.function).ok_or_else(|| {
         Error::invalid(program.kernel.clone(), format!("no kernel entry named {:?}", program.function))
     })?;
@@ -365,7 +367,7 @@ fn launch_lock() -> &'static Mutex<()> {
 
 /// Runs `launch` checked with the compiler `cxx`.
 pub fn run(cxx: &str, launch: &Launch<'_>) -> Result<CheckedRun> {
-    let inst = instrumented(cxx, launch.program)?;
+    let inst = instrumented(cxx, launch.program, launch.memo.map(ProgramMemo::parse))?;
     let _one = launch_lock().lock().unwrap_or_else(|e| e.into_inner());
     let first = run_once(&inst, launch, Variant::default())?;
     let same_outputs =

@@ -18,7 +18,7 @@ impl CudaBackend {
     /// so a call neither rebuilds nor hashes the whole translation unit; a launch that carries
     /// a resolved slot (a `CudaKernel`'s memoised program) finds the module there instead.
     fn custom_module(&self, kernel: &str, user_source: &str, specific: bool) -> Result<Arc<LoadedModule>> {
-        let hash = crate::backend::program_table::fx(specific as u64, user_source.as_bytes());
+        let hash = crate::program::fx(specific as u64, user_source.as_bytes());
         let poisoned = || Error::invalid(kernel, "CudaKernel module table lock poisoned");
         if let Some(bucket) = self.custom_modules.lock().map_err(|_| poisoned())?.get(&hash) {
             if let Some((_, _, m)) = bucket.iter().find(|(s, a, _)| *a == specific && s == user_source) {
@@ -64,12 +64,12 @@ impl CudaBackend {
         let shared_memory: usize = launch.threadgroup_memory.iter().sum();
         let device = Device::Cuda(self.ordinal);
         let fresh;
-        let module = match launch.resolved.and_then(|slot| slot.get::<LoadedModule>(device)) {
+        let module = match launch.memo.and_then(|memo| memo.resolved().get::<LoadedModule>(device)) {
             Some(module) => module,
             None => {
                 fresh = self.custom_module(kernel, &program.source, arch_specific.is_some())?;
-                if let Some(slot) = launch.resolved {
-                    slot.set(device, fresh.clone());
+                if let Some(memo) = launch.memo {
+                    memo.resolved().set(device, fresh.clone());
                 }
                 &*fresh
             }

@@ -34,13 +34,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{result as drv, sys, CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
 use cudarc::nvrtc::Ptx;
 
-use super::{unavailable, Backend, BackendStatus, Capabilities, Launch, ResolvedSlot};
+use super::{unavailable, Backend, BackendStatus, Capabilities, Launch, ProgramMemo};
 use crate::array::Array;
 use crate::backend::cuda::emit as cuda_source;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::program::{MathMode, MetalProgram, ProgramKind};
 use crate::source::lower::{self, LowerTarget};
+use crate::source::parse::ParseSlot;
 use crate::source::user_lines::user_compile_error;
 
 use super::program_table::{self, ProgramTable};
@@ -189,11 +190,12 @@ pub fn translate(program: &MetalProgram) -> Result<String> {
     if !program.kind.is_metal() {
         return Ok(custom::with_prelude(&program.source));
     }
-    Ok(translate_unit(program)?.source)
+    Ok(translate_unit(program, None)?.source)
 }
 
-fn translate_unit(program: &MetalProgram) -> Result<cuda_source::CudaUnit> {
-    let module = lower::lower(program, LowerTarget::Cuda)?;
+/// The CUDA unit of `program`, lowered from the parse kept in `parse` where given.
+fn translate_unit(program: &MetalProgram, parse: Option<&ParseSlot>) -> Result<cuda_source::CudaUnit> {
+    let module = lower::lower_kept(program, parse, LowerTarget::Cuda)?;
     if module.entry(&program.function).is_none() {
         return Err(Error::Compile {
             backend: "cuda",
@@ -212,7 +214,7 @@ pub fn compile_cubin(program: &MetalProgram, arch: Arch) -> Result<Vec<u8>> {
         let specific = arch_specific.is_some();
         return Ok(compile::compile_for(&program.kernel, &source, arch, MathMode::Safe, specific)?.as_ref().clone());
     }
-    let unit = translate_unit(program)?;
+    let unit = translate_unit(program, None)?;
     let image = compile::compile(&program.kernel, &unit.source, arch, program.math_mode)
         .map_err(|e| user_compile_error(program, e))?;
     Ok(image.as_ref().clone())
@@ -221,7 +223,7 @@ pub fn compile_cubin(program: &MetalProgram, arch: Arch) -> Result<Vec<u8>> {
 /// Lowers `program` and compiles it for `arch` past the in-memory cache, the `how` way (no
 /// device needed). For the compile benchmark.
 pub fn compile_cubin_past_memory(program: &MetalProgram, arch: Arch, how: PastMemory) -> Result<Vec<u8>> {
-    let unit = translate_unit(program)?;
+    let unit = translate_unit(program, None)?;
     compile::compile_past_memory(&program.kernel, &unit.source, arch, program.math_mode, how)
 }
 
@@ -435,13 +437,22 @@ impl CudaBackend {
         Ok(f.clone())
     }
 
-    /// The compiled entry of `program`: looked up by content, built on first use.
-    fn resolve(&self, program: &MetalProgram) -> Result<Arc<Resolved>> {
+    /// The compiled entry of `program`: looked up by content, built on first use (lowered from
+    /// the parse kept in `memo`, where given), and kept in `memo`.
+    fn resolve(&self, program: &MetalProgram, memo: Option<&ProgramMemo>) -> Result<Arc<Resolved>> {
+        let resolved = self.resolve_by_content(program, memo.map(ProgramMemo::parse))?;
+        if let Some(memo) = memo {
+            memo.resolved().set(Device::Cuda(self.ordinal), resolved.clone());
+        }
+        Ok(resolved)
+    }
+
+    fn resolve_by_content(&self, program: &MetalProgram, parse: Option<&ParseSlot>) -> Result<Arc<Resolved>> {
         let hash = program_table::fingerprint(program);
         if let Some(r) = self.programs.get(hash, program, "")? {
             return Ok(r);
         }
-        let unit = translate_unit(program)?;
+        let unit = translate_unit(program, parse)?;
         let module = self
             .module(&program.kernel, &unit.source, program.math_mode)
             .map_err(|e| user_compile_error(program, e))?;
@@ -509,13 +520,10 @@ impl Backend for CudaBackend {
             return self.run_cuda_program(launch, arch_specific);
         }
         let device = Device::Cuda(self.ordinal);
-        if let Some(r) = launch.resolved.and_then(|slot| slot.get::<Resolved>(device)) {
+        if let Some(r) = launch.memo.and_then(|memo| memo.resolved().get::<Resolved>(device)) {
             return self.run(launch, r);
         }
-        let r = self.resolve(launch.program)?;
-        if let Some(slot) = launch.resolved {
-            slot.set(device, r.clone());
-        }
+        let r = self.resolve(launch.program, launch.memo)?;
         self.run(launch, &r)
     }
 
@@ -529,14 +537,10 @@ impl Backend for CudaBackend {
         self.encode_tensor_map_16bit(what, array, dims, tile)
     }
 
-    fn prepare(&self, program: &MetalProgram, resolved: Option<&ResolvedSlot>) -> Result<()> {
+    fn prepare(&self, program: &MetalProgram, memo: Option<&ProgramMemo>) -> Result<()> {
         if let ProgramKind::Cuda { arch_specific } = program.kind {
             return self.prepare_cuda_program(program, arch_specific);
         }
-        let r = self.resolve(program)?;
-        if let Some(slot) = resolved {
-            slot.set(Device::Cuda(self.ordinal), r);
-        }
-        Ok(())
+        self.resolve(program, memo).map(|_| ())
     }
 }

@@ -23,8 +23,8 @@ mod ternary;
 
 use crate::error::{Error, Result};
 use crate::program::MetalProgram;
-use crate::source::parse::{parse_shared, ProgramParse};
 pub use crate::source::parse::{AddressSpace, Entry, EntryParam};
+use crate::source::parse::{ParseSlot, ProgramParse};
 use crate::source::user_lines::user_translate_log;
 
 /// The language a lowering produces.
@@ -59,15 +59,28 @@ impl LoweredModule {
     }
 }
 
-/// Lowers `program` for `target`.
+/// Lowers `program` for `target`, parsing it first.
 ///
 /// The program is parsed first (`source::parse`: preprocessed, its macros expanded and
 /// inactive `#if` branches dropped, so kernels and Metal syntax produced by macros are lowered
-/// like any other text); a launch reuses the parse its validation made. The output keeps the input's line structure exactly (line N of `code`
+/// like any other text). The output keeps the input's line structure exactly (line N of `code`
 /// is line N of `program.source`), so `line_map` is the identity; backends may prefix `#line 1`
 /// to have the compiler report the user's own lines directly.
 pub fn lower(program: &MetalProgram, target: LowerTarget) -> Result<LoweredModule> {
-    lower_parsed(program, &*parse_shared(program)?, target)
+    lower_kept(program, None, target)
+}
+
+/// [`lower`] from the parse the program's owner keeps in `parse` (made there now if it is not
+/// yet): how a launch lowers, reading the parse its contract read. `None` parses afresh.
+pub(crate) fn lower_kept(
+    program: &MetalProgram,
+    parse: Option<&ParseSlot>,
+    target: LowerTarget,
+) -> Result<LoweredModule> {
+    match parse {
+        Some(slot) => lower_parsed(program, &*slot.parse(program)?, target),
+        None => lower_parsed(program, &*ParseSlot::default().parse(program)?, target),
+    }
 }
 
 /// Lowers an already parsed `program` for `target`. This is where the lowered text of the

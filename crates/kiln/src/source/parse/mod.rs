@@ -21,9 +21,8 @@ pub(crate) use entry::{first_declarator, join};
 pub(crate) use outline::Outline;
 pub(crate) use program::{in_template_arguments, is_function_qualifier, is_kernel_attribute};
 
-use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
-use std::rc::Rc;
+use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 use crate::program::MathMode;
@@ -133,7 +132,7 @@ pub(crate) struct ProgramParse {
     pub repeated: Vec<(usize, usize)>,
     /// The outline of the preprocessed tokens, with the cursor position of each of its tokens;
     /// built on first use.
-    pub(crate) outline: std::cell::OnceCell<(Outline, Vec<usize>)>,
+    pub(crate) outline: OnceLock<(Outline, Vec<usize>)>,
 }
 
 impl ProgramParse {
@@ -168,6 +167,8 @@ impl ProgramParse {
 /// process, overloads and specialisations that differ only in address spaces, a host name
 /// defined twice) and finds its entries. Errors name the program's kernel.
 pub(crate) fn parse(program: &MetalProgram) -> Result<ProgramParse> {
+    #[cfg(test)]
+    PARSES.with(|n| n.set(n.get() + 1));
     let error = |log: String| Error::Compile {
         backend: "translate",
         kernel: program.kernel.clone(),
@@ -194,57 +195,118 @@ pub(crate) fn parse(program: &MetalProgram) -> Result<ProgramParse> {
     program::walk(cursor, repeated).map_err(error)
 }
 
-/// Parses kept, per thread, for the programs that thread parsed last, so that the one parse of
-/// a program feeds both its launch validation (read before its first compile) and its lowering
-/// (at that compile), which a launch runs on its caller's thread.
-const RECENT_PARSES: usize = 4;
-
-type RecentParses = VecDeque<(MathMode, String, Rc<ProgramParse>)>;
-
+#[cfg(test)]
 thread_local! {
-    static RECENT: RefCell<RecentParses> = const { RefCell::new(VecDeque::new()) };
+    /// How many programs this thread has parsed (for tests of who parses).
+    pub(crate) static PARSES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// The parse of `program` ([`parse`]), shared with this thread's recent parse of the same text
-/// under the same math mode. Errors are not kept: each caller gets its own, naming its kernel.
-pub(crate) fn parse_shared(program: &MetalProgram) -> Result<Rc<ProgramParse>> {
-    let same = |(mode, source, _): &&(MathMode, String, Rc<ProgramParse>)| {
-        *mode == program.math_mode && *source == program.source
-    };
-    if let Some(hit) = RECENT.with(|r| r.borrow().iter().find(same).map(|e| e.2.clone())) {
-        return Ok(hit);
+/// The one parse of a program, kept by the program's owner (a kernel's memo of one signature, a
+/// library for all its functions) and handed to its launch contract and to every backend's
+/// lowering, so a program's text is parsed once however many targets and devices compile it.
+///
+/// A slot belongs to one text under one math mode: a reader with another program (which an
+/// owner never hands it) gets a parse of its own, not the kept one. Parse errors are not kept:
+/// each reader reports its own, naming its kernel.
+#[derive(Default)]
+pub struct ParseSlot(OnceLock<(ParsedText, ProgramParse)>);
+
+/// What a kept parse was made from, compared on every read (reads are rare: a signature's
+/// contract, a backend's compile).
+#[derive(PartialEq, Eq)]
+struct ParsedText {
+    math_mode: MathMode,
+    source: String,
+}
+
+impl ParsedText {
+    fn matches(&self, program: &MetalProgram) -> bool {
+        self.math_mode == program.math_mode && self.source == program.source
     }
-    let parsed = Rc::new(parse(program)?);
-    RECENT.with(|r| {
-        let mut recent = r.borrow_mut();
-        if recent.len() == RECENT_PARSES {
-            recent.pop_front();
+}
+
+impl ParseSlot {
+    /// The parse of `program`: the kept one, or [`parse`]d now and kept.
+    pub(crate) fn parse(&self, program: &MetalProgram) -> Result<ParseRef<'_>> {
+        if self.0.get().is_none() {
+            let parsed = parse(program)?;
+            let text = ParsedText { math_mode: program.math_mode, source: program.source.clone() };
+            let _ = self.0.set((text, parsed));
         }
-        recent.push_back((program.math_mode, program.source.clone(), parsed.clone()));
-    });
-    Ok(parsed)
+        match self.0.get() {
+            Some((kept, parse)) if kept.matches(program) => Ok(ParseRef::Kept(parse)),
+            _ => Ok(ParseRef::Own(Box::new(parse(program)?))),
+        }
+    }
+
+    /// Whether the slot holds a parse.
+    pub fn is_filled(&self) -> bool {
+        self.0.get().is_some()
+    }
+}
+
+impl std::fmt::Debug for ParseSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ParseSlot").field(&self.is_filled()).finish()
+    }
+}
+
+/// A parse read from a [`ParseSlot`]: the kept one, or a reader's own.
+pub(crate) enum ParseRef<'a> {
+    Kept(&'a ProgramParse),
+    Own(Box<ProgramParse>),
+}
+
+impl std::ops::Deref for ParseRef<'_> {
+    type Target = ProgramParse;
+    fn deref(&self) -> &ProgramParse {
+        match self {
+            ParseRef::Kept(p) => p,
+            ParseRef::Own(p) => p,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::rc::Rc;
-
-    use super::parse_shared;
+    use super::{ParseRef, ParseSlot};
     use crate::program::{MathMode, MetalProgram, ProgramKind};
 
-    #[test]
-    fn a_program_validated_before_its_compile_is_parsed_once() {
-        let program = MetalProgram {
+    fn program() -> MetalProgram {
+        MetalProgram {
             kernel: "once".into(),
             source: "kernel void k(device float* y [[buffer(0)]]) { y[0] = 1.0f; }\n".into(),
             kind: ProgramKind::FullFile,
             function: "k".into(),
             math_mode: MathMode::Safe,
             constants: vec![],
+        }
+    }
+
+    #[test]
+    fn a_slot_parses_its_program_once() {
+        let slot = ParseSlot::default();
+        let program = program();
+        let first: *const _ = match slot.parse(&program).unwrap() {
+            ParseRef::Kept(p) => p,
+            ParseRef::Own(_) => panic!("the first parse was not kept"),
         };
-        let first = parse_shared(&program).unwrap();
-        assert!(Rc::ptr_eq(&first, &parse_shared(&program).unwrap()), "the second reader parsed again");
+        match slot.parse(&program).unwrap() {
+            ParseRef::Kept(p) => assert!(std::ptr::eq(first, p), "the second reader parsed again"),
+            ParseRef::Own(_) => panic!("the second reader parsed again"),
+        }
+    }
+
+    #[test]
+    fn a_slot_never_hands_out_the_parse_of_another_text() {
+        let slot = ParseSlot::default();
+        let program = program();
+        slot.parse(&program).unwrap();
         let fast = MetalProgram { math_mode: MathMode::Fast, ..program.clone() };
-        assert!(!Rc::ptr_eq(&first, &parse_shared(&fast).unwrap()), "another math mode is another parse");
+        assert!(matches!(slot.parse(&fast).unwrap(), ParseRef::Own(_)), "another math mode is another parse");
+        let other = MetalProgram { source: program.source.replace("k(", "k2("), function: "k2".into(), ..program };
+        let parse = slot.parse(&other).unwrap();
+        assert!(matches!(parse, ParseRef::Own(_)));
+        assert!(parse.entry("k2").is_some() && parse.entry("k").is_none(), "the other text's own parse");
     }
 }

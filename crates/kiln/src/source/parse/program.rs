@@ -55,7 +55,7 @@ pub(super) fn walk(src: Cursor, repeated: Vec<(usize, usize)>) -> Result<Program
         instantiations: w.instantiations,
         function_constants: w.function_constants,
         repeated,
-        outline: std::cell::OnceCell::new(),
+        outline: std::sync::OnceLock::new(),
     })
 }
 
