@@ -6,7 +6,8 @@ format of `kiln bench --json`; `kiln bench --compare peers.json` prints kiln/pee
 Timing: CUDA events around each call, the L2 flushed before each (its persisting lines reset to
 normal, as kiln's timer does, then a write to a buffer four times its size), median of many
 runs. Inputs are random (never all zeros). The cases (ids op/shape/dtype, sizes, bytes and FLOPs)
-are the ones `kiln bench --list-json` prints from kiln's op registry (`kiln::ops::registry()`).
+are the ones `kiln bench --list-json` prints from the tools' table of kiln's registry ops
+(`kiln_tools::op_table`).
 """
 import argparse
 import ctypes

@@ -344,11 +344,11 @@ fn run_refuses_output_names_that_leave_the_out_directory() {
 }
 
 #[test]
-fn bench_lists_the_registry_cases_for_peers() {
+fn bench_lists_every_ops_cases_for_peers() {
     let out = kiln(&["bench", "--list-json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let listed: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("a JSON list");
-    let shapes: usize = kiln::ops::registry().iter().map(|op| op.bench.len()).sum();
+    let shapes: usize = kiln_tools::op_table::ops().iter().map(|op| op.hooks.bench.len()).sum();
     assert_eq!(listed.len(), shapes);
     let peers = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/peers.py")).unwrap();
     let mut ids = std::collections::HashSet::new();
@@ -356,11 +356,10 @@ fn bench_lists_the_registry_cases_for_peers() {
         let id = case["id"].as_str().unwrap();
         assert!(ids.insert(id.to_string()), "{id} listed twice");
         let op = case["op"].as_str().unwrap();
-        let entry =
-            kiln::ops::registry().iter().find(|e| e.name == op).unwrap_or_else(|| panic!("{op} not in the registry"));
+        let table_op = kiln_tools::op_table::op(op).unwrap_or_else(|| panic!("{op} not in the registry"));
         let dims: Vec<usize> = case["dims"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
         assert!(
-            entry.bench.iter().any(|s| s.dims == dims.as_slice() && id.starts_with(&format!("{}/", s.case))),
+            table_op.hooks.bench.iter().any(|s| s.dims == dims.as_slice() && id.starts_with(&format!("{}/", s.case))),
             "{id}"
         );
         assert!(case["bytes"].as_f64().unwrap() > 0.0 && case["flops"].as_f64().unwrap() > 0.0, "{id}");

@@ -1,14 +1,16 @@
-//! Running any registry op without knowing it: its inputs drawn as its entry's `setup` says,
-//! the op planned with `plan` and run, and the outputs checked against its `reference` (on the
-//! part of the problem its `check` names, for benchmark sizes). The demo, `kiln bench` and the
+//! Running any registry op without knowing it: its inputs drawn as its table entry's `setup`
+//! says (`op_table`), the op planned with its registry entry's `plan` and run, and the outputs
+//! checked against the registry entry's `reference` (on the part of the problem the table
+//! entry's `check` names, for benchmark sizes). The demo, `kiln bench` and the
 //! criterion benches build their library runs from these.
 
+use crate::op_table::{InputSpec, OpHooks, Sampled};
 use kiln::array::Array;
 use kiln::check::{rel_l2, tolerance, Rng};
 use kiln::device::Device;
 use kiln::dtype::DType;
 use kiln::error::{Error, Result};
-use kiln::ops::{HostInput, InputSpec, OpEntry, Sampled};
+use kiln::ops::{HostInput, OpEntry};
 
 /// The inputs of one run of an entry: arrays, the op's parameters and the dtype whose
 /// tolerance applies.
@@ -20,10 +22,10 @@ pub struct OpInputs {
 }
 
 impl OpInputs {
-    /// `entry`'s inputs in `dtype` at `dims` (with a shape's `params`), drawn on the host from
-    /// `rng` and moved to `device`.
+    /// The inputs `hooks` sets up in `dtype` at `dims` (with a shape's `params`), drawn on the
+    /// host from `rng` and moved to `device`.
     pub fn on_host(
-        entry: &OpEntry,
+        hooks: &OpHooks,
         dtype: DType,
         dims: &[usize],
         params: &[f64],
@@ -31,12 +33,12 @@ impl OpInputs {
         rng: &mut Rng,
     ) -> Result<OpInputs> {
         let mut draw = |spec: &InputSpec, rng: &mut Rng| Array::from_f64(spec.dtype, &spec.shape, &spec.draw(rng));
-        Self::drawn(entry, dtype, dims, params, device, rng, &mut draw)
+        Self::drawn(hooks, dtype, dims, params, device, rng, &mut draw)
     }
 
     /// As [`on_host`](Self::on_host), with `draw` making each input array.
     pub fn drawn(
-        entry: &OpEntry,
+        hooks: &OpHooks,
         dtype: DType,
         dims: &[usize],
         params: &[f64],
@@ -44,7 +46,7 @@ impl OpInputs {
         rng: &mut Rng,
         draw: &mut dyn FnMut(&InputSpec, &mut Rng) -> Result<Array>,
     ) -> Result<OpInputs> {
-        let setup = (entry.setup)(dtype, dims, params);
+        let setup = (hooks.setup)(dtype, dims, params);
         let arrays = setup.inputs.iter().map(|spec| draw(spec, rng)?.to_device(device)).collect::<Result<_>>()?;
         Ok(OpInputs { arrays, params: setup.params, tolerance_dtype: setup.tolerance })
     }

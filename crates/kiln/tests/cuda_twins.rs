@@ -41,13 +41,13 @@ fn cuda_twins_match_the_reference_and_the_metal_kernels() {
     let (xv, gv, cv) = (x.to_f64_vec().unwrap(), g.to_f64_vec().unwrap(), cot.to_f64_vec().unwrap());
     let (xd, gd, cd) = (x.to_device(device).unwrap(), g.to_device(device).unwrap(), cot.to_device(device).unwrap());
 
-    let want = grid_sample::reference(&xv, &gv, DIMS);
+    let want = kiln::ops::grid_sample::reference(&xv, &gv, DIMS);
     let twin = grid_sample_cuda::grid_sample_cuda(&xd, &gd).unwrap();
     assert_close("CUDA forward", &twin, &want, DType::F32);
     let metal = grid_sample::grid_sample(&xd, &gd).unwrap();
     assert_close("Metal forward", &metal, &want, DType::F32);
 
-    let (want_x, want_g) = grid_sample_vjp::reference(&xv, &gv, &cv, DIMS);
+    let (want_x, want_g) = kiln::ops::grid_sample::reference_vjp(&xv, &gv, &cv, DIMS);
     let (twin_x, twin_g) = grid_sample_cuda::grid_sample_vjp_cuda(&xd, &gd, &cd).unwrap();
     assert_close("CUDA x_grad", &twin_x, &want_x, DType::F32);
     assert_close("CUDA grid_grad", &twin_g, &want_g, DType::F32);

@@ -1,55 +1,56 @@
-//! The benchmark cases: each registry op at the shapes and dtypes of the reference table, with
-//! the fewest bytes and FLOPs it needs (the entry's `cost`) and a check against its reference at
-//! the benchmark shape (on the part of the problem the entry's `check` names where the full
-//! reference would take too long). Every case is built the same way from its registry entry;
-//! `bench/peers.py` reads the same list (`kiln bench --list-json`).
+//! The benchmark cases: each registry op at the shapes and dtypes of its entry in the tools'
+//! table (`op_table`), with the fewest bytes and FLOPs it needs (the entry's `cost`) and a check
+//! against its registry reference at the benchmark shape (on the part of the problem the entry's
+//! `check` names where the full reference would take too long). Every case is built the same
+//! way from its two entries; `bench/peers.py` reads the same list (`kiln bench --list-json`).
 
 use super::inputs::device_input;
 use super::{Case, Prepared};
 use crate::op_runs::{self, host_input, OpInputs};
+use crate::op_table::{self, BenchShape, Fill, InputSpec, Op};
 use kiln::array::Array;
 use kiln::check::Rng;
-use kiln::ops::{self, BenchShape, Fill, OpEntry};
 
-/// Every case, in report order: each registry op's benchmark shapes in registry order, then the
-/// MLX docs' grid_sample kernels beside the library's.
+/// Every case, in report order: each op's benchmark shapes in registry order, then the MLX
+/// docs' grid_sample kernels beside the library's.
 pub fn all() -> Vec<Case> {
     let mut v: Vec<Case> =
-        ops::registry().iter().flat_map(|op| op.bench.iter().map(move |shape| case(op, shape))).collect();
+        op_table::ops().iter().flat_map(|&op| op.hooks.bench.iter().map(move |shape| case(op, shape))).collect();
     v.extend(super::docs_cases::docs_grid_sample());
     v
 }
 
-/// The case of the registry's op `entry` at `shape`.
-pub fn case(entry: &'static OpEntry, shape: &'static BenchShape) -> Case {
-    case_at(entry, shape, shape.dims)
+/// The case of the op `op` at `shape`.
+pub fn case(op: Op, shape: &'static BenchShape) -> Case {
+    case_at(op, shape, shape.dims)
 }
 
-/// The case of the registry's op `entry` at `shape` with other sizes `dims` (of the same
-/// meaning), e.g. smaller ones for the CPU emulator. Uniform inputs are drawn on the device
-/// (inputs of hundreds of millions of elements), the others on the host.
-pub fn case_at(entry: &'static OpEntry, shape: &'static BenchShape, dims: &[usize]) -> Case {
+/// The case of the op `op` at `shape` with other sizes `dims` (of the same meaning), e.g.
+/// smaller ones for the CPU emulator. Uniform inputs are drawn on the device (inputs of
+/// hundreds of millions of elements), the others on the host.
+pub fn case_at(op: Op, shape: &'static BenchShape, dims: &[usize]) -> Case {
+    let (entry, hooks) = (op.entry, op.hooks);
     let (dtype, dims) = (shape.dtype, dims.to_vec());
-    let (bytes, flops) = (entry.cost)(dtype, &dims, shape.params);
+    let (bytes, flops) = (hooks.cost)(dtype, &dims, shape.params);
     Case {
         op: shape.case,
-        shape: (entry.label)(&dims),
+        shape: (hooks.label)(&dims),
         dtype,
         bytes,
         flops,
         prepare: Box::new(move |device, seed| {
-            let mut draw = |spec: &ops::InputSpec, rng: &mut Rng| match spec.fill {
+            let mut draw = |spec: &InputSpec, rng: &mut Rng| match spec.fill {
                 Fill::Uniform(lo, hi) => device_input(device, spec.dtype, &spec.shape, rng, lo, hi),
                 _ => Array::from_f64(spec.dtype, &spec.shape, &spec.draw(rng)),
             };
-            let inputs = OpInputs::drawn(entry, dtype, &dims, shape.params, device, &mut Rng::new(seed), &mut draw)?;
+            let inputs = OpInputs::drawn(hooks, dtype, &dims, shape.params, device, &mut Rng::new(seed), &mut draw)?;
             let tolerance = inputs.tolerance();
             let (run_inputs, dims) = (inputs.clone(), dims.clone());
             Ok(Prepared {
                 run: Box::new(move || run_inputs.run(entry)),
                 error: Box::new(move |outs| {
                     let outs = outs.iter().map(host_input).collect::<kiln::Result<Vec<_>>>()?;
-                    op_runs::error(entry, &dims, &inputs.host()?, &inputs.params, &outs, entry.check)
+                    op_runs::error(entry, &dims, &inputs.host()?, &inputs.params, &outs, hooks.check)
                 }),
                 tolerance,
             })
@@ -57,9 +58,9 @@ pub fn case_at(entry: &'static OpEntry, shape: &'static BenchShape, dims: &[usiz
     }
 }
 
-/// A registry benchmark case as `kiln bench --list-json` prints it, for peers (`bench/peers.py`)
-/// to build the same case: the registry's op name, the case name, sizes and dtype, and kiln's
-/// count of its bytes and FLOPs.
+/// An op's benchmark case as `kiln bench --list-json` prints it, for peers (`bench/peers.py`) to
+/// build the same case: the registry's op name, the case name, sizes and dtype, and kiln's count
+/// of its bytes and FLOPs.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ListedCase {
     /// `case/shape/dtype`, as in reports.
@@ -68,7 +69,7 @@ pub struct ListedCase {
     pub op: &'static str,
     /// The case's name in reports.
     pub case: &'static str,
-    /// The sizes, as the registry entry's `dims` describes them.
+    /// The sizes, as the op's table entry's `dims` describes them.
     pub dims: &'static [usize],
     /// The dtype's name.
     pub dtype: &'static str,
@@ -78,16 +79,16 @@ pub struct ListedCase {
     pub flops: f64,
 }
 
-/// Every registry benchmark case, in report order.
+/// Every op's benchmark case, in report order.
 pub fn listed() -> Vec<ListedCase> {
     let mut v = Vec::new();
-    for op in ops::registry() {
-        for shape in op.bench {
+    for &op in op_table::ops() {
+        for shape in op.hooks.bench {
             let c = case(op, shape);
             let (id, bytes, flops) = (c.id(), c.bytes, c.flops);
             v.push(ListedCase {
                 id,
-                op: op.name,
+                op: op.entry.name,
                 case: shape.case,
                 dims: shape.dims,
                 dtype: shape.dtype.name(),
@@ -101,37 +102,37 @@ pub fn listed() -> Vec<ListedCase> {
 
 #[cfg(test)]
 mod tests {
-    use kiln::ops::{self, BenchShape};
+    use crate::op_table::{self, BenchShape};
 
     #[test]
-    fn every_registry_bench_shape_builds_a_case() {
-        for op in ops::registry() {
-            for shape in op.bench {
+    fn every_bench_shape_builds_a_case() {
+        for &op in op_table::ops() {
+            for shape in op.hooks.bench {
                 let case = super::case(op, shape);
                 assert!(case.op == shape.case && case.dtype == shape.dtype, "{}", case.id());
                 assert!(case.bytes > 0.0 && case.flops > 0.0, "{}", case.id());
             }
         }
-        let shapes = ops::registry().iter().map(|e| e.bench.len()).sum::<usize>();
-        assert_eq!(super::all().len(), shapes + 4, "the registry's cases and the docs grid_sample kernels");
+        let shapes = op_table::ops().iter().map(|op| op.hooks.bench.len()).sum::<usize>();
+        assert_eq!(super::all().len(), shapes + 4, "the ops' cases and the docs grid_sample kernels");
         assert_eq!(super::listed().len(), shapes);
     }
 
-    /// Each registry bench shape, at small sizes (a demo's sizes and parameters, or 4099
-    /// elements), prepared,
-    /// run and checked on the CPU through the generic path, including the part of the problem
-    /// its entry checks; a wrong output (its first element off by 1e6) fails the check.
+    /// Each bench shape, at small sizes (a demo's sizes and parameters, or 4099 elements),
+    /// prepared, run and checked on the CPU through the generic path, including the part of the
+    /// problem its entry checks; a wrong output (its first element off by 1e6) fails the check.
     #[test]
-    fn every_registry_bench_case_runs_and_checks_at_small_sizes_on_the_cpu() {
+    fn every_bench_case_runs_and_checks_at_small_sizes_on_the_cpu() {
         let device = kiln::Device::Cpu;
-        for op in ops::registry() {
-            for shape in op.bench {
+        for &op in op_table::ops() {
+            for shape in op.hooks.bench {
                 // The demo of this op or of one whose sizes mean the same.
-                let demo = ops::registry().iter().filter(|e| e.dims == op.dims).find_map(|e| e.demo);
+                let dims = op.hooks.dims;
+                let demo = op_table::ops().iter().filter(|o| o.hooks.dims == dims).find_map(|o| o.hooks.demo);
                 let small = match demo {
                     Some(demo) => BenchShape { dims: demo.dims, params: demo.params, ..*shape },
-                    None if op.dims == ops::UNARY_DIMS => BenchShape { dims: &[4099], ..*shape },
-                    None => panic!("{}: no small sizes to test at", op.name),
+                    None if dims == op_table::UNARY_DIMS => BenchShape { dims: &[4099], ..*shape },
+                    None => panic!("{}: no small sizes to test at", op.entry.name),
                 };
                 let case = super::case_at(op, Box::leak(Box::new(small)), small.dims);
                 let mut prepared = (case.prepare)(device, 11).unwrap_or_else(|e| panic!("{}: {e}", case.id()));

@@ -1,10 +1,11 @@
 //! The MLX documentation's grid_sample kernels (the gallery's Metal body and its CUDA twin) as
-//! benchmark cases beside the library op, at the op's registry shapes: not registry ops, so
-//! built here. Their reference is slow at the benchmark shapes, so each is checked on the first
-//! batch.
+//! benchmark cases beside the library op, at the op's benchmark shapes with its cost and label
+//! (`op_table`): not registry ops, so built here. Their reference, the library op's, is slow at
+//! the benchmark shapes, so each is checked on the first batch.
 
 use super::inputs::{device_input, host_values, input};
 use super::{Case, Prepared};
+use crate::op_table::{self, OpHooks};
 use kiln::array::{Array, SliceArg};
 use kiln::check::{rel_l2, tolerance, Rng};
 use kiln::dtype::DType;
@@ -15,12 +16,11 @@ use kiln::ops;
 /// beside the library op.
 pub fn docs_grid_sample() -> Vec<Case> {
     let mut v = Vec::new();
-    for op in ["grid_sample", "grid_sample_vjp"] {
-        let shapes = ops::registry().iter().filter(|e| e.name == op).flat_map(|e| e.bench);
-        for shape in shapes {
+    for op in ["grid_sample", "grid_sample_vjp"].into_iter().filter_map(op_table::op) {
+        for shape in op.hooks.bench {
             if let &[b, h, w, c, gh, gw] = shape.dims {
                 for imp in [GridSampleImpl::DocsMetal, GridSampleImpl::DocsCuda] {
-                    v.push(grid_sample(op == "grid_sample_vjp", imp, [b, h, w, c, gh, gw]));
+                    v.push(grid_sample(op.hooks, imp, [b, h, w, c, gh, gw]));
                 }
             }
         }
@@ -33,7 +33,6 @@ fn head_values(a: &Array, count: usize) -> Result<Vec<f64>> {
     host_values(&a.slice(&[SliceArg { start: Some(0), stop: Some(count as isize), step: 1 }])?)
 }
 
-/// x (B, H, W, C), grid (B, gH, gW, 2): the MLX documentation's case.
 /// Which grid_sample runs: the MLX documentation's kernels as the gallery writes them, once in
 /// Metal through `MetalKernel` and once in CUDA through `CudaKernel` (same algorithm), whose
 /// ratio is what translating the Metal source costs.
@@ -68,17 +67,18 @@ impl GridSampleImpl {
     }
 }
 
-fn grid_sample(vjp: bool, imp: GridSampleImpl, dims: [usize; 6]) -> Case {
+/// The case of `imp` for the op `hooks` describes (grid_sample or its VJP) at `dims`: x
+/// (B, H, W, C), grid (B, gH, gW, 2), float32, the MLX documentation's case.
+fn grid_sample(hooks: &OpHooks, imp: GridSampleImpl, dims: [usize; 6]) -> Case {
     let [b, h, w, c, gh, gw] = dims;
-    let points = b * gh * gw;
-    // Fewest bytes: the grid, the output (or cotangent), and the 4 neighbours of each point.
-    let fwd_bytes = 4.0 * (points * 2 + points * c + 4 * points * c) as f64;
+    let vjp = hooks.name == "grid_sample_vjp";
+    let (bytes, flops) = (hooks.cost)(DType::F32, &dims, &[]);
     Case {
         op: imp.op(vjp),
-        shape: format!("{b}x{h}x{w}x{c}+{b}x{gh}x{gw}x2"),
+        shape: (hooks.label)(&dims),
         dtype: DType::F32,
-        bytes: if vjp { 2.0 * fwd_bytes } else { fwd_bytes },
-        flops: if vjp { 16.0 } else { 8.0 } * (points * c) as f64,
+        bytes,
+        flops,
         prepare: Box::new(move |device, seed| {
             let mut rng = Rng::new(seed);
             let dt = DType::F32;

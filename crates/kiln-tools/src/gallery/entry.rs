@@ -17,11 +17,11 @@ pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 pub type DemoFn = fn(Device, DType, u64) -> Result<Outcome>;
 
 /// What a demo row runs: a gallery kernel's own run, or a library op through its registry
-/// entry.
+/// entry and its entry in the tools' table.
 #[derive(Clone, Copy, Debug)]
 pub enum Demo {
     Kernel(DemoFn),
-    Op(&'static kiln::ops::OpEntry),
+    Op(crate::op_table::Op),
 }
 
 /// One gallery kernel: its name, the dtypes it accepts, the dtypes the demo runs it in, and

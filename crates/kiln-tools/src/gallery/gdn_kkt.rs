@@ -11,9 +11,10 @@
 //! multiple of the tile width are handled.
 //! Layout: `k` (B, T, Hg, K) of f32/f16/bf16; `beta`, `g` (B, T, H) f32; output `A`
 //! (B, T, H, BT) f32.
-//! Reference: f64 sums of the same dtype-rounded scaled keys. Tolerance: the dtype table, since
-//! the kernel rounds the scaled keys to the input dtype: one of them landing one ulp apart from
-//! the reference's alone moves the result by more than 1e-5.
+//! Reference: the library op's (`kiln::ops::gdn_kkt::reference_in_chunks` at BT = 32): f64 sums
+//! of the same dtype-rounded scaled keys. Tolerance: the dtype table, since the kernel rounds the
+//! scaled keys to the input dtype: one of them landing one ulp apart from the reference's alone
+//! moves the result by more than 1e-5.
 
 use std::time::Instant;
 
@@ -96,29 +97,6 @@ pub fn gdn_kkt(k: &Array, beta: &Array, g: &Array, heads: usize) -> Result<Array
     prepare(k, beta, g, heads)?.run()
 }
 
-/// `kb` holds the scaled keys `k * beta` already rounded to the kernel's dtype, laid out
-/// (B, T, H, K); `k` the keys (B, T, Hg, K); dims `[B, T, Hg, H, K]`.
-pub fn reference(kb: &[f64], k: &[f64], g: &[f64], dims: [usize; 5]) -> Vec<f64> {
-    let [b, t, hg, h, kd] = dims;
-    let mut a = vec![0.0; b * t * h * BT];
-    for bi in 0..b {
-        for hi in 0..h {
-            let kh = hi / (h / hg);
-            for row in 0..t {
-                let t0 = row / BT * BT;
-                for col in t0..row {
-                    let scaled = &kb[((bi * t + row) * h + hi) * kd..][..kd];
-                    let key = &k[((bi * t + col) * hg + kh) * kd..][..kd];
-                    let dot: f64 = scaled.iter().zip(key).map(|(x, y)| x * y).sum();
-                    let gate = (g[(bi * t + row) * h + hi] - g[(bi * t + col) * h + hi]).exp();
-                    a[((bi * t + row) * h + hi) * BT + (col - t0)] = gate * dot;
-                }
-            }
-        }
-    }
-    a
-}
-
 /// One verified run; `dims` = `[B, T, Hg, H, K]`.
 pub fn check(device: Device, dtype: DType, dims: [usize; 5], seed: u64) -> Result<Outcome> {
     let [b, t, hg, h, kd] = dims;
@@ -137,46 +115,16 @@ pub fn check(device: Device, dtype: DType, dims: [usize; 5], seed: u64) -> Resul
         }
     }
     let (g, gv) = host_input(DType::F32, &[b, t, h], &gv)?;
-    // The kernel scales in f32 then rounds to the input dtype; the reference does the same.
-    let mut scaled = Vec::with_capacity(b * t * h * kd);
-    for bi in 0..b {
-        for ti in 0..t {
-            for hi in 0..h {
-                let key = &kv[((bi * t + ti) * hg + hi / (h / hg)) * kd..][..kd];
-                let s = bv[(bi * t + ti) * h + hi] as f32;
-                scaled.extend(key.iter().map(|&x| f64::from(x as f32 * s)));
-            }
-        }
-    }
-    let (_, kb) = host_input(dtype, &[scaled.len()], &scaled)?;
     let call = prepare(&k, &beta.to_device(device)?, &g.to_device(device)?, h)?;
     call.run()?;
     let start = Instant::now();
     let out = call.run()?.to_host()?;
     let time = start.elapsed();
-    let parts = vec![Part { name: "A", output: values(&out)?, reference: reference(&kb, &kv, &gv, dims) }];
+    let reference = kiln::ops::gdn_kkt::reference_in_chunks(&kv, &bv, &gv, dims, dtype, BT);
+    let parts = vec![Part { name: "A", output: values(&out)?, reference }];
     Ok(Outcome { parts, tolerance_dtype: dtype, time })
 }
 
 fn demo(device: Device, dtype: DType, seed: u64) -> Result<Outcome> {
     check(device, dtype, [2, 77, 2, 4, 80], seed)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn reference_is_strictly_lower_and_gated_within_each_chunk() {
-        // One head, K = 1, T = BT + 2: the last two tokens form a partial second chunk.
-        let t = super::BT + 2;
-        let k: Vec<f64> = (0..t).map(|i| 1.0 + i as f64 / 10.0).collect();
-        let g: Vec<f64> = (0..t).map(|i| -0.1 * i as f64).collect();
-        let a = super::reference(&k, &k, &g, [1, t, 1, 1, 1]);
-        let at = |row: usize, col: usize| a[row * super::BT + col];
-        assert_eq!(at(3, 3), 0.0);
-        assert_eq!(at(2, 5), 0.0);
-        assert!((at(5, 2) - (-0.3f64).exp() * k[5] * k[2]).abs() < 1e-12);
-        // Row BT + 1 sees only token BT, at column 0 of its chunk.
-        assert!((at(t - 1, 0) - (-0.1f64).exp() * k[t - 1] * k[t - 2]).abs() < 1e-12);
-        assert_eq!(at(t - 1, 1), 0.0);
-    }
 }

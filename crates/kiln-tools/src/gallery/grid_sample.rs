@@ -8,8 +8,8 @@
 //! never read (the documented kernel loads them before masking, reading out of bounds).
 //! One thread per output element; weights in f32.
 //! Layout: `x` (B, H, W, C) and `grid` (B, gH, gW, 2) of f32/f16/bf16; output (B, gH, gW, C)
-//! in that dtype. Reference: the formula in f64 on the dtype-rounded inputs (`sample`, shared
-//! with the VJP's finite-difference test). Tolerance: the dtype table.
+//! in that dtype. Reference: the library op's (`kiln::ops::grid_sample::reference`, the same
+//! semantics), f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
 use super::entry::{
     check_dtype, dim, host_input, normal_input, values, Demo, Entry, KernelCache, Outcome, Part, Prepared, Rng,
@@ -86,12 +86,6 @@ pub fn grid_sample(x: &Array, grid: &Array) -> Result<Array> {
     prepare(x, grid)?.run_one()
 }
 
-/// The forward pass in f64 (the library op's reference: same semantics); `dims` as returned
-/// by `dims`.
-pub fn reference(x: &[f64], grid: &[f64], dims: [usize; 6]) -> Vec<f64> {
-    kiln::ops::grid_sample::reference(x, grid, dims)
-}
-
 /// A device array and the host values it holds.
 pub(crate) type Input = (Array, Vec<f64>);
 
@@ -109,27 +103,14 @@ pub fn check(device: Device, dtype: DType, dims: [usize; 6], seed: u64) -> Resul
     let mut rng = Rng::new(seed);
     let ((x, xv), (g, gv)) = inputs(&mut rng, device, dtype, dims)?;
     let (outs, time) = prepare(&x, &g)?.poisoned().timed()?;
-    let parts = vec![Part { name: "out", output: values(&outs[0])?, reference: reference(&xv, &gv, dims) }];
+    let parts = vec![Part {
+        name: "out",
+        output: values(&outs[0])?,
+        reference: kiln::ops::grid_sample::reference(&xv, &gv, dims),
+    }];
     Ok(Outcome { parts, tolerance_dtype: dtype, time })
 }
 
 fn demo(device: Device, dtype: DType, seed: u64) -> Result<Outcome> {
     check(device, dtype, [2, 17, 23, 13, 11, 9], seed)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn reference_hits_pixel_centres_and_interpolates_linearly() {
-        // A 1x2x3x1 image: sampling at pixel centres returns the pixels.
-        let x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
-        let (h, w) = (2.0, 3.0);
-        let centre = |i: f64, n: f64| (2.0 * i + 1.0) / n - 1.0;
-        let grid = [centre(2.0, w), centre(1.0, h), centre(0.5, w), centre(0.0, h), 1.5, 0.0];
-        let out = super::reference(&x, &grid, [1, 2, 3, 1, 1, 3]);
-        assert!((out[0] - 6.0).abs() < 1e-12);
-        assert!((out[1] - 1.5).abs() < 1e-12);
-        // Far outside the image everything is zero padding.
-        assert_eq!(out[2], 0.0);
-    }
 }

@@ -1,32 +1,33 @@
-//! The demo's second half: the kernel library (`kiln::ops`), each op the registry demos run once
-//! at its demo shape (small, odd sizes) on fresh seeded inputs drawn as its entry says, planned
-//! and run through the entry, and checked against the entry's f64 reference, so the demo shows
-//! the library beside the custom-kernel gallery.
+//! The demo's second half: the kernel library (`kiln::ops`), each op the tools' table demos run
+//! once at its demo shape (small, odd sizes) on fresh seeded inputs drawn as its table entry
+//! says, planned and run through its registry entry, and checked against the registry entry's
+//! f64 reference, so the demo shows the library beside the custom-kernel gallery.
 
 use super::entry::{Demo, Entry, Outcome, Part, Rng};
 use crate::op_runs::{host_input, OpInputs};
+use crate::op_table::{self, Op};
 use kiln::device::Device;
 use kiln::dtype::DType;
 use kiln::error::{Error, Result};
-use kiln::ops::{self, OpEntry};
 
-/// Every library op the registry demos, in its order.
+/// Every library op the tools' table demos, in the registry's order.
 pub fn entries() -> Vec<Entry> {
-    ops::registry()
+    op_table::ops()
         .iter()
-        .filter_map(|op| {
-            let shape = op.demo.as_ref()?;
+        .filter_map(|&op| {
+            let shape = op.hooks.demo.as_ref()?;
             let dtypes = std::slice::from_ref(&shape.dtype);
             Some(Entry { name: shape.label, dtypes, demo_dtypes: dtypes, demo: Demo::Op(op) })
         })
         .collect()
 }
 
-/// One verified run of `entry` at its demo shape: planned, poisoned, run once to compile and
-/// warm up, then a second run timed with its outputs copied back.
-pub fn demo(entry: &OpEntry, device: Device, dtype: DType, seed: u64) -> Result<Outcome> {
-    let shape = entry.demo.ok_or_else(|| Error::invalid(entry.name, "the registry has no demo shape"))?;
-    let inputs = OpInputs::on_host(entry, dtype, shape.dims, shape.params, device, &mut Rng::new(seed))?;
+/// One verified run of `op` at its demo shape: planned, poisoned, run once to compile and warm
+/// up, then a second run timed with its outputs copied back.
+pub fn demo(op: Op, device: Device, dtype: DType, seed: u64) -> Result<Outcome> {
+    let entry = op.entry;
+    let shape = op.hooks.demo.ok_or_else(|| Error::invalid(entry.name, "the tools' table has no demo shape"))?;
+    let inputs = OpInputs::on_host(op.hooks, dtype, shape.dims, shape.params, device, &mut Rng::new(seed))?;
     let plan = (entry.plan)(&inputs.arrays, &inputs.params)?.poisoned();
     plan.run()?;
     let start = std::time::Instant::now();
@@ -51,17 +52,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_registry_entry_has_a_reference_a_shape_and_a_demo_runner() {
-        let registry = ops::registry();
-        for e in registry {
-            assert!(e.demo.is_some() || !e.bench.is_empty(), "{} is neither demoed nor benchmarked", e.name);
-            let dims = e.demo.map_or_else(|| e.bench[0].dims, |d| d.dims);
-            let params = e.demo.map_or_else(|| e.bench[0].params, |d| d.params);
-            let setup = (e.setup)(DType::F32, dims, params);
+    fn every_op_sets_up_no_more_inputs_than_it_names_and_every_demo_shape_is_a_demo_row() {
+        for op in op_table::ops() {
+            let (e, h) = (op.entry, op.hooks);
+            let Some((dims, params)) =
+                h.demo.map(|d| (d.dims, d.params)).or(h.bench.first().map(|b| (b.dims, b.params)))
+            else {
+                panic!("{} is neither demoed nor benchmarked", e.name);
+            };
+            let setup = (h.setup)(DType::F32, dims, params);
             assert!(setup.inputs.len() <= e.inputs.len(), "{}: more inputs than it names", e.name);
         }
         let demoed: Vec<&str> = entries().iter().map(|e| e.name).collect();
-        let want: Vec<&str> = registry.iter().filter_map(|e| e.demo.map(|d| d.label)).collect();
+        let want: Vec<&str> = op_table::ops().iter().filter_map(|op| op.hooks.demo.map(|d| d.label)).collect();
         assert_eq!(demoed, want);
     }
 

@@ -393,3 +393,20 @@ pub fn reference_vjp(x: &[f64], grid: &[f64], cot: &[f64], dims: [usize; 6]) -> 
     }
     (xg, gg)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reference_hits_pixel_centres_and_interpolates_linearly() {
+        // A 1x2x3x1 image: sampling at pixel centres returns the pixels.
+        let x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let (h, w) = (2.0, 3.0);
+        let centre = |i: f64, n: f64| (2.0 * i + 1.0) / n - 1.0;
+        let grid = [centre(2.0, w), centre(1.0, h), centre(0.5, w), centre(0.0, h), 1.5, 0.0];
+        let out = super::reference(&x, &grid, [1, 2, 3, 1, 1, 3]);
+        assert!((out[0] - 6.0).abs() < 1e-12);
+        assert!((out[1] - 1.5).abs() < 1e-12);
+        // Far outside the image everything is zero padding.
+        assert_eq!(out[2], 0.0);
+    }
+}

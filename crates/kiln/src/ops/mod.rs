@@ -9,8 +9,8 @@
 //! per op: its header states the maths, the layouts and dtypes, the reference it is checked
 //! against and its tolerance. Each op validates its inputs with a typed error, picks its kernel
 //! variant by a deterministic rule on shape, dtype and device, and has a `reference` function
-//! (the test oracle) in its module. [`registry`] lists every op with its demo and benchmark
-//! shapes, for the tools that run them all.
+//! (the test oracle) in its module. [`registry`] lists every op with its plan and its reference
+//! over host values, for the bindings and tools that run any op by name.
 
 // The op modules stay reachable for tests and tools (variant rules, references, constants);
 // the API is the flat functions below.
@@ -24,6 +24,7 @@ pub mod elementwise;
 pub mod gdn_kkt;
 #[doc(hidden)]
 pub mod grid_sample;
+mod host_input;
 mod kernel_cache;
 #[doc(hidden)]
 pub mod overlap_add;
@@ -31,7 +32,6 @@ mod plan;
 #[doc(hidden)]
 pub mod qr;
 mod registry;
-pub mod registry_setup;
 #[doc(hidden)]
 pub mod residual_rms_norm;
 #[doc(hidden)]
@@ -53,12 +53,12 @@ pub use cholesky::{cholesky, cholesky_plan, cholesky_with};
 pub use elementwise::{exp, gelu, gelu_erf, silu, unary, unary_call, Unary};
 pub use gdn_kkt::{gdn_chunk_scaled_dot_kkt, gdn_chunk_scaled_dot_kkt_call, gdn_chunk_scaled_dot_kkt_with};
 pub use grid_sample::{grid_sample, grid_sample_call, grid_sample_vjp, grid_sample_vjp_plan, grid_sample_with};
+pub use host_input::HostInput;
 pub use kernel_cache::KernelCache;
 pub use overlap_add::{overlap_add, overlap_add_call};
 pub use plan::{OpCall, OpFinish, OpKernel, OpOutput, OpPlan};
 pub use qr::{qr, qr_plan, qr_with};
-pub use registry::{registry, BenchShape, DemoShape, OpEntry, ROW_DIMS, UNARY_DIMS};
-pub use registry_setup::{CostFn, Fill, HostInput, InputSpec, Sampled, Setup};
+pub use registry::{registry, OpEntry};
 pub use residual_rms_norm::{residual_rms_norm, residual_rms_norm_call};
 pub use rms_norm::{rms_norm, rms_norm_call};
 pub use rope::{rope, rope_call};

@@ -251,13 +251,27 @@ fn round_to(dtype: DType, v: f32) -> f64 {
 /// Float64 reference. `k` (B, T, Hg, K) values as stored in `dtype`; `beta`, `g` (B, T, H) f32
 /// values; `dims` = `[B, T, Hg, H, K]`. Output (B, T, H, 64).
 pub fn reference(k: &[f64], beta: &[f64], g: &[f64], dims: [usize; 5], dtype: DType) -> Vec<f64> {
+    reference_in_chunks(k, beta, g, dims, dtype, CHUNK)
+}
+
+/// [`reference`] over chunks of `chunk` tokens instead of 64: output (B, T, H, chunk). Kernels
+/// of the same maths at another chunk length (the demo's full-file kernel, 32) check against it.
+pub fn reference_in_chunks(
+    k: &[f64],
+    beta: &[f64],
+    g: &[f64],
+    dims: [usize; 5],
+    dtype: DType,
+    chunk: usize,
+) -> Vec<f64> {
     let [b, t, hg, h, kd] = dims;
-    let mut a = vec![0.0; b * t * h * CHUNK];
+    let chunk = chunk.max(1);
+    let mut a = vec![0.0; b * t * h * chunk];
     for bi in 0..b {
         for hi in 0..h {
             let kh = hi / (h / hg);
             for row in 0..t {
-                let t0 = row / CHUNK * CHUNK;
+                let t0 = row / chunk * chunk;
                 let key_row = &k[((bi * t + row) * hg + kh) * kd..][..kd];
                 let beta_row = beta[(bi * t + row) * h + hi] as f32;
                 // One f32 product, then one rounding to the key dtype.
@@ -266,7 +280,7 @@ pub fn reference(k: &[f64], beta: &[f64], g: &[f64], dims: [usize; 5], dtype: DT
                     let key = &k[((bi * t + col) * hg + kh) * kd..][..kd];
                     let dot: f64 = kb.iter().zip(key).map(|(x, y)| x * y).sum();
                     let gate = (g[(bi * t + row) * h + hi] - g[(bi * t + col) * h + hi]).exp();
-                    a[((bi * t + row) * h + hi) * CHUNK + (col - t0)] = gate * dot;
+                    a[((bi * t + row) * h + hi) * chunk + (col - t0)] = gate * dot;
                 }
             }
         }
@@ -282,5 +296,22 @@ mod tests {
         assert_eq!(super::round_to(crate::DType::BF16, 1.0 + 1.0 / 256.0), 1.0);
         assert_eq!(super::round_to(crate::DType::BF16, 1.0 + 3.0 / 256.0), 1.0 + 4.0 / 256.0);
         assert_eq!(super::round_to(crate::DType::BF16, -(1.0 + 1.0 / 128.0 + 1.0 / 1024.0)), -(1.0 + 1.0 / 128.0));
+    }
+
+    #[test]
+    fn reference_is_strictly_lower_and_gated_within_each_chunk() {
+        // One head, K = 1, beta = 1, T = chunk + 2: the last two tokens form a partial second
+        // chunk. Keys and gates are exact in f32, so the scaled keys are the keys.
+        let (chunk, t) = (8, 10);
+        let k: Vec<f64> = (0..t).map(|i| 1.0 + i as f64 / 8.0).collect();
+        let g: Vec<f64> = (0..t).map(|i| -0.125 * i as f64).collect();
+        let a = super::reference_in_chunks(&k, &[1.0; 10], &g, [1, t, 1, 1, 1], crate::DType::F32, chunk);
+        let at = |row: usize, col: usize| a[row * chunk + col];
+        assert_eq!(at(3, 3), 0.0);
+        assert_eq!(at(2, 5), 0.0);
+        assert!((at(5, 2) - (-0.375f64).exp() * k[5] * k[2]).abs() < 1e-12);
+        // Row chunk + 1 sees only token chunk, at column 0 of its chunk.
+        assert!((at(t - 1, 0) - (-0.125f64).exp() * k[t - 1] * k[t - 2]).abs() < 1e-12);
+        assert_eq!(at(t - 1, 1), 0.0);
     }
 }
