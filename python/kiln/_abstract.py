@@ -8,8 +8,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from ._arrays import _torch_dtypes, torch_module
-from ._dtypes import dtype_name
+from ._arrays import torch_module
+from ._dtypes import dtype_name, torch_dtype
 from .errors import InvalidArgumentError
 
 # A context variable, so that one thread tracing does not turn another thread's calls abstract.
@@ -47,5 +47,4 @@ def empty_outputs(what, arrays, shapes, dtypes):
         )
     lead = lead_tensor(what, arrays)
     torch = torch_module()
-    types = _torch_dtypes(torch)
-    return [torch.empty(tuple(s), dtype=types[dtype_name(d)], device=lead.device) for s, d in zip(shapes, dtypes)]
+    return [torch.empty(tuple(s), dtype=torch_dtype(dtype_name(d)), device=lead.device) for s, d in zip(shapes, dtypes)]

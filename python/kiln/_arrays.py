@@ -98,25 +98,3 @@ def host_output(h, lead):
             return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
         return torch.from_numpy(a)
     return a
-
-
-def torch_outputs(shapes, dtypes, device, init_value):
-    """Fresh outputs for a launch on a CUDA tensor's device, allocated by PyTorch on its current
-    stream (so its caching allocator orders their reuse after kiln's kernel)."""
-    torch = torch_module()
-    types = _torch_dtypes(torch)
-    if init_value is None:
-        return [torch.empty(s, dtype=types[d], device=device) for s, d in zip(shapes, dtypes)]
-    return [torch.full(s, init_value, dtype=types[d], device=device) for s, d in zip(shapes, dtypes)]
-
-
-_TORCH_DTYPES: dict = {}
-
-
-def _torch_dtypes(torch) -> dict:
-    """kiln's dtype names to PyTorch's dtypes (built once)."""
-    if not _TORCH_DTYPES:
-        from ._dtypes import NAMES
-
-        _TORCH_DTYPES.update({n: getattr(torch, n) for n in NAMES if hasattr(torch, n)})
-    return _TORCH_DTYPES

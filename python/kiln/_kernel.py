@@ -16,7 +16,6 @@ from ._arrays import (
     host_output,
     is_cuda_object,
     torch_module,
-    torch_outputs,
 )
 from ._abstract import empty_outputs, is_describing
 from ._validate import scalar
@@ -412,7 +411,7 @@ class _Dispatch:
         for slot, b in enumerate(self.buffers):
             if isinstance(b, Output):
                 if on_torch_cuda:
-                    t = torch_outputs([b.shape], [b.dtype], self.inputs.device, b.init_value)[0]
+                    t = _kiln.torch_outputs(self.op, self.inputs.device, [(list(b.shape), b.dtype, b.init_value)])[0]
                     fresh.append(t)
                     slots.append(_kiln.lend(t))
                 else:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from . import _kiln
 from ._abstract import empty_outputs, is_describing
-from ._arrays import NUMPY, TORCH, as_numpy, host_output, torch_module, torch_outputs
-from ._kernel import _DeviceGuard, _stream_handle
+from ._arrays import NUMPY, TORCH, as_numpy, host_output, torch_module
+from ._kernel import _DeviceGuard
 from . import _validate as check_arg
 from ._validate import named
 from .errors import InvalidArgumentError, KilnError, UnsupportedDTypeError
@@ -81,34 +81,19 @@ def _plan(op, arrays, *params, like_x=1, views=False, make=None):
         x = arrays[0]
         return empty_outputs("kiln.ops", arrays, [x.shape] * like_x, [x.dtype] * like_x)
     torch = torch_module()
-    if torch is not None and type(arrays[0]) is torch.Tensor and arrays[0].is_cuda:
-        # PyTorch CUDA tensors go to the extension as they are (it reads them); outputs are
-        # allocated and the calls queued there too where the device's context is current.
+    if torch is not None and isinstance(arrays[0], torch.Tensor) and arrays[0].is_cuda:
+        # PyTorch CUDA tensors go to the extension as they are (it reads them, allocates the
+        # outputs with PyTorch and queues the calls under a device guard).
         if not views:
             arrays = [a.contiguous() if _on_cuda(a) and not a.is_contiguous() else a for a in arrays]
         lead = arrays[0]
         # Planning may set the device up or upload to it (attention's tensor maps): under the
         # guard too, so the current device stays the caller's.
         with _DeviceGuard(lead.get_device()):
-            plan = make(*(a if type(a) is torch.Tensor else _descs(op, [a])[0][0] for a in arrays))
-            outs = plan.run_torch(lead)
-            return outs if outs is not None else _run_on_device(plan, lead)
+            plan = make(*(a if isinstance(a, torch.Tensor) else _descs(op, [a])[0][0] for a in arrays))
+        return plan.run_torch(lead)
     descs, kinds = _descs(op, arrays)
-    lead, tensor = kinds[0]
-    if descs[0].ordinal >= 0:
-        with _DeviceGuard(descs[0].ordinal):
-            return _run_on_device(make(*descs), tensor)
-    plan = make(*descs)
-    return [host_output(h, lead) for h in plan.run(None, None)]
-
-
-def _run_on_device(plan, lead):
-    """Runs ``plan`` (under the caller's device guard) into outputs PyTorch allocates on
-    ``lead``'s device, on PyTorch's current stream there."""
-    ordinal = lead.get_device()
-    outs = [torch_outputs([tuple(s)], [d], lead.device, init)[0] for s, d, init in plan.outputs()]
-    plan.run((_stream_handle(None, ordinal), ordinal), [_kiln.lend(o) for o in outs])
-    return outs
+    return [host_output(h, kinds[0][0]) for h in make(*descs).run()]
 
 
 def _on_cuda(x) -> bool:
@@ -130,7 +115,7 @@ def _run(op, arrays, *params):
     descs, kinds = _descs(op, arrays)
     lead = kinds[0][0]
     plan = _planner(op, params)(*descs)
-    return [host_output(h, lead) for h in plan.run(None, None)]
+    return [host_output(h, lead) for h in plan.run()]
 
 
 def exp(x):

@@ -59,6 +59,7 @@ fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lent::LentArray>()?;
     m.add_function(wrap_pyfunction!(lent::lend, m)?)?;
     m.add_function(wrap_pyfunction!(call_args::read_inputs, m)?)?;
+    m.add_function(wrap_pyfunction!(torch_call::torch_outputs, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_status, m)?)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
     m.add_function(wrap_pyfunction!(nvrtc_version, m)?)?;

@@ -19,9 +19,6 @@ use crate::kernel::run_interruptible;
 use crate::lent;
 use crate::torch_call;
 
-/// `(shape, dtype name, init_value)` of an op's output.
-type OutputDesc = (Vec<usize>, &'static str, Option<f64>);
-
 /// One validated op: its kernel calls, ready to run on its inputs' device.
 #[pyclass(module = "kiln._kiln", frozen)]
 pub struct OpPlan {
@@ -30,66 +27,41 @@ pub struct OpPlan {
 
 #[pymethods]
 impl OpPlan {
-    /// `(shape, dtype, init_value)` of every output of the op, for a caller that allocates them.
-    fn outputs(&self) -> PyResult<Vec<OutputDesc>> {
-        let specs = self.plan.output_specs().map_err(to_py)?;
-        Ok(specs.into_iter().map(|s| (s.shape, s.dtype.name(), s.init_value)).collect())
-    }
-
     /// The kernel variant the op's rule picked (the kernels' names joined by `+`).
     #[getter]
     fn variant(&self) -> String {
         self.plan.variant()
     }
 
-    /// Runs the calls: every one on a caller's `stream` and the op's outputs into
-    /// `outputs_into` wherever its calls make them (then returns `None`), or into fresh outputs
-    /// kiln allocates. Intermediate outputs are kiln's, ordered with the caller's stream by the
-    /// backend.
-    #[pyo3(signature = (stream, outputs_into))]
-    fn run(
-        &self,
-        py: Python<'_>,
-        stream: Option<(usize, usize)>,
-        outputs_into: Option<&Bound<'_, PyList>>,
-    ) -> PyResult<Option<Vec<Py<PyAny>>>> {
-        let plan = match external_stream(stream) {
-            Some(stream) => self.plan.clone().on_stream(stream),
-            None => self.plan.clone(),
-        };
-        if let Some(outs) = outputs_into {
-            let outs: Vec<Array> = outs.iter().map(|o| lent::read(&o)).collect::<PyResult<_>>()?;
-            run_interruptible(py, "kiln.ops", false, None, || plan.run_into(outs))?;
-            return Ok(None);
-        }
+    /// Runs the calls on the inputs' device into fresh outputs kiln allocates (host arrays,
+    /// or kiln's device arrays).
+    fn run(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+        let plan = &self.plan;
         let outputs = run_interruptible(py, "kiln.ops", false, None, || plan.run())?;
-        arrays::wrap(py, outputs).map(Some)
+        arrays::wrap(py, outputs)
     }
 
     /// Runs the op on PyTorch CUDA tensors like `lead` (the op's first input): outputs
     /// allocated by PyTorch on `lead`'s device, every call queued on PyTorch's current stream
-    /// there. `None` (nothing run) where that device's context is not the thread's current one:
-    /// the caller then runs it under a device guard.
-    fn run_torch(&self, py: Python<'_>, lead: &Bound<'_, PyAny>) -> PyResult<Option<Vec<Py<PyAny>>>> {
+    /// there, under a device guard where another device is current.
+    fn run_torch<'py>(&self, py: Python<'py>, lead: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let ordinal: i64 = lead.call_method0(pyo3::intern!(py, "get_device"))?.extract()?;
         let Ok(ordinal) = usize::try_from(ordinal) else {
             return Err(to_py(kiln::Error::invalid("kiln.ops", "run_torch takes a CUDA tensor")));
         };
-        let Some(torch) = torch_call::torch(py) else { return Ok(None) };
-        if !matches!(kiln::backend::cuda::is_current_context(ordinal), Ok(true)) {
-            return Ok(None);
-        }
+        let Some(torch) = torch_call::torch(py) else {
+            return Err(to_py(kiln::Error::invalid("kiln.ops", "CUDA tensors need PyTorch")));
+        };
         let specs = self.plan.output_specs().map_err(to_py)?;
         let device = lead.getattr(pyo3::intern!(py, "device"))?;
         let wanted = specs.iter().map(|s| (s.shape.as_slice(), s.dtype, s.init_value));
         let (outputs, arrays) = torch.outputs("kiln.ops", &device, ordinal, wanted)?;
-        let outputs = outputs.into_iter().map(Bound::unbind).collect();
         let mut plan = self.plan.clone();
         if let Some(stream) = external_stream(Some((torch.current_stream(py, ordinal)?, ordinal))) {
             plan = plan.on_stream(stream);
         }
-        run_interruptible(py, "kiln.ops", false, None, || plan.run_into(arrays))?;
-        Ok(Some(outputs))
+        torch.on_device(py, ordinal, || run_interruptible(py, "kiln.ops", false, None, || plan.run_into(arrays)))?;
+        Ok(outputs)
     }
 }
 

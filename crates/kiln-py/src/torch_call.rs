@@ -166,6 +166,34 @@ impl Torch {
     }
 }
 
+/// `kiln._kiln.torch_outputs(op, device, outputs)`: fresh row-contiguous PyTorch tensors on the
+/// CUDA `device` (a `torch.device`), one per `(shape, dtype name, fill)`, allocated on PyTorch's
+/// current stream there (so its caching allocator orders their reuse after kiln's kernels); the
+/// allocator of kernel calls and op plans, for the library's dispatches. Errors name `op`.
+#[pyfunction]
+pub fn torch_outputs<'py>(
+    py: Python<'py>,
+    op: &str,
+    device: &Bound<'py, PyAny>,
+    outputs: Vec<(Vec<usize>, String, Option<f64>)>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let Some(torch) = torch(py) else {
+        return Err(crate::errors::to_py(kiln::Error::invalid(op, "CUDA outputs need PyTorch")));
+    };
+    let index = device.getattr(intern!(py, "index"))?;
+    let Ok(ordinal) = index.extract::<usize>() else {
+        return Err(crate::errors::to_py(kiln::Error::invalid(op, format!("{device} is not a CUDA device"))));
+    };
+    let mut wanted = Vec::with_capacity(outputs.len());
+    for (shape, name, fill) in &outputs {
+        let Some(dtype) = DType::from_name(name) else {
+            return Err(crate::errors::to_py(kiln::Error::invalid(op, format!("unknown dtype {name:?}"))));
+        };
+        wanted.push((shape.as_slice(), dtype, *fill));
+    }
+    Ok(torch.outputs(op, device, ordinal, wanted)?.0)
+}
+
 /// A template value as the cache compares it: dtypes by identity.
 #[derive(PartialEq)]
 enum TemplateKey {
