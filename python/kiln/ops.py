@@ -19,6 +19,8 @@ blocked launches, whose outputs are PyTorch's tensors updated in place), and ``c
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import _kiln
 from ._abstract import empty_outputs, is_describing
 from ._arrays import NUMPY, TORCH, as_numpy, host_output, torch_module
@@ -26,6 +28,9 @@ from ._kernel import _DeviceGuard
 from . import _validate as check_arg
 from ._validate import named
 from .errors import InvalidArgumentError, KilnError, UnsupportedDTypeError
+
+# Any array kiln reads: NumPy arrays and what converts to them, PyTorch tensors, MLX arrays.
+ArrayLike = Any
 
 __all__ = [
     "exp", "silu", "gelu", "gelu_approx", "rms_norm", "residual_rms_norm", "softmax", "rope",
@@ -118,46 +123,47 @@ def _run(op, arrays, *params):
     return [host_output(h, lead) for h in plan.run()]
 
 
-def exp(x):
+def exp(x: ArrayLike) -> Any:
     """``mx.exp``: the exponential, elementwise, of any float view (no copy)."""
     return _plan("exp", [x], views=True)[0]
 
 
-def silu(x):
+def silu(x: ArrayLike) -> Any:
     """``mlx.nn.silu``: ``x * sigmoid(x)``, elementwise."""
     return _plan("silu", [x], views=True)[0]
 
 
-def gelu_approx(x):
+def gelu_approx(x: ArrayLike) -> Any:
     """``mlx.nn.gelu_approx``: the tanh approximation of GELU, elementwise."""
     return _plan("gelu_approx", [x], views=True)[0]
 
 
-def gelu(x):
+def gelu(x: ArrayLike) -> Any:
     """``mlx.nn.gelu``: the exact (erf) GELU, elementwise."""
     return _plan("gelu", [x], views=True)[0]
 
 
-def rms_norm(x, weight, eps):
+def rms_norm(x: ArrayLike, weight: ArrayLike, eps: float) -> Any:
     """``mx.fast.rms_norm(x, weight, eps)``: normalises the last axis, f32 accumulation."""
     return _plan("rms_norm", [x, weight], check_arg.number("rms_norm", "eps", eps))[0]
 
 
-def residual_rms_norm(x, residual, weight, eps):
+def residual_rms_norm(x: ArrayLike, residual: ArrayLike, weight: ArrayLike, eps: float) -> tuple[Any, Any]:
     """kiln's fused residual add + RMS norm: returns ``(rms_norm(x + residual, weight, eps),
     x + residual)``."""
     return tuple(_plan("residual_rms_norm", [x, residual, weight], check_arg.number("residual_rms_norm", "eps", eps),
                        like_x=2))
 
 
-def softmax(x, axis=-1):
+def softmax(x: ArrayLike, axis: int = -1) -> Any:
     """``mx.softmax(x, axis=-1)`` over the last axis (online max and sum, rows of any length)."""
     if axis not in (-1, getattr(x, "ndim", 1) - 1):
         raise InvalidArgumentError("[softmax] kiln.ops.softmax runs over the last axis")
     return _plan("softmax", [x])[0]
 
 
-def rope(a, dims, *, traditional, base, scale, offset, freqs=None):
+def rope(a: ArrayLike, dims: int, *, traditional: bool, base: float, scale: float, offset: int,
+         freqs: None = None) -> Any:
     """``mx.fast.rope(a, dims, *, traditional, base, scale, offset)``: rotary embeddings of the
     first ``dims`` features of the last axis at positions ``offset + row`` (``freqs`` is not
     supported)."""
@@ -168,7 +174,8 @@ def rope(a, dims, *, traditional, base, scale, offset, freqs=None):
                  check_arg.count("rope", "offset", offset, -(2**31), 2**31))[0]
 
 
-def scaled_dot_product_attention(q, k, v, *, scale, mask=None):
+def scaled_dot_product_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: float,
+                                 mask: ArrayLike | str | None = None) -> Any:
     """``mx.fast.scaled_dot_product_attention(q, k, v, *, scale, mask=None)``: q (B, Hq, Tq, D),
     k and v (B, Hkv, Tk, D) with Hq a multiple of Hkv (grouped-query heads); ``mask`` None,
     ``"causal"`` or an additive array broadcastable to (B, Hq, Tq, Tk)."""
@@ -184,7 +191,7 @@ def scaled_dot_product_attention(q, k, v, *, scale, mask=None):
     return _run(op, arrays, *params)[0]
 
 
-def grid_sample(x, grid):
+def grid_sample(x: ArrayLike, grid: ArrayLike) -> Any:
     """Bilinear grid sampling with zeros padding (align_corners=False): x (B, H, W, C) NHWC,
     grid (B, gH, gW, 2) in [-1, 1]; returns (B, gH, gW, C). The MLX docs' custom-kernel example."""
     if _on_cuda(x):
@@ -192,7 +199,7 @@ def grid_sample(x, grid):
     return _run("grid_sample", [x, grid])[0]
 
 
-def grid_sample_vjp(x, grid, cotangent):
+def grid_sample_vjp(x: ArrayLike, grid: ArrayLike, cotangent: ArrayLike) -> tuple[Any, Any]:
     """The VJP of :func:`grid_sample`: returns ``(x_grad, grid_grad)`` in float32."""
     if _on_cuda(x):
         # The kernel accumulates in float32; PyTorch casts to the inputs' dtypes on the stream.
@@ -201,18 +208,18 @@ def grid_sample_vjp(x, grid, cotangent):
     return tuple(_run("grid_sample_vjp", [x, grid, cotangent]))
 
 
-def scatter_add(values, indices, bins):
+def scatter_add(values: ArrayLike, indices: ArrayLike, bins: int) -> Any:
     """Sums ``values`` (M, ...) into ``bins`` rows by ``indices`` (M,), duplicates included."""
     return _plan("scatter_add", [values, indices], check_arg.count("scatter_add", "bins", bins), like_x=None)[0]
 
 
-def overlap_add(frames, hop):
+def overlap_add(frames: ArrayLike, hop: int) -> Any:
     """Overlap-adds ``frames`` (..., n_frames, frame_len) with hop ``hop`` (an inverse STFT's
     last step)."""
     return _plan("overlap_add", [frames], check_arg.count("overlap_add", "hop", hop), like_x=None)[0]
 
 
-def cholesky(a):
+def cholesky(a: ArrayLike) -> Any:
     """``mx.linalg.cholesky(a)`` (lower): batched; a matrix that is not positive definite is an
     error naming its batch index."""
     if _on_cuda(a):
@@ -220,14 +227,14 @@ def cholesky(a):
     return _run("cholesky", [a])[0]
 
 
-def qr(a):
+def qr(a: ArrayLike) -> tuple[Any, Any]:
     """``mx.linalg.qr(a)``: batched Householder QR, returns ``(q, r)``."""
     if _on_cuda(a):
         return tuple(_plan_on_cuda("qr", [a]))
     return tuple(_run("qr", [a]))
 
 
-def gdn_chunk_scaled_dot_kkt(k, beta, g, chunk=64):
+def gdn_chunk_scaled_dot_kkt(k: ArrayLike, beta: ArrayLike, g: ArrayLike, chunk: int = 64) -> Any:
     """Gated delta net ``chunk_scaled_dot_kkt``: ``k`` (B, T, Hg, K), ``beta`` and ``g``
     (B, T, H) float32 with H a multiple of Hg; returns ``A`` (B, T, H, chunk) float32, per chunk
     the strictly lower-triangular ``beta_i * exp(g_i - g_j) * <k_i, k_j>``."""
