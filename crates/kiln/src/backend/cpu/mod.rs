@@ -173,10 +173,21 @@ pub fn status() -> BackendStatus {
 /// the scheduler linked as an object or compiled inline: a disk-cache hit when the library is
 /// there. For the compile benchmark.
 pub fn compile_past_memory(program: &MetalProgram, precompiled_prelude: bool, scheduler_object: bool) -> Result<()> {
-    let tu = translate(program)?;
+    metal_only(program)?;
+    let module = lower(program, LowerTarget::Cpu)?;
+    let tu = translation_unit(program, &module)?;
     let shortcuts = compile::Shortcuts { precompiled_prelude, scheduler_object };
     let cxx = config::host_cxx();
-    compile::compile_past_memory(&cxx, &program.kernel, &tu, prelude(program.kind), program.math_mode, shortcuts)
+    let barrier_free = !module.needs_cooperative_threads;
+    compile::compile_past_memory(
+        &cxx,
+        &program.kernel,
+        &tu,
+        prelude(program.kind),
+        program.math_mode,
+        barrier_free,
+        shortcuts,
+    )
 }
 
 /// What building the once-per-compiler parts afresh took (`None`: the compiler cannot).
@@ -365,14 +376,18 @@ impl CpuBackend {
             .filter(|&i| i < 64)
             .fold(0u64, |mask, i| mask | 1 << i);
         let tu = translation_unit(program, &module)?;
-        let compiled = compile::compile(&self.cxx, &program.kernel, &tu, prelude(program.kind), program.math_mode)
-            .map_err(|e| user_compile_error(program, e))?;
+        let barrier_free = !module.needs_cooperative_threads;
+        let compiled =
+            compile::compile(&self.cxx, &program.kernel, &tu, prelude(program.kind), program.math_mode, barrier_free)
+                .map_err(|e| user_compile_error(program, e))?;
         let found = exec::Resolved { compiled, entry, writable };
         resolved.insert(hash, program, &self.cxx, found.clone())?;
         Ok(found)
     }
 }
 
+#[cfg(test)]
+mod direct_tests;
 #[cfg(test)]
 mod precompile_tests;
 #[cfg(test)]
