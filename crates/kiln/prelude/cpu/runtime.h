@@ -187,8 +187,9 @@ typedef void (*DirectFn)(Group& g, const GroupShape& s);
 // Runs every thread of a group of a barrier-free kernel in index order (x fastest), `body`
 // inlined into the loop: the builtins are computed, not stored per thread. The cancel flag is
 // polled every 32 threads of a row (the kernel's own loops poll too); a thrown fault or
-// cancellation stops the group as `run_one` does.
-template <class F> inline void run_direct(Group& g, const GroupShape& s, F body) {
+// cancellation stops the group as `run_one` does. Always inlined: the entry's direct loop,
+// compiled with other options than the prelude (see emit.rs), inlines `body` only then.
+template <class F> __attribute__((always_inline)) inline void run_direct(Group& g, const GroupShape& s, F body) {
   const volatile int* const cancel = g_cur.cancel;
   const uint n = s.size.x * s.size.y * s.size.z, nd = s.tg.x * s.tg.y * s.tg.z;
   Lane t;

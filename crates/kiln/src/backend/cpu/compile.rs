@@ -22,7 +22,7 @@ use super::abi::{CheckedFn, ReleaseFn, RunFn};
 use super::built_once::BuiltOnce;
 use super::pch;
 use super::scheduler_object::{self, SchedulerObject};
-use super::toolchain::{flags, host_compiler, library_flags, HostCompiler};
+use super::toolchain::{flags, host_compiler, HostCompiler};
 use crate::backend::cpu::emit::{without_scheduler, ABI_VERSION};
 use crate::backend::{cache_root, disk_cache};
 use crate::error::{Error, Result};
@@ -59,20 +59,11 @@ fn loaded() -> &'static Mutex<HashMap<String, Arc<Compiled>>> {
     LOADED.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Compiles (or finds) the library for `tu`, which starts with `prelude` (may be empty), of a
-/// kernel without barriers or SIMD collectives when `barrier_free` (see `library_flags`).
-pub fn compile(
-    cxx: &str,
-    kernel: &str,
-    tu: &str,
-    prelude: &str,
-    mode: MathMode,
-    barrier_free: bool,
-) -> Result<Arc<Compiled>> {
+/// Compiles (or finds) the library for `tu`, which starts with `prelude` (may be empty).
+pub fn compile(cxx: &str, kernel: &str, tu: &str, prelude: &str, mode: MathMode) -> Result<Arc<Compiled>> {
     let compiler = host_compiler(cxx)?;
     let flags = flags(mode, &compiler);
-    let extra = library_flags(&compiler, barrier_free);
-    let key = library_key(tu, &[&flags[..], &extra[..]].concat(), cxx, &compiler);
+    let key = library_key(tu, &flags, cxx, &compiler);
     if let Some(c) = loaded().lock().ok().and_then(|m| m.get(&key).cloned()) {
         return Ok(c);
     }
@@ -82,8 +73,7 @@ pub fn compile(
     if let Some(c) = loaded().lock().ok().and_then(|m| m.get(&key).cloned()) {
         return Ok(c);
     }
-    let unit =
-        Unit { cxx, compiler: &compiler, kernel, tu, prelude, extra: &extra, shortcuts: shortcuts_on_this_thread() };
+    let unit = Unit { cxx, compiler: &compiler, kernel, tu, prelude, shortcuts: shortcuts_on_this_thread() };
     let compiled = Arc::new(load_or_build(&unit, &flags, &key)?);
     if let Ok(mut m) = loaded().lock() {
         m.entry(key).or_insert_with(|| compiled.clone());
@@ -99,15 +89,12 @@ pub(crate) fn compile_past_memory(
     tu: &str,
     prelude: &str,
     mode: MathMode,
-    barrier_free: bool,
     shortcuts: Shortcuts,
 ) -> Result<()> {
     let compiler = host_compiler(cxx)?;
     let flags = flags(mode, &compiler);
-    let extra = library_flags(&compiler, barrier_free);
-    let key = library_key(tu, &[&flags[..], &extra[..]].concat(), cxx, &compiler);
-    let unit = Unit { cxx, compiler: &compiler, kernel, tu, prelude, extra: &extra, shortcuts };
-    load_or_build(&unit, &flags, &key).map(|_| ())
+    let key = library_key(tu, &flags, cxx, &compiler);
+    load_or_build(&Unit { cxx, compiler: &compiler, kernel, tu, prelude, shortcuts }, &flags, &key).map(|_| ())
 }
 
 #[cfg(test)]
@@ -235,8 +222,6 @@ struct Unit<'a> {
     tu: &'a str,
     /// The prefix of `tu` that may come precompiled (empty: none).
     prelude: &'a str,
-    /// Flags of this library's own compile beyond those of its prelude (`library_flags`).
-    extra: &'a [&'static str],
     shortcuts: Shortcuts,
 }
 
@@ -315,7 +300,7 @@ fn build_source(
     }
     std::fs::write(cpp.path(), source).map_err(|e| Error::io(cpp.path(), e))?;
     let mut command = Command::new(cxx);
-    command.args(flags).args(unit.extra);
+    command.args(flags);
     if let Some(p) = prelude {
         command.arg("-include").arg(&p.header);
     }
@@ -446,7 +431,7 @@ mod tests {
     }
 
     fn unit<'a>(cxx: &'a str, compiler: &'a HostCompiler, kernel: &'a str, tu: &'a str) -> Unit<'a> {
-        Unit { cxx, compiler, kernel, tu, prelude: "", extra: &[], shortcuts: Shortcuts::ALL }
+        Unit { cxx, compiler, kernel, tu, prelude: "", shortcuts: Shortcuts::ALL }
     }
 
     fn tag_of(c: &Compiled) -> u64 {
@@ -510,7 +495,7 @@ mod tests {
                 .map(|_| {
                     s.spawn(|| {
                         barrier.wait();
-                        compile(&cxx, "minimal", &tu, "", MathMode::Safe, false).map(|c| c.cooperative)
+                        compile(&cxx, "minimal", &tu, "", MathMode::Safe).map(|c| c.cooperative)
                     })
                 })
                 .collect();
@@ -550,7 +535,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         // What a build cut short would leave: a library file that is not one.
         std::fs::write(dir.join("kernel.so"), b"not a shared library").unwrap();
-        let c = compile(&cxx, "minimal", &tu, "", MathMode::Safe, false).unwrap();
+        let c = compile(&cxx, "minimal", &tu, "", MathMode::Safe).unwrap();
         assert!(c.cooperative);
         assert_ne!(std::fs::read(dir.join("kernel.so")).unwrap(), b"not a shared library");
     }
@@ -579,8 +564,7 @@ mod tests {
         let cxx = config::host_cxx();
         let tag = fresh_tag();
         let tu = minimal_tu(tag);
-        let c =
-            cache_root::with_root(root.clone(), || compile(&cxx, "minimal", &tu, "", MathMode::Safe, false)).unwrap();
+        let c = cache_root::with_root(root.clone(), || compile(&cxx, "minimal", &tu, "", MathMode::Safe)).unwrap();
         assert_eq!(tag_of(&c), tag);
         assert!(root.warning().is_some());
         let compiler = host_compiler(&cxx).unwrap();
@@ -597,7 +581,7 @@ mod tests {
         let root = Arc::new(cache_root::CacheRoot::new(scratch.join("cache"), scratch.join("tmp")));
         let cxx = config::host_cxx();
         let tu = format!("{}\nthis is not C++;\n", minimal_tu(fresh_tag()));
-        let err = cache_root::with_root(root.clone(), || compile(&cxx, "broken", &tu, "", MathMode::Safe, false));
+        let err = cache_root::with_root(root.clone(), || compile(&cxx, "broken", &tu, "", MathMode::Safe));
         assert!(matches!(err, Err(Error::Compile { .. })), "{:?}", err.err());
         assert!(root.warning().is_none());
         let compiler = host_compiler(&cxx).unwrap();

@@ -79,6 +79,17 @@ pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Resul
 pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &LoweredModule) -> Result<String> {
     let mut out = String::with_capacity(module.code.len() + 200_000);
     out.push_str(prelude);
+    // A barrier-free kernel's code, its entry wrappers and direct loops are compiled without
+    // semantic interposition (GCC; clang assumes it already): the kernel's functions, exported
+    // from the library, may then be inlined into the direct loop instead of called through the
+    // PLT, while calls of functions it only declares still bind when the library is loaded. A
+    // pragma, not a flag: the precompiled prelude would reset the flag. Cooperative kernels and
+    // the sanitizer's libraries are compiled as they were: the emulator tells SIMD-group calls
+    // apart by return address, which more inlining could merge.
+    let inlined = !module.needs_cooperative_threads;
+    if inlined {
+        out.push_str("#if !KILN_CHECKED\n#pragma GCC push_options\n#pragma GCC optimize (\"no-semantic-interposition\")\n#endif\n");
+    }
     let _ = writeln!(out, "#line 1 \"{}\"", user_file_name(program));
     out.push_str(&module.code);
     if !module.code.ends_with('\n') {
@@ -122,6 +133,9 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
         if !module.needs_cooperative_threads {
             out.push_str(&direct_loop(i, entry));
         }
+    }
+    if inlined {
+        out.push_str("#if !KILN_CHECKED\n#pragma GCC pop_options\n#endif\n");
     }
     push_header(&mut out, CPU_SCHEDULER);
     // Each entry's `[[threadgroup(n)]]` parameter names, for fault messages.

@@ -173,21 +173,10 @@ pub fn status() -> BackendStatus {
 /// the scheduler linked as an object or compiled inline: a disk-cache hit when the library is
 /// there. For the compile benchmark.
 pub fn compile_past_memory(program: &MetalProgram, precompiled_prelude: bool, scheduler_object: bool) -> Result<()> {
-    metal_only(program)?;
-    let module = lower(program, LowerTarget::Cpu)?;
-    let tu = translation_unit(program, &module)?;
+    let tu = translate(program)?;
     let shortcuts = compile::Shortcuts { precompiled_prelude, scheduler_object };
     let cxx = config::host_cxx();
-    let barrier_free = !module.needs_cooperative_threads;
-    compile::compile_past_memory(
-        &cxx,
-        &program.kernel,
-        &tu,
-        prelude(program.kind),
-        program.math_mode,
-        barrier_free,
-        shortcuts,
-    )
+    compile::compile_past_memory(&cxx, &program.kernel, &tu, prelude(program.kind), program.math_mode, shortcuts)
 }
 
 /// What building the once-per-compiler parts afresh took (`None`: the compiler cannot).
@@ -376,10 +365,8 @@ impl CpuBackend {
             .filter(|&i| i < 64)
             .fold(0u64, |mask, i| mask | 1 << i);
         let tu = translation_unit(program, &module)?;
-        let barrier_free = !module.needs_cooperative_threads;
-        let compiled =
-            compile::compile(&self.cxx, &program.kernel, &tu, prelude(program.kind), program.math_mode, barrier_free)
-                .map_err(|e| user_compile_error(program, e))?;
+        let compiled = compile::compile(&self.cxx, &program.kernel, &tu, prelude(program.kind), program.math_mode)
+            .map_err(|e| user_compile_error(program, e))?;
         let found = exec::Resolved { compiled, entry, writable };
         resolved.insert(hash, program, &self.cxx, found.clone())?;
         Ok(found)

@@ -18,9 +18,6 @@ pub struct HostCompiler {
     /// private arrays outgrow its fiber stack touches the guard below it first instead of
     /// writing into whatever lies further down.
     pub stack_probes: bool,
-    /// GCC with `-fno-semantic-interposition`, which barrier-free kernels are compiled with (see
-    /// `flags_for`); clang inlines a library's exported functions without it.
-    pub no_interposition: bool,
 }
 
 /// The compiler `cxx`, examined once per process; a compiler that cannot run makes the backend
@@ -44,14 +41,11 @@ pub fn host_compiler(cxx: &str) -> Result<HostCompiler> {
     let identity = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").to_string();
     // An empty translation unit compiled with the flag; warnings are errors so a compiler that
     // only ignores it (with a warning) counts as not supporting it.
-    let accepts = |flag: &str| {
-        Command::new(cxx)
-            .args(["-Werror", flag, "-x", "c++", "-c", "-o", "/dev/null", "/dev/null"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    let no_interposition = !identity.contains("clang") && accepts(NO_INTERPOSITION);
-    let c = HostCompiler { identity, stack_probes: accepts(STACK_PROBES), no_interposition };
+    let stack_probes = Command::new(cxx)
+        .args(["-Werror", STACK_PROBES, "-x", "c++", "-c", "-o", "/dev/null", "/dev/null"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let c = HostCompiler { identity, stack_probes };
     if let Ok(mut m) = seen.lock() {
         m.insert(cxx.to_string(), c.clone());
     }
@@ -59,7 +53,6 @@ pub fn host_compiler(cxx: &str) -> Result<HostCompiler> {
 }
 
 const STACK_PROBES: &str = "-fstack-clash-protection";
-const NO_INTERPOSITION: &str = "-fno-semantic-interposition";
 
 /// Compiler flags for a math mode. Safe keeps IEEE semantics; only fast defines
 /// `__FAST_MATH__` (via -ffast-math). Inline functions are hidden so the runtime's calls to
@@ -79,18 +72,4 @@ pub fn flags(mode: MathMode, compiler: &HostCompiler) -> Vec<&'static str> {
         MathMode::Fast => f.push("-ffast-math"),
     }
     f
-}
-
-/// What a kernel library adds to `flags`: for a barrier-free kernel (no barriers or SIMD
-/// collectives) `-fno-semantic-interposition` where GCC takes it, so that the kernel's
-/// functions (exported from the library, so otherwise called through the PLT) may be inlined
-/// into its direct thread loop; the prelude, precompiled with `flags`, stays valid. Cooperative
-/// kernels add nothing: the emulator tells their SIMD-group calls apart by return address,
-/// which more inlining could merge.
-pub fn library_flags(compiler: &HostCompiler, barrier_free: bool) -> Vec<&'static str> {
-    if barrier_free && compiler.no_interposition {
-        vec![NO_INTERPOSITION]
-    } else {
-        Vec::new()
-    }
 }
