@@ -210,6 +210,10 @@ template <class F> __attribute__((always_inline)) inline void run_direct(Group& 
   g.direct_gid = s.gid;
   g.direct_base = uint3(bx, by, bz);
   volatile uint* const at = g.direct_at;
+  at[0] = at[1] = at[2] = 0;
+  // From here a fault names the thread at `at` (see abandon_group, a signal handler).
+  g.direct = true;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
   try {
     uint i = 0;
     for (uint z = 0; z < s.size.z; ++z) {

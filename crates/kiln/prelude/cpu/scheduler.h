@@ -444,7 +444,7 @@ inline int run_groups_unprotected(Body body, DirectFn direct, bool cooperative, 
     g.fault = nullptr;
     g.arena = arena;
     g.checked = d->checked != 0;
-    g.direct = direct != nullptr;
+    g.direct = false;
     for (uint32_t i = 0; i < 16; ++i) g.tg_mem[i] = nullptr;
     for (uint32_t i = 0; i < d->n_tg && i < 16; ++i) {
       const char* fault = "out of memory for threadgroup memory";
