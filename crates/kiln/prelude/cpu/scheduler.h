@@ -697,12 +697,11 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
   int at = 0;
   uint64_t os_stack = 0;
   if (t || (g && g->direct)) {
-    uint pos[3];
-    if (t) {
-      pos[0] = t->thread_position_in_grid.x, pos[1] = t->thread_position_in_grid.y, pos[2] = t->thread_position_in_grid.z;
-    } else {
-      for (int k = 0; k < 3; ++k) pos[k] = g->direct_base[k] + g->direct_at[k];
-    }
+    // A barrier-free kernel's direct loop keeps no `Thread`: the group has the position.
+    const uint3 p = t ? t->thread_position_in_grid
+                      : uint3(g->direct_base.x + g->direct_at[0], g->direct_base.y + g->direct_at[1],
+                              g->direct_base.z + g->direct_at[2]);
+    const uint pos[3] = {p.x, p.y, p.z};
     msg_put(msg, cap, &at, "thread (");
     for (int k = 0; k < 3; ++k) {
       msg_put(msg, cap, &at, pos[k], false);
@@ -768,7 +767,8 @@ inline int run_groups_guarded(Body body, DirectFn direct, bool cooperative, cons
       if (__atomic_compare_exchange_n(&g_escapes[s].used, &zero, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) slot = s;
     }
   }
-  if (slot < 0) return run_groups_unprotected(body, direct, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
+  if (slot < 0)
+    return run_groups_unprotected(body, direct, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
   g_worker.ensure_alt_stack();
   Escape& e = g_escapes[slot];
   sigjmp_buf env;
