@@ -5,10 +5,86 @@
 //! emulator`; compilation is excluded (one warm-up call), the timed region covers whole calls
 //! including output allocation. Besides wall-clock throughput it prints threads per CPU-second
 //! of the whole process (Linux), which stays comparable on a machine shared with other work.
+//!
+//! Then memory-bound work at NumPy's sizes (`bench/cpu_throughput.py` times NumPy beside it):
+//! `ops::exp` and a body kernel `out[i] = exp(inp[i])` over 16M float32, `rms_norm` and
+//! `softmax` over 4096x4096 float32, a copy kernel, and the host's copy bandwidth (a 64 MiB
+//! `copy_from_slice` into memory already touched). The rows take turns for `KILN_BENCH_ROUNDS`
+//! rounds (default 7); each prints its median round with the fastest and slowest beside it.
 
 use std::time::Instant;
 
 use kiln::{Array, DType, Device, LaunchSpec, MetalKernel};
+
+/// A timed row: its name, the bytes one call reads and writes, and the call.
+type Row<'a> = (&'a str, f64, Box<dyn Fn() + 'a>);
+
+/// Times each row's call once per round, rows taking turns, and prints medians (min..max) with
+/// the bytes each moves per second.
+fn throughput(rows: &[Row<'_>], rounds: usize) {
+    for (_, _, f) in rows {
+        f();
+    }
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+    for _ in 0..rounds {
+        for (k, (_, _, f)) in rows.iter().enumerate() {
+            let start = Instant::now();
+            f();
+            times[k].push(start.elapsed().as_secs_f64());
+        }
+    }
+    for ((name, bytes, _), t) in rows.iter().zip(&mut times) {
+        t.sort_by(f64::total_cmp);
+        let median = t[t.len() / 2];
+        println!(
+            "{name:<34} {:>8.2} ms ({:>7.2} .. {:>7.2})  {:>6.2} GB/s",
+            median * 1e3,
+            t[0] * 1e3,
+            t[t.len() - 1] * 1e3,
+            bytes / median / 1e9
+        );
+    }
+}
+
+fn memory_bound() {
+    let rounds = std::env::var("KILN_BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
+    let n = 1usize << 24;
+    let data: Vec<f32> = (0..n).map(|i| ((i % 1999) as f32 - 999.0) * 0.01).collect();
+    let x = Array::from_vec(&[n], data.clone()).expect("input");
+    let square = Array::from_vec(&[4096, 4096], data.clone()).expect("input");
+    let w = Array::from_vec(&[4096], (0..4096).map(|i| 1.0 + (i % 7) as f32 * 0.1).collect()).expect("weight");
+    let body = |name: &str, expr: &str| {
+        MetalKernel::new(
+            name,
+            &["inp"],
+            &["out"],
+            format!("uint elem = thread_position_in_grid.x;\nout[elem] = {expr};"),
+        )
+        .expect("kernel")
+    };
+    let exp_body = body("bench_exp_body", "metal::exp(inp[elem])");
+    let copy_body = body("bench_copy_body", "inp[elem]");
+    let spec = LaunchSpec::new([n as u32, 1, 1], [256, 1, 1]).output(&[n], DType::F32).device(Device::Cpu);
+    let mut dst = vec![0f32; n];
+    dst.copy_from_slice(&data);
+    let dst = std::cell::RefCell::new(dst);
+    let bytes = (2 * n * 4) as f64;
+    let rows: Vec<Row<'_>> = vec![
+        ("ops::exp 16M f32", bytes, Box::new(|| drop(kiln::ops::exp(&x).expect("exp")))),
+        ("body exp 16M f32", bytes, Box::new(|| drop(exp_body.call(&[(&x).into()], &spec).expect("exp")))),
+        ("ops::rms_norm 4096x4096 f32", bytes, Box::new(|| drop(kiln::ops::rms_norm(&square, &w, 1e-5).expect("rms")))),
+        ("ops::softmax 4096x4096 f32", bytes, Box::new(|| drop(kiln::ops::softmax(&square).expect("softmax")))),
+        ("body copy 16M f32", bytes, Box::new(|| drop(copy_body.call(&[(&x).into()], &spec).expect("copy")))),
+        ("host copy_from_slice 64 MiB", bytes, Box::new(|| dst.borrow_mut().copy_from_slice(&data))),
+    ];
+    // `KILN_BENCH_ONLY=copy` keeps the rows whose name holds that text (for profiling one).
+    let only = std::env::var("KILN_BENCH_ONLY").unwrap_or_default();
+    let rows: Vec<Row<'_>> = rows.into_iter().filter(|r| r.0.contains(&only)).collect();
+    println!(
+        "memory-bound calls, {rounds} rounds taking turns: median (fastest .. slowest), read + write bytes / median"
+    );
+    throughput(&rows, rounds);
+}
 
 fn measure(name: &str, kernel: &MetalKernel, x: &Array, threads: u32, tg: u32) {
     let spec = LaunchSpec::new([threads, 1, 1], [tg, 1, 1]).output(&[threads as usize], DType::F32).device(Device::Cpu);
@@ -64,9 +140,14 @@ fn main() {
         "#,
     )
     .expect("kernel");
+    if std::env::var_os("KILN_BENCH_ONLY").is_some() {
+        memory_bound();
+        return;
+    }
     println!("kiln CPU emulator on {} threads", rayon::current_num_threads());
     measure("no barriers (plain loop)", &plain, &x, n, 256);
     measure("2 barriers + simd_sum (fibers)", &barrier, &x, n / 4, 256);
     measure("same, 1024-thread groups", &barrier, &x, n / 4, 1024);
     measure("same, 32-thread groups", &barrier, &x, n / 4, 32);
+    memory_bound();
 }

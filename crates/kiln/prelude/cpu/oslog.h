@@ -39,8 +39,15 @@ inline char* reserve(Sink& s, size_t n) {
 
 template <class... A> void print(const metal::os_log& log, int type, const char* fmt, A... args) {
   const rt::Thread* t = rt::g_cur.thread;
-  const uint3 g = t ? t->threadgroup_position_in_grid : uint3(0u);
-  const uint3 l = t ? t->thread_position_in_threadgroup : uint3(0u);
+  const rt::Group* d = t ? nullptr : rt::g_cur.group;
+  uint3 g = uint3(0u), l = uint3(0u);
+  if (t) {
+    g = t->threadgroup_position_in_grid;
+    l = t->thread_position_in_threadgroup;
+  } else if (d && d->direct) {
+    g = d->direct_gid;
+    l = uint3(d->direct_at[0], d->direct_at[1], d->direct_at[2]);
+  }
   char line[512];
   int n = snprintf(line, sizeof line, fmt, g.x, g.y, g.z, l.x, l.y, l.z, level_name(type), log_part(log.subsystem),
                    log_slash(log), log_part(log.category), log_colon(log), args...);

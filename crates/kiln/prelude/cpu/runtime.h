@@ -77,6 +77,11 @@ struct Group {
   // Per simdgroup: which lanes took part in the last resolved collective and their values.
   unsigned active[32];
   alignas(16) unsigned char snap[32][32][SLOT_BYTES];
+  // While `run_direct` runs the group: its position in the grid and the position in the group
+  // of the thread running (for fault messages and kernel logs; no `Thread` is written).
+  bool direct;
+  uint3 direct_gid, direct_base;
+  volatile uint direct_at[3];
 };
 
 // The group and thread running on this OS thread. Functions look it up once and keep the
@@ -128,7 +133,7 @@ inline void yield_to_scheduler(Current& c) {
 
 inline void barrier() {
   Current& c = g_cur;
-  if (!c.thread->stack) throw Fault{"a barrier ran in a kernel compiled without cooperative threads"};
+  if (!c.thread || !c.thread->stack) throw Fault{"a barrier ran in a kernel compiled without cooperative threads"};
   poll(c);
   c.thread->state = AT_BARRIER;
   yield_to_scheduler(c);
@@ -158,6 +163,87 @@ __attribute__((noinline, visibility("hidden"))) View post_bytes(const void* byte
 template <class T> __attribute__((always_inline)) inline View post(const T& v, const void* site) {
   static_assert(sizeof(T) <= SLOT_BYTES, "SIMD collective on a value larger than 32 bytes");
   return post_bytes(&v, sizeof(T), site);
+}
+
+// A thread of a barrier-free kernel run by `run_direct`: its builtins under `Thread`'s names,
+// computed from the loop's position and kept in registers once the entry is inlined.
+struct Lane {
+  uint3 thread_position_in_grid, threadgroup_position_in_grid, thread_position_in_threadgroup;
+  uint3 threads_per_threadgroup, dispatch_threads_per_threadgroup, threadgroups_per_grid;
+  uint3 threads_per_grid, grid_size, grid_origin;
+  uint thread_index_in_threadgroup, simdgroup_index_in_threadgroup, thread_index_in_simdgroup;
+  uint threads_per_simdgroup, thread_execution_width, simdgroups_per_threadgroup;
+  uint dispatch_simdgroups_per_threadgroup, quadgroup_index_in_threadgroup, thread_index_in_quadgroup;
+  uint quadgroups_per_threadgroup, dispatch_quadgroups_per_threadgroup;
+};
+
+// One group as the scheduler hands it to an entry's direct loop: its position, its (possibly
+// partial) size, the dispatch's threadgroup and grid sizes and the group count.
+struct GroupShape {
+  uint3 gid, size, tg, grid, groups;
+};
+typedef void (*DirectFn)(Group& g, const GroupShape& s);
+
+// Runs every thread of a group of a barrier-free kernel in index order (x fastest), `body`
+// inlined into the loop: the builtins are computed, not stored per thread. The cancel flag is
+// polled every 32 threads of a row (the kernel's own loops poll too); a thrown fault or
+// cancellation stops the group as `run_one` does. Always inlined: the entry's direct loop,
+// compiled with other options than the prelude (see emit.rs), inlines `body` only then.
+template <class F> __attribute__((always_inline)) inline void run_direct(Group& g, const GroupShape& s, F body) {
+  const volatile int* const cancel = g_cur.cancel;
+  const uint n = s.size.x * s.size.y * s.size.z, nd = s.tg.x * s.tg.y * s.tg.z;
+  Lane t;
+  t.threadgroup_position_in_grid = s.gid;
+  t.threads_per_threadgroup = s.size;
+  t.dispatch_threads_per_threadgroup = s.tg;
+  t.threadgroups_per_grid = s.groups;
+  t.threads_per_grid = s.grid;
+  t.grid_size = s.grid;
+  t.grid_origin = uint3(0u);
+  t.threads_per_simdgroup = 32;
+  t.thread_execution_width = 32;
+  t.simdgroups_per_threadgroup = (n + 31) / 32;
+  t.dispatch_simdgroups_per_threadgroup = (nd + 31) / 32;
+  t.quadgroups_per_threadgroup = (n + 3) / 4;
+  t.dispatch_quadgroups_per_threadgroup = (nd + 3) / 4;
+  const uint bx = s.gid.x * s.tg.x, by = s.gid.y * s.tg.y, bz = s.gid.z * s.tg.z;
+  g.direct_gid = s.gid;
+  g.direct_base = uint3(bx, by, bz);
+  volatile uint* const at = g.direct_at;
+  at[0] = at[1] = at[2] = 0;
+  // From here a fault names the thread at `at` (see abandon_group, a signal handler).
+  g.direct = true;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  try {
+    uint i = 0;
+    for (uint z = 0; z < s.size.z; ++z) {
+      for (uint y = 0; y < s.size.y; ++y) {
+        at[1] = y;
+        at[2] = z;
+        for (uint x0 = 0; x0 < s.size.x; x0 += 32) {
+          if (*cancel) return;
+          const uint x1 = s.size.x - x0 < 32 ? s.size.x : x0 + 32;
+          for (uint x = x0; x < x1; ++x, ++i) {
+            at[0] = x;
+            t.thread_position_in_threadgroup = uint3(x, y, z);
+            t.thread_position_in_grid = uint3(bx + x, by + y, bz + z);
+            t.thread_index_in_threadgroup = i;
+            t.simdgroup_index_in_threadgroup = i / 32;
+            t.thread_index_in_simdgroup = i % 32;
+            t.quadgroup_index_in_threadgroup = i / 4;
+            t.thread_index_in_quadgroup = i % 4;
+            body(t);
+          }
+        }
+      }
+    }
+  } catch (const Cancelled&) {
+    if (!g.aborted) g.aborted = 1;
+  } catch (const Fault& f) {
+    if (!g.aborted) { g.aborted = 2; g.fault = f.msg; }
+  } catch (...) {
+    if (!g.aborted) { g.aborted = 2; g.fault = "the kernel threw an exception"; }
+  }
 }
 
 // Builtin values convert to the declared parameter type (uint, uint2, uint3, ushort, ...).

@@ -16,7 +16,7 @@ __thread Current g_cur;
 View post_bytes(const void* bytes, unsigned size, const void* site) {
   Current& c = g_cur;
   Thread* t = c.thread;
-  if (!t->stack) throw Fault{"a SIMD collective ran in a kernel compiled without cooperative threads"};
+  if (!t || !t->stack) throw Fault{"a SIMD collective ran in a kernel compiled without cooperative threads"};
   poll(c);
   __builtin_memcpy(t->slot, bytes, size);
   // The out-of-line SIMD-group function's return address: the user's call (its line).
@@ -408,14 +408,20 @@ struct LaunchDesc {
 };
 
 // Runs groups [begin, end) of the linearised group grid. Returns 0, 1 (cancelled) or 2 (fault,
-// message in `msg`).
-inline int run_groups_unprotected(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin, uint64_t end,
-                                  StackSet* stacks, TgArena* arena, const char* const* tg_names, char* msg,
-                                  int msg_cap) {
+// message in `msg`). A barrier-free kernel's groups go through its `direct` loop (see
+// `run_direct`) on unchecked launches; checked launches and the sanitizer's libraries run each
+// thread through `body`, polling between threads.
+inline int run_groups_unprotected(Body body, DirectFn direct, bool cooperative, const LaunchDesc* d, uint64_t begin,
+                                  uint64_t end, StackSet* stacks, TgArena* arena, const char* const* tg_names,
+                                  char* msg, int msg_cap) {
   g_cur.cancel = d->cancel;
   Worker& w = g_worker;
   Thread* threads = w.threads;
   const uint32_t gx = d->groups[0], gy = d->groups[1];
+#if KILN_CHECKED
+  direct = nullptr;
+#endif
+  if (cooperative || d->checked) direct = nullptr;
   for (uint64_t lin = begin; lin < end; ++lin) {
     if (*d->cancel) return 1;
     uint3 gid = uint3(uint(lin % gx), uint((lin / gx) % gy), uint(lin / ((uint64_t)gx * gy)));
@@ -438,6 +444,7 @@ inline int run_groups_unprotected(Body body, bool cooperative, const LaunchDesc*
     g.fault = nullptr;
     g.arena = arena;
     g.checked = d->checked != 0;
+    g.direct = false;
     for (uint32_t i = 0; i < 16; ++i) g.tg_mem[i] = nullptr;
     for (uint32_t i = 0; i < d->n_tg && i < 16; ++i) {
       const char* fault = "out of memory for threadgroup memory";
@@ -445,6 +452,16 @@ inline int run_groups_unprotected(Body body, bool cooperative, const LaunchDesc*
                                     g.tg_fault_text, (int)sizeof g.tg_fault_text)
                           : nullptr;
       if (!g.tg_mem[i]) { copy_msg(msg, msg_cap, fault); return 2; }
+    }
+    if (direct) {
+      g_cur.group = &g;
+      g_cur.thread = nullptr;
+      direct(g, GroupShape{gid, size, tg, grid, uint3(d->groups[0], d->groups[1], d->groups[2])});
+      g.direct = false;
+      g_cur.group = nullptr;
+      if (g.aborted == 1) return 1;
+      if (g.aborted == 2) { copy_msg(msg, msg_cap, g.fault); return 2; }
+      continue;
     }
     // Fields shared by every group of the same shape are written only when the shape changes
     // (consecutive groups mostly share it); the position advances x fastest without divisions.
@@ -679,8 +696,12 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
   Thread* t = c.thread;
   int at = 0;
   uint64_t os_stack = 0;
-  if (t) {
-    const uint pos[3] = {t->thread_position_in_grid.x, t->thread_position_in_grid.y, t->thread_position_in_grid.z};
+  if (t || (g && g->direct)) {
+    // A barrier-free kernel's direct loop keeps no `Thread`: the group has the position.
+    const uint3 p = t ? t->thread_position_in_grid
+                      : uint3(g->direct_base.x + g->direct_at[0], g->direct_base.y + g->direct_at[1],
+                              g->direct_base.z + g->direct_at[2]);
+    const uint pos[3] = {p.x, p.y, p.z};
     msg_put(msg, cap, &at, "thread (");
     for (int k = 0; k < 3; ++k) {
       msg_put(msg, cap, &at, pos[k], false);
@@ -726,6 +747,7 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
   }
   if (g) {
     g->nallocs = 0;
+    g->direct = false;
     tg_forget_call(g->arena);
   }
   c.group = nullptr;
@@ -735,8 +757,9 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
 
 // `run_groups_unprotected` with an escape point for faults (see above); without a free slot or
 // a handler, the groups run unprotected.
-inline int run_groups_guarded(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin, uint64_t end,
-                              StackSet* stacks, TgArena* arena, const char* const* tg_names, char* msg, int msg_cap) {
+inline int run_groups_guarded(Body body, DirectFn direct, bool cooperative, const LaunchDesc* d, uint64_t begin,
+                              uint64_t end, StackSet* stacks, TgArena* arena, const char* const* tg_names, char* msg,
+                              int msg_cap) {
   int slot = -1;
   if (install_fault_handler() == 0) {
     for (int s = 0; s < ESCAPE_SLOTS && slot < 0; ++s) {
@@ -744,7 +767,8 @@ inline int run_groups_guarded(Body body, bool cooperative, const LaunchDesc* d, 
       if (__atomic_compare_exchange_n(&g_escapes[s].used, &zero, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) slot = s;
     }
   }
-  if (slot < 0) return run_groups_unprotected(body, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
+  if (slot < 0)
+    return run_groups_unprotected(body, direct, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
   g_worker.ensure_alt_stack();
   Escape& e = g_escapes[slot];
   sigjmp_buf env;
@@ -753,7 +777,7 @@ inline int run_groups_guarded(Body body, bool cooperative, const LaunchDesc* d, 
   int rc;
   if (sigsetjmp(env, 0) == 0) {
     __atomic_store_n(&e.armed, 1, __ATOMIC_RELEASE);
-    rc = run_groups_unprotected(body, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
+    rc = run_groups_unprotected(body, direct, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
     __atomic_store_n(&e.armed, 0, __ATOMIC_RELEASE);
   } else {
     rc = abandon_group(e.sig, e.addr, msg, msg_cap);
@@ -764,10 +788,10 @@ inline int run_groups_guarded(Body body, bool cooperative, const LaunchDesc* d, 
 
 // `run_groups_guarded`, then the canaries of the threadgroup arrays the call used: a write that
 // stayed next to an array's data (inside its canaries) is reported here.
-KILN_SCHEDULER_LINKAGE int run_groups(Body body, bool cooperative, const LaunchDesc* d, uint64_t begin,
-                                      uint64_t end, StackSet* stacks, TgArena* arena, const char* const* tg_names,
-                                      char* msg, int msg_cap) {
-  int rc = run_groups_guarded(body, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
+KILN_SCHEDULER_LINKAGE int run_groups(Body body, DirectFn direct, bool cooperative, const LaunchDesc* d,
+                                      uint64_t begin, uint64_t end, StackSet* stacks, TgArena* arena,
+                                      const char* const* tg_names, char* msg, int msg_cap) {
+  int rc = run_groups_guarded(body, direct, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
   if (rc == 2) {
     tg_forget_call(arena);
     return 2;

@@ -7,9 +7,10 @@ namespace kiln { namespace rt {
 
 struct LaunchDesc;
 struct StackSet;
-__attribute__((visibility("hidden"))) int run_groups(Body body, bool cooperative, const LaunchDesc* d,
-                                                     uint64_t begin, uint64_t end, StackSet* stacks, TgArena* arena,
-                                                     const char* const* tg_names, char* msg, int msg_cap);
+__attribute__((visibility("hidden"))) int run_groups(Body body, DirectFn direct, bool cooperative,
+                                                     const LaunchDesc* d, uint64_t begin, uint64_t end,
+                                                     StackSet* stacks, TgArena* arena, const char* const* tg_names,
+                                                     char* msg, int msg_cap);
 
 }  // namespace rt
 }  // namespace kiln

@@ -84,6 +84,23 @@ impl HostBuffer {
         Some(HostBuffer { repr: HostRepr::Owned { words, start, len } })
     }
 
+    /// A zero-filled buffer of `len` bytes (aprons as `zeroed`, at least `HOST_APRON_BYTES` each
+    /// side) whose data starts `phase` bytes past a multiple of `align` (a power of two of at
+    /// least 16; `phase` a multiple of 16 below it), with its whole allocation: the address of
+    /// its first byte, its size and the data's offset in it. For the CPU backend, which lays
+    /// guard ranges over the aprons while a kernel writes the buffer, then hands it out as an
+    /// output; the aprons must hold zeros again by then.
+    pub(crate) fn zeroed_placed(len: usize, align: usize, phase: usize) -> Option<(HostBuffer, *mut u8, usize, usize)> {
+        let apron = HOST_APRON_BYTES / 16;
+        let total = len.div_ceil(16).checked_add(2 * apron)?.checked_add(align / 16)?;
+        let mut words = vec![0u128; total];
+        let base = words.as_mut_ptr() as *mut u8;
+        let first = base as usize + HOST_APRON_BYTES;
+        let data = (first - phase).div_ceil(align) * align + phase - base as usize;
+        let start = data / 16;
+        Some((HostBuffer { repr: HostRepr::Owned { words, start, len } }, base, total * 16, data))
+    }
+
     /// A buffer holding a copy of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Self {
         let mut b = HostBuffer::zeroed(bytes.len());

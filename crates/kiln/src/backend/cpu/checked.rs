@@ -9,10 +9,15 @@
 //! so vector loads stay aligned): an access past the end faults unless it lands in those
 //! alignment bytes. Before the start, accesses within the slack (less than 64 KiB) are caught
 //! only for outputs, whose slack is filled with canaries checked after the run.
+//!
+//! An output of `HOST_APRON_FROM` bytes or more is laid out inside the host buffer it becomes
+//! (`GuardedBuf::output`): the guards and the slack lie in that buffer's aprons, so a clean run
+//! hands the buffer out without a copy once the slack is zeroed again.
 
 use std::alloc::{alloc, dealloc, Layout};
 
 use super::abi::Guard;
+use crate::array::{HostBuffer, HOST_APRON_FROM};
 use crate::error::{Error, Result};
 
 /// Guard size and alignment.
@@ -20,12 +25,21 @@ pub const GRANULE: usize = 64 * 1024;
 /// Alignment of the data start (what any vector type of the prelude needs).
 const DATA_ALIGN: usize = 16;
 
-/// A guarded allocation holding `len` bytes of data.
+/// A guarded allocation holding `len` bytes of data: `size` bytes from `base`, guards included.
 pub struct GuardedBuf {
     base: *mut u8,
-    layout: Layout,
+    size: usize,
     data: usize,
     len: usize,
+    owner: Owner,
+}
+
+/// Whose memory a guarded buffer is.
+enum Owner {
+    /// An allocation of its own, freed on drop.
+    Alloc(Layout),
+    /// Part of a host buffer's allocation (`GuardedBuf::output`), given out by `into_output`.
+    Host(Option<HostBuffer>),
 }
 
 // SAFETY: the allocation is owned exclusively by this value; moving it between threads moves
@@ -55,7 +69,53 @@ impl GuardedBuf {
         // SAFETY: the middle part, [GRANULE, GRANULE + middle), lies inside the allocation.
         unsafe { std::ptr::write_bytes(base.add(GRANULE), fill, middle) };
         let data = (GRANULE + middle - len) & !(DATA_ALIGN - 1);
-        Ok(GuardedBuf { base, layout, data, len })
+        Ok(GuardedBuf { base, size, data, len, owner: Owner::Alloc(layout) })
+    }
+
+    /// As `filled`, for an output whose data the caller writes in full before the run: from
+    /// `HOST_APRON_FROM` bytes up the layout lies inside the host buffer the output becomes (see
+    /// the module's docs), its data left zero rather than filled, and the memory asked to be
+    /// backed by huge pages where the system has them, as NumPy asks for its large arrays.
+    pub fn output(kernel: &str, len: usize, fill: u8) -> Result<GuardedBuf> {
+        if len < HOST_APRON_FROM {
+            return Self::filled(kernel, len, fill);
+        }
+        let too_large =
+            || Error::invalid(kernel.to_string(), format!("cannot allocate a guarded buffer of {len} bytes"));
+        let middle = len.checked_add(DATA_ALIGN).ok_or_else(too_large)?.div_ceil(GRANULE) * GRANULE;
+        let size = middle + 2 * GRANULE;
+        let data = (GRANULE + middle - len) & !(DATA_ALIGN - 1);
+        let (host, start, total, at) = HostBuffer::zeroed_placed(len, GRANULE, data % GRANULE).ok_or_else(too_large)?;
+        // The aprons (HOST_APRON_BYTES each side) hold the guards and the slack: `data` is at
+        // most two granules and 16 bytes, the tail after the data one granule and 16 bytes.
+        let offset = at - data;
+        debug_assert!((start as usize + offset) % GRANULE == 0 && offset + size <= total);
+        // SAFETY: [offset, offset + size) lies inside the host buffer's allocation of `total`
+        // bytes (above), which `owner` keeps alive and never reallocates.
+        let base = unsafe { start.add(offset) };
+        advise_huge_pages(base, size);
+        let mut buf = GuardedBuf { base, size, data, len, owner: Owner::Host(Some(host)) };
+        let middle = buf.between_guards();
+        middle[..data - GRANULE].fill(fill);
+        middle[data - GRANULE + len..].fill(fill);
+        Ok(buf)
+    }
+
+    /// The host buffer of a clean run's output made by `output`, its slack zeroed again (the
+    /// aprons it lies in are zeros); the buffer itself when it has an allocation of its own.
+    pub fn into_output(mut self) -> std::result::Result<HostBuffer, GuardedBuf> {
+        if !matches!(self.owner, Owner::Host(Some(_))) {
+            return Err(self);
+        }
+        let (off, len) = (self.data - GRANULE, self.len);
+        let middle = self.between_guards();
+        middle[..off].fill(0);
+        middle[off + len..].fill(0);
+        let host = match &mut self.owner {
+            Owner::Host(host) => host.take(),
+            Owner::Alloc(_) => None,
+        };
+        host.ok_or(self)
     }
 
     /// Where the kernel's pointer to the data starts.
@@ -75,13 +135,13 @@ impl GuardedBuf {
     /// The two guard ranges: before the data and after it.
     pub fn guards(&self) -> [Guard; 2] {
         let b = self.base as u64;
-        let size = self.layout.size() as u64;
+        let size = self.size as u64;
         [Guard { begin: b, end: b + GRANULE as u64 }, Guard { begin: b + size - GRANULE as u64, end: b + size }]
     }
 
     /// Everything between the guards: slack before, data, and alignment bytes after.
     pub fn between_guards(&mut self) -> &mut [u8] {
-        let n = self.layout.size() - 2 * GRANULE;
+        let n = self.size - 2 * GRANULE;
         // SAFETY: the middle part is inside the allocation, initialised (see `filled`) and not
         // protected while the host holds `&mut self`.
         unsafe { std::slice::from_raw_parts_mut(self.base.add(GRANULE), n) }
@@ -95,11 +155,33 @@ impl GuardedBuf {
 
 impl Drop for GuardedBuf {
     fn drop(&mut self) {
-        // SAFETY: `base` came from `alloc` with this layout and is freed once; the guards
-        // were unprotected by `kiln_checked_end` before any buffer is dropped.
-        unsafe { dealloc(self.base, self.layout) }
+        if let Owner::Alloc(layout) = self.owner {
+            // SAFETY: `base` came from `alloc` with this layout and is freed once; the guards
+            // were unprotected by `kiln_checked_end` before any buffer is dropped.
+            unsafe { dealloc(self.base, layout) }
+        }
     }
 }
+
+/// Asks Linux to back `[base, base + len)` with transparent huge pages where it can (a fresh
+/// output then takes a page fault per 2 MiB, not per 4 KiB); a refusal changes nothing.
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(base: *mut u8, len: usize) {
+    extern "C" {
+        fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+    }
+    const MADV_HUGEPAGE: i32 = 14;
+    const HUGE: usize = 2 << 20;
+    let (start, end) = ((base as usize).div_ceil(HUGE) * HUGE, (base as usize + len) / HUGE * HUGE);
+    if end > start {
+        // SAFETY: the range lies inside an allocation of ours; the advice changes how its pages
+        // are backed, never their contents.
+        unsafe { madvise(start as *mut std::ffi::c_void, end - start, MADV_HUGEPAGE) };
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages(_: *mut u8, _: usize) {}
 
 /// The byte range `[lo, hi)` a strided view can reach relative to its first element.
 pub fn reach(shape: &[usize], strides: &[isize], elem: usize) -> (isize, isize) {

@@ -1,6 +1,7 @@
 //! The host C++ translation unit of a program for the CPU emulator: the CPU prelude, the
 //! lowered code under `#line` directives (so compiler messages name the user's own lines), one
-//! wrapper per kernel entry that turns emulated-thread state into the kernel's arguments, the
+//! wrapper per kernel entry that turns emulated-thread state into the kernel's arguments (and,
+//! for barrier-free kernels, a loop over a group's threads with that wrapper inlined), the
 //! group scheduler, and the C functions the host calls.
 
 use std::fmt::Write;
@@ -78,6 +79,17 @@ pub fn translation_unit(program: &MetalProgram, module: &LoweredModule) -> Resul
 pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &LoweredModule) -> Result<String> {
     let mut out = String::with_capacity(module.code.len() + 200_000);
     out.push_str(prelude);
+    // A barrier-free kernel's code, its entry wrappers and direct loops are compiled without
+    // semantic interposition (GCC; clang assumes it already): the kernel's functions, exported
+    // from the library, may then be inlined into the direct loop instead of called through the
+    // PLT, while calls of functions it only declares still bind when the library is loaded. A
+    // pragma, not a flag: the precompiled prelude would reset the flag. Cooperative kernels and
+    // the sanitizer's libraries are compiled as they were: the emulator tells SIMD-group calls
+    // apart by return address, which more inlining could merge.
+    let inlined = !module.needs_cooperative_threads;
+    if inlined {
+        out.push_str("#if !KILN_CHECKED\n#pragma GCC push_options\n#pragma GCC optimize (\"no-semantic-interposition\")\n#endif\n");
+    }
     let _ = writeln!(out, "#line 1 \"{}\"", user_file_name(program));
     out.push_str(&module.code);
     if !module.code.ends_with('\n') {
@@ -106,12 +118,24 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
                 }
             });
         }
+        // One wrapper for both ways of running a thread: from its `Thread` record, or as a
+        // `Lane` of a barrier-free kernel's direct loop.
         let _ = writeln!(
             out,
-            "static void kiln_body_{i}(kiln::rt::Thread& t, void* const* b, void* const* tg) {{\n  (void)t; (void)b; (void)tg;\n  {}({});\n}}",
+            "template <class T> static inline void kiln_entry_{i}(const T& t, void* const* b, void* const* tg) {{\n  (void)t; (void)b; (void)tg;\n  {}({});\n}}",
             entry.callee,
             args.join(", ")
         );
+        let _ = writeln!(
+            out,
+            "static void kiln_body_{i}(kiln::rt::Thread& t, void* const* b, void* const* tg) {{ kiln_entry_{i}(t, b, tg); }}"
+        );
+        if !module.needs_cooperative_threads {
+            out.push_str(&direct_loop(i, entry));
+        }
+    }
+    if inlined {
+        out.push_str("#if !KILN_CHECKED\n#pragma GCC pop_options\n#endif\n");
     }
     push_header(&mut out, CPU_SCHEDULER);
     // Each entry's `[[threadgroup(n)]]` parameter names, for fault messages.
@@ -137,13 +161,40 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
     );
     out.push_str("extern \"C\" int kiln_run(int entry, const kiln::rt::LaunchDesc* d, uint64_t begin, uint64_t end, kiln::rt::StackSet* stacks, kiln::rt::TgArena* arena, char* msg, int cap) {\n  switch (entry) {\n");
     for i in 0..module.entries.len() {
+        let direct = if module.needs_cooperative_threads { "nullptr".to_string() } else { format!("kiln_direct_{i}") };
         let _ = writeln!(
             out,
-            "    case {i}: return kiln::rt::run_groups(kiln_body_{i}, {coop}, d, begin, end, stacks, arena, kiln_tg_names_{i}, msg, cap);"
+            "    case {i}: return kiln::rt::run_groups(kiln_body_{i}, {direct}, {coop}, d, begin, end, stacks, arena, kiln_tg_names_{i}, msg, cap);"
         );
     }
     out.push_str("  }\n  kiln::rt::copy_msg(msg, cap, \"no such entry\");\n  return 2;\n}\n");
     Ok(out)
+}
+
+/// The direct loop of entry `i` of a barrier-free kernel (`kiln::rt::run_direct`): the entry
+/// inlined into the loop over a group's threads, its buffer and threadgroup pointers copied
+/// into locals first so that the kernel's stores cannot be taken to change them. The
+/// sanitizer's libraries run every thread through `kiln_body_{i}` and have none.
+fn direct_loop(i: usize, entry: &crate::source::lower::Entry) -> String {
+    let buffers = entry
+        .params
+        .iter()
+        .filter_map(|p| match p {
+            EntryParam::Buffer { index, .. } => Some(*index as usize + 1),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(1);
+    format!(
+        "#if KILN_CHECKED\n#define kiln_direct_{i} nullptr\n#else\n\
+         static void kiln_direct_{i}(kiln::rt::Group& g, const kiln::rt::GroupShape& s) {{\n\
+         \x20 void* b[{buffers}];\n\
+         \x20 for (int k = 0; k < {buffers}; ++k) b[k] = g.buffers[k];\n\
+         \x20 void* tg[16];\n\
+         \x20 for (int k = 0; k < 16; ++k) tg[k] = g.tg_mem[k];\n\
+         \x20 kiln::rt::run_direct(g, s, [&](const kiln::rt::Lane& t) {{ kiln_entry_{i}(t, b, tg); }});\n\
+         }}\n#endif\n"
+    )
 }
 
 /// The group scheduler as a translation unit of its own, compiled after the prelude into an

@@ -61,6 +61,11 @@ unsafe impl Sync for Shared<'_> {}
 /// The byte the slack before every output's data is filled with.
 const CANARY: u8 = 0xA5;
 
+/// Outputs from this size up are filled (poisoned, or set to their `init_value`) in parts of
+/// `FILL_PART` bytes over the pool.
+const PARALLEL_FILL: usize = 4 << 20;
+const FILL_PART: usize = 1 << 20;
+
 /// Storage of one binding for the duration of a launch.
 enum Storage {
     /// The caller's input array, bound in place.
@@ -78,12 +83,12 @@ enum Role {
     Constant,
 }
 
-/// The canary bytes before and after an output's data, and the data itself.
-fn output_parts(storage: &mut Storage, n: usize) -> Option<(&[u8], &[u8], &[u8])> {
+/// The canary bytes before and after an output's data.
+fn output_parts(storage: &mut Storage, n: usize) -> Option<(&[u8], &[u8])> {
     let Storage::Guarded(buf) = storage else { return None };
     let off = buf.data_offset();
     let all = buf.between_guards();
-    Some((&all[..off], &all[off..off + n], &all[off + n..]))
+    Some((&all[..off], &all[off + n..]))
 }
 
 /// A program loaded for launches: its library, the entry's index and the buffer slots the
@@ -185,17 +190,24 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
                             ),
                         )
                     })?;
-                let mut buf = GuardedBuf::filled(kernel, n, CANARY)?;
+                let mut buf = GuardedBuf::output(kernel, n, CANARY)?;
                 let off = buf.data_offset();
                 let body = &mut buf.between_guards()[off..off + n];
-                match spec.init_value {
-                    Some(v) => {
-                        let one = f64_to_element_bytes(v, spec.dtype);
-                        for c in body.chunks_exact_mut(spec.dtype.size()) {
-                            c.copy_from_slice(&one);
+                let one = spec.init_value.map(|v| f64_to_element_bytes(v, spec.dtype));
+                let fill = |part: &mut [u8]| match &one {
+                    Some(one) => {
+                        for c in part.chunks_exact_mut(one.len()) {
+                            c.copy_from_slice(one);
                         }
                     }
-                    None => body.fill(0xFF),
+                    None => part.fill(0xFF),
+                };
+                // A large output is filled by the pool's threads: its first touch of fresh
+                // pages costs as much as the kernel's pass over it.
+                if n >= PARALLEL_FILL && FILL_PART % spec.dtype.size() == 0 {
+                    body.par_chunks_mut(FILL_PART).for_each(fill);
+                } else {
+                    fill(body);
                 }
                 storage.push(Storage::Guarded(buf));
                 roles.push(Some(Role::Output(n_out)));
@@ -209,7 +221,7 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
                     ));
                 }
                 let bytes = a.to_contiguous_bytes()?;
-                let mut buf = GuardedBuf::filled(kernel, bytes.len(), CANARY)?;
+                let mut buf = GuardedBuf::output(kernel, bytes.len(), CANARY)?;
                 let off = buf.data_offset();
                 buf.between_guards()[off..off + bytes.len()].copy_from_slice(&bytes);
                 storage.push(Storage::Guarded(buf));
@@ -319,7 +331,7 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
     }
     // Every output's canaries are checked before any result is made, so that only a clean run
     // reaches the caller's memory.
-    let mut bodies: Vec<(&Binding, &[u8])> = Vec::new();
+    let mut bodies: Vec<(usize, &Binding)> = Vec::new();
     for (slot, (binding, s)) in launch.bindings.iter().zip(&mut storage).enumerate() {
         let n = match binding {
             Binding::Output(spec) => spec.shape.iter().product::<usize>() * spec.dtype.size(),
@@ -328,7 +340,7 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
             _ => continue,
         };
         let k = bodies.len();
-        let Some((before, body, after)) = output_parts(s, n) else { continue };
+        let Some((before, after)) = output_parts(s, n) else { continue };
         let before_hit = last_not(before, CANARY).map(|p| before.len() - p);
         let after_hit = first_not(after, CANARY).map(|p| p + 1);
         let side = match (before_hit, after_hit) {
@@ -349,18 +361,24 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
             });
         }
         if !matches!(binding, Binding::Bytes(_)) {
-            bodies.push((binding, body));
+            bodies.push((slot, binding));
         }
     }
     let mut result = Vec::with_capacity(bodies.len());
-    for (binding, body) in bodies {
+    for (slot, binding) in bodies {
+        let Storage::Guarded(mut buf) = std::mem::replace(&mut storage[slot], Storage::InPlace) else { continue };
+        let (off, n) = (buf.data_offset(), buf.len());
+        let host = |buf: GuardedBuf| match buf.into_output() {
+            Ok(host) => host,
+            Err(mut buf) => HostBuffer::from_bytes(&buf.between_guards()[off..off + n]),
+        };
         result.push(match binding {
             Binding::OutputInto(a) => {
-                write_back(a, body);
+                write_back(a, &buf.between_guards()[off..off + n]);
                 a.clone()
             }
-            Binding::InOut(a) => Array::from_host(HostBuffer::from_bytes(body), a.dtype(), a.shape()),
-            Binding::Output(spec) => Array::from_host(HostBuffer::from_bytes(body), spec.dtype, &spec.shape),
+            Binding::InOut(a) => Array::from_host(host(buf), a.dtype(), a.shape()),
+            Binding::Output(spec) => Array::from_host(host(buf), spec.dtype, &spec.shape),
             _ => continue,
         });
     }

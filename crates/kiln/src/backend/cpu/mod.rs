@@ -376,6 +376,8 @@ impl CpuBackend {
 }
 
 #[cfg(test)]
+mod direct_tests;
+#[cfg(test)]
 mod precompile_tests;
 #[cfg(test)]
 mod scheduler_tests;

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""kiln's CPU backend beside NumPy on memory-bound work, in one run: ``kiln.ops.exp`` and a body
+kernel ``out[elem] = exp(inp[elem])`` over 16M float32, ``kiln.ops.rms_norm`` and
+``kiln.ops.softmax`` over 4096x4096 float32, a body kernel that copies, and the machine's copy
+bandwidth (``np.copyto`` of 64 MiB into an array already touched). NumPy's rows compute the same
+results (rms_norm and softmax as NumPy expressions over the last axis). Every row allocates its
+outputs per call, as each library does, except the bandwidth row.
+
+The rows take turns for ``--rounds`` rounds (other work shares the machine); each prints its
+median round with the fastest and slowest, its bytes read and written per second (inputs once,
+outputs once), kiln's median against NumPy's and the bytes per second against the copy
+bandwidth. Goal (issue: a CPU backend, not only an emulator): kiln at or above NumPy's speed and
+at 80 % of the copy bandwidth or more, with every core in use.
+
+Usage (with kiln installed): python bench/cpu_throughput.py [--rounds 9]
+"""
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+
+import kiln
+
+
+def body(name, expr):
+    """A body kernel of one element per thread."""
+    src = f"uint elem = thread_position_in_grid.x;\nout[elem] = {expr};\n"
+    return kiln.metal_kernel(name=name, input_names=["inp"], output_names=["out"], source=src)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=9)
+    args = parser.parse_args()
+    n = 1 << 24
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(n, dtype=np.float32)
+    square = x.reshape(4096, 4096)
+    w = (1.0 + 0.1 * rng.standard_normal(4096)).astype(np.float32)
+    dst = np.empty_like(x)
+    np.copyto(dst, x)
+    exp_body, copy_body = body("bench_exp_body", "metal::exp(inp[elem])"), body("bench_copy_body", "inp[elem]")
+
+    def launch(k):
+        return lambda: k(inputs=[x], grid=(n, 1, 1), threadgroup=(256, 1, 1), output_shapes=[(n,)],
+                         output_dtypes=[np.float32], device="cpu")[0]
+
+    def np_rms_norm():
+        return square * (1.0 / np.sqrt(np.mean(square * square, axis=-1, keepdims=True) + 1e-5)) * w
+
+    def np_softmax():
+        e = np.exp(square - square.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    bytes_moved = 2 * x.nbytes
+    # (kiln row, NumPy row) pairs; the last row is the copy bandwidth alone.
+    pairs = [
+        ("exp 16M f32", lambda: kiln.ops.exp(x), lambda: np.exp(x)),
+        ("body exp 16M f32", launch(exp_body), lambda: np.exp(x)),
+        ("rms_norm 4096x4096 f32", lambda: kiln.ops.rms_norm(square, w, 1e-5), np_rms_norm),
+        ("softmax 4096x4096 f32", lambda: kiln.ops.softmax(square), np_softmax),
+        ("body copy 16M f32", launch(copy_body), lambda: x.copy()),
+    ]
+    checks = [(np.exp(x), 2e-6), (np.exp(x), 2e-6), (np_rms_norm(), 1e-5), (np_softmax(), 1e-5), (x, 0)]
+    for (name, k, _), (want, tol) in zip(pairs, checks):
+        got = np.asarray(k()).reshape(want.shape)
+        assert np.allclose(got, want, rtol=tol, atol=1e-30), f"{name}: kiln's result differs from NumPy's"
+    rows = []
+    for name, k, ref in pairs:
+        rows += [("kiln " + name, k), ("numpy " + name, ref)]
+    rows.append(("numpy copyto 64 MiB (bandwidth)", lambda: np.copyto(dst, x)))
+    times = {name: [] for name, _ in rows}
+    for _, fn in rows:
+        fn()
+    for _ in range(args.rounds):
+        for name, fn in rows:
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    median = {name: statistics.median(t) for name, t in times.items()}
+    bandwidth = bytes_moved / median["numpy copyto 64 MiB (bandwidth)"]
+    print(f"{os.cpu_count()} cores; {args.rounds} rounds taking turns; per call: median (fastest .. slowest) ms, "
+          f"GB/s of inputs read and outputs written once; kiln against NumPy and against the copy bandwidth "
+          f"({bandwidth / 1e9:.2f} GB/s)")
+    for name, _ in rows:
+        t = times[name]
+        gbs = bytes_moved / median[name]
+        line = f"  {name:34} {median[name] * 1e3:8.2f} ({min(t) * 1e3:7.2f} .. {max(t) * 1e3:7.2f})  {gbs / 1e9:6.2f} GB/s"
+        if name.startswith("kiln "):
+            vs = median[name.replace("kiln ", "numpy ", 1)] / median[name]
+            line += f"   {vs:5.2f}x numpy's speed, {gbs / bandwidth * 100:5.1f} % of copy bandwidth"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
