@@ -4,11 +4,13 @@
 //! faults; the library's signal handler records the first such access and cancels the launch,
 //! and the host reports it as `Error::KernelFault` naming the buffer.
 //!
-//! Layout of one allocation (64 KiB granules, so it works for any page size up to 64 KiB):
-//! `[guard][slack][data][guard]`. The data ends at the trailing guard (rounded down to 16 bytes,
-//! so vector loads stay aligned): an access past the end faults unless it lands in those
-//! alignment bytes. Before the start, accesses within the slack (less than 64 KiB) are caught
-//! only for outputs, whose slack is filled with canaries checked after the run.
+//! Layout of one allocation (64 KiB guards, so it works for any page size up to 64 KiB):
+//! `[guard][slack][data][guard]`, the slack and data together a whole number of pages
+//! (`SLACK_PAGE`). The data ends at the trailing guard (rounded down to 16 bytes, so vector loads
+//! stay aligned): an access past the end faults unless it lands in those alignment bytes. Before
+//! the start, accesses within the slack (less than a page) are caught only for outputs, whose
+//! slack is filled with canaries checked after the run; further before, the leading guard
+//! faults.
 //!
 //! An output of `HOST_APRON_FROM` bytes or more is laid out inside the host buffer it becomes
 //! (`GuardedBuf::output`): the guards and the slack lie in that buffer's aprons, so a clean run
@@ -24,11 +26,20 @@ use crate::error::{Error, Result};
 pub const GRANULE: usize = 64 * 1024;
 /// Alignment of the data start (what any vector type of the prelude needs).
 const DATA_ALIGN: usize = 16;
+/// What the slack and data of a buffer of `filled` are rounded up to: the page, where its size
+/// is known to be 4 KiB (x86-64), else a granule. A small output's slack is then filled and
+/// checked over less than a page, not over 64 KiB.
+const SLACK_PAGE: usize = if cfg!(target_arch = "x86_64") { 4096 } else { GRANULE };
+/// The leading guard of a buffer of `filled`: two granules, so that with the slack an access up
+/// to 128 KiB before the data is caught, as when the slack was a granule.
+const LEAD_GUARD: usize = 2 * GRANULE;
 
-/// A guarded allocation holding `len` bytes of data: `size` bytes from `base`, guards included.
+/// A guarded allocation holding `len` bytes of data: `size` bytes from `base`, guards included
+/// (`lead` bytes of leading guard, a granule of trailing guard).
 pub struct GuardedBuf {
     base: *mut u8,
     size: usize,
+    lead: usize,
     data: usize,
     len: usize,
     owner: Owner,
@@ -58,18 +69,18 @@ impl GuardedBuf {
     pub fn filled(kernel: &str, len: usize, fill: u8) -> Result<GuardedBuf> {
         let too_large =
             || Error::invalid(kernel.to_string(), format!("cannot allocate a guarded buffer of {len} bytes"));
-        let middle = len.checked_add(DATA_ALIGN).ok_or_else(too_large)?.div_ceil(GRANULE) * GRANULE;
-        let size = middle.checked_add(2 * GRANULE).ok_or_else(too_large)?;
+        let middle = len.checked_add(DATA_ALIGN).ok_or_else(too_large)?.div_ceil(SLACK_PAGE) * SLACK_PAGE;
+        let size = middle.checked_add(LEAD_GUARD + GRANULE).ok_or_else(too_large)?;
         let layout = Layout::from_size_align(size, GRANULE).map_err(|_| too_large())?;
-        // SAFETY: the layout has a non-zero size (at least three granules).
+        // SAFETY: the layout has a non-zero size (three granules and a page at least).
         let base = unsafe { alloc(layout) };
         if base.is_null() {
             return Err(too_large());
         }
-        // SAFETY: the middle part, [GRANULE, GRANULE + middle), lies inside the allocation.
-        unsafe { std::ptr::write_bytes(base.add(GRANULE), fill, middle) };
-        let data = (GRANULE + middle - len) & !(DATA_ALIGN - 1);
-        Ok(GuardedBuf { base, size, data, len, owner: Owner::Alloc(layout) })
+        // SAFETY: the middle part, [LEAD_GUARD, LEAD_GUARD + middle), lies inside the allocation.
+        unsafe { std::ptr::write_bytes(base.add(LEAD_GUARD), fill, middle) };
+        let data = (LEAD_GUARD + middle - len) & !(DATA_ALIGN - 1);
+        Ok(GuardedBuf { base, size, lead: LEAD_GUARD, data, len, owner: Owner::Alloc(layout) })
     }
 
     /// As `filled`, for an output whose data the caller writes in full before the run: from
@@ -94,7 +105,7 @@ impl GuardedBuf {
         // bytes (above), which `owner` keeps alive and never reallocates.
         let base = unsafe { start.add(offset) };
         advise_huge_pages(base, size);
-        let mut buf = GuardedBuf { base, size, data, len, owner: Owner::Host(Some(host)) };
+        let mut buf = GuardedBuf { base, size, lead: GRANULE, data, len, owner: Owner::Host(Some(host)) };
         let middle = buf.between_guards();
         middle[..data - GRANULE].fill(fill);
         middle[data - GRANULE + len..].fill(fill);
@@ -107,7 +118,7 @@ impl GuardedBuf {
         if !matches!(self.owner, Owner::Host(Some(_))) {
             return Err(self);
         }
-        let (off, len) = (self.data - GRANULE, self.len);
+        let (off, len) = (self.data - self.lead, self.len);
         let middle = self.between_guards();
         middle[..off].fill(0);
         middle[off + len..].fill(0);
@@ -136,20 +147,21 @@ impl GuardedBuf {
     pub fn guards(&self) -> [Guard; 2] {
         let b = self.base as u64;
         let size = self.size as u64;
-        [Guard { begin: b, end: b + GRANULE as u64 }, Guard { begin: b + size - GRANULE as u64, end: b + size }]
+        let lead = self.lead as u64;
+        [Guard { begin: b, end: b + lead }, Guard { begin: b + size - GRANULE as u64, end: b + size }]
     }
 
     /// Everything between the guards: slack before, data, and alignment bytes after.
     pub fn between_guards(&mut self) -> &mut [u8] {
-        let n = self.size - 2 * GRANULE;
+        let n = self.size - self.lead - GRANULE;
         // SAFETY: the middle part is inside the allocation, initialised (see `filled`) and not
         // protected while the host holds `&mut self`.
-        unsafe { std::slice::from_raw_parts_mut(self.base.add(GRANULE), n) }
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(self.lead), n) }
     }
 
     /// Offset of the data within `between_guards()`.
     pub fn data_offset(&self) -> usize {
-        self.data - GRANULE
+        self.data - self.lead
     }
 }
 
@@ -212,8 +224,14 @@ mod tests {
             assert!(b.between_guards().iter().all(|&x| x == 0x22));
             assert_eq!(b.data_addr() % 16, 0);
             let [before, after] = b.guards();
-            assert_eq!((before.end - before.begin, after.end - after.begin), (65536, 65536));
+            assert_eq!((before.end - before.begin, after.end - after.begin), (2 * 65536, 65536));
             assert!(b.data_addr() + 100 <= after.begin && after.begin - (b.data_addr() + 100) < 16);
+            // Slack and guard together reach at least 128 KiB before the data; the slack is
+            // under a page where pages are 4 KiB.
+            assert!(b.data_addr() - before.begin >= 2 * 65536);
+            if cfg!(target_arch = "x86_64") {
+                assert!(b.data_addr() - before.end < 4096, "the slack is more than a page");
+            }
             bufs.push(b);
         }
         // Held at once, the four are four allocations.
