@@ -555,7 +555,8 @@ inline int run_groups_unprotected(Body body, DirectFn direct, bool cooperative, 
 // library installs its handler once and passes faults it does not own to the previous one.
 
 struct Guard {
-  uint64_t begin, end;  // 64 KiB aligned
+  uint64_t begin, end;  // page aligned
+  uint64_t kept;        // protected by the host across launches: arming and disarming leave it
 };
 struct CheckedLaunch {
   const Guard* guards;
@@ -809,7 +810,8 @@ extern "C" void kiln_release_stacks(kiln::rt::StackSet* set) {
   set->count = 0;
 }
 
-// Arms the guards of a checked launch: 0 ok, 1 no handler, 2 no free slot, 3 mprotect failed.
+// Arms the guards of a launch (those the host keeps protected are already): 0 ok, 1 no handler,
+// 2 no free slot, 3 mprotect failed.
 extern "C" int kiln_checked_begin(kiln::rt::CheckedLaunch* l) {
   using namespace kiln::rt;
   if (install_fault_handler()) return 1;
@@ -820,9 +822,11 @@ extern "C" int kiln_checked_begin(kiln::rt::CheckedLaunch* l) {
   }
   if (slot < 0) return 2;
   for (uint32_t i = 0; i < l->n_guards; ++i) {
+    if (l->guards[i].kept) continue;
     if (mprotect((void*)l->guards[i].begin, l->guards[i].end - l->guards[i].begin, PROT_NONE) != 0) {
       for (uint32_t j = 0; j < i; ++j)
-        mprotect((void*)l->guards[j].begin, l->guards[j].end - l->guards[j].begin, PROT_READ | PROT_WRITE);
+        if (!l->guards[j].kept)
+          mprotect((void*)l->guards[j].begin, l->guards[j].end - l->guards[j].begin, PROT_READ | PROT_WRITE);
       __atomic_store_n(&g_checked[slot], (CheckedLaunch*)nullptr, __ATOMIC_SEQ_CST);
       return 3;
     }
@@ -830,12 +834,15 @@ extern "C" int kiln_checked_begin(kiln::rt::CheckedLaunch* l) {
   return 0;
 }
 
-// Disarms the guards (they become ordinary memory again) and frees the slot.
+// Disarms the guards (they become ordinary memory again; those the host keeps stay protected)
+// and frees the slot.
 extern "C" int kiln_checked_end(kiln::rt::CheckedLaunch* l) {
   using namespace kiln::rt;
   int rc = 0;
   for (uint32_t i = 0; i < l->n_guards; ++i)
-    if (mprotect((void*)l->guards[i].begin, l->guards[i].end - l->guards[i].begin, PROT_READ | PROT_WRITE) != 0) rc = 3;
+    if (!l->guards[i].kept &&
+        mprotect((void*)l->guards[i].begin, l->guards[i].end - l->guards[i].begin, PROT_READ | PROT_WRITE) != 0)
+      rc = 3;
   for (int s = 0; s < CHECKED_SLOTS; ++s) {
     CheckedLaunch* mine = l;
     __atomic_compare_exchange_n(&g_checked[s], &mine, (CheckedLaunch*)nullptr, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);

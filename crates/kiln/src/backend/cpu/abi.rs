@@ -68,6 +68,9 @@ pub struct Guard {
     pub begin: u64,
     /// One past its last byte.
     pub end: u64,
+    /// Non-zero when the host keeps the range protected across launches (a pooled buffer's):
+    /// arming and disarming the launch leave it as it is.
+    pub kept: u64,
 }
 
 /// What the library's fault handler reads and writes (mirrors `kiln::rt::CheckedLaunch`).

@@ -15,8 +15,15 @@
 //! An output of `HOST_APRON_FROM` bytes or more is laid out inside the host buffer it becomes
 //! (`GuardedBuf::output`): the guards and the slack lie in that buffer's aprons, so a clean run
 //! hands the buffer out without a copy once the slack is zeroed again.
+//!
+//! An output of unchecked launch that fits in a page (`KEPT_MAX`) comes from a pool of such
+//! allocations whose guards stay protected between launches (`GuardedBuf::kept`): arming a
+//! guard splits the process's mappings and flushes every core's TLB, the larger part of a small
+//! launch's cost. The launch lists them as kept (`Guard::kept`), so its arming and disarming
+//! leave them; a buffer one of whose guards a fault opened is freed, not pooled again.
 
 use std::alloc::{alloc, dealloc, Layout};
+use std::sync::Mutex;
 
 use super::abi::Guard;
 use crate::array::{HostBuffer, HOST_APRON_FROM};
@@ -51,6 +58,65 @@ enum Owner {
     Alloc(Layout),
     /// Part of a host buffer's allocation (`GuardedBuf::output`), given out by `into_output`.
     Host(Option<HostBuffer>),
+    /// A slot of the pool of small outputs (`GuardedBuf::kept`), its guards protected; back to
+    /// the pool on drop unless `spoiled` (a guard opened by the fault handler).
+    Pooled { spoiled: bool },
+}
+
+/// The most data bytes a pooled buffer holds: the rest of one 4 KiB page (x86-64, where the page
+/// size is known; elsewhere nothing is pooled).
+pub const KEPT_MAX: usize = if cfg!(target_arch = "x86_64") { SLACK_PAGE - DATA_ALIGN } else { 0 };
+/// Pooled buffers kept at most; more are freed.
+const POOL_CAP: usize = 64;
+/// A pooled buffer's whole size: the leading guard, one page, the trailing guard.
+const KEPT_SIZE: usize = LEAD_GUARD + SLACK_PAGE + GRANULE;
+/// Free pooled buffers, by address (their guards protected).
+static POOL: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+fn kept_layout() -> Layout {
+    // Both are constants: a non-zero size and a power-of-two alignment.
+    Layout::from_size_align(KEPT_SIZE, GRANULE).unwrap_or(Layout::new::<u8>())
+}
+
+#[cfg(unix)]
+fn protect(at: *mut u8, len: usize, none: bool) -> bool {
+    extern "C" {
+        fn mprotect(addr: *mut std::ffi::c_void, len: usize, prot: i32) -> i32;
+    }
+    const PROT_READ_WRITE: i32 = 1 | 2;
+    // SAFETY: callers pass whole pages of a pooled allocation of ours, never handed to anything
+    // else while protected.
+    unsafe { mprotect(at as *mut std::ffi::c_void, len, if none { 0 } else { PROT_READ_WRITE }) == 0 }
+}
+
+#[cfg(not(unix))]
+fn protect(_: *mut u8, _: usize, _: bool) -> bool {
+    false
+}
+
+/// Protects or opens both guards of the pooled allocation at `base`.
+fn protect_guards(base: *mut u8, none: bool) -> bool {
+    // SAFETY: both ranges lie inside the allocation of `KEPT_SIZE` bytes at `base`.
+    let trailing = unsafe { base.add(LEAD_GUARD + SLACK_PAGE) };
+    protect(base, LEAD_GUARD, none) & protect(trailing, GRANULE, none)
+}
+
+/// A new pooled allocation with its guards protected, or `None` where that fails.
+fn new_kept() -> Option<*mut u8> {
+    let layout = kept_layout();
+    // SAFETY: the layout has a non-zero size.
+    let base = unsafe { alloc(layout) };
+    if base.is_null() {
+        return None;
+    }
+    if protect_guards(base, true) {
+        return Some(base);
+    }
+    if protect_guards(base, false) {
+        // SAFETY: allocated above with this layout, its guards open again.
+        unsafe { dealloc(base, layout) };
+    }
+    None
 }
 
 // SAFETY: the allocation is owned exclusively by this value; moving it between threads moves
@@ -81,6 +147,32 @@ impl GuardedBuf {
         unsafe { std::ptr::write_bytes(base.add(LEAD_GUARD), fill, middle) };
         let data = (LEAD_GUARD + middle - len) & !(DATA_ALIGN - 1);
         Ok(GuardedBuf { base, size, lead: LEAD_GUARD, data, len, owner: Owner::Alloc(layout) })
+    }
+
+    /// As `filled`, for an output of `len` bytes up to `KEPT_MAX` of an unchecked launch, from
+    /// the pool of allocations whose guards stay protected between launches (see the module's
+    /// docs); `None` for a larger `len` or where no guard can be protected (then `filled`).
+    pub fn kept(len: usize, fill: u8) -> Option<GuardedBuf> {
+        if len > KEPT_MAX {
+            return None;
+        }
+        let pooled = POOL.lock().ok().and_then(|mut pool| pool.pop());
+        let base = match pooled {
+            Some(at) => at as *mut u8,
+            None => new_kept()?,
+        };
+        // SAFETY: the page between the guards lies inside the allocation and is not protected.
+        unsafe { std::ptr::write_bytes(base.add(LEAD_GUARD), fill, SLACK_PAGE) };
+        let data = (LEAD_GUARD + SLACK_PAGE - len) & !(DATA_ALIGN - 1);
+        Some(GuardedBuf { base, size: KEPT_SIZE, lead: LEAD_GUARD, data, len, owner: Owner::Pooled { spoiled: false } })
+    }
+
+    /// Marks a pooled buffer as having had a guard opened by the fault handler: it is freed on
+    /// drop, not pooled again. Other buffers are unaffected.
+    pub fn spoil(&mut self) {
+        if let Owner::Pooled { spoiled } = &mut self.owner {
+            *spoiled = true;
+        }
     }
 
     /// As `filled`, for an output whose data the caller writes in full before the run: from
@@ -124,7 +216,7 @@ impl GuardedBuf {
         middle[off + len..].fill(0);
         let host = match &mut self.owner {
             Owner::Host(host) => host.take(),
-            Owner::Alloc(_) => None,
+            Owner::Alloc(_) | Owner::Pooled { .. } => None,
         };
         host.ok_or(self)
     }
@@ -148,7 +240,8 @@ impl GuardedBuf {
         let b = self.base as u64;
         let size = self.size as u64;
         let lead = self.lead as u64;
-        [Guard { begin: b, end: b + lead }, Guard { begin: b + size - GRANULE as u64, end: b + size }]
+        let kept = u64::from(matches!(self.owner, Owner::Pooled { .. }));
+        [Guard { begin: b, end: b + lead, kept }, Guard { begin: b + size - GRANULE as u64, end: b + size, kept }]
     }
 
     /// Everything between the guards: slack before, data, and alignment bytes after.
@@ -167,10 +260,28 @@ impl GuardedBuf {
 
 impl Drop for GuardedBuf {
     fn drop(&mut self) {
-        if let Owner::Alloc(layout) = self.owner {
-            // SAFETY: `base` came from `alloc` with this layout and is freed once; the guards
-            // were unprotected by `kiln_checked_end` before any buffer is dropped.
-            unsafe { dealloc(self.base, layout) }
+        match self.owner {
+            Owner::Alloc(layout) => {
+                // SAFETY: `base` came from `alloc` with this layout and is freed once; the guards
+                // were unprotected by `kiln_checked_end` before any buffer is dropped.
+                unsafe { dealloc(self.base, layout) }
+            }
+            Owner::Host(_) => {}
+            Owner::Pooled { spoiled } => {
+                if !spoiled {
+                    if let Ok(mut pool) = POOL.lock() {
+                        if pool.len() < POOL_CAP {
+                            pool.push(self.base as usize);
+                            return;
+                        }
+                    }
+                }
+                // A range that cannot be opened again is never handed back to the allocator.
+                if protect_guards(self.base, false) {
+                    // SAFETY: allocated by `new_kept` with this layout, its guards open again.
+                    unsafe { dealloc(self.base, kept_layout()) }
+                }
+            }
         }
     }
 }
@@ -234,6 +345,17 @@ mod tests {
             }
             bufs.push(b);
         }
+        // Outputs that fit in a page come from the pool, their guards listed as kept.
+        if super::KEPT_MAX > 0 {
+            let mut k = GuardedBuf::kept(100, 0x33).expect("a pooled buffer");
+            assert!(k.between_guards().iter().all(|&x| x == 0x33));
+            let [before, after] = k.guards();
+            assert_eq!((before.kept, after.kept), (1, 1));
+            assert!(k.data_addr() + 100 <= after.begin && after.begin - (k.data_addr() + 100) < 16);
+            assert!(k.data_addr() - before.begin >= 2 * 65536 && k.data_addr() - before.end < 4096);
+            assert!(GuardedBuf::kept(super::KEPT_MAX + 1, 0).is_none(), "larger outputs are not pooled");
+        }
+        assert_eq!(bufs[0].guards().map(|g| g.kept), [0, 0], "a buffer of its own arms with its launch");
         // Held at once, the four are four allocations.
         let mut bases: Vec<u64> = bufs.iter().map(|b| b.data_addr()).collect();
         bases.sort_unstable();

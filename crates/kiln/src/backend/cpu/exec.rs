@@ -190,7 +190,13 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
                             ),
                         )
                     })?;
-                let mut buf = GuardedBuf::output(kernel, n, CANARY)?;
+                // A small output of an unchecked launch comes from the pool whose guards stay
+                // protected (no arming per launch).
+                let kept = if checked { None } else { GuardedBuf::kept(n, CANARY) };
+                let mut buf = match kept {
+                    Some(buf) => buf,
+                    None => GuardedBuf::output(kernel, n, CANARY)?,
+                };
                 let off = buf.data_offset();
                 let body = &mut buf.between_guards()[off..off + n];
                 let one = spec.init_value.map(|v| f64_to_element_bytes(v, spec.dtype));
@@ -301,6 +307,13 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
         armed.disarm()?;
     }
     if let Ok(hit) = usize::try_from(watch.hit) {
+        // The handler opened the guards it caught accesses in: no pooled buffer of this launch
+        // goes back to the pool.
+        for s in &mut storage {
+            if let Storage::Guarded(buf) = s {
+                buf.spoil();
+            }
+        }
         let (slot, data, len) = guarded[hit / 2];
         let role = buffer_named(launch, slot, &roles[slot].map_or("buffer".to_string(), describe));
         let place = if hit % 2 == 0 {

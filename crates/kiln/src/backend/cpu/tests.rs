@@ -329,6 +329,47 @@ fn writes_past_an_output_are_faults_on_unchecked_launches() {
 }
 
 #[test]
+fn small_outputs_from_the_pool_are_poisoned_afresh_and_guarded_on_both_sides() {
+    // Writes the even elements only: the odd ones must hold the poison (all bits set) at every
+    // launch, never what an earlier launch of the pooled buffer left there.
+    let k = MetalKernel::new(
+        "cpu_pooled_half",
+        &["x"],
+        &["out"],
+        "uint i = thread_position_in_grid.x;\nif (i % 2 == 0) out[i] = x[i];",
+    )
+    .unwrap();
+    let spec = LaunchSpec::new([64, 1, 1], [64, 1, 1]).output(&[64], DType::F32).device(Device::Cpu);
+    for seed in 0..6 {
+        let x = random_f32(40 + seed, 64);
+        let input = Array::from_vec(&[64], x.clone()).unwrap();
+        let out = k.call(&[(&input).into()], &spec).unwrap()[0].to_host().unwrap().to_vec::<f32>().unwrap();
+        for (i, v) in out.iter().enumerate() {
+            if i % 2 == 0 {
+                assert_eq!(v.to_bits(), x[i].to_bits(), "element {i} of launch {seed}");
+            } else {
+                assert_eq!(v.to_bits(), u32::MAX, "element {i} of launch {seed} is not the poison");
+            }
+        }
+    }
+    // Far before and just past a pooled output, on unchecked launches, again and again (a
+    // launch whose guard was opened does not hand its buffer back to the pool).
+    let x = random_f32(47, 64);
+    for _ in 0..3 {
+        for (name, index, side) in [
+            ("cpu_pooled_far_before", "int(i) - 20000", "before the start"),
+            ("cpu_pooled_past", "int(i) + 64", "past the end"),
+        ] {
+            let src = format!("uint i = thread_position_in_grid.x;\nout[{index}] = x[i];");
+            expect_fault(name, run_plain(name, &src, &x), &["output `out`", side]);
+        }
+    }
+    let clean =
+        run_plain("cpu_pooled_clean", "uint i = thread_position_in_grid.x;\nout[i] = 2.0f * x[i];", &x).unwrap();
+    assert_eq!(clean, x.iter().map(|&v| 2.0 * v as f64).collect::<Vec<_>>());
+}
+
+#[test]
 fn concurrent_launches_of_every_kind_stay_independent() {
     // 24 workers launching at once: cooperative kernels of random group sizes (some faulting
     // in one thread), plain kernels (some writing past their output) and spinning kernels
