@@ -128,6 +128,40 @@ def test_ctrl_c_stops_a_long_cpu_kernel(rng):
     np.testing.assert_array_equal(out, a + 1)
 
 
+def test_after_a_cpu_kernel_ctrl_c_reaches_python_as_before(rng):
+    # A CPU launch on the main thread puts a handler in front of Python's SIGINT handler for its
+    # duration only: afterwards a Ctrl-C is Python's KeyboardInterrupt again, and a Python handler
+    # the program installs is what a Ctrl-C during a kernel reaches (the kernel is stopped).
+    k = kiln.metal_kernel("plus_one_then_signal", ["a"], ["out"],
+                          "uint i = thread_position_in_grid.x; out[i] = a[i] + 1;")
+    a = rng.normal(size=64).astype(np.float32)
+    for _ in range(3):
+        (out,) = k(inputs=[a], output_shapes=[(64,)], output_dtypes=[np.float32], grid=(64, 1, 1),
+                   threadgroup=(32, 1, 1))
+        np.testing.assert_array_equal(out, a + 1)
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    seen = []
+    previous = signal.signal(signal.SIGINT, lambda *_: seen.append(1))
+    forever = kiln.metal_kernel("forever_custom_handler", ["a"], ["out"], """
+        uint i = thread_position_in_grid.x;
+        float x = a[i];
+        while (x == x) { x = x * 1.0000001f + 1.0f; if (x > 1e30f) x = 0.0f; }
+        out[i] = x;
+    """)
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            forever(inputs=[a], output_shapes=[(64,)], output_dtypes=[np.float32], grid=(64, 1, 1),
+                    threadgroup=(32, 1, 1))
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert seen == [1], "the program's own handler saw the Ctrl-C once"
+
+
 def test_cuda_unavailable_is_reported_not_raised_at_import():
     available = kiln.cuda_available()
     assert isinstance(available, bool)

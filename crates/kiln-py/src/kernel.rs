@@ -26,10 +26,12 @@ use crate::torch_call::LaunchKeywords;
 /// How often the calling thread looks for Ctrl-C while a CPU kernel runs.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
-/// Runs `launch` with the GIL released. Launches on the CPU (the only ones that can run long
-/// and be stopped) run on an emulator worker thread while this one checks Python's signal handlers; a
-/// raised `KeyboardInterrupt` (or any exception a handler raises) sets `cancel` and is
-/// re-raised once the kernel has stopped.
+/// Runs `launch` with the GIL released. A CPU launch (the only kind that can run long and be
+/// stopped) from Python's main thread runs on this thread with SIGINT forwarded to `cancel`
+/// (`sigint::Forward`: a Ctrl-C stops the kernel, then Python's handler raises); where that
+/// cannot be set up, it runs on an emulator worker while this thread checks Python's signal
+/// handlers, and a raised `KeyboardInterrupt` (or any exception a handler raises) sets `cancel`
+/// and is re-raised once the kernel has stopped.
 ///
 /// A panic in `launch` (a bug in kiln) comes back as `kiln.InternalError` naming `op`.
 pub fn run_interruptible<T: Send>(
@@ -44,6 +46,19 @@ pub fn run_interruptible<T: Send>(
     let Some(cancel) = cancel.filter(|_| on_cpu && is_main_thread(py)) else {
         return detached(py, op, launch);
     };
+    // Where SIGINT can be forwarded to the launch's cancel flag, the launch runs right here: a
+    // Ctrl-C stops the kernel and Python raises once it returns.
+    #[cfg(unix)]
+    if let Some(forward) = crate::sigint::Forward::install(cancel) {
+        let result = py.detach(|| catch_unwind(AssertUnwindSafe(launch)));
+        drop(forward);
+        py.check_signals()?;
+        return match result {
+            Ok(r) => r.py_err(),
+            Err(payload) => Err(internal(op, payload.as_ref())),
+        };
+    }
+    // Otherwise it runs on a worker while this thread polls for signals.
     let (result, raised) = py.detach(|| {
         let handoff = Handoff::default();
         let job = || handoff.put(catch_unwind(AssertUnwindSafe(launch)));

@@ -15,6 +15,8 @@ mod lent;
 mod library;
 mod mlx_cuda;
 mod ops;
+#[cfg(unix)]
+mod sigint;
 mod torch_call;
 
 use pyo3::prelude::*;
