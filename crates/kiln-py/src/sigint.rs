@@ -25,45 +25,49 @@ impl Forward {
     /// handler function to forward to, or when it cannot be installed.
     pub fn install(cancel: &Arc<AtomicBool>) -> Option<Forward> {
         // SAFETY: an all-zero `sigaction` is a valid value of the C struct (no handler, no flags,
-        // an empty mask); it is only read by `sigaction` below.
+        // an empty mask); `previous` is only written by `sigaction` below.
         let mut previous: Box<libc::sigaction> = Box::new(unsafe { std::mem::zeroed() });
-        // SAFETY: reads SIGINT's current disposition into `previous`, which outlives the call.
-        if unsafe { libc::sigaction(libc::SIGINT, std::ptr::null(), &mut *previous) } != 0 {
-            return None;
-        }
-        if previous.sa_sigaction == libc::SIG_DFL || previous.sa_sigaction == libc::SIG_IGN {
-            return None;
-        }
-        CANCEL.store(Arc::as_ptr(cancel) as *mut AtomicBool, Ordering::SeqCst);
-        PREVIOUS.store(&mut *previous, Ordering::SeqCst);
         // SAFETY: as above, a valid all-zero struct, filled in below.
         let mut ours: libc::sigaction = unsafe { std::mem::zeroed() };
         ours.sa_sigaction = on_sigint as *const () as usize;
-        ours.sa_flags = libc::SA_SIGINFO | (previous.sa_flags & libc::SA_RESTART);
-        // SAFETY: `sa_mask` is ours to initialise; `on_sigint` only touches atomics and calls
-        // the previous handler, as a signal handler may.
-        let installed = unsafe {
+        // As Python installs its own: interrupted system calls return EINTR, not restart.
+        ours.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+        // The flag is published first: a SIGINT between the swap below and the publication of
+        // the previous handler still stops the kernel (kiln then raises KeyboardInterrupt).
+        CANCEL.store(Arc::as_ptr(cancel) as *mut AtomicBool, Ordering::SeqCst);
+        // SAFETY: `sa_mask` is ours to initialise; the swap installs `on_sigint`, which only
+        // touches atomics and calls the previous handler, as a signal handler may, and reads the
+        // previous disposition into `previous`, which outlives the call.
+        let swapped = unsafe {
             libc::sigemptyset(&mut ours.sa_mask);
-            libc::sigaction(libc::SIGINT, &ours, std::ptr::null_mut()) == 0
+            libc::sigaction(libc::SIGINT, &ours, &mut *previous) == 0
         };
-        if !installed {
+        if !swapped {
             CANCEL.store(std::ptr::null_mut(), Ordering::SeqCst);
-            PREVIOUS.store(std::ptr::null_mut(), Ordering::SeqCst);
             return None;
         }
-        Some(Forward { previous })
+        PREVIOUS.store(&mut *previous, Ordering::SeqCst);
+        let forward = Forward { previous };
+        let handler = forward.previous.sa_sigaction;
+        // Nothing of Python's to forward to (ignored, or the default action): put it back.
+        if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+            return None;
+        }
+        Some(forward)
     }
 }
 
 impl Drop for Forward {
     fn drop(&mut self) {
-        // SAFETY: reads the current disposition into a local, valid all-zero struct.
+        // SAFETY: a valid all-zero struct, written by `sigaction` below.
         let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let read = unsafe { libc::sigaction(libc::SIGINT, std::ptr::null(), &mut current) } == 0;
-        if read && current.sa_sigaction == on_sigint as *const () as usize {
-            // SAFETY: puts back the disposition read in `install`, a valid struct we own.
-            unsafe { libc::sigaction(libc::SIGINT, &*self.previous, std::ptr::null_mut()) };
+        // SAFETY: puts back the disposition read in `install` (a valid struct we own) and reads
+        // the one it replaces.
+        let swapped = unsafe { libc::sigaction(libc::SIGINT, &*self.previous, &mut current) } == 0;
+        if swapped && current.sa_sigaction != on_sigint as *const () as usize {
+            // Someone installed a handler of their own meanwhile: theirs stays.
+            // SAFETY: `current` is the disposition `sigaction` just returned.
+            unsafe { libc::sigaction(libc::SIGINT, &current, std::ptr::null_mut()) };
         }
         CANCEL.store(std::ptr::null_mut(), Ordering::SeqCst);
         // The previous disposition stays readable until it is unpublished here; a SIGINT that
