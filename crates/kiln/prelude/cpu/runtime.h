@@ -177,6 +177,24 @@ struct Lane {
   uint quadgroups_per_threadgroup, dispatch_quadgroups_per_threadgroup;
 };
 
+// The builtins every thread of a group of `size` (the dispatch's threadgroup `tg`, `groups`
+// groups over `grid` threads) has alike, written into a `Thread` or a `Lane`.
+template <class T> inline void set_group_builtins(T& t, uint3 size, uint3 tg, uint3 groups, uint3 grid) {
+  const uint n = size.x * size.y * size.z, nd = tg.x * tg.y * tg.z;
+  t.threads_per_threadgroup = size;
+  t.dispatch_threads_per_threadgroup = tg;
+  t.threadgroups_per_grid = groups;
+  t.threads_per_grid = grid;
+  t.grid_size = grid;
+  t.grid_origin = uint3(0u);
+  t.threads_per_simdgroup = 32;
+  t.thread_execution_width = 32;
+  t.simdgroups_per_threadgroup = (n + 31) / 32;
+  t.dispatch_simdgroups_per_threadgroup = (nd + 31) / 32;
+  t.quadgroups_per_threadgroup = (n + 3) / 4;
+  t.dispatch_quadgroups_per_threadgroup = (nd + 3) / 4;
+}
+
 // One group as the scheduler hands it to an entry's direct loop: its position, its (possibly
 // partial) size, the dispatch's threadgroup and grid sizes and the group count.
 struct GroupShape {
@@ -191,21 +209,9 @@ typedef void (*DirectFn)(Group& g, const GroupShape& s);
 // compiled with other options than the prelude (see emit.rs), inlines `body` only then.
 template <class F> __attribute__((always_inline)) inline void run_direct(Group& g, const GroupShape& s, F body) {
   const volatile int* const cancel = g_cur.cancel;
-  const uint n = s.size.x * s.size.y * s.size.z, nd = s.tg.x * s.tg.y * s.tg.z;
   Lane t;
   t.threadgroup_position_in_grid = s.gid;
-  t.threads_per_threadgroup = s.size;
-  t.dispatch_threads_per_threadgroup = s.tg;
-  t.threadgroups_per_grid = s.groups;
-  t.threads_per_grid = s.grid;
-  t.grid_size = s.grid;
-  t.grid_origin = uint3(0u);
-  t.threads_per_simdgroup = 32;
-  t.thread_execution_width = 32;
-  t.simdgroups_per_threadgroup = (n + 31) / 32;
-  t.dispatch_simdgroups_per_threadgroup = (nd + 31) / 32;
-  t.quadgroups_per_threadgroup = (n + 3) / 4;
-  t.dispatch_quadgroups_per_threadgroup = (nd + 3) / 4;
+  set_group_builtins(t, s.size, s.tg, s.groups, s.grid);
   const uint bx = s.gid.x * s.tg.x, by = s.gid.y * s.tg.y, bz = s.gid.z * s.tg.z;
   g.direct_gid = s.gid;
   g.direct_base = uint3(bx, by, bz);

@@ -433,7 +433,6 @@ inline int run_groups_unprotected(Body body, DirectFn direct, bool cooperative, 
       size[k] = rest < tg[k] ? rest : tg[k];
     }
     const uint n = size.x * size.y * size.z;
-    const uint nd = tg.x * tg.y * tg.z;
     Group& g = w.group;
     g.threads = threads;
     g.n = (int)n;
@@ -477,18 +476,7 @@ inline int run_groups_unprotected(Body body, DirectFn direct, bool cooperative, 
     for (uint i = 0; i < n; ++i) {
       Thread& t = threads[i];
       if (!same_shape) {
-        t.threads_per_threadgroup = size;
-        t.dispatch_threads_per_threadgroup = tg;
-        t.threadgroups_per_grid = uint3(d->groups[0], d->groups[1], d->groups[2]);
-        t.threads_per_grid = grid;
-        t.grid_size = grid;
-        t.grid_origin = uint3(0u);
-        t.threads_per_simdgroup = 32;
-        t.thread_execution_width = 32;
-        t.simdgroups_per_threadgroup = (n + 31) / 32;
-        t.dispatch_simdgroups_per_threadgroup = (nd + 31) / 32;
-        t.quadgroups_per_threadgroup = (n + 3) / 4;
-        t.dispatch_quadgroups_per_threadgroup = (nd + 3) / 4;
+        set_group_builtins(t, size, tg, uint3(d->groups[0], d->groups[1], d->groups[2]), grid);
         t.thread_position_in_threadgroup = local;
         t.thread_index_in_threadgroup = i;
         t.simdgroup_index_in_threadgroup = i / 32;
