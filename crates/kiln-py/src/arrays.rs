@@ -4,6 +4,7 @@
 
 use kiln::{Array, DType, Device};
 use pyo3::exceptions::PyValueError;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -49,14 +50,17 @@ impl HostArray {
         let start = a.offset() * a.dtype().size();
         let address = bytes.get(start..).map_or(0, |b| b.as_ptr() as usize);
         let d = PyDict::new(py);
-        d.set_item("version", 3)?;
-        d.set_item("shape", PyTuple::new(py, a.shape())?)?;
-        d.set_item("typestr", typestr(a.dtype()))?;
-        d.set_item("data", (address, false))?;
-        let es = a.dtype().size() as isize;
-        let strides: Vec<isize> = a.strides().iter().map(|&s| s * es).collect();
-        let strides = if a.is_row_contiguous() { None } else { Some(PyTuple::new(py, strides)?) };
-        d.set_item("strides", strides)?;
+        d.set_item(intern!(py, "version"), 3)?;
+        d.set_item(intern!(py, "shape"), PyTuple::new(py, a.shape())?)?;
+        d.set_item(intern!(py, "typestr"), typestr(a.dtype()))?;
+        d.set_item(intern!(py, "data"), (address, false))?;
+        let strides = if a.is_row_contiguous() {
+            None
+        } else {
+            let es = a.dtype().size() as isize;
+            Some(PyTuple::new(py, a.strides().iter().map(|&s| s * es))?)
+        };
+        d.set_item(intern!(py, "strides"), strides)?;
         Ok(d)
     }
 

@@ -533,8 +533,10 @@ fn invalid(op: &str, msg: impl Into<String>) -> PyErr {
 /// (`kiln._arrays.host_output`: NumPy arrays, or PyTorch CPU tensors).
 fn host_outputs<'py>(py: Python<'py>, outputs: Vec<Array>, lead: call_args::Lead) -> PyResult<Bound<'py, PyAny>> {
     static HOST_OUTPUT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    static AS_ARRAY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let host_output =
         HOST_OUTPUT.get_or_try_init(py, || py.import("kiln._arrays")?.getattr("host_output").map(Bound::unbind))?;
+    let as_array = AS_ARRAY.get_or_try_init(py, || py.import("numpy")?.getattr("asarray").map(Bound::unbind))?;
     let framework = match lead {
         call_args::Lead::Torch(_) => "torch",
         call_args::Lead::NumPy => "numpy",
@@ -542,8 +544,13 @@ fn host_outputs<'py>(py: Python<'py>, outputs: Vec<Array>, lead: call_args::Lead
     let list = PyList::empty(py);
     for array in outputs {
         let array = if array.device() == Device::Cpu { array } else { py.detach(|| array.to_host()).py_err()? };
+        // A NumPy output of a NumPy dtype is NumPy's view of kiln's buffer, made here; bfloat16
+        // and PyTorch outputs take the package's glue.
+        let plain = matches!(lead, call_args::Lead::NumPy) && array.dtype() != kiln::DType::BF16;
         for h in arrays::wrap(py, vec![array])? {
-            list.append(host_output.bind(py).call1((h, framework))?)?;
+            let out =
+                if plain { as_array.bind(py).call1((h,))? } else { host_output.bind(py).call1((h, framework))? };
+            list.append(out)?;
         }
     }
     Ok(list.into_any())
