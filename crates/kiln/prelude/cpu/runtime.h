@@ -30,7 +30,20 @@ const uint32_t POSITION_DEPTH = 32;
 
 // The fields the scheduler touches and those rewritten for every group come first, so that
 // starting a group and switching fibers touch few cache lines per thread.
-struct Thread {
+// The builtin values of one emulated thread, under their Metal names (what an entry's wrapper
+// passes to the kernel). A barrier-free kernel's direct loop (`run_direct`) computes them into a
+// `Lane` kept in registers; a `Thread` record holds them beside its fiber's state.
+struct Lane {
+  uint3 thread_position_in_grid, threadgroup_position_in_grid, thread_position_in_threadgroup;
+  uint3 threads_per_threadgroup, dispatch_threads_per_threadgroup, threadgroups_per_grid;
+  uint3 threads_per_grid, grid_size, grid_origin;
+  uint thread_index_in_threadgroup, simdgroup_index_in_threadgroup, thread_index_in_simdgroup;
+  uint threads_per_simdgroup, thread_execution_width, simdgroups_per_threadgroup;
+  uint dispatch_simdgroups_per_threadgroup, quadgroup_index_in_threadgroup, thread_index_in_quadgroup;
+  uint quadgroups_per_threadgroup, dispatch_quadgroups_per_threadgroup;
+};
+
+struct Thread : Lane {
   int state;
   bool started;
   const void* site;
@@ -38,15 +51,7 @@ struct Thread {
   const void* pending_site;
   FiberCtx ctx;
   void* stack;
-  uint3 thread_position_in_grid, threadgroup_position_in_grid;
   alignas(16) unsigned char slot[SLOT_BYTES];
-  uint3 thread_position_in_threadgroup;
-  uint3 threads_per_threadgroup, dispatch_threads_per_threadgroup, threadgroups_per_grid;
-  uint3 threads_per_grid, grid_size, grid_origin;
-  uint thread_index_in_threadgroup, simdgroup_index_in_threadgroup, thread_index_in_simdgroup;
-  uint threads_per_simdgroup, thread_execution_width, simdgroups_per_threadgroup;
-  uint dispatch_simdgroups_per_threadgroup, quadgroup_index_in_threadgroup, thread_index_in_quadgroup;
-  uint quadgroups_per_threadgroup, dispatch_quadgroups_per_threadgroup;
   // The enclosing loops and calls that lead to SIMD-group functions, outermost first.
   uint32_t depth;
   uint64_t path[POSITION_DEPTH];
@@ -165,21 +170,9 @@ template <class T> __attribute__((always_inline)) inline View post(const T& v, c
   return post_bytes(&v, sizeof(T), site);
 }
 
-// A thread of a barrier-free kernel run by `run_direct`: its builtins under `Thread`'s names,
-// computed from the loop's position and kept in registers once the entry is inlined.
-struct Lane {
-  uint3 thread_position_in_grid, threadgroup_position_in_grid, thread_position_in_threadgroup;
-  uint3 threads_per_threadgroup, dispatch_threads_per_threadgroup, threadgroups_per_grid;
-  uint3 threads_per_grid, grid_size, grid_origin;
-  uint thread_index_in_threadgroup, simdgroup_index_in_threadgroup, thread_index_in_simdgroup;
-  uint threads_per_simdgroup, thread_execution_width, simdgroups_per_threadgroup;
-  uint dispatch_simdgroups_per_threadgroup, quadgroup_index_in_threadgroup, thread_index_in_quadgroup;
-  uint quadgroups_per_threadgroup, dispatch_quadgroups_per_threadgroup;
-};
-
 // The builtins every thread of a group of `size` (the dispatch's threadgroup `tg`, `groups`
 // groups over `grid` threads) has alike, written into a `Thread` or a `Lane`.
-template <class T> inline void set_group_builtins(T& t, uint3 size, uint3 tg, uint3 groups, uint3 grid) {
+inline void set_group_builtins(Lane& t, uint3 size, uint3 tg, uint3 groups, uint3 grid) {
   const uint n = size.x * size.y * size.z, nd = tg.x * tg.y * tg.z;
   t.threads_per_threadgroup = size;
   t.dispatch_threads_per_threadgroup = tg;

@@ -118,11 +118,11 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
                 }
             });
         }
-        // One wrapper for both ways of running a thread: from its `Thread` record, or as a
-        // `Lane` of a barrier-free kernel's direct loop.
+        // One wrapper for both ways of running a thread: from its `Thread` record (a `Lane` with
+        // a fiber), or as a `Lane` of a barrier-free kernel's direct loop.
         let _ = writeln!(
             out,
-            "template <class T> static inline void kiln_entry_{i}(const T& t, void* const* b, void* const* tg) {{\n  (void)t; (void)b; (void)tg;\n  {}({});\n}}",
+            "static inline void kiln_entry_{i}(const kiln::rt::Lane& t, void* const* b, void* const* tg) {{\n  (void)t; (void)b; (void)tg;\n  {}({});\n}}",
             entry.callee,
             args.join(", ")
         );
