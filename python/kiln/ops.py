@@ -42,16 +42,16 @@ __all__ = [
 def _desc(x):
     torch = torch_module()
     if torch is not None and isinstance(x, torch.Tensor):
-        return _kiln.lend(x), (TORCH, x)
+        return _kiln.lend(x), TORCH
     a = as_numpy(x)
     if a.dtype == object:
         raise UnsupportedDTypeError(f"[kiln] {type(x).__name__} is not an array kiln can read")
-    return _kiln.lend(a), (NUMPY, None)
+    return _kiln.lend(a), NUMPY
 
 
 def _descs(op, arrays):
-    """The descriptors and kinds of an op's array arguments; a conversion error names the op and
-    the argument (its position among the op's arrays)."""
+    """The descriptors and frameworks (NUMPY, TORCH) of an op's array arguments; a conversion
+    error names the op and the argument (its position among the op's arrays)."""
     out = []
     for k, a in enumerate(arrays):
         try:
@@ -98,7 +98,7 @@ def _plan(op, arrays, *params, like_x=1, views=False, make=None):
             plan = make(*(a if isinstance(a, torch.Tensor) else _descs(op, [a])[0][0] for a in arrays))
         return plan.run_torch(lead)
     descs, kinds = _descs(op, arrays)
-    return [host_output(h, kinds[0][0]) for h in make(*descs).run()]
+    return [host_output(h, kinds[0]) for h in make(*descs).run()]
 
 
 def _on_cuda(x) -> bool:
@@ -118,7 +118,7 @@ def _run(op, arrays, *params):
     if is_describing():
         raise InvalidArgumentError("[kiln.ops] ops of several launches run on host arrays only; give the custom op a fake=")
     descs, kinds = _descs(op, arrays)
-    lead = kinds[0][0]
+    lead = kinds[0]
     plan = _planner(op, params)(*descs)
     return [host_output(h, lead) for h in plan.run()]
 
