@@ -154,3 +154,63 @@ def test_inputs_are_read_in_place(rng):
     before = a.copy()
     assert lib.dispatch("twice", [a], threads=(40, 1, 1), threadgroup=(32, 1, 1)) == []
     np.testing.assert_array_equal(a, before * 2)
+
+
+def _read_only(a):
+    a.setflags(write=False)
+    return a
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda a: a.astype(a.dtype.newbyteorder()),  # the other byte order: read through a native copy
+        lambda a: np.frombuffer(b"\0" + a.tobytes(), np.float32, a.size, offset=1),  # misaligned
+        lambda a: a[:, None],  # a length-1 axis of stride 0, C-contiguous
+        lambda a: a.view(type("Sub", (np.ndarray,), {})),  # a subclass
+        _read_only,
+    ],
+    ids=["byte-swapped", "misaligned", "newaxis", "subclass", "read-only"],
+)
+def test_numpy_layouts_and_flags_read_as_their_values(rng, make):
+    a = random_array(rng, (37,), np.float32)
+    b = make(a.copy())
+    want = np.ascontiguousarray(b, np.float32)
+    np.testing.assert_array_equal(want.reshape(-1), a)
+    np.testing.assert_array_equal(copy(COPY, b, np.float32), want)
+    np.testing.assert_array_equal(copy(STRIDED_COPY, b, np.float32), want)
+
+
+def test_length_one_axes_of_contiguous_arrays_reach_the_kernel_with_row_major_strides(rng):
+    # NumPy gives a new axis stride 0; a C-contiguous array is described as row-major, as MLX does.
+    a = random_array(rng, (4,), np.int32)[:, None]
+    assert a.strides[1] == 0 and a.flags.c_contiguous
+    k = kiln.metal_kernel("strides_of_column", ["inp"], ["out"],
+                          "out[0] = inp_strides[0]; out[1] = inp_strides[1];", ensure_row_contiguous=False)
+    (out,) = k(inputs=[a], output_shapes=[(2,)], output_dtypes=[np.int64], grid=(1, 1, 1), threadgroup=(1, 1, 1))
+    np.testing.assert_array_equal(out, [1, 1])
+
+
+@pytest.mark.parametrize("dtype", [np.intc, np.uintc, np.int_, np.uint, np.longlong, np.ulonglong, np.short,
+                                   np.ubyte, np.bool_, np.half])
+def test_every_c_spelling_of_an_integer_type_reads_and_comes_back_as_numpy_names_it(rng, dtype):
+    a = (rng.integers(0, 100, 17) % (2 if dtype is np.bool_ else 100)).astype(dtype)
+    out = copy(COPY, a)
+    assert out.dtype == np.dtype(dtype) and out.dtype.name == np.dtype(dtype).name
+    np.testing.assert_array_equal(out, a)
+
+
+def test_an_output_outlives_everything_but_itself(rng):
+    a = random_array(rng, (3, 5), np.float32)
+    k = kiln.metal_kernel("short_lived", ["inp"], ["out"], "uint i = thread_position_in_grid.x; out[i] = inp[i] * 2;")
+    (out,) = k(inputs=[a], output_shapes=[(3, 5)], output_dtypes=[np.dtype("float32")], grid=(15, 1, 1),
+               threadgroup=(16, 1, 1))
+    del k
+    view = out[1:]
+    del out
+    import gc
+    gc.collect()
+    np.testing.assert_array_equal(view, a[1:] * 2)
+    (zero_d,) = COPY(inputs=[a], output_shapes=[()], output_dtypes=[np.float32], grid=(1, 1, 1),
+                     threadgroup=(1, 1, 1))
+    assert zero_d.shape == () and zero_d == a[0, 0]

@@ -1,6 +1,7 @@
-//! kiln's own arrays handed to Python without copies: host arrays through NumPy's
-//! `__array_interface__` (NumPy keeps the holder alive as the array's base), device arrays as
-//! opaque holders that copy to NumPy on request.
+//! kiln's own arrays handed to Python without copies: host arrays as NumPy arrays over their
+//! buffers (made through NumPy's C API, or by NumPy from the holder's `__array_interface__`;
+//! NumPy keeps the holder alive as the array's base), device arrays as opaque holders that copy
+//! to NumPy on request.
 
 use kiln::{Array, DType, Device};
 use pyo3::exceptions::PyValueError;
@@ -46,20 +47,13 @@ impl HostArray {
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let a = &self.array;
-        let bytes = a.host_buffer().map(|b| b.bytes()).unwrap_or(&[]);
-        let start = a.offset() * a.dtype().size();
-        let address = bytes.get(start..).map_or(0, |b| b.as_ptr() as usize);
+        let (address, byte_strides) = host_layout(a);
         let d = PyDict::new(py);
         d.set_item(intern!(py, "version"), 3)?;
         d.set_item(intern!(py, "shape"), PyTuple::new(py, a.shape())?)?;
         d.set_item(intern!(py, "typestr"), typestr(a.dtype()))?;
         d.set_item(intern!(py, "data"), (address, false))?;
-        let strides = if a.is_row_contiguous() {
-            None
-        } else {
-            let es = a.dtype().size() as isize;
-            Some(PyTuple::new(py, a.strides().iter().map(|&s| s * es))?)
-        };
+        let strides = byte_strides.map(|s| PyTuple::new(py, s)).transpose()?;
         d.set_item(intern!(py, "strides"), strides)?;
         Ok(d)
     }
@@ -95,6 +89,29 @@ impl DeviceArray {
     fn dtype(&self) -> &'static str {
         self.array.dtype().name()
     }
+}
+
+/// Where a host array's first element lies (0 for an empty buffer) and its byte strides (`None`
+/// when row-contiguous).
+fn host_layout(a: &Array) -> (usize, Option<Vec<isize>>) {
+    let bytes = a.host_buffer().map(|b| b.bytes()).unwrap_or(&[]);
+    let start = a.offset() * a.dtype().size();
+    let address = bytes.get(start..).map_or(0, |b| b.as_ptr() as usize);
+    let es = a.dtype().size() as isize;
+    (address, (!a.is_row_contiguous()).then(|| a.strides().iter().map(|&s| s * es).collect()))
+}
+
+/// A kiln host array of a NumPy dtype (not bfloat16) as a NumPy array over its buffer, whose
+/// base is the array's `HostArray` holder.
+pub fn numpy_view(py: Python<'_>, array: Array) -> PyResult<Bound<'_, PyAny>> {
+    if array.host_buffer().is_none() {
+        return Err(PyValueError::new_err("a host array without a host buffer"));
+    }
+    let (address, byte_strides) = host_layout(&array);
+    let (shape, dtype) = (array.shape().to_vec(), array.dtype());
+    let holder = Bound::new(py, HostArray { array })?.into_any();
+    crate::numpy_api::array_over(holder, address, &shape, byte_strides.as_deref(), dtype)?
+        .ok_or_else(|| PyValueError::new_err(format!("NumPy has no dtype {dtype}")))
 }
 
 /// Wraps kiln arrays for Python: host arrays as `HostArray`, others as `DeviceArray`.

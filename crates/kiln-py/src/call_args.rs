@@ -5,6 +5,7 @@
 //! names the argument (`grid`, `output_shapes[1]`, `template 'N'`, `inputs[0] (x)`), as MLX's
 //! keywords name them.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use kiln::{DType, Device, KernelInput, LaunchSpec};
@@ -13,6 +14,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple};
+use smallvec::SmallVec;
 
 use crate::convert;
 use crate::errors::to_py;
@@ -115,12 +117,12 @@ pub fn parse<'py>(
     let shapes = sequence(op, "output_shapes", k.output_shapes)?;
     let mut output_shapes = Vec::with_capacity(shapes.len());
     for (i, s) in shapes.iter().enumerate() {
-        output_shapes.push(shape(op, &format!("output_shapes[{i}]"), s)?);
+        output_shapes.push(shape(op, || format!("output_shapes[{i}]"), s)?);
     }
     let dtypes = sequence(op, "output_dtypes", k.output_dtypes)?;
     let mut output_dtypes = Vec::with_capacity(dtypes.len());
     for (i, d) in dtypes.iter().enumerate() {
-        output_dtypes.push(dtype(op, &format!("output_dtypes[{i}]"), d)?);
+        output_dtypes.push(dtype(op, || format!("output_dtypes[{i}]"), d)?);
     }
     let grid = k.grid.map(|g| dims(op, "grid", g)).transpose()?.unwrap_or([1, 1, 1]);
     let threadgroup = k.threadgroup.map(|t| dims(op, "threadgroup", t)).transpose()?.unwrap_or([1, 1, 1]);
@@ -168,6 +170,9 @@ fn is_bool(value: &Bound<'_, PyAny>) -> PyResult<bool> {
 fn integer(value: &Bound<'_, PyAny>) -> PyResult<Option<i128>> {
     // An integer past i128 is past every range an argument allows.
     if value.is_exact_instance_of::<PyInt>() {
+        if let Ok(small) = value.extract::<i64>() {
+            return Ok(Some(small.into()));
+        }
         return Ok(Some(value.extract::<i128>().unwrap_or(i128::MAX)));
     }
     if is_bool(value)? || value.is_instance_of::<PyFloat>() || value.is_instance_of::<PyString>() {
@@ -196,13 +201,22 @@ pub fn sequence<'py>(op: &str, what: &str, value: &Bound<'py, PyAny>) -> PyResul
     }
 }
 
+/// The items of an iterable (tuples and lists read directly); `None` when it is not one or its
+/// iteration fails.
+fn items<'py>(value: &Bound<'py, PyAny>) -> Option<SmallVec<[Bound<'py, PyAny>; 4]>> {
+    if let Ok(tuple) = value.cast::<PyTuple>() {
+        return Some(tuple.iter().collect());
+    }
+    if let Ok(list) = value.cast::<PyList>() {
+        return Some(list.iter().collect());
+    }
+    value.try_iter().ok()?.collect::<PyResult<_>>().ok()
+}
+
 /// Three non-negative integers below 2^32 (a grid or threadgroup).
 fn dims(op: &str, what: &str, value: &Bound<'_, PyAny>) -> PyResult<[u32; 3]> {
     let bad = || invalid(op, format!("{what} must be three integers in [0, 2^32), got {}", repr(value)));
-    let items = match value.try_iter() {
-        Ok(items) => items.collect::<PyResult<Vec<_>>>().map_err(|_| bad())?,
-        Err(_) => return Err(bad()),
-    };
+    let items = items(value).ok_or_else(bad)?;
     if items.len() != 3 {
         return Err(bad());
     }
@@ -213,13 +227,10 @@ fn dims(op: &str, what: &str, value: &Bound<'_, PyAny>) -> PyResult<[u32; 3]> {
     Ok(out)
 }
 
-/// A shape: non-negative integers below 2^63.
-fn shape(op: &str, what: &str, value: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
-    let bad = || invalid(op, format!("{what} must be a sequence of non-negative integers, got {}", repr(value)));
-    let items = match value.try_iter() {
-        Ok(items) => items.collect::<PyResult<Vec<_>>>().map_err(|_| bad())?,
-        Err(_) => return Err(bad()),
-    };
+/// A shape: non-negative integers below 2^63 (`what` names the argument in errors).
+fn shape(op: &str, what: impl Fn() -> String, value: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    let bad = || invalid(op, format!("{} must be a sequence of non-negative integers, got {}", what(), repr(value)));
+    let items = items(value).ok_or_else(bad)?;
     let mut out = Vec::with_capacity(items.len());
     for v in &items {
         let n = integer(v)?.filter(|&n| (0..1i128 << 63).contains(&n)).ok_or_else(bad)?;
@@ -236,15 +247,30 @@ fn dtype_of(value: &Bound<'_, PyAny>) -> PyResult<DType> {
             return Ok(d);
         }
     }
+    // Dtype objects named before (NumPy's scalar types and dtypes, PyTorch's and MLX's dtypes are
+    // singletons), by identity; each is held, so its address is not reused while it is cached.
+    static NAMED: Mutex<Vec<(Py<PyAny>, DType)>> = Mutex::new(Vec::new());
+    const NAMED_MAX: usize = 64;
+    let named = |v: &Bound<'_, PyAny>| {
+        NAMED.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(o, _)| v.is(o)).map(|&(_, d)| d)
+    };
+    if let Some(d) = named(value) {
+        return Ok(d);
+    }
     static DTYPE_NAME: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let py = value.py();
     let f = DTYPE_NAME.get_or_try_init(py, || py.import("kiln._dtypes")?.getattr("dtype_name").map(Bound::unbind))?;
     let name = f.bind(py).call1((value,))?;
-    crate::convert::dtype(name.cast::<PyString>()?.to_str()?)
+    let dtype = crate::convert::dtype(name.cast::<PyString>()?.to_str()?)?;
+    let mut cache = NAMED.lock().unwrap_or_else(|e| e.into_inner());
+    if cache.len() < NAMED_MAX && !cache.iter().any(|(o, _)| value.is(o)) {
+        cache.push((value.clone().unbind(), dtype));
+    }
+    Ok(dtype)
 }
 
-fn dtype(op: &str, what: &str, value: &Bound<'_, PyAny>) -> PyResult<DType> {
-    dtype_of(value).map_err(|e| named(value.py(), op, what, e))
+fn dtype(op: &str, what: impl Fn() -> String, value: &Bound<'_, PyAny>) -> PyResult<DType> {
+    dtype_of(value).map_err(|e| named(value.py(), op, &what(), e))
 }
 
 /// MLX's template list: `(name, value)` pairs with bool, int (32-bit) or dtype values.
@@ -335,7 +361,10 @@ fn timeout(op: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<Duration>> {
 
 /// `"cpu"`, `"cuda"` or `"cuda:N"` (a `torch.device` prints as one), and its text.
 fn device(op: &str, value: &Bound<'_, PyAny>) -> PyResult<(Device, String)> {
-    let text = value.str()?.to_string();
+    let text = match value.cast::<PyString>() {
+        Ok(s) => s.to_str()?.to_owned(),
+        Err(_) => value.str()?.to_string(),
+    };
     let (kind, index) = text.split_once(':').map_or((text.as_str(), None), |(k, i)| (k, Some(i)));
     let valid = match (kind, index) {
         ("cpu", None) | ("cuda", None) => true,

@@ -49,7 +49,7 @@ pub fn run_interruptible<T: Send>(
     // Where SIGINT can be forwarded to the launch's cancel flag, the launch runs right here: a
     // Ctrl-C stops the kernel and Python raises once it returns.
     #[cfg(unix)]
-    if let Some(forward) = crate::sigint::Forward::install(cancel) {
+    if let Some(forward) = crate::sigint::Forward::install(py, cancel) {
         let result = py.detach(|| catch_unwind(AssertUnwindSafe(launch)));
         drop(forward);
         py.check_signals()?;
@@ -111,6 +111,14 @@ fn is_main_thread(py: Python<'_>) -> bool {
     }) else {
         return true;
     };
+    // `_thread.get_ident()` is the calling thread's `pthread_self()` where there is one.
+    #[cfg(unix)]
+    {
+        let _ = get_ident;
+        // SAFETY: `pthread_self` has no preconditions.
+        (unsafe { libc::pthread_self() }) as u64 == *main
+    }
+    #[cfg(not(unix))]
     get_ident.bind(py).call0().and_then(|i| i.extract::<u64>()).map_or(true, |i| i == *main)
 }
 
@@ -529,14 +537,13 @@ fn invalid(op: &str, msg: impl Into<String>) -> PyErr {
     crate::errors::to_py(kiln::Error::invalid(op, msg))
 }
 
-/// kiln's host outputs (device outputs copied back) as arrays of the lead input's framework
-/// (`kiln._arrays.host_output`: NumPy arrays, or PyTorch CPU tensors).
+/// kiln's host outputs (device outputs copied back) as arrays of the lead input's framework:
+/// NumPy arrays over kiln's buffers, or through `kiln._arrays.host_output` (bfloat16 NumPy
+/// arrays, PyTorch CPU tensors).
 fn host_outputs<'py>(py: Python<'py>, outputs: Vec<Array>, lead: call_args::Lead) -> PyResult<Bound<'py, PyAny>> {
     static HOST_OUTPUT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    static AS_ARRAY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let host_output =
         HOST_OUTPUT.get_or_try_init(py, || py.import("kiln._arrays")?.getattr("host_output").map(Bound::unbind))?;
-    let as_array = AS_ARRAY.get_or_try_init(py, || py.import("numpy")?.getattr("asarray").map(Bound::unbind))?;
     let framework = match lead {
         call_args::Lead::Torch(_) => "torch",
         call_args::Lead::NumPy => "numpy",
@@ -546,11 +553,12 @@ fn host_outputs<'py>(py: Python<'py>, outputs: Vec<Array>, lead: call_args::Lead
         let array = if array.device() == Device::Cpu { array } else { py.detach(|| array.to_host()).py_err()? };
         // A NumPy output of a NumPy dtype is NumPy's view of kiln's buffer, made here; bfloat16
         // and PyTorch outputs take the package's glue.
-        let plain = matches!(lead, call_args::Lead::NumPy) && array.dtype() != kiln::DType::BF16;
+        if matches!(lead, call_args::Lead::NumPy) && array.dtype() != kiln::DType::BF16 {
+            list.append(arrays::numpy_view(py, array)?)?;
+            continue;
+        }
         for h in arrays::wrap(py, vec![array])? {
-            let out =
-                if plain { as_array.bind(py).call1((h,))? } else { host_output.bind(py).call1((h, framework))? };
-            list.append(out)?;
+            list.append(host_output.bind(py).call1((h, framework))?)?;
         }
     }
     Ok(list.into_any())

@@ -1,5 +1,5 @@
 //! Arrays of other frameworks read once, here, as kiln arrays over their memory: NumPy arrays
-//! (their `__array_interface__`), PyTorch tensors (pointer, shape, strides, dtype, device) and,
+//! (their fields through NumPy's C API, `numpy_api.rs`), PyTorch tensors (pointer, shape, strides, dtype, device) and,
 //! for the DLPack capsules and other exports the Python side unpacks, raw memory. The result is
 //! a [`LentArray`]: the named value the Python side holds for an array and passes to every
 //! call of this module (kernels, libraries, ops), instead of re-describing the array.
@@ -8,15 +8,16 @@
 //! is a whole number of elements (same page, same allocation granule), so that kiln sees the
 //! view's true alignment in its element offset and picks vector loads only where aligned.
 
-use kiln::array::{row_major_strides, Shape, Strides};
+use kiln::array::{row_major_strides, Strides};
 use kiln::{Array, DType, Device, KernelInput};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyString, PyTuple, PyType, PyWeakrefReference};
+use pyo3::types::{PyString, PyType, PyWeakrefReference};
 
 use crate::convert;
+use crate::numpy_api;
 use crate::torch_call;
 
 /// An array of another framework (or kiln's own host output) as kiln views it: its memory is
@@ -104,9 +105,8 @@ pub fn read(obj: &Bound<'_, PyAny>) -> PyResult<Array> {
         return Ok(lent.get().array.clone());
     }
     let py = obj.py();
-    let numpy = numpy(py)?;
-    if obj.is_instance(numpy.ndarray.bind(py))? {
-        return numpy_array(obj, numpy);
+    if numpy_api::is_array(obj) {
+        return numpy_array(obj, numpy(py)?);
     }
     if let Some(torch) = torch_call::torch(py) {
         if obj.is_instance(torch.tensor_type(py))? {
@@ -127,7 +127,7 @@ pub fn kernel_input(item: &Bound<'_, PyAny>) -> PyResult<KernelInput> {
 
 /// Whether `x` is a NumPy array.
 pub fn is_numpy_array(x: &Bound<'_, PyAny>) -> PyResult<bool> {
-    x.is_instance(numpy(x.py())?.ndarray.bind(x.py()))
+    Ok(numpy_api::is_array(x))
 }
 
 /// Whether `x` is a NumPy scalar (`np.generic`).
@@ -137,7 +137,6 @@ pub fn is_numpy_scalar(x: &Bound<'_, PyAny>) -> PyResult<bool> {
 
 /// NumPy's objects the reader uses, looked up once.
 struct NumPy {
-    ndarray: Py<PyType>,
     generic: Py<PyType>,
     /// NumPy's native-order dtype objects (singletons, compared by identity) and kiln's dtypes;
     /// another dtype object is read by its name.
@@ -159,7 +158,6 @@ fn numpy(py: Python<'_>) -> PyResult<&NumPy> {
             }
         }
         Ok(NumPy {
-            ndarray: np.getattr("ndarray")?.cast_into::<PyType>()?.unbind(),
             generic: np.getattr("generic")?.cast_into::<PyType>()?.unbind(),
             dtypes,
             native: py.import("kiln._arrays")?.getattr("native")?.unbind(),
@@ -187,50 +185,37 @@ fn numpy_dtype(d: &Bound<'_, PyAny>, numpy: &NumPy) -> PyResult<(DType, bool)> {
 /// through a native copy (which keeps its values).
 fn numpy_array(a: &Bound<'_, PyAny>, numpy: &NumPy) -> PyResult<Array> {
     let py = a.py();
-    let (dtype, is_native) = numpy_dtype(&a.getattr(intern!(py, "dtype"))?, numpy)?;
-    if !is_native {
-        return numpy_array(&numpy.native.bind(py).call1((a,))?, numpy);
-    }
-    let interface = a.getattr(intern!(py, "__array_interface__"))?;
-    let interface = interface.cast::<PyDict>()?;
-    let item = |key: &str| -> PyResult<Bound<'_, PyAny>> {
-        interface.get_item(key)?.ok_or_else(|| PyValueError::new_err("an incomplete __array_interface__"))
-    };
-    let address: usize = item("data")?.cast::<PyTuple>()?.get_borrowed_item(0)?.extract()?;
-    let shape: Shape = convert::tuple_of(item("shape")?.as_borrowed())?;
-    let byte_strides = item("strides")?;
-    let size = dtype.size() as isize;
-    let strides: Strides = if byte_strides.is_none() {
-        row_major_strides(&shape)
-    } else {
-        let bytes: Strides = convert::tuple_of(byte_strides.as_borrowed())?;
-        if bytes.iter().any(|s| s % size != 0) {
-            return numpy_array(&numpy.native.bind(py).call1((a,))?, numpy);
+    let fields = numpy_api::fields(a);
+    let dtype = match fields.dtype {
+        Some(dtype) if fields.native => dtype,
+        // Another dtype (bfloat16, one kiln has not) or byte order: by the dtype object.
+        _ => {
+            let (dtype, is_native) = numpy_dtype(&a.getattr(intern!(py, "dtype"))?, numpy)?;
+            if !is_native {
+                return numpy_array(&numpy.native.bind(py).call1((a,))?, numpy);
+            }
+            dtype
         }
-        bytes.iter().map(|s| s / size).collect()
     };
-    if address % dtype.size() != 0 {
+    let size = dtype.size() as isize;
+    let strided_apart = fields.byte_strides.as_ref().is_some_and(|b| b.iter().any(|s| s % size != 0));
+    if !fields.aligned || fields.address % dtype.size() != 0 || strided_apart {
         return numpy_array(&numpy.native.bind(py).call1((a,))?, numpy);
     }
-    let (start, nbytes, offset) = convert::span(address, &shape, &strides, dtype.size());
-    convert::lent(pinned(a, numpy)?, start, nbytes, offset, &shape, &strides, dtype, -1)
+    let shape = fields.shape;
+    let strides: Strides = match fields.byte_strides {
+        Some(bytes) => bytes.iter().map(|s| s / size).collect(),
+        None => row_major_strides(&shape),
+    };
+    let (start, nbytes, offset) = convert::span(fields.address, &shape, &strides, dtype.size());
+    convert::lent(pinned(a)?, start, nbytes, offset, &shape, &strides, dtype, -1)
 }
 
 /// What keeps a NumPy array's memory at its address while kiln uses it: the array, and a weak
 /// reference to the array that owns the data, which makes NumPy refuse to resize that array
 /// (`resize(..., refcheck=False)` from another thread) until kiln lets go.
-fn pinned(a: &Bound<'_, PyAny>, numpy: &NumPy) -> PyResult<Box<dyn std::any::Any + Send + Sync>> {
-    let py = a.py();
-    let ndarray = numpy.ndarray.bind(py);
-    let mut root = a.clone();
-    loop {
-        let base = root.getattr(intern!(py, "base"))?;
-        if !base.is_instance(ndarray)? {
-            break;
-        }
-        root = base;
-    }
-    let owns = root.getattr(intern!(py, "flags"))?.getattr(intern!(py, "owndata"))?.is_truthy()?;
+fn pinned(a: &Bound<'_, PyAny>) -> PyResult<Box<dyn std::any::Any + Send + Sync>> {
+    let (root, owns) = numpy_api::root(a);
     let pin = if owns { Some(PyWeakrefReference::new(&root)?.into_any().unbind()) } else { None };
     Ok(Box::new((a.clone().unbind(), pin)))
 }

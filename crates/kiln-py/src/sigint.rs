@@ -1,78 +1,99 @@
 //! Ctrl-C for a CPU launch that runs on Python's main thread. Python's own SIGINT handler only
 //! marks the signal for the interpreter to raise `KeyboardInterrupt` at its next check, which a
-//! thread busy running a kernel never reaches. While such a launch runs, [`Forward`] puts a
-//! handler in front of Python's: it sets the launch's cancel flag (the kernel stops at its next
-//! poll) and calls Python's handler, so the interpreter raises as usual once the launch returns.
-//! The caller's handler is put back afterwards (unless someone replaced ours meanwhile). Where
-//! SIGINT has no handler of Python's to chain to (ignored, or the default action), none is put in
-//! front and the caller runs the launch another way.
+//! thread busy running a kernel never reaches. The first such launch puts a handler in front of
+//! Python's, and it stays there: while a launch runs ([`Forward`] lives) it sets the launch's
+//! cancel flag (the kernel stops at its next poll), and it always calls the handler it was put in
+//! front of, so a Ctrl-C outside launches is Python's alone, as before. A program that installs
+//! a SIGINT handler (`signal.signal`) replaces ours; the next launch sees that Python's handler
+//! object changed and puts ours in front again (one `sigaction` query and swap; a launch whose
+//! handler is in place makes no system call). Where SIGINT has no handler of Python's to chain to
+//! (ignored, or the default action), none is put in front and the caller runs the launch another
+//! way.
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 
 /// The cancel flag of the launch running on the main thread, while a [`Forward`] lives.
 static CANCEL: AtomicPtr<AtomicBool> = AtomicPtr::new(std::ptr::null_mut());
-/// The handler ours forwards to, written before ours is installed.
+/// The handler ours forwards to. Each disposition published here stays allocated for the life
+/// of the process: a signal may arrive, and read it, at any time.
 static PREVIOUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
+/// Python's SIGINT handler object (`signal.getsignal`) when ours was put in front of it.
+static FRONTED: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
 
-/// While it lives, SIGINT sets `cancel` before reaching the handler that was installed.
-pub struct Forward {
-    previous: Box<libc::sigaction>,
-}
+/// While it lives, SIGINT sets the launch's cancel flag before reaching Python's handler.
+pub struct Forward(());
 
 impl Forward {
-    /// Puts the forwarding handler in front of SIGINT's handler; `None` when SIGINT has no
-    /// handler function to forward to, or when it cannot be installed.
-    pub fn install(cancel: &Arc<AtomicBool>) -> Option<Forward> {
-        // SAFETY: an all-zero `sigaction` is a valid value of the C struct (no handler, no flags,
-        // an empty mask); `previous` is only written by `sigaction` below.
-        let mut previous: Box<libc::sigaction> = Box::new(unsafe { std::mem::zeroed() });
-        // SAFETY: as above, a valid all-zero struct, filled in below.
-        let mut ours: libc::sigaction = unsafe { std::mem::zeroed() };
-        ours.sa_sigaction = on_sigint as *const () as usize;
-        // As Python installs its own: interrupted system calls return EINTR, not restart.
-        ours.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
-        // The flag is published first: a SIGINT between the swap below and the publication of
-        // the previous handler still stops the kernel (kiln then raises KeyboardInterrupt).
+    /// Publishes `cancel` to the forwarding handler, putting that in front of SIGINT's handler
+    /// first where it is not; `None` when SIGINT has no handler function to forward to, or when
+    /// ours cannot be installed. Called on Python's main thread (`py` held).
+    pub fn install(py: Python<'_>, cancel: &Arc<AtomicBool>) -> Option<Forward> {
+        let python_handler = python_handler(py)?;
+        let mut fronted = FRONTED.lock().unwrap_or_else(|e| e.into_inner());
+        if !fronted.as_ref().is_some_and(|h| python_handler.is(h)) {
+            *fronted = None;
+            if !put_ours_in_front() {
+                return None;
+            }
+            *fronted = Some(python_handler.unbind());
+        }
         CANCEL.store(Arc::as_ptr(cancel) as *mut AtomicBool, Ordering::SeqCst);
-        // SAFETY: `sa_mask` is ours to initialise; the swap installs `on_sigint`, which only
-        // touches atomics and calls the previous handler, as a signal handler may, and reads the
-        // previous disposition into `previous`, which outlives the call.
-        let swapped = unsafe {
-            libc::sigemptyset(&mut ours.sa_mask);
-            libc::sigaction(libc::SIGINT, &ours, &mut *previous) == 0
-        };
-        if !swapped {
-            CANCEL.store(std::ptr::null_mut(), Ordering::SeqCst);
-            return None;
-        }
-        PREVIOUS.store(&mut *previous, Ordering::SeqCst);
-        let forward = Forward { previous };
-        let handler = forward.previous.sa_sigaction;
-        // Nothing of Python's to forward to (ignored, or the default action): put it back.
-        if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
-            return None;
-        }
-        Some(forward)
+        Some(Forward(()))
     }
 }
 
 impl Drop for Forward {
     fn drop(&mut self) {
-        // SAFETY: a valid all-zero struct, written by `sigaction` below.
-        let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
-        // SAFETY: puts back the disposition read in `install` (a valid struct we own) and reads
-        // the one it replaces.
-        let swapped = unsafe { libc::sigaction(libc::SIGINT, &*self.previous, &mut current) } == 0;
-        if swapped && current.sa_sigaction != on_sigint as *const () as usize {
-            // Someone installed a handler of their own meanwhile: theirs stays.
-            // SAFETY: `current` is the disposition `sigaction` just returned.
-            unsafe { libc::sigaction(libc::SIGINT, &current, std::ptr::null_mut()) };
-        }
         CANCEL.store(std::ptr::null_mut(), Ordering::SeqCst);
-        // The previous disposition stays readable until it is unpublished here; a SIGINT that
-        // reached our handler before the restore has finished with it once `sigaction` returned.
-        PREVIOUS.store(std::ptr::null_mut(), Ordering::SeqCst);
+    }
+}
+
+/// `_signal.getsignal(SIGINT)` (the C function behind `signal.getsignal`, without its Python
+/// wrapper's enum conversion): the handler object Python holds, which changes whenever the
+/// program installs another.
+fn python_handler(py: Python<'_>) -> Option<Bound<'_, PyAny>> {
+    static GETSIGNAL: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let getsignal =
+        GETSIGNAL.get_or_try_init(py, || py.import("_signal")?.getattr("getsignal").map(Bound::unbind)).ok()?;
+    getsignal.bind(py).call1((libc::SIGINT,)).ok()
+}
+
+/// Installs `on_sigint` in front of SIGINT's handler function; false (and nothing changed) when
+/// SIGINT has none (ignored, the default action) or `sigaction` fails.
+fn put_ours_in_front() -> bool {
+    let ours_address = on_sigint as *const () as usize;
+    // SAFETY: an all-zero `sigaction` is a valid value of the C struct (no handler, no flags,
+    // an empty mask).
+    let mut current: Box<libc::sigaction> = Box::new(unsafe { std::mem::zeroed() });
+    // SAFETY: with no new disposition, `sigaction` only reads the current one into `current`.
+    let read = unsafe { libc::sigaction(libc::SIGINT, std::ptr::null(), &mut *current) } == 0;
+    if !read {
+        return false;
+    }
+    let handler = current.sa_sigaction;
+    if handler == ours_address {
+        return true;
+    }
+    if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+        return false;
+    }
+    // Published before ours is installed, so a SIGINT right after the swap reaches it; kept for
+    // the life of the process (above).
+    PREVIOUS.store(Box::leak(current), Ordering::SeqCst);
+    // SAFETY: as above, a valid all-zero struct, filled in below.
+    let mut ours: libc::sigaction = unsafe { std::mem::zeroed() };
+    ours.sa_sigaction = ours_address;
+    // As Python installs its own: interrupted system calls return EINTR, not restart.
+    ours.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+    // SAFETY: `sa_mask` is ours to initialise; `on_sigint` only touches atomics and calls the
+    // published handler, as a signal handler may.
+    unsafe {
+        libc::sigemptyset(&mut ours.sa_mask);
+        libc::sigaction(libc::SIGINT, &ours, std::ptr::null_mut()) == 0
     }
 }
 

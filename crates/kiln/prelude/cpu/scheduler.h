@@ -803,6 +803,7 @@ extern "C" int kiln_checked_begin(kiln::rt::CheckedLaunch* l) {
   if (install_fault_handler()) return 1;
   int slot = -1;
   for (int s = 0; s < CHECKED_SLOTS && slot < 0; ++s) {
+    if (__atomic_load_n(&g_checked[s], __ATOMIC_RELAXED)) continue;
     CheckedLaunch* none = nullptr;
     if (__atomic_compare_exchange_n(&g_checked[s], &none, l, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) slot = s;
   }
@@ -829,9 +830,13 @@ extern "C" int kiln_checked_end(kiln::rt::CheckedLaunch* l) {
     if (!l->guards[i].kept &&
         mprotect((void*)l->guards[i].begin, l->guards[i].end - l->guards[i].begin, PROT_READ | PROT_WRITE) != 0)
       rc = 3;
+  // The launch holds one slot: read them all, and compare-and-swap only that one (a locked
+  // instruction per slot would cost more than the rest of a tiny launch).
   for (int s = 0; s < CHECKED_SLOTS; ++s) {
+    if (__atomic_load_n(&g_checked[s], __ATOMIC_ACQUIRE) != l) continue;
     CheckedLaunch* mine = l;
     __atomic_compare_exchange_n(&g_checked[s], &mine, (CheckedLaunch*)nullptr, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    break;
   }
   return rc;
 }

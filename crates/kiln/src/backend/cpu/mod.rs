@@ -151,9 +151,20 @@ pub fn record_programs<R>(f: impl FnOnce() -> R) -> (R, Vec<MetalProgram>) {
     (out, recorded)
 }
 
-/// The CPU backend with the configured compiler.
+/// The CPU backend with the configured compiler: one, made on first use, while the compiler
+/// stays the same (a launch asks for it every time).
 pub fn backend() -> Result<Arc<dyn Backend>> {
-    Ok(Arc::new(CpuBackend::with_compiler(config::host_cxx())?))
+    static MADE: Mutex<Option<(String, Arc<dyn Backend>)>> = Mutex::new(None);
+    let cxx = config::host_cxx();
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((made_with, backend)) = made.as_ref() {
+        if *made_with == cxx {
+            return Ok(backend.clone());
+        }
+    }
+    let backend: Arc<dyn Backend> = Arc::new(CpuBackend::with_compiler(cxx.clone())?);
+    *made = Some((cxx, backend.clone()));
+    Ok(backend)
 }
 
 /// What `kiln devices` reports for the CPU backend.
