@@ -16,10 +16,10 @@
 //! (`GuardedBuf::output`): the guards and the slack lie in that buffer's aprons, so a clean run
 //! hands the buffer out without a copy once the slack is zeroed again.
 //!
-//! An output of unchecked launch that fits in a page (`KEPT_MAX`) comes from a pool of such
-//! allocations whose guards stay protected between launches (`GuardedBuf::kept`): arming a
-//! guard splits the process's mappings and flushes every core's TLB, the larger part of a small
-//! launch's cost. The launch lists them as kept (`Guard::kept`), so its arming and disarming
+//! An output of an unchecked launch of up to 16 pages (`KEPT_MAX`) comes from a pool of such
+//! allocations whose guards stay protected between launches (`GuardedBuf::kept`; one pool per
+//! power-of-two number of pages between the guards): arming a guard splits the process's
+//! mappings and flushes every core's TLB, the larger part of a small launch's cost. The launch lists them as kept (`Guard::kept`), so its arming and disarming
 //! leave them; a buffer one of whose guards a fault opened is freed, not pooled again.
 
 use std::alloc::{alloc, dealloc, Layout};
@@ -58,24 +58,35 @@ enum Owner {
     Alloc(Layout),
     /// Part of a host buffer's allocation (`GuardedBuf::output`), given out by `into_output`.
     Host(Option<HostBuffer>),
-    /// A slot of the pool of small outputs (`GuardedBuf::kept`), its guards protected; back to
-    /// the pool on drop unless `spoiled` (a guard opened by the fault handler).
-    Pooled { spoiled: bool },
+    /// A slot of the pool of small outputs of `2^class` pages (`GuardedBuf::kept`), its guards
+    /// protected; back to the pool on drop unless `spoiled` (a guard opened by the fault handler).
+    Pooled { class: usize, spoiled: bool },
 }
 
-/// The most data bytes a pooled buffer holds: the rest of one 4 KiB page (x86-64, where the page
-/// size is known; elsewhere nothing is pooled).
-pub const KEPT_MAX: usize = if cfg!(target_arch = "x86_64") { SLACK_PAGE - DATA_ALIGN } else { 0 };
-/// Pooled buffers kept at most; more are freed.
-const POOL_CAP: usize = 64;
-/// A pooled buffer's whole size: the leading guard, one page, the trailing guard.
-const KEPT_SIZE: usize = LEAD_GUARD + SLACK_PAGE + GRANULE;
-/// Free pooled buffers, by address (their guards protected).
-static POOL: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// Pooled buffers hold 1, 2, 4, 8 or 16 pages between their guards.
+const KEPT_CLASSES: usize = 5;
+/// The most data bytes a pooled buffer holds: 16 pages less the alignment (x86-64, where the page
+/// size is known; elsewhere nothing is pooled). Larger outputs lie in their host buffers' aprons.
+pub const KEPT_MAX: usize =
+    if cfg!(target_arch = "x86_64") { (SLACK_PAGE << (KEPT_CLASSES - 1)) - DATA_ALIGN } else { 0 };
+/// Free pooled buffers kept at most per class (about 256 KiB of pages per class); more are freed.
+const fn pool_cap(class: usize) -> usize {
+    64 >> class
+}
+/// The bytes between a pooled buffer's guards.
+const fn kept_middle(class: usize) -> usize {
+    SLACK_PAGE << class
+}
+/// A pooled buffer's whole size: the leading guard, its pages, the trailing guard.
+const fn kept_size(class: usize) -> usize {
+    LEAD_GUARD + kept_middle(class) + GRANULE
+}
+/// Free pooled buffers of each class, by address (their guards protected).
+static POOLS: [Mutex<Vec<usize>>; KEPT_CLASSES] = [const { Mutex::new(Vec::new()) }; KEPT_CLASSES];
 
-fn kept_layout() -> Layout {
-    // Both are constants: a non-zero size and a power-of-two alignment.
-    Layout::from_size_align(KEPT_SIZE, GRANULE).unwrap_or(Layout::new::<u8>())
+fn kept_layout(class: usize) -> Layout {
+    // A non-zero size and a power-of-two alignment.
+    Layout::from_size_align(kept_size(class), GRANULE).unwrap_or(Layout::new::<u8>())
 }
 
 #[cfg(unix)]
@@ -94,25 +105,25 @@ fn protect(_: *mut u8, _: usize, _: bool) -> bool {
     false
 }
 
-/// Protects or opens both guards of the pooled allocation at `base`.
-fn protect_guards(base: *mut u8, none: bool) -> bool {
-    // SAFETY: both ranges lie inside the allocation of `KEPT_SIZE` bytes at `base`.
-    let trailing = unsafe { base.add(LEAD_GUARD + SLACK_PAGE) };
+/// Protects or opens both guards of the pooled allocation of `class` at `base`.
+fn protect_guards(base: *mut u8, class: usize, none: bool) -> bool {
+    // SAFETY: both ranges lie inside the allocation of `kept_size(class)` bytes at `base`.
+    let trailing = unsafe { base.add(LEAD_GUARD + kept_middle(class)) };
     protect(base, LEAD_GUARD, none) & protect(trailing, GRANULE, none)
 }
 
-/// A new pooled allocation with its guards protected, or `None` where that fails.
-fn new_kept() -> Option<*mut u8> {
-    let layout = kept_layout();
+/// A new pooled allocation of `class` with its guards protected, or `None` where that fails.
+fn new_kept(class: usize) -> Option<*mut u8> {
+    let layout = kept_layout(class);
     // SAFETY: the layout has a non-zero size.
     let base = unsafe { alloc(layout) };
     if base.is_null() {
         return None;
     }
-    if protect_guards(base, true) {
+    if protect_guards(base, class, true) {
         return Some(base);
     }
-    if protect_guards(base, false) {
+    if protect_guards(base, class, false) {
         // SAFETY: allocated above with this layout, its guards open again.
         unsafe { dealloc(base, layout) };
     }
@@ -156,21 +167,25 @@ impl GuardedBuf {
         if len > KEPT_MAX {
             return None;
         }
-        let pooled = POOL.lock().ok().and_then(|mut pool| pool.pop());
+        let pages = (len + DATA_ALIGN).div_ceil(SLACK_PAGE);
+        let class = pages.next_power_of_two().trailing_zeros() as usize;
+        let pooled = POOLS[class].lock().ok().and_then(|mut pool| pool.pop());
         let base = match pooled {
             Some(at) => at as *mut u8,
-            None => new_kept()?,
+            None => new_kept(class)?,
         };
-        // SAFETY: the page between the guards lies inside the allocation and is not protected.
-        unsafe { std::ptr::write_bytes(base.add(LEAD_GUARD), fill, SLACK_PAGE) };
-        let data = (LEAD_GUARD + SLACK_PAGE - len) & !(DATA_ALIGN - 1);
-        Some(GuardedBuf { base, size: KEPT_SIZE, lead: LEAD_GUARD, data, len, owner: Owner::Pooled { spoiled: false } })
+        let middle = kept_middle(class);
+        // SAFETY: the pages between the guards lie inside the allocation and are not protected.
+        unsafe { std::ptr::write_bytes(base.add(LEAD_GUARD), fill, middle) };
+        let data = (LEAD_GUARD + middle - len) & !(DATA_ALIGN - 1);
+        let owner = Owner::Pooled { class, spoiled: false };
+        Some(GuardedBuf { base, size: kept_size(class), lead: LEAD_GUARD, data, len, owner })
     }
 
     /// Marks a pooled buffer as having had a guard opened by the fault handler: it is freed on
     /// drop, not pooled again. Other buffers are unaffected.
     pub fn spoil(&mut self) {
-        if let Owner::Pooled { spoiled } = &mut self.owner {
+        if let Owner::Pooled { spoiled, .. } = &mut self.owner {
             *spoiled = true;
         }
     }
@@ -267,19 +282,19 @@ impl Drop for GuardedBuf {
                 unsafe { dealloc(self.base, layout) }
             }
             Owner::Host(_) => {}
-            Owner::Pooled { spoiled } => {
+            Owner::Pooled { class, spoiled } => {
                 if !spoiled {
-                    if let Ok(mut pool) = POOL.lock() {
-                        if pool.len() < POOL_CAP {
+                    if let Ok(mut pool) = POOLS[class].lock() {
+                        if pool.len() < pool_cap(class) {
                             pool.push(self.base as usize);
                             return;
                         }
                     }
                 }
                 // A range that cannot be opened again is never handed back to the allocator.
-                if protect_guards(self.base, false) {
+                if protect_guards(self.base, class, false) {
                     // SAFETY: allocated by `new_kept` with this layout, its guards open again.
-                    unsafe { dealloc(self.base, kept_layout()) }
+                    unsafe { dealloc(self.base, kept_layout(class)) }
                 }
             }
         }
@@ -345,14 +360,19 @@ mod tests {
             }
             bufs.push(b);
         }
-        // Outputs that fit in a page come from the pool, their guards listed as kept.
+        // Outputs of up to 16 pages come from the pools, their guards listed as kept, the slack
+        // at most half of the pages between the guards (under a page for the smallest).
         if super::KEPT_MAX > 0 {
-            let mut k = GuardedBuf::kept(100, 0x33).expect("a pooled buffer");
-            assert!(k.between_guards().iter().all(|&x| x == 0x33));
-            let [before, after] = k.guards();
-            assert_eq!((before.kept, after.kept), (1, 1));
-            assert!(k.data_addr() + 100 <= after.begin && after.begin - (k.data_addr() + 100) < 16);
-            assert!(k.data_addr() - before.begin >= 2 * 65536 && k.data_addr() - before.end < 4096);
+            for (len, slack_under) in [(100, 4096), (4096, 4097), (5000, 4096), (20_000, 16_384), (super::KEPT_MAX, 17)]
+            {
+                let mut k = GuardedBuf::kept(len, 0x33).expect("a pooled buffer");
+                assert!(k.between_guards().iter().all(|&x| x == 0x33));
+                let [before, after] = k.guards();
+                assert_eq!((before.kept, after.kept), (1, 1));
+                assert_eq!(before.end - before.begin, 2 * 65536);
+                assert!(k.data_addr() + len as u64 <= after.begin && after.begin - (k.data_addr() + len as u64) < 16);
+                assert!(k.data_addr() - before.end < slack_under, "{len} bytes: slack past {slack_under}");
+            }
             assert!(GuardedBuf::kept(super::KEPT_MAX + 1, 0).is_none(), "larger outputs are not pooled");
         }
         assert_eq!(bufs[0].guards().map(|g| g.kept), [0, 0], "a buffer of its own arms with its launch");

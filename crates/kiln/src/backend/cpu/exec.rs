@@ -17,9 +17,9 @@
 //! in any mode (the kernel library's signal handler, `prelude/cpu`).
 
 use std::ffi::{c_char, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
@@ -539,7 +539,13 @@ enum Stop {
     Cancelled,
 }
 
-/// Runs every group over the rayon pool; returns the first fault message and whether the
+/// Grids of at least this many threads share their groups with the pool from the start.
+const SHARE_AT_THREADS: u64 = 1 << 16;
+/// The work left, estimated from the chunks the calling thread ran, past which the pool joins
+/// in: about what waking its threads and waiting for them costs.
+const SHARE_AFTER: Duration = Duration::from_micros(25);
+
+/// Runs every group, on the calling thread and, for grids worth it, the rayon pool; returns the first fault message and whether the
 /// timeout or the caller's cancel flag stopped the kernel.
 fn execute(
     compiled: &Compiled,
@@ -594,12 +600,44 @@ fn execute(
                 cancel.store(2, Ordering::SeqCst);
             }
         };
-        // A grid of one chunk runs on the calling thread: handing it to the pool (and waiting
-        // for it) would cost more than it can save.
-        if chunks == 1 {
-            run_chunk(0);
-        } else {
-            (0..chunks).into_par_iter().for_each(run_chunk);
+        // The calling thread claims chunks in order and runs them; the pool's threads join in
+        // only once what is left would take longer than waking them and waiting for them
+        // (judged by the chunks run so far), so a small grid never leaves the caller. Grids
+        // large enough to need the pool anyway, and cooperative kernels (tens of nanoseconds
+        // per thread and barrier), share from the start.
+        let next = AtomicU64::new(0);
+        let claim = || loop {
+            let c = next.fetch_add(1, Ordering::Relaxed);
+            if c >= chunks {
+                break;
+            }
+            run_chunk(c);
+        };
+        let threads = total.saturating_mul(group_threads as u64);
+        let mut share = chunks > 1 && (compiled.cooperative || threads >= SHARE_AT_THREADS);
+        if !share {
+            let start = Instant::now();
+            loop {
+                let c = next.fetch_add(1, Ordering::Relaxed);
+                if c >= chunks {
+                    break;
+                }
+                run_chunk(c);
+                let (done, left) = (c + 1, chunks - c - 1);
+                if left > 0 && start.elapsed().as_secs_f64() / done as f64 * left as f64 > SHARE_AFTER.as_secs_f64() {
+                    share = true;
+                    break;
+                }
+            }
+        }
+        if share {
+            let helpers = rayon::current_num_threads().saturating_sub(1).max(1);
+            rayon::in_place_scope(|s| {
+                for _ in 0..helpers {
+                    s.spawn(|_| claim());
+                }
+                claim();
+            });
         }
     };
     if timeout.is_none() && cancelled_by_caller.is_none() {
