@@ -52,7 +52,10 @@ def test_an_mlx_dropin_output_written_past_its_end_is_a_fault_and_the_process_li
             k(inputs=[a], grid=({n}, 1, 1), threadgroup=(64, 1, 1), output_shapes=[({n},)],
               output_dtypes=[mx.float32])
         except kiln.KernelFaultError as e:
-            assert "past_end" in str(e) and "left as they were" in str(e), e
+            # Outputs of up to 64 KiB are kiln's own (copied into MLX arrays after a clean run);
+            # larger ones are MLX's memory, written in place and left as they were.
+            assert "past_end" in str(e), e
+            assert ("byte 0 past the end" if 4 * {n} <= 64 << 10 else "left as they were") in str(e), e
             print("FAULT", flush=True)
         # kiln goes on: the same kernel written correctly.
         ok = mx.fast.metal_kernel(name="in_bounds", input_names=["a"], output_names=["out"],

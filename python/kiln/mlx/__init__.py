@@ -18,8 +18,9 @@ What ``cuda_kernel`` cannot run (a grid beyond one CUDA launch) runs eagerly, wi
 
 On MLX's CPU build (and under :func:`use_device`) a call runs the kernel with kiln eagerly on
 the device the arrays live on (the CPU emulator for MLX CPU arrays) and returns MLX arrays.
-Inputs are read in place through DLPack and the outputs are MLX arrays that kiln writes in
-place, so no array data is copied. The call evaluates its inputs (``mx.eval``) and its outputs
+Inputs are read in place (NumPy views of their memory, or DLPack) and outputs of more than
+64 KiB are MLX arrays that kiln writes in place; smaller outputs, which an evaluated MLX
+allocation would cost more than a copy, are copied once into new MLX arrays. The call evaluates its inputs (``mx.eval``) and its outputs
 are already evaluated, so it works inside ``mx.grad`` / ``mx.vjp`` / ``mx.custom_function``
 but not inside ``mx.compile`` or ``mx.vmap``, which forbid evaluation.
 
@@ -42,6 +43,8 @@ import contextlib
 import contextvars
 import sys
 
+import numpy as np
+
 from .._kernel import MetalKernel as _KilnKernel
 from .. import _kiln
 from .. import _validate as check_arg
@@ -55,6 +58,9 @@ __all__ = ["install", "uninstall", "installed", "metal_kernel", "MetalKernel", "
 # What install() replaced, to put back: {"metal_kernel": f, "is_available": f}, and the
 # cuda_kernel factory it chose ("cuda_kernel": f, or None for eager kernels).
 _saved: dict = {}
+# The largest output (bytes) a call on MLX CPU arrays copies into a new MLX array rather than
+# having kiln write an evaluated MLX allocation in place.
+_SMALL_OUTPUT = 64 << 10
 # A device to run kernels on instead of the arrays' own ("cuda:0" for MLX CPU arrays on a GPU).
 _device_override: contextvars.ContextVar = contextvars.ContextVar("kiln_mlx_device", default=None)
 
@@ -181,6 +187,11 @@ class MetalKernel:
                               init_value, verbose, stream)
             if outs is not None:
                 return outs
+        if factory is None and _device_override.get() is None and not mlx_has_cuda():
+            outs = self._small_on_cpu(mx, inputs, output_shapes, output_dtypes, grid, threadgroup, template,
+                                      init_value, verbose)
+            if outs is not None:
+                return outs
         arrays = [x for x in inputs if isinstance(x, mx.array)]
         op = f"metal_kernel {self.name}"
         shapes = check_arg.shapes(op, output_shapes)
@@ -229,6 +240,39 @@ class MetalKernel:
                            (0, ordinal), out_descs)
         _cuda_synchronize_default_stream()
         return outs
+
+    def _small_on_cpu(self, mx, inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value,
+                      verbose):
+        """A call on MLX CPU arrays with small outputs (up to ``_SMALL_OUTPUT`` bytes each): kiln's
+        own call on NumPy views of the inputs, its NumPy outputs copied into new MLX arrays (an
+        evaluated MLX allocation for kiln to write costs ten microseconds, a small copy less than
+        one). None where the call takes the general path (bfloat16, ``init_value``, ``verbose``,
+        arguments the general path checks and reports)."""
+        if init_value is not None or verbose or len(output_shapes) != self._n_outputs:
+            return None
+        try:
+            if len(output_dtypes) != self._n_outputs:
+                return None
+            for shape, dtype in zip(output_shapes, output_dtypes):
+                if type(dtype) is not mx.Dtype or dtype == mx.bfloat16:
+                    return None
+                size = dtype.size
+                for n in shape:
+                    if type(n) is not int or n < 0:
+                        return None
+                    size *= n
+                if size > _SMALL_OUTPUT:
+                    return None
+        except TypeError:
+            return None
+        array = mx.array
+        arrays = [x for x in inputs if isinstance(x, array)]
+        if any(x.dtype == mx.bfloat16 for x in arrays) or not _evaluate(mx, arrays):
+            return None
+        views = [np.asarray(x) if isinstance(x, array) else x for x in inputs]
+        outs = self._kiln(inputs=views, output_shapes=output_shapes, output_dtypes=output_dtypes, grid=grid,
+                          threadgroup=threadgroup, template=template, device="cpu")
+        return [array(o) for o in outs]
 
     def _traced(self, mx, call):
         factory = _saved.get("metal_kernel", mx.fast.metal_kernel)
