@@ -120,6 +120,20 @@ fn host_values(a: &Array) -> Vec<f64> {
     a.to_host().unwrap().to_f64_vec().unwrap()
 }
 
+/// The device whose row plans (a row per simdgroup or threadgroup) the variant tables name; on
+/// CPU arrays they run on the CPU emulator, which checks them without a GPU.
+const GPU: Device = Device::Cuda(0);
+
+/// The CPU's row-per-thread variant of a row op for a row of `d` (vector loads where D % 4 == 0
+/// and D ≥ 8, the rows being aligned).
+fn thread_variant(d: usize) -> &'static str {
+    if d % 4 == 0 && d >= 8 {
+        "thread_vec4"
+    } else {
+        "thread"
+    }
+}
+
 fn rms_norm_matches_reference(device: Device) {
     let mut rng = Rng::new(21);
     for dtype in FLOAT_DTYPES {
@@ -128,12 +142,16 @@ fn rms_norm_matches_reference(device: Device) {
             let d = shape[shape.len() - 1];
             let x = on(device, &random_array(&mut rng, dtype, shape));
             let w = on(device, &random_array(&mut rng, dtype, &[d]));
-            let call = rms_norm::rms_norm_call(&x, &w, 1e-5).unwrap();
+            let want = rms_norm::reference(&host_values(&x), &host_values(&w), d, 1e-5);
+            let call = rms_norm::rms_norm_call_planned_for(&x, &w, 1e-5, GPU).unwrap();
             assert_eq!(call.variant(), format!("kiln_rms_norm_{variant}"));
             let out = run_poisoned(call).remove(0);
             assert_eq!(out.shape(), shape);
-            let want = rms_norm::reference(&host_values(&x), &host_values(&w), d, 1e-5);
             assert_close(&format!("rms_norm {dtype} {shape:?}"), &out, &want, dtype);
+            let call = rms_norm::rms_norm_call_planned_for(&x, &w, 1e-5, Device::Cpu).unwrap();
+            assert_eq!(call.variant(), format!("kiln_rms_norm_{}", thread_variant(d)));
+            let out = run_poisoned(call).remove(0);
+            assert_close(&format!("rms_norm {dtype} {shape:?}, a row per thread"), &out, &want, dtype);
         }
         // A transposed (non-contiguous) input and a large eps.
         let base = on(device, &random_array(&mut rng, dtype, &[40, 6]));
@@ -163,13 +181,15 @@ fn residual_rms_norm_matches_reference(device: Device) {
             let x = on(device, &random_array(&mut rng, dtype, shape));
             let r = on(device, &random_array(&mut rng, dtype, shape));
             let w = on(device, &random_array(&mut rng, dtype, &[d]));
-            let call = residual_rms_norm::residual_rms_norm_call(&x, &r, &w, 1e-6).unwrap();
-            assert_eq!(call.variant(), format!("kiln_residual_rms_norm_{variant}"));
-            let outs = run_poisoned(call);
             let (want_y, want_h) =
                 residual_rms_norm::reference(&host_values(&x), &host_values(&r), &host_values(&w), d, 1e-6);
-            assert_close(&format!("residual_rms_norm y {dtype} {shape:?}"), &outs[0], &want_y, dtype);
-            assert_close(&format!("residual_rms_norm h {dtype} {shape:?}"), &outs[1], &want_h, dtype);
+            for (plan, variant) in [(GPU, variant), (Device::Cpu, thread_variant(d))] {
+                let call = residual_rms_norm::residual_rms_norm_call_planned_for(&x, &r, &w, 1e-6, plan).unwrap();
+                assert_eq!(call.variant(), format!("kiln_residual_rms_norm_{variant}"));
+                let outs = run_poisoned(call);
+                assert_close(&format!("residual_rms_norm y {dtype} {shape:?} {variant}"), &outs[0], &want_y, dtype);
+                assert_close(&format!("residual_rms_norm h {dtype} {shape:?} {variant}"), &outs[1], &want_h, dtype);
+            }
         }
         // A residual read through a reversed view, x broadcast over the batch.
         let x = on(device, &random_array(&mut rng, dtype, &[1, 48])).broadcast_to(&[5, 48]).unwrap();
@@ -218,12 +238,16 @@ fn norms_reject_bad_input(device: Device) {
 // ---------------------------------------------------------------------------------------------
 // softmax
 
+/// The GPU plan `variant` of `x` and the CPU's row-per-thread plan (one source for every row).
 fn softmax_case(x: &Array, variant: &str) {
-    let call = softmax::softmax_call(x).unwrap();
-    assert_eq!(call.variant(), format!("kiln_softmax_{variant}"), "{x:?}");
-    let out = run_poisoned(call).remove(0);
     let d = x.shape()[x.ndim() - 1];
-    assert_close(&format!("softmax {x:?}"), &out, &softmax::reference(&host_values(x), d), x.dtype());
+    let want = softmax::reference(&host_values(x), d);
+    for (plan, variant) in [(GPU, variant), (Device::Cpu, "thread")] {
+        let call = softmax::softmax_call_planned_for(x, plan).unwrap();
+        assert_eq!(call.variant(), format!("kiln_softmax_{variant}"), "{x:?}");
+        let out = run_poisoned(call).remove(0);
+        assert_close(&format!("softmax {x:?} {variant}"), &out, &want, x.dtype());
+    }
 }
 
 fn softmax_matches_reference(device: Device) {
@@ -503,9 +527,11 @@ fn every_variant(dtype: DType) -> Vec<OpCall> {
     }
     for d in [64, 33, 2048, 2047] {
         let (x, r, w) = (arr(&[4, d]), arr(&[4, d]), arr(&[d]));
-        calls.push(rms_norm::rms_norm_call(&x, &w, 1e-5).unwrap());
-        calls.push(residual_rms_norm::residual_rms_norm_call(&x, &r, &w, 1e-5).unwrap());
-        calls.push(softmax::softmax_call(&x).unwrap());
+        for plan in [GPU, Device::Cpu] {
+            calls.push(rms_norm::rms_norm_call_planned_for(&x, &w, 1e-5, plan).unwrap());
+            calls.push(residual_rms_norm::residual_rms_norm_call_planned_for(&x, &r, &w, 1e-5, plan).unwrap());
+            calls.push(softmax::softmax_call_planned_for(&x, plan).unwrap());
+        }
     }
     for traditional in [false, true] {
         calls.push(rope::rope_call(&arr(&[2, 4, 64]), 32, traditional, 1e4, 1.0, 0).unwrap());
@@ -540,6 +566,7 @@ fn every_op_variant_compiles_with_nvrtc() {
         assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", call.variant());
         variants.insert(call.variant().to_string());
     }
-    // 3 elementwise + 4 × 3 row kernels + 1 packed softmax + 5 rope + overlap-add + 2 scatter-add.
-    assert_eq!(variants.len(), 24, "{variants:?}");
+    // 3 elementwise + 4 × 3 GPU row kernels + 5 row-per-thread kernels (2 for each norm, 1 for
+    // softmax) + 1 packed softmax + 5 rope + overlap-add + 2 scatter-add.
+    assert_eq!(variants.len(), 29, "{variants:?}");
 }

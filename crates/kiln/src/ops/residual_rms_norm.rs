@@ -9,7 +9,8 @@
 //! non-contiguous input is copied to row-contiguous first); `w` (D,) in that dtype; `eps` ≥ 0.
 //! Outputs `y` and `h` (..., D) row-contiguous in that dtype.
 //!
-//! Variant rule: as `rms_norm` — one simdgroup per row for D ≤ 1024 (f32 register rows: 2
+//! Variant rule: as `rms_norm` — on the CPU one thread per row (`residual_rms_norm_call_planned_for`
+//! gives a GPU's plan on any device); on GPUs one simdgroup per row for D ≤ 1024 (f32 register rows: 2
 //! units per thread, one threadgroup of D/8 threads), else one threadgroup per row; `vec4`
 //! loads when D % 4 == 0, D ≥ 8 and every input is 4-element aligned, by 16-byte units of 8
 //! elements for f16/bf16 when D % 8 == 0 and every input is 8-element aligned. `vec4` rows that fit — f32 at any D, f16/bf16 up to D = 1024 — are held in
@@ -23,9 +24,10 @@
 
 use super::plan::OpCall;
 use super::rms_norm::{check_norm_args, norm_source};
-use super::rows::{RowKernels, RowLaunch, RowUnits, SIMDGROUP_MAX_D, UNITS_PER_THREAD};
+use super::rows::{RowKernels, RowLaunch, RowMapping, RowUnits, SIMDGROUP_MAX_D, UNITS_PER_THREAD};
 use super::util::{check_same_dtype, common_device, vec4_aligned, vec8_aligned, VEC4_HEADER};
 use crate::array::Array;
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::MetalKernel;
@@ -124,15 +126,29 @@ const SCALAR_SOURCE: &str = r#"
 
 static KERNELS: RowKernels = RowKernels::new();
 
-fn kernel(row_per_simdgroup: bool, vec4: bool) -> Result<&'static MetalKernel> {
+fn kernel(mapping: RowMapping, vec4: bool) -> Result<&'static MetalKernel> {
     let (inputs, outputs) = (["x", "residual", "w", "d", "eps"], ["out", "h"]);
-    KERNELS.get(OP, "kiln_residual_rms_norm", &inputs, &outputs, VEC4_HEADER, row_per_simdgroup, vec4, || {
-        norm_source(if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }, row_per_simdgroup)
+    KERNELS.get(OP, "kiln_residual_rms_norm", &inputs, &outputs, VEC4_HEADER, mapping, vec4, || {
+        norm_source(if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }, mapping)
     })
 }
 
-/// The validated call (see the module header for the variant rule).
+/// The validated call (see the module header for the variant rule), planned for the device the
+/// inputs live on.
 pub fn residual_rms_norm_call(x: &Array, residual: &Array, w: &Array, eps: f32) -> Result<OpCall> {
+    let device = common_device(OP, &[("x", x), ("residual", residual), ("w", w)])?;
+    residual_rms_norm_call_planned_for(x, residual, w, eps, device)
+}
+
+/// The validated call with the plan `plan_device` would get, run where the inputs live (see
+/// `rms_norm_call_planned_for`).
+pub fn residual_rms_norm_call_planned_for(
+    x: &Array,
+    residual: &Array,
+    w: &Array,
+    eps: f32,
+    plan_device: Device,
+) -> Result<OpCall> {
     let (rows, d) = check_norm_args(OP, x, w, eps)?;
     check_same_dtype(OP, "residual", residual, x.dtype())?;
     if residual.shape() != x.shape() {
@@ -148,10 +164,12 @@ pub fn residual_rms_norm_call(x: &Array, residual: &Array, w: &Array, eps: f32) 
     // up to D = 1024.
     let registers = vec4 && (x.dtype() == DType::F32 || d <= SIMDGROUP_MAX_D);
     let wide = vec8_aligned(x) && vec8_aligned(residual) && vec8_aligned(w);
-    let launch = RowLaunch::new(OP, rows, d, x.dtype(), registers, wide, UNITS)?;
+    let launch = RowLaunch::for_device(OP, plan_device, rows, d, x.dtype(), wide, || {
+        RowLaunch::new(OP, rows, d, x.dtype(), registers, wide, UNITS)
+    })?;
     let spec = launch.spec(x.dtype()).output(x.shape(), x.dtype()).output(x.shape(), x.dtype());
     let inputs = vec![x.into(), residual.into(), w.into(), (d as i32).into(), eps.into()];
-    Ok(OpCall::new(kernel(launch.row_per_simdgroup, vec4)?, inputs, spec))
+    Ok(OpCall::new(kernel(launch.mapping, vec4)?, inputs, spec))
 }
 
 /// Returns `(rms_norm(x + residual) · w, x + residual)`, both on the device of `x`.

@@ -5,7 +5,10 @@
 //! copied to row-contiguous first); `w` (D,) in the dtype of `x`; `eps` ≥ 0. Output (..., D)
 //! row-contiguous in the dtype of `x`. Sum of squares and scaling in f32, one rounding on store.
 //!
-//! Variant rule (deterministic on D, dtype and alignment):
+//! Variant rule (deterministic on the device, D, dtype and alignment):
+//! - `thread`: the CPU's plan — one thread per row, the row read in loops (two passes, the
+//!   second from cache), no SIMD-group function or barrier, so the CPU backend runs it as a plain
+//!   loop; `rms_norm_call_planned_for` gives a GPU's plan on any device (to check it on the CPU).
 //! - `simdgroup`: D ≤ 1024 — one simdgroup of 32 lanes per row, 2 rows per threadgroup, the
 //!   reduction a single `simd_sum` (no barrier). f32 rows kept in registers go here only when
 //!   the op's units per thread for short f32 rows (`RowLaunch::new`) give at most 32 threads.
@@ -26,11 +29,12 @@
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
 use super::plan::OpCall;
-use super::rows::{row_index_source, row_sum_source, RowKernels, RowLaunch, RowUnits, UNITS_PER_THREAD};
+use super::rows::{row_index_source, row_sum_source, RowKernels, RowLaunch, RowMapping, RowUnits, UNITS_PER_THREAD};
 use super::util::{
     check_float, check_nonempty, check_same_dtype, common_device, vec4_aligned, vec8_aligned, VEC4_HEADER,
 };
 use crate::array::Array;
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernel::MetalKernel;
 
@@ -148,20 +152,20 @@ const SCALAR_SOURCE: &str = r#"
 
 static KERNELS: RowKernels = RowKernels::new();
 
-fn kernel(row_per_simdgroup: bool, vec4: bool) -> Result<&'static MetalKernel> {
-    KERNELS.get(OP, "kiln_rms_norm", &["x", "w", "d", "eps"], &["out"], VEC4_HEADER, row_per_simdgroup, vec4, || {
-        norm_source(if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }, row_per_simdgroup)
+fn kernel(mapping: RowMapping, vec4: bool) -> Result<&'static MetalKernel> {
+    KERNELS.get(OP, "kiln_rms_norm", &["x", "w", "d", "eps"], &["out"], VEC4_HEADER, mapping, vec4, || {
+        norm_source(if vec4 { VEC_SOURCE } else { SCALAR_SOURCE }, mapping)
     })
 }
 
 /// A norm kernel's body with its placeholders filled, shared with `residual_rms_norm`.
-pub(crate) fn norm_source(template: &str, row_per_simdgroup: bool) -> String {
+pub(crate) fn norm_source(template: &str, mapping: RowMapping) -> String {
     template
-        .replace("%INDEX%", row_index_source(row_per_simdgroup))
-        .replace("%SUM%", &row_sum_source(row_per_simdgroup, "ss"))
+        .replace("%INDEX%", row_index_source(mapping))
+        .replace("%SUM%", &row_sum_source(mapping, "ss"))
         .replace("%W_PREFETCH%", W_PREFETCH)
         .replace("%SCALED_STORE%", SCALED_STORE)
-        .replace("%KEEP16%", if row_per_simdgroup { "true" } else { "false" })
+        .replace("%KEEP16%", if mapping == RowMapping::Simdgroup { "true" } else { "false" })
 }
 
 /// Validates `x`, `w` and `eps` for a last-axis norm; returns (rows, D).
@@ -182,17 +186,27 @@ pub(crate) fn check_norm_args(op: &str, x: &Array, w: &Array, eps: f32) -> Resul
     Ok((x.size() / d, d))
 }
 
-/// The validated call (see the module header for the variant rule).
+/// The validated call (see the module header for the variant rule), planned for the device the
+/// inputs live on.
 pub fn rms_norm_call(x: &Array, w: &Array, eps: f32) -> Result<OpCall> {
+    let device = common_device(OP, &[("x", x), ("w", w)])?;
+    rms_norm_call_planned_for(x, w, eps, device)
+}
+
+/// The validated call with the plan `plan_device` would get, run where the inputs live (a GPU's
+/// plan on CPU arrays runs on the CPU emulator, which is how it is checked without a GPU).
+pub fn rms_norm_call_planned_for(x: &Array, w: &Array, eps: f32, plan_device: Device) -> Result<OpCall> {
     let (rows, d) = check_norm_args(OP, x, w, eps)?;
     common_device(OP, &[("x", x), ("w", w)])?;
     let vec4 = d % 4 == 0 && d >= 8 && vec4_aligned(x) && vec4_aligned(w);
     let registers = vec4;
     let wide = vec8_aligned(x) && vec8_aligned(w);
-    let launch = RowLaunch::new(OP, rows, d, x.dtype(), registers, wide, UNITS)?;
+    let launch = RowLaunch::for_device(OP, plan_device, rows, d, x.dtype(), wide, || {
+        RowLaunch::new(OP, rows, d, x.dtype(), registers, wide, UNITS)
+    })?;
     let spec = launch.spec(x.dtype()).output(x.shape(), x.dtype());
     let inputs = vec![x.into(), w.into(), (d as i32).into(), eps.into()];
-    Ok(OpCall::new(kernel(launch.row_per_simdgroup, vec4)?, inputs, spec))
+    Ok(OpCall::new(kernel(launch.mapping, vec4)?, inputs, spec))
 }
 
 /// RMSNorm of `x` over its last axis, scaled by `w`; the result lives on the device of `x`.

@@ -1,10 +1,11 @@
 //! What the row-wise ops (`rms_norm`, `residual_rms_norm`, `softmax`) share: how rows map to
-//! threads (a row per simdgroup or per threadgroup), how many 4-element chunks a thread keeps in
-//! registers, the kernel source that finds a row and sums over it, and the four row-kernel
-//! variants each op builds.
+//! threads ([`RowMapping`]: a row per simdgroup or per threadgroup on GPUs, a row per thread on
+//! the CPU), how many 4-element chunks a thread keeps in registers, the kernel source that finds
+//! a row and sums over it, and the six row-kernel variants each op builds.
 
 use super::kernel_cache::KernelCache;
 use super::util::{grid_dim, index_i32, round_up, SIMD};
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::kernel::{LaunchSpec, MetalKernel};
@@ -30,23 +31,63 @@ pub(crate) fn threads_per_row(d: usize) -> usize {
     round_up(d.div_ceil(8), SIMD).clamp(SIMD, 1024)
 }
 
-/// How a row kernel finds its row: one simdgroup per row (`row_per_simdgroup`, the grid is
-/// rows × 32 threads) or one threadgroup per row. Defines `row`, `tid` (the thread within the
-/// row) and `nt` (threads per row).
-pub(crate) fn row_index_source(row_per_simdgroup: bool) -> &'static str {
-    if row_per_simdgroup {
-        "uint row = thread_position_in_grid.x / 32;\n    uint tid = thread_index_in_simdgroup;\n    uint nt = 32;"
-    } else {
-        "uint row = threadgroup_position_in_grid.x;\n    uint tid = thread_index_in_threadgroup;\n    uint nt = threads_per_threadgroup.x;"
+/// Elements a threadgroup of the CPU's row-per-thread plan covers at least (whole rows, at most
+/// 256 of them): enough work per group that the per-group cost does not show.
+const THREAD_ROWS_ELEMENTS: usize = 4096;
+
+/// How rows map to threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RowMapping {
+    /// One simdgroup per row: the grid is rows × 32 threads, 2 rows per threadgroup.
+    Simdgroup,
+    /// One threadgroup per row.
+    Threadgroup,
+    /// One thread per row, the CPU's plan: no SIMD-group function and no barrier, so the CPU
+    /// backend runs the kernel as a plain loop over its threads, a row each.
+    Thread,
+}
+
+impl RowMapping {
+    fn name(self) -> &'static str {
+        match self {
+            RowMapping::Simdgroup => "simdgroup",
+            RowMapping::Threadgroup => "threadgroup",
+            RowMapping::Thread => "thread",
+        }
+    }
+
+    fn slot(self) -> usize {
+        match self {
+            RowMapping::Simdgroup => 0,
+            RowMapping::Threadgroup => 1,
+            RowMapping::Thread => 2,
+        }
+    }
+}
+
+/// How a row kernel finds its row. Defines `row`, `tid` (the thread within the row) and `nt`
+/// (threads per row).
+pub(crate) fn row_index_source(mapping: RowMapping) -> &'static str {
+    match mapping {
+        RowMapping::Simdgroup => {
+            "uint row = thread_position_in_grid.x / 32;\n    uint tid = thread_index_in_simdgroup;\n    uint nt = 32;"
+        }
+        RowMapping::Threadgroup => {
+            "uint row = threadgroup_position_in_grid.x;\n    uint tid = thread_index_in_threadgroup;\n    uint nt = threads_per_threadgroup.x;"
+        }
+        RowMapping::Thread => "uint row = thread_position_in_grid.x;\n    uint tid = 0;\n    uint nt = 1;",
     }
 }
 
 /// Sums the f32 `var` over the threads of a row, leaving the total in `var` of every thread:
 /// `simd_sum`, then (threadgroup rows) one barrier and every thread adding the simdgroup
-/// partials in the same order, so all threads hold the same bits.
-pub(crate) fn row_sum_source(row_per_simdgroup: bool, var: &str) -> String {
-    if row_per_simdgroup {
-        return format!("{var} = simd_sum({var});");
+/// partials in the same order, so all threads hold the same bits. A thread that owns its row
+/// holds the total already.
+pub(crate) fn row_sum_source(mapping: RowMapping, var: &str) -> String {
+    match mapping {
+        RowMapping::Simdgroup => return format!("{var} = simd_sum({var});"),
+        RowMapping::Thread => return String::new(),
+        RowMapping::Threadgroup => {}
     }
     format!(
         "{var} = simd_sum({var});
@@ -62,16 +103,16 @@ pub(crate) fn row_sum_source(row_per_simdgroup: bool, var: &str) -> String {
     )
 }
 
-/// The four row-kernel variants of an op (a row per simdgroup or per threadgroup; vec4 or
-/// scalar loads), each built once and named `<base>_<simdgroup|threadgroup>[_vec4]`.
-pub(crate) struct RowKernels(KernelCache<MetalKernel, 4>);
+/// The six row-kernel variants of an op (a row per simdgroup, threadgroup or thread; vec4 or
+/// scalar loads), each built once and named `<base>_<simdgroup|threadgroup|thread>[_vec4]`.
+pub(crate) struct RowKernels(KernelCache<MetalKernel, 6>);
 
 impl RowKernels {
     pub(crate) const fn new() -> Self {
         RowKernels(KernelCache::new())
     }
 
-    /// The variant for `(row_per_simdgroup, vec4)`; `source` builds its body on first use.
+    /// The variant for `(mapping, vec4)`; `source` builds its body on first use.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn get(
         &'static self,
@@ -80,14 +121,13 @@ impl RowKernels {
         inputs: &[&str],
         outputs: &[&str],
         header: &str,
-        row_per_simdgroup: bool,
+        mapping: RowMapping,
         vec4: bool,
         source: impl FnOnce() -> String,
     ) -> Result<&'static MetalKernel> {
-        let slot = usize::from(row_per_simdgroup) * 2 + usize::from(vec4);
+        let slot = mapping.slot() * 2 + usize::from(vec4);
         self.0.get(op, slot, || {
-            let rows = if row_per_simdgroup { "simdgroup" } else { "threadgroup" };
-            let name = format!("{base}_{rows}{}", if vec4 { "_vec4" } else { "" });
+            let name = format!("{base}_{}{}", mapping.name(), if vec4 { "_vec4" } else { "" });
             Ok(MetalKernel::new(name, inputs, outputs, source())?.header(header))
         })
     }
@@ -106,7 +146,7 @@ pub(crate) struct RowUnits {
 
 /// The row-to-thread mapping and register plan, of every row-wise op.
 pub(crate) struct RowLaunch {
-    pub row_per_simdgroup: bool,
+    pub mapping: RowMapping,
     pub grid: u32,
     pub group: u32,
     /// Units per thread held in registers (0: the looped two-pass form).
@@ -158,7 +198,36 @@ impl RowLaunch {
         };
         let (grid, group) =
             if row_per_simdgroup { (rows * SIMD, (ROWS_PER_GROUP * SIMD).min(rows * SIMD)) } else { (rows * nt, nt) };
-        Ok(RowLaunch { row_per_simdgroup, grid: grid_dim(op, grid)?, group: group as u32, cpt, p, d })
+        let mapping = if row_per_simdgroup { RowMapping::Simdgroup } else { RowMapping::Threadgroup };
+        Ok(RowLaunch { mapping, grid: grid_dim(op, grid)?, group: group as u32, cpt, p, d })
+    }
+
+    /// The plan `device` gets: a row per thread on the CPU ([`RowLaunch::per_thread`]), else
+    /// the GPU plan `gpu` makes.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn for_device(
+        op: &str,
+        device: Device,
+        rows: usize,
+        d: usize,
+        dtype: DType,
+        wide: bool,
+        gpu: impl FnOnce() -> Result<RowLaunch>,
+    ) -> Result<RowLaunch> {
+        if device == Device::Cpu {
+            RowLaunch::per_thread(op, rows, d, dtype, wide)
+        } else {
+            gpu()
+        }
+    }
+
+    /// The CPU's plan: a row per thread, read in loops (no registers form), threadgroups of
+    /// whole rows covering about `THREAD_ROWS_ELEMENTS` elements.
+    pub(crate) fn per_thread(op: &str, rows: usize, d: usize, dtype: DType, wide: bool) -> Result<RowLaunch> {
+        index_i32(op, "D", d)?;
+        let p = if wide_units(dtype, d, wide) { 2 } else { 1 };
+        let group = THREAD_ROWS_ELEMENTS.div_ceil(d).clamp(1, 256).min(rows.max(1));
+        Ok(RowLaunch { mapping: RowMapping::Thread, grid: grid_dim(op, rows)?, group: group as u32, cpt: 0, p, d })
     }
 
     /// The plan for 16-bit rows longer than one simdgroup's (D > 1024) kept packed in registers
@@ -178,7 +247,8 @@ impl RowLaunch {
         if cpt > MAX_PACKED_UNITS {
             return Ok(None);
         }
-        Ok(Some(RowLaunch { row_per_simdgroup: false, grid: grid_dim(op, rows * nt)?, group: nt as u32, cpt, p: 2, d }))
+        let mapping = RowMapping::Threadgroup;
+        Ok(Some(RowLaunch { mapping, grid: grid_dim(op, rows * nt)?, group: nt as u32, cpt, p: 2, d }))
     }
 
     /// The launch with the plan's template values (`T`, `CPT`, `P`, and `DS`: the row length

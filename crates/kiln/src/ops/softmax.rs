@@ -12,8 +12,13 @@
 //! Layout: `x` (..., D) of f32/f16/bf16, any batch axes (a non-contiguous input is copied to
 //! row-contiguous first); output (..., D) row-contiguous in the dtype of `x`.
 //!
-//! Variant rule (deterministic on D, dtype and alignment), the row plan of `rms_norm` with 8
-//! units per thread for f32 rows:
+//! Variant rule (deterministic on the device, D, dtype and alignment), the row plan of
+//! `rms_norm` with 8 units per thread for f32 rows:
+//! - `thread`: the CPU's plan — one thread per row: the row's max, then e = exp(v − m) summed
+//!   (for f32 stored as the output, which the last pass scales: one exp per element; 16-bit
+//!   rows take exp again in the last pass, so they round once), then the store of e / s. No
+//!   SIMD-group function or barrier, so the CPU backend runs it as a plain loop.
+//!   `softmax_call_planned_for` gives a GPU's plan on any device (to check it on the CPU).
 //! - `simdgroup`: D ≤ 1024 — one simdgroup per row, 2 rows per threadgroup, no barrier.
 //! - `threadgroup`: D > 1024 — one threadgroup per row, one barrier.
 //!
@@ -36,9 +41,10 @@
 //! Reference: the formula in f64 on the dtype-rounded inputs. Tolerance: the dtype table.
 
 use super::plan::OpCall;
-use super::rows::{row_index_source, RowKernels, RowLaunch, RowUnits, UNITS_PER_THREAD};
+use super::rows::{row_index_source, RowKernels, RowLaunch, RowMapping, RowUnits, UNITS_PER_THREAD};
 use super::util::{check_float, check_nonempty, vec4_aligned, vec8_aligned, VEC4_HEADER};
 use crate::array::Array;
+use crate::device::Device;
 use crate::error::Result;
 use crate::kernel::MetalKernel;
 
@@ -228,6 +234,31 @@ const SCALAR_SOURCE: &str = r#"
     }
 "#;
 
+// A row per thread (the CPU's plan; see the module header). A row of only −∞ gives NaN through
+// exp(−∞ − (−∞)), as the formula does.
+const THREAD_SOURCE: &str = r#"
+    %INDEX%
+    uint D = uint(d);
+    int64_t base = int64_t(row) * D;
+    float m = -INFINITY;
+    for (uint i = 0; i < D; ++i) {
+        m = metal::max(m, static_cast<float>(x[base + i]));
+    }
+    float s = 0.0f;
+    for (uint i = 0; i < D; ++i) {
+        float e = metal::exp(static_cast<float>(x[base + i]) - m);
+        if (sizeof(T) == 4) {
+            out[base + i] = static_cast<T>(e);
+        }
+        s += e;
+    }
+    float inv = 1.0f / s;
+    for (uint i = 0; i < D; ++i) {
+        float e = sizeof(T) == 4 ? static_cast<float>(out[base + i]) : metal::exp(static_cast<float>(x[base + i]) - m);
+        out[base + i] = static_cast<T>(e * inv);
+    }
+"#;
+
 const SIMDGROUP_REDUCE: &str = r#"
     {
         float gm = simd_max(m);
@@ -266,26 +297,40 @@ static KERNELS: RowKernels = RowKernels::new();
 /// The packed forms (only the `vec4` slots are used).
 static PACKED: RowKernels = RowKernels::new();
 
-fn kernel(row_per_simdgroup: bool, vec4: bool, packed: bool) -> Result<&'static MetalKernel> {
+/// The kernel of a plan; a row per thread takes one source (`vec4` is then false).
+fn kernel(mapping: RowMapping, vec4: bool, packed: bool) -> Result<&'static MetalKernel> {
     let header = format!("{VEC4_HEADER}{HEADER}");
     let (cells, base) = if packed { (&PACKED, "kiln_softmax_packed") } else { (&KERNELS, "kiln_softmax") };
-    cells.get(OP, base, &["x", "d"], &["out"], &header, row_per_simdgroup, vec4, || {
-        let body = match (packed, vec4) {
-            (true, _) => PACKED_SOURCE,
-            (false, true) => VEC_SOURCE,
-            (false, false) => SCALAR_SOURCE,
+    cells.get(OP, base, &["x", "d"], &["out"], &header, mapping, vec4, || {
+        let body = match (mapping, packed, vec4) {
+            (RowMapping::Thread, _, _) => THREAD_SOURCE,
+            (_, true, _) => PACKED_SOURCE,
+            (_, false, true) => VEC_SOURCE,
+            (_, false, false) => SCALAR_SOURCE,
         };
-        body.replace("%INDEX%", row_index_source(row_per_simdgroup))
-            .replace("%REDUCE%", if row_per_simdgroup { SIMDGROUP_REDUCE } else { THREADGROUP_REDUCE })
+        let reduce = if mapping == RowMapping::Simdgroup { SIMDGROUP_REDUCE } else { THREADGROUP_REDUCE };
+        body.replace("%INDEX%", row_index_source(mapping)).replace("%REDUCE%", reduce)
     })
 }
 
-/// The validated call (see the module header for the variant rule).
+/// The validated call (see the module header for the variant rule), planned for the device `x`
+/// lives on.
 pub fn softmax_call(x: &Array) -> Result<OpCall> {
+    softmax_call_planned_for(x, x.device())
+}
+
+/// The validated call with the plan `plan_device` would get, run where `x` lives (a GPU's plan
+/// on a CPU array runs on the CPU emulator, which is how it is checked without a GPU).
+pub fn softmax_call_planned_for(x: &Array, plan_device: Device) -> Result<OpCall> {
     check_float(OP, "x", x)?;
     check_nonempty(OP, "x", x, 1)?;
     let d = x.shape()[x.ndim() - 1];
     let rows = x.size() / d;
+    if plan_device == Device::Cpu {
+        let launch = RowLaunch::per_thread(OP, rows, d, x.dtype(), false)?;
+        let spec = launch.spec(x.dtype()).output(x.shape(), x.dtype());
+        return Ok(OpCall::new(kernel(RowMapping::Thread, false, false)?, vec![x.into(), (d as i32).into()], spec));
+    }
     let vec4 = d % 4 == 0 && d >= 8 && vec4_aligned(x);
     let packed = if vec4 { RowLaunch::packed(OP, rows, d, x.dtype(), vec8_aligned(x))? } else { None };
     let (launch, packed) = match packed {
@@ -293,7 +338,7 @@ pub fn softmax_call(x: &Array) -> Result<OpCall> {
         None => (RowLaunch::new(OP, rows, d, x.dtype(), vec4, vec8_aligned(x), UNITS)?, false),
     };
     let spec = launch.spec(x.dtype()).output(x.shape(), x.dtype());
-    Ok(OpCall::new(kernel(launch.row_per_simdgroup, vec4, packed)?, vec![x.into(), (d as i32).into()], spec))
+    Ok(OpCall::new(kernel(launch.mapping, vec4, packed)?, vec![x.into(), (d as i32).into()], spec))
 }
 
 /// Softmax of `x` over its last axis; the result lives on the device of `x`.
