@@ -54,8 +54,7 @@ pub fn fields(array: &Bound<'_, PyAny>) -> Fields {
         Fields {
             address: a.data as usize,
             shape: dims.iter().map(|&d| d as usize).collect(),
-            byte_strides: (a.flags & npyffi::NPY_ARRAY_C_CONTIGUOUS == 0)
-                .then(|| strides.iter().copied().collect()),
+            byte_strides: (a.flags & npyffi::NPY_ARRAY_C_CONTIGUOUS == 0).then(|| strides.iter().copied().collect()),
             dtype: dtype_of_type_num(descr.type_num),
             native: native_order(descr.byteorder as u8),
             aligned: a.flags & npyffi::NPY_ARRAY_ALIGNED != 0,

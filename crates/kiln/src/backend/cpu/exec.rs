@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
+use smallvec::SmallVec;
 
 use super::abi::{CheckedLaunch, Guard, LaunchDesc};
 use super::checked::{self, GuardedBuf};
@@ -110,8 +111,10 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
     let (compiled, entry) = (&*resolved.compiled, resolved.entry);
     let kernel = &launch.program.kernel;
     let (grid, tg, groups) = geometry(launch)?;
-    let mut storage: Vec<Storage> = Vec::new();
-    let mut roles: Vec<Option<Role>> = Vec::new();
+    // Inline up to eight bindings (and the kernel's buffer table): a small launch allocates none of
+    // its bookkeeping.
+    let mut storage: SmallVec<[Storage; 8]> = SmallVec::new();
+    let mut roles: SmallVec<[Option<Role>; 8]> = SmallVec::new();
     let (mut n_in, mut n_out) = (0, 0);
     for binding in &launch.bindings {
         match binding {
@@ -237,9 +240,9 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
         }
     }
     // Pointers are taken only now that `storage` no longer grows.
-    let mut ptrs: Vec<*mut c_void> = Vec::with_capacity(launch.bindings.len());
-    let mut guards: Vec<Guard> = Vec::new();
-    let mut guarded: Vec<(usize, u64, usize)> = Vec::new();
+    let mut ptrs: SmallVec<[*mut c_void; MAX_BUFFERS]> = SmallVec::new();
+    let mut guards: SmallVec<[Guard; 8]> = SmallVec::new();
+    let mut guarded: SmallVec<[(usize, u64, usize); 8]> = SmallVec::new();
     for (slot, (binding, s)) in launch.bindings.iter().zip(&mut storage).enumerate() {
         let ptr = match (binding, s) {
             (Binding::Array(a), Storage::InPlace) => {
@@ -271,7 +274,7 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
     // function constant reads a null pointer (and never dereferences it).
     let n_buffers = ptrs.len() as u32;
     ptrs.resize(ptrs.len().max(MAX_BUFFERS), std::ptr::null_mut());
-    let tg_sizes: Vec<u64> = launch.threadgroup_memory.iter().map(|&s| s as u64).collect();
+    let tg_sizes: SmallVec<[u64; 4]> = launch.threadgroup_memory.iter().map(|&s| s as u64).collect();
     if tg_sizes.len() > 16 {
         return Err(Error::invalid(kernel.clone(), "more than 16 [[threadgroup(n)]] bindings"));
     }
@@ -344,7 +347,7 @@ pub fn run(resolved: &Resolved, launch: &Launch<'_>, checked: bool) -> Result<Ve
     }
     // Every output's canaries are checked before any result is made, so that only a clean run
     // reaches the caller's memory.
-    let mut bodies: Vec<(usize, &Binding)> = Vec::new();
+    let mut bodies: SmallVec<[(usize, &Binding); 8]> = SmallVec::new();
     for (slot, (binding, s)) in launch.bindings.iter().zip(&mut storage).enumerate() {
         let n = match binding {
             Binding::Output(spec) => spec.shape.iter().product::<usize>() * spec.dtype.size(),
