@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """kiln's CPU backend beside NumPy on memory-bound work, in one run: ``kiln.ops.exp`` and a body
 kernel ``out[elem] = exp(inp[elem])`` over 16M float32, ``kiln.ops.rms_norm`` and
-``kiln.ops.softmax`` over 4096x4096 float32, a body kernel that copies, and the machine's copy
+``kiln.ops.softmax`` over 4096x4096 float32, ``kiln.ops.rope`` over 64 heads x 2048 positions x
+128 float32 (NumPy: the same rotation, its angles computed per call as MLX does), a body kernel
+that copies, and the machine's copy
 bandwidth (``np.copyto`` of 64 MiB into an array already touched). NumPy's rows compute the same
 results (rms_norm and softmax as NumPy expressions over the last axis). Every row allocates its
 outputs per call, as each library does, except the bandwidth row.
@@ -54,6 +56,16 @@ def main():
         e = np.exp(square - square.max(axis=-1, keepdims=True))
         return e / e.sum(axis=-1, keepdims=True)
 
+    heads = x.reshape(64, 2048, 128)
+
+    def np_rope():
+        half = heads.shape[-1] // 2
+        inv_freq = (10000.0 ** (-np.arange(0, half, dtype=np.float32) / half)).astype(np.float32)
+        theta = np.arange(heads.shape[1], dtype=np.float32)[:, None] * inv_freq
+        cos, sin = np.cos(theta), np.sin(theta)
+        x1, x2 = heads[..., :half], heads[..., half:]
+        return np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+
     bytes_moved = 2 * x.nbytes
     # (kiln row, NumPy row) pairs; the last row is the copy bandwidth alone.
     pairs = [
@@ -61,12 +73,16 @@ def main():
         ("body exp 16M f32", launch(exp_body), lambda: np.exp(x)),
         ("rms_norm 4096x4096 f32", lambda: kiln.ops.rms_norm(square, w, 1e-5), np_rms_norm),
         ("softmax 4096x4096 f32", lambda: kiln.ops.softmax(square), np_softmax),
+        ("rope 64x2048x128 f32", lambda: kiln.ops.rope(heads, 128, traditional=False, base=10000.0, scale=1.0,
+                                                       offset=0), np_rope),
         ("body copy 16M f32", launch(copy_body), lambda: x.copy()),
     ]
-    checks = [(np.exp(x), 2e-6), (np.exp(x), 2e-6), (np_rms_norm(), 1e-5), (np_softmax(), 1e-5), (x, 0)]
-    for (name, k, _), (want, tol) in zip(pairs, checks):
+    # (reference, rtol, atol): rope's angles reach 2047 rad, where float32 angles differ by ~1e-4.
+    checks = [(np.exp(x), 2e-6, 1e-30), (np.exp(x), 2e-6, 1e-30), (np_rms_norm(), 1e-5, 1e-30),
+              (np_softmax(), 1e-5, 1e-30), (np_rope(), 1e-3, 1e-3), (x, 0, 0)]
+    for (name, k, _), (want, rtol, atol) in zip(pairs, checks):
         got = np.asarray(k()).reshape(want.shape)
-        assert np.allclose(got, want, rtol=tol, atol=1e-30), f"{name}: kiln's result differs from NumPy's"
+        assert np.allclose(got, want, rtol=rtol, atol=atol), f"{name}: kiln's result differs from NumPy's"
     rows = []
     for name, k, ref in pairs:
         rows += [("kiln " + name, k), ("numpy " + name, ref)]
