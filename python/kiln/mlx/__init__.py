@@ -18,9 +18,10 @@ What ``cuda_kernel`` cannot run (a grid beyond one CUDA launch) runs eagerly, wi
 
 On MLX's CPU build (and under :func:`use_device`) a call runs the kernel with kiln eagerly on
 the device the arrays live on (the CPU emulator for MLX CPU arrays) and returns MLX arrays.
-Inputs are read in place (NumPy views of their memory, or DLPack) and outputs of more than
-64 KiB are MLX arrays that kiln writes in place; smaller outputs, which an evaluated MLX
-allocation would cost more than a copy, are copied once into new MLX arrays. The call evaluates its inputs (``mx.eval``) and its outputs
+Inputs are read in place (NumPy views of their memory, or DLPack); kiln's outputs are copied
+once into new MLX arrays, which costs less than kiln writing evaluated MLX allocations in place
+(MLX's evaluation, and a guarded copy in and out of memory kiln did not allocate). bfloat16
+calls and calls with ``init_value`` take the in-place path. The call evaluates its inputs (``mx.eval``) and its outputs
 are already evaluated, so it works inside ``mx.grad`` / ``mx.vjp`` / ``mx.custom_function``
 but not inside ``mx.compile`` or ``mx.vmap``, which forbid evaluation.
 
@@ -58,9 +59,6 @@ __all__ = ["install", "uninstall", "installed", "metal_kernel", "MetalKernel", "
 # What install() replaced, to put back: {"metal_kernel": f, "is_available": f}, and the
 # cuda_kernel factory it chose ("cuda_kernel": f, or None for eager kernels).
 _saved: dict = {}
-# The largest output (bytes) a call on MLX CPU arrays copies into a new MLX array rather than
-# having kiln write an evaluated MLX allocation in place.
-_SMALL_OUTPUT = 64 << 10
 # A device to run kernels on instead of the arrays' own ("cuda:0" for MLX CPU arrays on a GPU).
 _device_override: contextvars.ContextVar = contextvars.ContextVar("kiln_mlx_device", default=None)
 
@@ -188,7 +186,7 @@ class MetalKernel:
             if outs is not None:
                 return outs
         if factory is None and _device_override.get() is None and not mlx_has_cuda():
-            outs = self._small_on_cpu(mx, inputs, output_shapes, output_dtypes, grid, threadgroup, template,
+            outs = self._on_numpy_views(mx, inputs, output_shapes, output_dtypes, grid, threadgroup, template,
                                       init_value, verbose)
             if outs is not None:
                 return outs
@@ -241,13 +239,14 @@ class MetalKernel:
         _cuda_synchronize_default_stream()
         return outs
 
-    def _small_on_cpu(self, mx, inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value,
-                      verbose):
-        """A call on MLX CPU arrays with small outputs (up to ``_SMALL_OUTPUT`` bytes each): kiln's
-        own call on NumPy views of the inputs, its NumPy outputs copied into new MLX arrays (an
-        evaluated MLX allocation for kiln to write costs ten microseconds, a small copy less than
-        one). None where the call takes the general path (bfloat16, ``init_value``, ``verbose``,
-        arguments the general path checks and reports)."""
+    def _on_numpy_views(self, mx, inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value,
+                        verbose):
+        """A call on MLX CPU arrays: kiln's own call on NumPy views of the inputs, its NumPy
+        outputs copied once into new MLX arrays. Cheaper than kiln writing evaluated MLX
+        allocations in place, which costs MLX's evaluation (about ten microseconds) and, to keep
+        the memory kiln did not allocate safe from faults, a guarded copy in and out. None where
+        the call takes the general path (bfloat16, ``init_value``, ``verbose``, arguments the
+        general path checks and reports)."""
         if init_value is not None or verbose or len(output_shapes) != self._n_outputs:
             return None
         try:
@@ -256,13 +255,9 @@ class MetalKernel:
             for shape, dtype in zip(output_shapes, output_dtypes):
                 if type(dtype) is not mx.Dtype or dtype == mx.bfloat16:
                     return None
-                size = dtype.size
                 for n in shape:
                     if type(n) is not int or n < 0:
                         return None
-                    size *= n
-                if size > _SMALL_OUTPUT:
-                    return None
         except TypeError:
             return None
         array = mx.array
