@@ -40,11 +40,12 @@ kernel void read_only(const device float* b [[buffer(0)]], device float* out [[b
 
 @pytest.mark.parametrize("n", [64, 1000, 100_000])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_an_mlx_dropin_output_written_past_its_end_is_a_fault_and_the_process_lives(n, dtype):
+@pytest.mark.parametrize("init", [None, 0.0])
+def test_an_mlx_dropin_output_written_past_its_end_is_a_fault_and_the_process_lives(n, dtype, init):
     pytest.importorskip("mlx.core")
-    # float32 outputs are kiln's own, copied into MLX arrays after a clean run; bfloat16 ones are
+    # Outputs are kiln's own, copied into MLX arrays after a clean run; with init_value they are
     # MLX's memory, which kiln writes in place (through a guarded copy) and leaves as it was.
-    said = "byte 0 past the end" if dtype == "float32" else "left as they were"
+    said = "byte 0 past the end" if init is None else "left as they were"
     child = run_child(f"""
         import kiln, kiln.mlx
         kiln.mlx.install(force=True)
@@ -54,7 +55,7 @@ def test_an_mlx_dropin_output_written_past_its_end_is_a_fault_and_the_process_li
         a = mx.ones(({n},), dtype=mx.{dtype})
         try:
             k(inputs=[a], grid=({n}, 1, 1), threadgroup=(64, 1, 1), output_shapes=[({n},)],
-              output_dtypes=[mx.{dtype}])
+              output_dtypes=[mx.{dtype}], init_value={init})
         except kiln.KernelFaultError as e:
             assert "past_end" in str(e) and {said!r} in str(e), e
             print("FAULT", flush=True)

@@ -478,6 +478,9 @@ fn input<'py>(x: &Bound<'py, PyAny>, ensure_row_contiguous: bool, out: &mut Inpu
     }
     let array = if lent::is_numpy_array(x)? {
         lent::read(x)?
+    } else if let Ok(lent) = x.cast::<lent::LentArray>() {
+        // Memory the package read already (an MLX array's DLPack export).
+        lent.get().array().clone()
     } else if let Some(t) = tensor(x)? {
         return tensor_input(&t, ensure_row_contiguous, out);
     } else if lent::is_numpy_scalar(x)? {

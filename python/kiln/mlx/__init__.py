@@ -20,8 +20,8 @@ On MLX's CPU build (and under :func:`use_device`) a call runs the kernel with ki
 the device the arrays live on (the CPU emulator for MLX CPU arrays) and returns MLX arrays.
 Inputs are read in place (NumPy views of their memory, or DLPack); kiln's outputs are copied
 once into new MLX arrays, which costs less than kiln writing evaluated MLX allocations in place
-(MLX's evaluation, and a guarded copy in and out of memory kiln did not allocate). bfloat16
-calls and calls with ``init_value`` take the in-place path. The call evaluates its inputs (``mx.eval``) and its outputs
+(MLX's evaluation, and a guarded copy in and out of memory kiln did not allocate). Calls with
+``init_value`` take the in-place path. The call evaluates its inputs (``mx.eval``) and its outputs
 are already evaluated, so it works inside ``mx.grad`` / ``mx.vjp`` / ``mx.custom_function``
 but not inside ``mx.compile`` or ``mx.vmap``, which forbid evaluation.
 
@@ -245,29 +245,31 @@ class MetalKernel:
         outputs copied once into new MLX arrays. Cheaper than kiln writing evaluated MLX
         allocations in place, which costs MLX's evaluation (about ten microseconds) and, to keep
         the memory kiln did not allocate safe from faults, a guarded copy in and out. None where
-        the call takes the general path (bfloat16, ``init_value``, ``verbose``, arguments the
-        general path checks and reports)."""
+        the call takes the general path (``init_value``, ``verbose``, arguments the
+        general path checks and reports); bfloat16 inputs are read through DLPack (NumPy has no
+        bfloat16 buffer format) and bfloat16 outputs travel as their bits."""
         if init_value is not None or verbose or len(output_shapes) != self._n_outputs:
             return None
         try:
             if len(output_dtypes) != self._n_outputs:
                 return None
             for shape, dtype in zip(output_shapes, output_dtypes):
-                if type(dtype) is not mx.Dtype or dtype == mx.bfloat16:
+                if type(dtype) is not mx.Dtype:
                     return None
                 for n in shape:
                     if type(n) is not int or n < 0:
                         return None
         except TypeError:
             return None
-        array = mx.array
+        array, bfloat16 = mx.array, mx.bfloat16
         arrays = [x for x in inputs if isinstance(x, array)]
-        if any(x.dtype == mx.bfloat16 for x in arrays) or not _evaluate(mx, arrays):
+        if not _evaluate(mx, arrays):
             return None
-        views = [np.asarray(x) if isinstance(x, array) else x for x in inputs]
+        views = [(describe_dlpack(x) if x.dtype == bfloat16 else np.asarray(x)) if isinstance(x, array) else x
+                 for x in inputs]
         outs = self._kiln(inputs=views, output_shapes=output_shapes, output_dtypes=output_dtypes, grid=grid,
                           threadgroup=threadgroup, template=template, device="cpu")
-        return [array(o) for o in outs]
+        return [array(o.view(np.uint16)).view(bfloat16) if o.dtype.name == "bfloat16" else array(o) for o in outs]
 
     def _traced(self, mx, call):
         factory = _saved.get("metal_kernel", mx.fast.metal_kernel)
