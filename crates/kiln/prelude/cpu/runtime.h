@@ -28,8 +28,6 @@ const int SLOT_BYTES = 32;
 // The most loops and calls a SIMD-group function may be nested in (see convergence.h).
 const uint32_t POSITION_DEPTH = 32;
 
-// The fields the scheduler touches and those rewritten for every group come first, so that
-// starting a group and switching fibers touch few cache lines per thread.
 // The builtin values of one emulated thread, under their Metal names (what an entry's wrapper
 // passes to the kernel). A barrier-free kernel's direct loop (`run_direct`) computes them into a
 // `Lane` kept in registers; a `Thread` record holds them beside its fiber's state.
@@ -43,17 +41,23 @@ struct Lane {
   uint quadgroups_per_threadgroup, dispatch_quadgroups_per_threadgroup;
 };
 
-struct Thread : Lane {
+// A thread's scheduling state, first in its record: a fiber switch and the scheduler's scans
+// read one cache line of it.
+struct FiberState {
   int state;
   bool started;
+  // The enclosing loops and calls that lead to SIMD-group functions (`Thread::path`).
+  uint32_t depth;
+  FiberCtx ctx;
+  void* stack;
   const void* site;
   // The source call site of the next collective, set by the lowering's site tags.
   const void* pending_site;
-  FiberCtx ctx;
-  void* stack;
+};
+
+struct alignas(64) Thread : FiberState, Lane {
   alignas(16) unsigned char slot[SLOT_BYTES];
   // The enclosing loops and calls that lead to SIMD-group functions, outermost first.
-  uint32_t depth;
   uint64_t path[POSITION_DEPTH];
 };
 
@@ -82,9 +86,11 @@ struct Group {
   bool checked;
   char tg_fault_text[256];
   FiberCtx sched;
-  // The thread running (null in a direct loop) and the launch's cancel flag.
+  // The thread running (null in a direct loop), the launch's cancel flag and how many threads
+  // wait at a SIMD-group function.
   Thread* running;
   const volatile int* cancel;
+  int at_collective;
   int aborted;  // 0 running, 1 cancelled, 2 fault
   const char* fault;
   // Per simdgroup: which lanes took part in the last resolved collective and their values.
@@ -157,6 +163,17 @@ inline void poll(const volatile int* cancel) {
 }
 inline void poll() { poll(here().cancel); }
 
+// Starts loading what switching to `u` will read: its record and the top of its saved stack.
+inline void prefetch_fiber(const Thread* u) {
+  __builtin_prefetch(u);
+#if KILN_FAST_FIBERS
+  const char* sp = (const char*)u->ctx.sp;
+  __builtin_prefetch(sp);
+  __builtin_prefetch(sp + 64);
+  __builtin_prefetch(sp + 128);
+#endif
+}
+
 // Leaves the current fiber for the next runnable thread of the group in index order, or the
 // scheduler when there is none: the same order a scheduler loop would give, with half the
 // switches.
@@ -169,6 +186,8 @@ inline void switch_away(Group* g, Thread* t) {
   if (direct) {
     for (Thread *u = t + 1, *end = g->threads + g->n; u < end; ++u) {
       if (u->state != RUNNABLE) continue;
+      // The thread after `u` most often runs after it.
+      if (u + 1 < end) prefetch_fiber(u + 1);
       g->running = u;
       u->started = true;
       fiber_switch(t->ctx, u->ctx);

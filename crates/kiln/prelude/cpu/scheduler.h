@@ -28,6 +28,7 @@ View post_bytes(const void* bytes, unsigned size, const void* site) {
   }
   t->site = site;
   t->state = AT_COLLECTIVE;
+  ++h.group->at_collective;
   yield_to_scheduler(h);
   KILN_CHECK(kiln::chk::collective_leave());
   uint sg = t->simdgroup_index_in_threadgroup;
@@ -337,6 +338,7 @@ inline int resolve_collectives(Group& g, Divergence* div, char* text, int text_c
       if (!((mask >> (i - base)) & 1u)) continue;
       __builtin_memcpy(g.snap[sg][i - base], g.threads[i].slot, SLOT_BYTES);
       g.threads[i].state = RUNNABLE;
+      --g.at_collective;
     }
     any = 1;
   }
@@ -368,18 +370,14 @@ inline void run_cooperative(Group& g, StackSet* stacks, Worker& w) {
     fiber_prepare(t, g);
   }
   for (;;) {
+#if KILN_CHECKED
     bool ran = false;
     for (int i = 0; i < g.n; ++i) {
-#if KILN_CHECKED
       Thread& t = g.threads[kiln::chk::thread_order(i, g.n)];
-#else
-      Thread& t = g.threads[i];
-#endif
       if (t.state != RUNNABLE) continue;
       resume(g, t);
       ran = true;
       if (g.aborted) { unwind_all(g); return; }
-#if KILN_CHECKED
       // SIMD-groups run ahead: a SIMD-group whose lanes all wait is released at once, and the
       // lowest thread that can run goes next.
       if (kiln::chk::run_ahead()) {
@@ -391,10 +389,21 @@ inline void run_cooperative(Group& g, StackSet* stacks, Worker& w) {
         }
         if (early == 1) i = -1;
       }
-#endif
     }
     if (ran) continue;
     const int resolved = resolve_collectives(g, w.divergence, w.fault_text, (int)sizeof w.fault_text);
+#else
+    // Resuming the first runnable thread runs them all: each fiber switches on to the next
+    // runnable one (switch_away), and none makes another runnable, so none is left after it.
+    for (int i = 0; i < g.n; ++i) {
+      if (g.threads[i].state != RUNNABLE) continue;
+      resume(g, g.threads[i]);
+      if (g.aborted) { unwind_all(g); return; }
+      break;
+    }
+    // With no lane at a collective, resolving finds nothing.
+    const int resolved = g.at_collective ? resolve_collectives(g, w.divergence, w.fault_text, (int)sizeof w.fault_text) : 0;
+#endif
     if (resolved == 2) {
       g.aborted = 2;
       unwind_all(g);
@@ -458,6 +467,7 @@ inline int run_groups_unprotected(Body body, DirectFn direct, bool cooperative, 
     g.direct = false;
     g.running = nullptr;
     g.cancel = d->cancel;
+    g.at_collective = 0;
     for (uint32_t i = 0; i < 16; ++i) g.tg_mem[i] = nullptr;
     for (uint32_t i = 0; i < d->n_tg && i < 16; ++i) {
       const char* fault = "out of memory for threadgroup memory";
