@@ -193,9 +193,14 @@ inline void run_one(Thread& t, Group* g) {
 }
 
 #if KILN_FAST_FIBERS
+#if defined(__x86_64__)
+// A fiber not yet started: `fiber_switch` pops the entry and jumps to it, which then finds a
+// null return address (ends backtraces) where a call would have left one.
+const int FRAME_WORDS = 2, ENTRY_WORD = 0;
+#else
 // Saves the callee-saved registers on the current stack, stores the stack pointer to *save_sp,
-// switches to to_sp and restores the registers saved there. MXCSR and the x87 control word are
-// not saved: every fiber runs kernel code that never changes them.
+// switches to to_sp and restores the registers saved there. MXCSR and the FP control register
+// are not saved: every fiber runs kernel code that never changes them.
 #if defined(__APPLE__)
 #define KILN_ASM_FN(name) ".private_extern " #name "\n" #name ":\n"
 #define KILN_ASM_END(name)
@@ -203,16 +208,6 @@ inline void run_one(Thread& t, Group* g) {
 #define KILN_ASM_FN(name) ".globl " #name "\n.hidden " #name "\n.type " #name ",%function\n" #name ":\n"
 #define KILN_ASM_END(name) ".size " #name ", .-" #name "\n"
 #endif
-#if defined(__x86_64__)
-__asm__(".text\n.p2align 4\n" KILN_ASM_FN(kiln_fiber_switch)
-        "pushq %rbp\n pushq %rbx\n pushq %r12\n pushq %r13\n pushq %r14\n pushq %r15\n"
-        "movq %rsp, (%rdi)\n movq %rsi, %rsp\n"
-        "popq %r15\n popq %r14\n popq %r13\n popq %r12\n popq %rbx\n popq %rbp\n ret\n"
-        KILN_ASM_END(kiln_fiber_switch));
-// Words popped by the first switch into a fiber: r15 r14 r13 r12 rbx rbp, the entry as return
-// address, and a null return address for the entry itself (ends backtraces).
-const int FRAME_WORDS = 8, ENTRY_WORD = 6;
-#else
 __asm__(".text\n.p2align 4\n" KILN_ASM_FN(kiln_fiber_switch)
         "sub sp, sp, #160\n"
         "stp x19, x20, [sp, #0]\n stp x21, x22, [sp, #16]\n stp x23, x24, [sp, #32]\n"
