@@ -41,8 +41,9 @@ __attribute__((always_inline)) inline void fiber_switch(FiberCtx& from, FiberCtx
       : "+D"(save), "+S"(next)
       :
       : "rax", "rbx", "rcx", "rdx", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "memory", "cc",
-        "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15",
-        "st", "st(1)", "st(2)", "st(3)", "st(4)", "st(5)", "st(6)", "st(7)", "mm0", "mm1", "mm2", "mm3", "mm4", "mm5", "mm6", "mm7");
+        "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+        "xmm12", "xmm13", "xmm14", "xmm15", "st", "st(1)", "st(2)", "st(3)", "st(4)", "st(5)", "st(6)", "st(7)",
+        "mm0", "mm1", "mm2", "mm3", "mm4", "mm5", "mm6", "mm7");
 }
 #else
 extern "C" void kiln_fiber_switch(void** save_sp, void* to_sp) __asm__("kiln_fiber_switch");
@@ -98,6 +99,7 @@ struct Alloc { const void* key; void* mem; };
 
 struct TgArena;
 
+// A SIMD-group reduction's result, shared by the lanes of one call (simd.h, `kiln_reduce`).
 struct Folded {
   const void* key;
   alignas(16) unsigned char value[SLOT_BYTES];
