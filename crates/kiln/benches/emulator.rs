@@ -11,6 +11,9 @@
 //! `softmax` over 4096x4096 float32, a copy kernel, and the host's copy bandwidth (a 64 MiB
 //! `copy_from_slice` into memory already touched). The rows take turns for `KILN_BENCH_ROUNDS`
 //! rounds (default 7); each prints its median round with the fastest and slowest beside it.
+//!
+//! Arguments that are not flags keep only the rows whose name holds one of them, as criterion's
+//! filter does: `cargo bench --bench emulator -- fibers same` runs the fiber rows.
 
 use std::time::Instant;
 
@@ -144,10 +147,20 @@ fn main() {
         memory_bound();
         return;
     }
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     println!("kiln CPU emulator on {} threads", rayon::current_num_threads());
-    measure("no barriers (plain loop)", &plain, &x, n, 256);
-    measure("2 barriers + simd_sum (fibers)", &barrier, &x, n / 4, 256);
-    measure("same, 1024-thread groups", &barrier, &x, n / 4, 1024);
-    measure("same, 32-thread groups", &barrier, &x, n / 4, 32);
-    memory_bound();
+    let rows: [(&str, &MetalKernel, u32, u32); 4] = [
+        ("no barriers (plain loop)", &plain, n, 256),
+        ("2 barriers + simd_sum (fibers)", &barrier, n / 4, 256),
+        ("same, 1024-thread groups", &barrier, n / 4, 1024),
+        ("same, 32-thread groups", &barrier, n / 4, 32),
+    ];
+    for (name, kernel, threads, tg) in rows {
+        if filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())) {
+            measure(name, kernel, &x, threads, tg);
+        }
+    }
+    if filters.is_empty() {
+        memory_bound();
+    }
 }

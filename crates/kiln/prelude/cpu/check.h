@@ -30,6 +30,12 @@ namespace kiln { namespace chk {
 
 #define KILN_NOSAN __attribute__((no_sanitize_thread, noinline))
 
+// The running thread (what `Current::thread` reads), read without instrumentation: the hooks
+// that every instrumented access calls use it.
+__attribute__((no_sanitize_thread, always_inline)) inline kiln::rt::Thread* running_thread(const kiln::rt::Current* c) {
+  return c && c->group ? c->group->running : nullptr;
+}
+
 // Finding kinds (mirrored by the host's `RawKind`).
 enum Kind : uint32_t {
   RACE = 1, LOCKSTEP = 2, UNINIT = 3, DOUBLE_WRITE = 4, BARRIER_EXIT = 5, BARRIER_SITES = 6, OOB_READ = 7,
@@ -351,7 +357,7 @@ KILN_NOSAN inline bool page_tracked(uint64_t page, uint32_t local) {
 KILN_NOSAN inline void record(uint64_t a, uint64_t size, bool write, bool atomic, const void* ret) {
   settle_overwrite();
   State& s = g_state;
-  kiln::rt::Thread* t = s.cur ? s.cur->thread : nullptr;
+  kiln::rt::Thread* t = running_thread(s.cur);
   if (!t) return;
   ++s.serial;
   // A plain store of up to 16 bytes may wait in `over` (see `touch`).
@@ -443,7 +449,7 @@ KILN_NOSAN inline void track_pages(uint64_t lo, uint64_t hi) {
 // (arrays of types with a constructor are not registered; see config.h).
 KILN_NOSAN inline void private_open(const void* data, uint64_t size, const char* name, uint32_t elem) {
   if (!g_armed) return;
-  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
+  kiln::rt::Thread* t = running_thread(&kiln::rt::g_cur);
   if (!t || t->thread_index_in_threadgroup >= (uint32_t)MAX_THREADS) return;
   State& s = g_state;
   const uint32_t local = t->thread_index_in_threadgroup;
@@ -463,7 +469,7 @@ KILN_NOSAN inline void private_open(const void* data, uint64_t size, const char*
 // The innermost private array of the running thread goes out of scope.
 KILN_NOSAN inline void private_close() {
   if (!g_armed) return;
-  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
+  kiln::rt::Thread* t = running_thread(&kiln::rt::g_cur);
   if (!t || t->thread_index_in_threadgroup >= (uint32_t)MAX_THREADS) return;
   State& s = g_state;
   const uint32_t local = t->thread_index_in_threadgroup;
@@ -552,7 +558,7 @@ KILN_NOSAN inline void group_end() {
 
 KILN_NOSAN inline void barrier_enter(const void* site, uint32_t flags) {
   if (!g_armed) return;
-  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
+  kiln::rt::Thread* t = running_thread(&kiln::rt::g_cur);
   if (!t || t->thread_index_in_threadgroup >= (uint32_t)MAX_THREADS) return;
   g_state.barrier_pc[t->thread_index_in_threadgroup] = pc_of(site);
   g_state.barrier_flags[t->thread_index_in_threadgroup] = flags;
@@ -561,7 +567,7 @@ KILN_NOSAN inline void barrier_enter(const void* site, uint32_t flags) {
 // Past a barrier: execution is ordered, and the memory its flags name.
 KILN_NOSAN inline void barrier_leave(uint32_t flags) {
   if (!g_armed) return;
-  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
+  kiln::rt::Thread* t = running_thread(&kiln::rt::g_cur);
   if (!t || t->thread_index_in_threadgroup >= (uint32_t)MAX_THREADS) return;
   const uint32_t local = t->thread_index_in_threadgroup;
   ++g_state.epoch[local];
@@ -571,7 +577,7 @@ KILN_NOSAN inline void barrier_leave(uint32_t flags) {
 
 KILN_NOSAN inline void collective_enter(const void* site) {
   if (!g_armed) return;
-  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
+  kiln::rt::Thread* t = running_thread(&kiln::rt::g_cur);
   if (t) g_state.collective_pc[t->thread_index_in_threadgroup] = pc_of(site);
 }
 
@@ -580,7 +586,7 @@ KILN_NOSAN inline void collective_enter(const void* site) {
 // whether the caller should hand back other bytes than its own value (second runs).
 KILN_NOSAN inline bool inactive_lane(const void* site, uint32_t src) {
   if (!g_armed) return false;
-  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
+  kiln::rt::Thread* t = running_thread(&kiln::rt::g_cur);
   const kiln::rt::Group* g = kiln::rt::g_cur.group;
   if (!t || !g) return false;
   State& s = g_state;
@@ -611,7 +617,7 @@ __attribute__((no_sanitize_thread, always_inline)) inline bool run_ahead() {
 
 KILN_NOSAN inline void collective_leave() {
   if (!g_armed) return;
-  kiln::rt::Thread* t = kiln::rt::g_cur.thread;
+  kiln::rt::Thread* t = running_thread(&kiln::rt::g_cur);
   if (t) ++g_state.sep[t->thread_index_in_threadgroup];
 }
 

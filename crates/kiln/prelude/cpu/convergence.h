@@ -65,7 +65,7 @@ struct CallSite {
 // Lives for one execution of a function body.
 struct CallScope {
   Thread* t;
-  explicit CallScope(CallSite site) : t(g_cur.thread) { enter(t, site.e); }
+  explicit CallScope(CallSite site) : t(here().thread) { enter(t, site.e); }
   ~CallScope() { --t->depth; }
   CallScope(const CallScope&) = delete;
   CallScope& operator=(const CallScope&) = delete;
@@ -77,7 +77,7 @@ struct LoopScope {
   Thread* t;
   Element* at;
   bool first;
-  explicit LoopScope(uint32_t key) : t(g_cur.thread), at(enter(t, element(key, 0))), first(true) {}
+  explicit LoopScope(uint32_t key) : t(here().thread), at(enter(t, element(key, 0))), first(true) {}
   ~LoopScope() { --t->depth; }
   LoopScope(const LoopScope&) = delete;
   LoopScope& operator=(const LoopScope&) = delete;

@@ -38,7 +38,7 @@ inline char* reserve(Sink& s, size_t n) {
 }
 
 template <class... A> void print(const metal::os_log& log, int type, const char* fmt, A... args) {
-  const rt::Thread* t = rt::g_cur.thread;
+  const rt::Thread* t = rt::g_cur.thread();
   const rt::Group* d = t ? nullptr : rt::g_cur.group;
   uint3 g = uint3(0u), l = uint3(0u);
   if (t) {

@@ -11,12 +11,44 @@ namespace kiln { namespace rt {
 
 struct Cancelled {};
 
-// A suspended fiber: its saved stack pointer (callee-saved registers lie on its stack), or a
+// A suspended fiber: its saved stack pointer (what resuming it needs lies on its stack), or a
 // ucontext where no hand-written switch exists.
 #if KILN_FAST_FIBERS
 struct FiberCtx { void* sp; };
+#if defined(__x86_64__)
+// Pushes the frame pointer and where to resume, stores the stack pointer to `from`, and jumps
+// to the address saved on `to`'s stack. Inlined, so each place that suspends has a jump of its
+// own: the fibers of a group pass the same places in turn and the branch predictor learns
+// where each goes (a `ret` is predicted from the calls of the fiber switched away from). The
+// other registers are declared clobbered: the compiler keeps what is live on the fiber's own
+// stack. The red zone below the stack pointer is stepped over. MXCSR and the x87 control word
+// are not saved: every fiber runs kernel code that never changes them.
+__attribute__((always_inline)) inline void fiber_switch(FiberCtx& from, FiberCtx& to) {
+  void** save = &from.sp;
+  void* next = to.sp;
+  __asm__ volatile(
+      "leaq -128(%%rsp), %%rsp\n\t"
+      "pushq %%rbp\n\t"
+      "leaq 1f(%%rip), %%rax\n\t"
+      "pushq %%rax\n\t"
+      "movq %%rsp, (%0)\n\t"
+      "movq %1, %%rsp\n\t"
+      "popq %%rax\n\t"
+      "jmpq *%%rax\n"
+      "1:\n\t"
+      "popq %%rbp\n\t"
+      "leaq 128(%%rsp), %%rsp"
+      : "+D"(save), "+S"(next)
+      :
+      : "rax", "rbx", "rcx", "rdx", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "memory", "cc",
+        "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+        "xmm12", "xmm13", "xmm14", "xmm15", "st", "st(1)", "st(2)", "st(3)", "st(4)", "st(5)", "st(6)", "st(7)",
+        "mm0", "mm1", "mm2", "mm3", "mm4", "mm5", "mm6", "mm7");
+}
+#else
 extern "C" void kiln_fiber_switch(void** save_sp, void* to_sp) __asm__("kiln_fiber_switch");
 inline void fiber_switch(FiberCtx& from, FiberCtx& to) { kiln_fiber_switch(&from.sp, to.sp); }
+#endif
 #else
 struct FiberCtx { ucontext_t uc; };
 inline void fiber_switch(FiberCtx& from, FiberCtx& to) { swapcontext(&from.uc, &to.uc); }
@@ -28,8 +60,6 @@ const int SLOT_BYTES = 32;
 // The most loops and calls a SIMD-group function may be nested in (see convergence.h).
 const uint32_t POSITION_DEPTH = 32;
 
-// The fields the scheduler touches and those rewritten for every group come first, so that
-// starting a group and switching fibers touch few cache lines per thread.
 // The builtin values of one emulated thread, under their Metal names (what an entry's wrapper
 // passes to the kernel). A barrier-free kernel's direct loop (`run_direct`) computes them into a
 // `Lane` kept in registers; a `Thread` record holds them beside its fiber's state.
@@ -43,17 +73,23 @@ struct Lane {
   uint quadgroups_per_threadgroup, dispatch_quadgroups_per_threadgroup;
 };
 
-struct Thread : Lane {
+// A thread's scheduling state, first in its record: a fiber switch and the scheduler's scans
+// read one cache line of it.
+struct FiberState {
   int state;
   bool started;
+  // The enclosing loops and calls that lead to SIMD-group functions (`Thread::path`).
+  uint32_t depth;
+  FiberCtx ctx;
+  void* stack;
   const void* site;
   // The source call site of the next collective, set by the lowering's site tags.
   const void* pending_site;
-  FiberCtx ctx;
-  void* stack;
+};
+
+struct alignas(64) Thread : FiberState, Lane {
   alignas(16) unsigned char slot[SLOT_BYTES];
   // The enclosing loops and calls that lead to SIMD-group functions, outermost first.
-  uint32_t depth;
   uint64_t path[POSITION_DEPTH];
 };
 
@@ -62,6 +98,12 @@ typedef void (*Body)(Thread&, void* const* buffers, void* const* tg_mem);
 struct Alloc { const void* key; void* mem; };
 
 struct TgArena;
+
+// A SIMD-group reduction's result, shared by the lanes of one call (simd.h, `kiln_reduce`).
+struct Folded {
+  const void* key;
+  alignas(16) unsigned char value[SLOT_BYTES];
+};
 
 struct Group {
   Thread* threads;
@@ -77,11 +119,19 @@ struct Group {
   bool checked;
   char tg_fault_text[256];
   FiberCtx sched;
+  // The thread running (null in a direct loop), the launch's cancel flag and how many threads
+  // wait at a SIMD-group function.
+  Thread* running;
+  const volatile int* cancel;
+  int at_collective;
   int aborted;  // 0 running, 1 cancelled, 2 fault
   const char* fault;
   // Per simdgroup: which lanes took part in the last resolved collective and their values.
   unsigned active[32];
   alignas(16) unsigned char snap[32][32][SLOT_BYTES];
+  // Per simdgroup: the value of a reduction over the last resolved collective's lanes, once a
+  // lane has computed it (`key` names the reduction; null until then).
+  Folded folded[32];
   // While `run_direct` runs the group: its position in the grid and the position in the group
   // of the thread running (for fault messages and kernel logs; no `Thread` is written).
   bool direct;
@@ -89,28 +139,78 @@ struct Group {
   volatile uint direct_at[3];
 };
 
-// The group and thread running on this OS thread. Functions look it up once and keep the
-// reference across fiber switches (a group never leaves its OS thread): a TLS lookup in a
-// dlopen'ed library is a call; the local-dynamic model keeps it to one per function. One
-// definition per kernel library (in scheduler.h, which may come as a separate object linked in),
-// hidden so that no other library's copy stands in for it.
+// The group running on this OS thread (its running thread is `Group::running`). Code on the
+// scheduler's side and cold paths read it; a kernel's own calls find their thread through their
+// fiber's header instead (below): a TLS lookup in a dlopen'ed library is a call, repeated after
+// every fiber switch. One definition per kernel library (in scheduler.h, which may come as a
+// separate object linked in), hidden so that no other library's copy stands in for it.
 struct Current {
   Group* group;
-  Thread* thread;
   const volatile int* cancel;
+  Thread* thread() const { return group ? group->running : nullptr; }
 };
 extern __thread Current g_cur __attribute__((visibility("hidden"), tls_model("local-dynamic")));
 
-inline void poll(const Current& c) {
-  if (__builtin_expect(*c.cancel != 0, 0)) throw Cancelled();
+// Whether this library's kernels run their threads as fibers: then every thread runs on a fiber
+// stack, and its code may read the fiber's header. Set by `run_groups` from its `cooperative`
+// argument, the same for every call of a library, before any of its threads runs.
+extern bool g_cooperative_library __attribute__((visibility("hidden")));
+
+// Each fiber stack fills a block of STACK_BYTES aligned to its size (scheduler.h maps them). Its
+// frames start under a header naming the fiber's thread, found from the stack pointer alone;
+// the header's place varies with the block's address so that the fibers' hot frames spread
+// over the L1's sets.
+const size_t STACK_BYTES = 256 * 1024;
+struct FiberHeader {
+  Thread* thread;
+  Group* group;
+  const volatile int* cancel;
+};
+inline FiberHeader* fiber_header_of(uintptr_t sp) {
+  const uintptr_t block = sp & ~(uintptr_t)(STACK_BYTES - 1), k = block / STACK_BYTES;
+  return (FiberHeader*)(block + STACK_BYTES - 64 * (1 + ((k ^ (k >> 1)) & 63)));
 }
-inline void poll() { poll(g_cur); }
+__attribute__((always_inline)) inline uintptr_t stack_pointer() {
+  uintptr_t sp;
+#if defined(__x86_64__)
+  __asm__("movq %%rsp, %0" : "=r"(sp));
+#elif defined(__aarch64__)
+  __asm__("mov %0, sp" : "=r"(sp));
+#else
+  sp = (uintptr_t)__builtin_frame_address(0);
+#endif
+  return sp;
+}
+
+// The running thread, its group and the cancel flag, as the kernel's code sees them: from the
+// fiber's header in a cooperative library, else (threads run on the OS thread's stack) from
+// `g_cur`.
+__attribute__((always_inline)) inline FiberHeader here() {
+  if (__atomic_load_n(&g_cooperative_library, __ATOMIC_RELAXED)) return *fiber_header_of(stack_pointer());
+  const Current& c = g_cur;
+  return FiberHeader{c.thread(), c.group, c.cancel};
+}
+
+inline void poll(const volatile int* cancel) {
+  if (__builtin_expect(*cancel != 0, 0)) throw Cancelled();
+}
+inline void poll() { poll(here().cancel); }
+
+// Starts loading what switching to `u` will read: its record and the top of its saved stack.
+inline void prefetch_fiber(const Thread* u) {
+  __builtin_prefetch(u);
+#if KILN_FAST_FIBERS
+  const char* sp = (const char*)u->ctx.sp;
+  __builtin_prefetch(sp);
+  __builtin_prefetch(sp + 64);
+  __builtin_prefetch(sp + 128);
+#endif
+}
 
 // Leaves the current fiber for the next runnable thread of the group in index order, or the
 // scheduler when there is none: the same order a scheduler loop would give, with half the
 // switches.
-inline void switch_away(Current& c, Thread* t) {
-  Group* g = c.group;
+__attribute__((always_inline)) inline void switch_away(Group* g, Thread* t) {
   bool direct = !g->aborted;
 #if KILN_CHECKED
   // The sanitizer's schedule that lets SIMD-groups run ahead picks the next thread itself.
@@ -119,7 +219,9 @@ inline void switch_away(Current& c, Thread* t) {
   if (direct) {
     for (Thread *u = t + 1, *end = g->threads + g->n; u < end; ++u) {
       if (u->state != RUNNABLE) continue;
-      c.thread = u;
+      // The thread after `u` most often runs after it.
+      if (u + 1 < end) prefetch_fiber(u + 1);
+      g->running = u;
       u->started = true;
       fiber_switch(t->ctx, u->ctx);
       return;
@@ -130,26 +232,27 @@ inline void switch_away(Current& c, Thread* t) {
 
 // Suspends the current fiber. A fiber resumed after the group aborted unwinds (its
 // destructors run) instead of continuing.
-inline void yield_to_scheduler(Current& c) {
-  switch_away(c, c.thread);
-  if (__builtin_expect(c.group->aborted != 0, 0)) throw Cancelled();
-  poll(c);
+__attribute__((always_inline)) inline void yield_to_scheduler(const FiberHeader& h) {
+  switch_away(h.group, h.thread);
+  if (__builtin_expect(h.group->aborted != 0, 0)) throw Cancelled();
+  poll(h.cancel);
 }
 
-inline void barrier() {
-  Current& c = g_cur;
-  if (!c.thread || !c.thread->stack) throw Fault{"a barrier ran in a kernel compiled without cooperative threads"};
-  poll(c);
-  c.thread->state = AT_BARRIER;
-  yield_to_scheduler(c);
+__attribute__((always_inline)) inline void barrier() {
+  const FiberHeader h = here();
+  if (!h.thread || !h.thread->stack) throw Fault{"a barrier ran in a kernel compiled without cooperative threads"};
+  poll(h.cancel);
+  h.thread->state = AT_BARRIER;
+  yield_to_scheduler(h);
 }
 
 // What a lane sees after a collective resolves: the values of the active lanes of its
-// simdgroup (lane-indexed) and the mask of those lanes.
+// simdgroup (lane-indexed), the mask of those lanes and their shared reduction result.
 struct View {
   const unsigned char (*vals)[SLOT_BYTES];
   unsigned mask;
   uint lane;
+  Folded* folded;
   template <class T> T at(uint l) const {
     T v;
     __builtin_memcpy(&v, vals[l], sizeof(T));
@@ -201,7 +304,7 @@ typedef void (*DirectFn)(Group& g, const GroupShape& s);
 // cancellation stops the group as `run_one` does. Always inlined: the entry's direct loop,
 // compiled with other options than the prelude (see emit.rs), inlines `body` only then.
 template <class F> __attribute__((always_inline)) inline void run_direct(Group& g, const GroupShape& s, F body) {
-  const volatile int* const cancel = g_cur.cancel;
+  const volatile int* const cancel = g.cancel;
   Lane t;
   t.threadgroup_position_in_grid = s.gid;
   set_group_builtins(t, s.size, s.tg, s.groups, s.grid);
@@ -286,7 +389,9 @@ __attribute__((noinline)) inline void threadgroup_barrier(mem_flags flags = mem_
   kiln::chk::barrier_leave(uint(flags));
 }
 #else
-inline void threadgroup_barrier(mem_flags = mem_flags::mem_none) { kiln::rt::barrier(); }
+// Inlined: the switch after each barrier of the kernel then has a jump (and a prediction) of
+// its own, and no return follows it.
+__attribute__((always_inline)) inline void threadgroup_barrier(mem_flags = mem_flags::mem_none) { kiln::rt::barrier(); }
 #endif
 __attribute__((noinline)) inline void simdgroup_barrier(mem_flags = mem_flags::mem_none) {
   char none = 0;

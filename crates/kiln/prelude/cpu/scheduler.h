@@ -11,13 +11,14 @@
 namespace kiln { namespace rt {
 
 __thread Current g_cur;
+bool g_cooperative_library;
 
 // Declared in runtime.h (SIMD collectives) and threadgroup.h (threadgroup memory).
 View post_bytes(const void* bytes, unsigned size, const void* site) {
-  Current& c = g_cur;
-  Thread* t = c.thread;
+  const FiberHeader h = here();
+  Thread* t = h.thread;
   if (!t || !t->stack) throw Fault{"a SIMD collective ran in a kernel compiled without cooperative threads"};
-  poll(c);
+  poll(h.cancel);
   __builtin_memcpy(t->slot, bytes, size);
   // The out-of-line SIMD-group function's return address: the user's call (its line).
   KILN_CHECK(kiln::chk::collective_enter(site));
@@ -27,10 +28,11 @@ View post_bytes(const void* bytes, unsigned size, const void* site) {
   }
   t->site = site;
   t->state = AT_COLLECTIVE;
-  yield_to_scheduler(c);
+  ++h.group->at_collective;
+  yield_to_scheduler(h);
   KILN_CHECK(kiln::chk::collective_leave());
   uint sg = t->simdgroup_index_in_threadgroup;
-  return View{c.group->snap[sg], c.group->active[sg], t->thread_index_in_simdgroup};
+  return View{h.group->snap[sg], h.group->active[sg], t->thread_index_in_simdgroup, &h.group->folded[sg]};
 }
 
 char* tg_open(TgArena* a, int s, uint64_t size, const char* name, bool checked, const char** fault_text, char* text,
@@ -87,21 +89,18 @@ char* tg_open(TgArena* a, int s, uint64_t size, const char* name, bool checked, 
   return data;
 }
 
-const size_t STACK_BYTES = 256 * 1024;
-// Below each stack, nearly as large as the stack itself (address space only, never committed):
-// frames probed page by page (-fstack-clash-protection, where the compiler has it) fault in its
-// first page; without probes a private array up to this size past the stack still lands in it
-// rather than in the next fiber's stack. One page short of the stack's size: stacks mapped one
-// after another then start 4 KiB apart modulo 512 KiB, so the fibers' hot frames spread over
-// the L2's sets (at exactly 512 KiB apart they share a few sets: a third slower).
-const size_t GUARD_BYTES = STACK_BYTES - 4096;
+// Below each stack, as large as the stack itself (address space only, never committed): frames
+// probed page by page (-fstack-clash-protection, where the compiler has it) fault in its first
+// page; without probes a private array up to this size past the stack still lands in it rather
+// than in the next fiber's stack.
+const size_t GUARD_BYTES = STACK_BYTES;
 const size_t ALT_STACK_BYTES = 64 * 1024;
 
 // Fiber stacks, lent by the host for one `kiln_run` call (one set per concurrently running call,
 // shared by every kernel library of the process: the stacks and their guards are two memory
 // mappings each, and the process has a limited number). Stacks are mapped on first use (their
 // pages committed only once touched), each above a guard so a runaway recursion faults instead
-// of overwriting a neighbour.
+// of overwriting a neighbour. Each stack is aligned to its size (see `fiber_header_of`).
 struct StackSet {
   void* stacks[1024];
   uint32_t count;
@@ -110,14 +109,19 @@ struct StackSet {
 inline void* stack_at(StackSet* set, uint32_t i) {
   if (!set || i >= 1024) return nullptr;
   while (set->count <= i) {
-    void* m = mmap(nullptr, STACK_BYTES + GUARD_BYTES, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    // Mapped with a stack's size to spare, then trimmed to the aligned guard and stack.
+    const size_t span = GUARD_BYTES + 2 * STACK_BYTES;
+    void* m = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) return nullptr;
-    if (mprotect(m, GUARD_BYTES, PROT_NONE) != 0) {
-      munmap(m, STACK_BYTES + GUARD_BYTES);
+    const uintptr_t lo = (uintptr_t)m, hi = lo + span;
+    const uintptr_t stack = (lo + GUARD_BYTES + STACK_BYTES - 1) & ~(uintptr_t)(STACK_BYTES - 1);
+    const uintptr_t guard = stack - GUARD_BYTES, end = stack + STACK_BYTES;
+    if ((guard > lo && munmap(m, guard - lo) != 0) || (hi > end && munmap((void*)end, hi - end) != 0) ||
+        mprotect((void*)guard, GUARD_BYTES, PROT_NONE) != 0) {
+      munmap((void*)guard, end - guard);
       return nullptr;
     }
-    set->stacks[set->count++] = (char*)m + GUARD_BYTES;
+    set->stacks[set->count++] = (void*)stack;
   }
   return set->stacks[i];
 }
@@ -175,8 +179,7 @@ struct Worker {
 };
 static thread_local Worker g_worker;
 
-inline void run_one(Thread& t) {
-  Group* g = g_cur.group;
+inline void run_one(Thread& t, Group* g) {
   try {
     g->body(t, g->buffers, g->tg_mem);
   } catch (const Cancelled&) {
@@ -190,9 +193,14 @@ inline void run_one(Thread& t) {
 }
 
 #if KILN_FAST_FIBERS
+#if defined(__x86_64__)
+// A fiber not yet started: `fiber_switch` pops the entry and jumps to it, which then finds a
+// null return address (ends backtraces) where a call would have left one.
+const int FRAME_WORDS = 2, ENTRY_WORD = 0;
+#else
 // Saves the callee-saved registers on the current stack, stores the stack pointer to *save_sp,
-// switches to to_sp and restores the registers saved there. MXCSR and the x87 control word are
-// not saved: every fiber runs kernel code that never changes them.
+// switches to to_sp and restores the registers saved there. MXCSR and the FP control register
+// are not saved: every fiber runs kernel code that never changes them.
 #if defined(__APPLE__)
 #define KILN_ASM_FN(name) ".private_extern " #name "\n" #name ":\n"
 #define KILN_ASM_END(name)
@@ -200,16 +208,6 @@ inline void run_one(Thread& t) {
 #define KILN_ASM_FN(name) ".globl " #name "\n.hidden " #name "\n.type " #name ",%function\n" #name ":\n"
 #define KILN_ASM_END(name) ".size " #name ", .-" #name "\n"
 #endif
-#if defined(__x86_64__)
-__asm__(".text\n.p2align 4\n" KILN_ASM_FN(kiln_fiber_switch)
-        "pushq %rbp\n pushq %rbx\n pushq %r12\n pushq %r13\n pushq %r14\n pushq %r15\n"
-        "movq %rsp, (%rdi)\n movq %rsi, %rsp\n"
-        "popq %r15\n popq %r14\n popq %r13\n popq %r12\n popq %rbx\n popq %rbp\n ret\n"
-        KILN_ASM_END(kiln_fiber_switch));
-// Words popped by the first switch into a fiber: r15 r14 r13 r12 rbx rbp, the entry as return
-// address, and a null return address for the entry itself (ends backtraces).
-const int FRAME_WORDS = 8, ENTRY_WORD = 6;
-#else
 __asm__(".text\n.p2align 4\n" KILN_ASM_FN(kiln_fiber_switch)
         "sub sp, sp, #160\n"
         "stp x19, x20, [sp, #0]\n stp x21, x22, [sp, #16]\n stp x23, x24, [sp, #32]\n"
@@ -231,27 +229,39 @@ const int FRAME_WORDS = 20, ENTRY_WORD = 11;
 
 // Where a fiber starts: runs its thread, then hands control back for good.
 __attribute__((noinline, noreturn)) inline void fiber_entry() {
-  Current& c = g_cur;
-  Thread* t = c.thread;
-  run_one(*t);
-  switch_away(c, t);
+  const FiberHeader h = *fiber_header_of(stack_pointer());
+  run_one(*h.thread, h.group);
+  switch_away(h.group, h.thread);
   __builtin_trap();
 }
 
-inline void fiber_prepare(Thread& t, Group&, size_t top_offset) {
-  uintptr_t top = ((uintptr_t)t.stack + STACK_BYTES - top_offset) & ~(uintptr_t)15;
-  void** frame = (void**)top - FRAME_WORDS;
+// Writes the fiber's header (see `fiber_header_of`); its frames start below it.
+inline FiberHeader* fiber_header_write(Thread& t, Group& g) {
+  FiberHeader* h = fiber_header_of((uintptr_t)t.stack);
+  h->thread = &t;
+  h->group = &g;
+  h->cancel = g.cancel;
+  return h;
+}
+
+inline void fiber_prepare(Thread& t, Group& g) {
+  void** frame = (void**)fiber_header_write(t, g) - FRAME_WORDS;
   for (int i = 0; i < FRAME_WORDS; ++i) frame[i] = nullptr;
   frame[ENTRY_WORD] = (void*)&fiber_entry;
   t.ctx.sp = frame;
 }
 #else
-inline void fiber_entry() { run_one(*g_cur.thread); }  // uc_link returns to the scheduler
+// uc_link returns to the scheduler.
+inline void fiber_entry() {
+  const FiberHeader h = *fiber_header_of(stack_pointer());
+  run_one(*h.thread, h.group);
+}
 
-inline void fiber_prepare(Thread& t, Group& g, size_t top_offset) {
+inline void fiber_prepare(Thread& t, Group& g) {
+  FiberHeader* h = fiber_header_write(t, g);
   getcontext(&t.ctx.uc);
   t.ctx.uc.uc_stack.ss_sp = t.stack;
-  t.ctx.uc.uc_stack.ss_size = STACK_BYTES - top_offset;
+  t.ctx.uc.uc_stack.ss_size = (size_t)((char*)h - (char*)t.stack);
   t.ctx.uc.uc_link = &g.sched.uc;
   makecontext(&t.ctx.uc, (void (*)())fiber_entry, 0);
 }
@@ -318,10 +328,12 @@ inline int resolve_collectives(Group& g, Divergence* div, char* text, int text_c
       d.left_out = 0;
     }
     g.active[sg] = mask;
+    g.folded[sg].key = nullptr;
     for (int i = base; i < end; ++i) {
       if (!((mask >> (i - base)) & 1u)) continue;
       __builtin_memcpy(g.snap[sg][i - base], g.threads[i].slot, SLOT_BYTES);
       g.threads[i].state = RUNNABLE;
+      --g.at_collective;
     }
     any = 1;
   }
@@ -329,7 +341,7 @@ inline int resolve_collectives(Group& g, Divergence* div, char* text, int text_c
 }
 
 inline void resume(Group& g, Thread& t) {
-  g_cur.thread = &t;
+  g.running = &t;
   t.started = true;
   fiber_switch(g.sched, t.ctx);
 }
@@ -350,22 +362,17 @@ inline void run_cooperative(Group& g, StackSet* stacks, Worker& w) {
     Thread& t = g.threads[i];
     t.stack = stack_at(stacks, (uint32_t)i);
     if (!t.stack) { g.aborted = 2; g.fault = "cannot allocate fiber stacks"; return; }
-    // Staggered stack tops keep the fibers' hot frames out of the same L1 cache sets.
-    fiber_prepare(t, g, (size_t)(i % 64) * 64);
+    fiber_prepare(t, g);
   }
   for (;;) {
+#if KILN_CHECKED
     bool ran = false;
     for (int i = 0; i < g.n; ++i) {
-#if KILN_CHECKED
       Thread& t = g.threads[kiln::chk::thread_order(i, g.n)];
-#else
-      Thread& t = g.threads[i];
-#endif
       if (t.state != RUNNABLE) continue;
       resume(g, t);
       ran = true;
       if (g.aborted) { unwind_all(g); return; }
-#if KILN_CHECKED
       // SIMD-groups run ahead: a SIMD-group whose lanes all wait is released at once, and the
       // lowest thread that can run goes next.
       if (kiln::chk::run_ahead()) {
@@ -377,10 +384,21 @@ inline void run_cooperative(Group& g, StackSet* stacks, Worker& w) {
         }
         if (early == 1) i = -1;
       }
-#endif
     }
     if (ran) continue;
     const int resolved = resolve_collectives(g, w.divergence, w.fault_text, (int)sizeof w.fault_text);
+#else
+    // Resuming the first runnable thread runs them all: each fiber switches on to the next
+    // runnable one (switch_away), and none makes another runnable, so none is left after it.
+    for (int i = 0; i < g.n; ++i) {
+      if (g.threads[i].state != RUNNABLE) continue;
+      resume(g, g.threads[i]);
+      if (g.aborted) { unwind_all(g); return; }
+      break;
+    }
+    // With no lane at a collective, resolving finds nothing.
+    const int resolved = g.at_collective ? resolve_collectives(g, w.divergence, w.fault_text, (int)sizeof w.fault_text) : 0;
+#endif
     if (resolved == 2) {
       g.aborted = 2;
       unwind_all(g);
@@ -442,6 +460,9 @@ inline int run_groups_unprotected(Body body, DirectFn direct, bool cooperative, 
     g.arena = arena;
     g.checked = d->checked != 0;
     g.direct = false;
+    g.running = nullptr;
+    g.cancel = d->cancel;
+    g.at_collective = 0;
     for (uint32_t i = 0; i < 16; ++i) g.tg_mem[i] = nullptr;
     for (uint32_t i = 0; i < d->n_tg && i < 16; ++i) {
       const char* fault = "out of memory for threadgroup memory";
@@ -452,7 +473,6 @@ inline int run_groups_unprotected(Body body, DirectFn direct, bool cooperative, 
     }
     if (direct) {
       g_cur.group = &g;
-      g_cur.thread = nullptr;
       direct(g, GroupShape{gid, size, tg, grid, uint3(d->groups[0], d->groups[1], d->groups[2])});
       g.direct = false;
       g_cur.group = nullptr;
@@ -516,13 +536,13 @@ inline int run_groups_unprotected(Body body, DirectFn direct, bool cooperative, 
 #else
         Thread& t = threads[i];
 #endif
-        g_cur.thread = &t;
-        run_one(t);
+        g.running = &t;
+        run_one(t, &g);
       }
     }
     KILN_CHECK(kiln::chk::group_end());
     g_cur.group = nullptr;
-    g_cur.thread = nullptr;
+    g.running = nullptr;
     if (g.aborted == 1) return 1;
     if (g.aborted == 2) { copy_msg(msg, msg_cap, g.fault); return 2; }
   }
@@ -680,7 +700,7 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
   Current& c = g_cur;
   Group* g = c.group;
-  Thread* t = c.thread;
+  Thread* t = c.thread();
   int at = 0;
   uint64_t os_stack = 0;
   if (t || (g && g->direct)) {
@@ -735,10 +755,10 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
   if (g) {
     g->nallocs = 0;
     g->direct = false;
+    g->running = nullptr;
     tg_forget_call(g->arena);
   }
   c.group = nullptr;
-  c.thread = nullptr;
   return 2;
 }
 
@@ -778,6 +798,8 @@ inline int run_groups_guarded(Body body, DirectFn direct, bool cooperative, cons
 KILN_SCHEDULER_LINKAGE int run_groups(Body body, DirectFn direct, bool cooperative, const LaunchDesc* d,
                                       uint64_t begin, uint64_t end, StackSet* stacks, TgArena* arena,
                                       const char* const* tg_names, char* msg, int msg_cap) {
+  if (__atomic_load_n(&g_cooperative_library, __ATOMIC_RELAXED) != cooperative)
+    __atomic_store_n(&g_cooperative_library, cooperative, __ATOMIC_RELAXED);
   int rc = run_groups_guarded(body, direct, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
   if (rc == 2) {
     tg_forget_call(arena);

@@ -46,12 +46,31 @@ struct kiln_and { template <class T> T operator()(T a, T b) const { return a & b
 struct kiln_or { template <class T> T operator()(T a, T b) const { return a | b; } };
 struct kiln_xor { template <class T> T operator()(T a, T b) const { return a ^ b; } };
 
+// A reduction over the whole SIMD-group: the same value for every lane of the call (the caller
+// took part, so the fold never returns `v`), computed by the first of them to return and copied
+// by the others. The key tells reductions apart.
+template <class T, class Op> struct kiln_reduce_key { static const char id; };
+template <class T, class Op> const char kiln_reduce_key<T, Op>::id = 0;
+template <class T, class Op> __attribute__((always_inline)) inline T kiln_reduce(const kiln::rt::View& w, T v, Op op) {
+  kiln::rt::Folded& f = *w.folded;
+  const void* const key = &kiln_reduce_key<T, Op>::id;
+  T s;
+  if (f.key == key) {
+    __builtin_memcpy(&s, f.value, sizeof(T));
+    return s;
+  }
+  s = kiln_fold(w, 0, 32, v, op);
+  __builtin_memcpy(f.value, &s, sizeof(T));
+  f.key = key;
+  return s;
+}
+
 // Reductions over the SIMD-group (lanes 0..31) and prefixes over the lanes below the caller;
 // an empty prefix is the operation's identity.
 #define KILN_SIMD_REDUCE(NAME, OP)                                                              \
   KILN_SIMD_FN T NAME(T v) {                                                                    \
     kiln::rt::View w = kiln::rt::post(v, KILN_SITE);                                            \
-    return kiln_fold(w, 0, 32, v, OP());                                                        \
+    return kiln_reduce(w, v, OP());                                                             \
   }
 KILN_SIMD_REDUCE(simd_sum, kiln_add) KILN_SIMD_REDUCE(simd_product, kiln_mul)
 KILN_SIMD_REDUCE(simd_max, kiln_max) KILN_SIMD_REDUCE(simd_min, kiln_min)
@@ -77,7 +96,7 @@ template <class T> __attribute__((always_inline)) inline T kiln_shuffle(T v, int
   if (!w.has((uint)src)) return kiln_inactive(v, (uint)src, site);
   return w.at<kiln_shuffle_rec<T>>((uint)src).v;
 }
-inline uint kiln_lane() { return kiln::rt::g_cur.thread->thread_index_in_simdgroup; }
+inline uint kiln_lane() { return kiln::rt::here().thread->thread_index_in_simdgroup; }
 template <class T, class I> __attribute__((noinline)) inline T simd_shuffle(T v, I lane) {
   return kiln_shuffle(v, (int)lane, KILN_SITE);
 }
@@ -301,7 +320,7 @@ inline uint col(uint l) { return ((l >> 2) & 2u) * 2u + (l & 1u) * 2u; }
 inline uint lane(uint r, uint c) {
   return ((c >> 1) & 1u) | ((r & 1u) << 1) | (((r >> 1) & 1u) << 2) | (((c >> 2) & 1u) << 3) | (((r >> 2) & 1u) << 4);
 }
-inline uint me() { return kiln::rt::g_cur.thread->thread_index_in_simdgroup; }
+inline uint me() { return kiln::rt::here().thread->thread_index_in_simdgroup; }
 }  // namespace matrix_detail
 
 template <class T, int Cols, int Rows> struct simdgroup_matrix {
@@ -402,7 +421,7 @@ __attribute__((noinline)) inline simdgroup_matrix<T, 8, 8> operator*(const simdg
 namespace kiln {
 template <int S> struct site_tag {};
 template <int S> __attribute__((always_inline)) inline void at_site() {
-  rt::g_cur.thread->pending_site = (const void*)(rt::TAGGED_SITE | (uintptr_t)S);
+  rt::here().thread->pending_site = (const void*)(rt::TAGGED_SITE | (uintptr_t)S);
 }
 }  // namespace kiln
 

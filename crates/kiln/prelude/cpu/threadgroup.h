@@ -167,7 +167,7 @@ inline int tg_region_of(const TgArena* a, uint64_t addr) {
 // the group, so a later thread's declaration never clears what others stored.
 template <class T, int Site, bool Zeroed = false> inline T* tg_alloc(const char* name) {
   static char key;
-  Group* g = g_cur.group;
+  Group* g = here().group;
   for (int i = 0; i < g->nallocs; ++i)
     if (g->allocs[i].key == &key) return (T*)g->allocs[i].mem;
   if (g->nallocs == TG_DECLARED) throw Fault{"more than 64 threadgroup declarations in one kernel"};
