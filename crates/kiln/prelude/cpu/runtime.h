@@ -23,6 +23,14 @@ struct FiberCtx { void* sp; };
 // other registers are declared clobbered: the compiler keeps what is live on the fiber's own
 // stack. The red zone below the stack pointer is stepped over. MXCSR and the x87 control word
 // are not saved: every fiber runs kernel code that never changes them.
+// A compiler whose target has AVX-512 may keep values in xmm16-31 and the mask registers too.
+#if defined(__AVX512F__)
+#define KILN_AVX512_CLOBBERS                                                                              \
+  , "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", \
+      "xmm27", "xmm28", "xmm29", "xmm30", "xmm31", "k1", "k2", "k3", "k4", "k5", "k6", "k7"
+#else
+#define KILN_AVX512_CLOBBERS
+#endif
 __attribute__((always_inline)) inline void fiber_switch(FiberCtx& from, FiberCtx& to) {
   void** save = &from.sp;
   void* next = to.sp;
@@ -43,8 +51,9 @@ __attribute__((always_inline)) inline void fiber_switch(FiberCtx& from, FiberCtx
       : "rax", "rbx", "rcx", "rdx", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "memory", "cc",
         "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
         "xmm12", "xmm13", "xmm14", "xmm15", "st", "st(1)", "st(2)", "st(3)", "st(4)", "st(5)", "st(6)", "st(7)",
-        "mm0", "mm1", "mm2", "mm3", "mm4", "mm5", "mm6", "mm7");
+        "mm0", "mm1", "mm2", "mm3", "mm4", "mm5", "mm6", "mm7" KILN_AVX512_CLOBBERS);
 }
+#undef KILN_AVX512_CLOBBERS
 #else
 extern "C" void kiln_fiber_switch(void** save_sp, void* to_sp) __asm__("kiln_fiber_switch");
 inline void fiber_switch(FiberCtx& from, FiberCtx& to) { kiln_fiber_switch(&from.sp, to.sp); }
