@@ -203,7 +203,10 @@ __attribute__((always_inline)) inline FiberHeader here() {
 inline void poll(const volatile int* cancel) {
   if (__builtin_expect(*cancel != 0, 0)) throw Cancelled();
 }
-inline void poll() { poll(here().cancel); }
+// The poll of every loop iteration: through `g_cur`, whose address the compiler computes once
+// per function (one TLS lookup, hoisted out of the loop; a group never leaves its OS thread),
+// where `here()` would branch on the library's kind in the loop and look up TLS in it.
+inline void poll() { poll(g_cur.cancel); }
 
 // Starts loading what switching to `u` will read: its record and the top of its saved stack.
 inline void prefetch_fiber(const Thread* u) {
