@@ -1,7 +1,7 @@
 //! Fiber stacks for cooperative kernels, shared by every kernel library of the process.
 //!
 //! The threads of a group with barriers or SIMD collectives run as fibers, each on a stack of
-//! its own (256 KiB above a guard of nearly that size, `prelude/cpu/scheduler.h`): two memory
+//! its own (256 KiB aligned to its size, above a guard as large, `prelude/cpu/scheduler.h`): two memory
 //! mappings per stack, and Linux allows a process `vm.max_map_count` of them (65 530 by
 //! default). Stacks therefore live in sets of up to 1 024 lent to one `kiln_run` call at a time
 //! and returned after it, so the process holds stacks for the calls running at once, not for
