@@ -476,7 +476,7 @@ fn input<'py>(x: &Bound<'py, PyAny>, ensure_row_contiguous: bool, out: &mut Inpu
     if let Some(scalar) = python_scalar.then(|| convert::scalar(x)).flatten() {
         return scalar;
     }
-    let array = if lent::is_numpy_array(x)? {
+    let array = if crate::numpy_api::is_array(x) {
         lent::read(x)?
     } else if let Ok(lent) = x.cast::<lent::LentArray>() {
         // Memory the package read already (an MLX array's DLPack export).

@@ -103,23 +103,29 @@ pub fn run_interruptible<T: Send>(
 /// Whether this is Python's main thread (the one that runs signal handlers); true when it cannot
 /// be told.
 fn is_main_thread(py: Python<'_>) -> bool {
-    static MAIN: PyOnceLock<(Py<PyAny>, u64)> = PyOnceLock::new();
-    let Ok((get_ident, main)) = MAIN.get_or_try_init(py, || -> PyResult<_> {
-        let get_ident = py.import("_thread")?.getattr("get_ident")?;
-        let main: u64 = py.import("threading")?.call_method0("main_thread")?.getattr("ident")?.extract()?;
-        Ok((get_ident.unbind(), main))
+    static MAIN: PyOnceLock<u64> = PyOnceLock::new();
+    let Ok(main) = MAIN.get_or_try_init(py, || -> PyResult<u64> {
+        py.import("threading")?.call_method0("main_thread")?.getattr("ident")?.extract()
     }) else {
         return true;
     };
-    // `_thread.get_ident()` is the calling thread's `pthread_self()` where there is one.
-    #[cfg(unix)]
-    {
-        let _ = get_ident;
-        // SAFETY: `pthread_self` has no preconditions.
-        (unsafe { libc::pthread_self() }) as u64 == *main
-    }
-    #[cfg(not(unix))]
-    get_ident.bind(py).call0().and_then(|i| i.extract::<u64>()).map_or(true, |i| i == *main)
+    thread_ident(py).is_none_or(|i| i == *main)
+}
+
+/// Python's identifier of the calling thread (`_thread.get_ident()`): its `pthread_self()`.
+#[cfg(unix)]
+fn thread_ident(_py: Python<'_>) -> Option<u64> {
+    // SAFETY: `pthread_self` has no preconditions.
+    Some(unsafe { libc::pthread_self() } as u64)
+}
+
+/// Python's identifier of the calling thread (`_thread.get_ident()`).
+#[cfg(not(unix))]
+fn thread_ident(py: Python<'_>) -> Option<u64> {
+    static GET_IDENT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let get_ident =
+        GET_IDENT.get_or_try_init(py, || py.import("_thread")?.getattr("get_ident").map(Bound::unbind)).ok()?;
+    get_ident.bind(py).call0().and_then(|i| i.extract()).ok()
 }
 
 /// A call's `timeout=` in seconds as a time limit (none for `None`).

@@ -125,11 +125,6 @@ pub fn kernel_input(item: &Bound<'_, PyAny>) -> PyResult<KernelInput> {
     }
 }
 
-/// Whether `x` is a NumPy array.
-pub fn is_numpy_array(x: &Bound<'_, PyAny>) -> PyResult<bool> {
-    Ok(numpy_api::is_array(x))
-}
-
 /// Whether `x` is a NumPy scalar (`np.generic`).
 pub fn is_numpy_scalar(x: &Bound<'_, PyAny>) -> PyResult<bool> {
     x.is_instance(numpy(x.py())?.generic.bind(x.py()))

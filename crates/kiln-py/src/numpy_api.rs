@@ -144,59 +144,36 @@ pub fn array_over<'py>(
     }
 }
 
+/// Whether C's `long` (NumPy's `NPY_LONG`) has 64 bits (LP64 systems; 32 on Windows).
+const LONG_IS_64: bool = std::mem::size_of::<c_long>() == 8;
+
+/// NumPy's type numbers of its own numeric types that kiln has, with kiln's dtype of each. A
+/// dtype's first entry is the number `np.dtype(name)` has: int64 is `long` where that has 64
+/// bits, else `long long`.
+const TYPES: [(NPY_TYPES, DType); 13] = [
+    (NPY_TYPES::NPY_BOOL, DType::Bool),
+    (NPY_TYPES::NPY_BYTE, DType::I8),
+    (NPY_TYPES::NPY_UBYTE, DType::U8),
+    (NPY_TYPES::NPY_SHORT, DType::I16),
+    (NPY_TYPES::NPY_USHORT, DType::U16),
+    (NPY_TYPES::NPY_INT, DType::I32),
+    (NPY_TYPES::NPY_UINT, DType::U32),
+    (NPY_TYPES::NPY_LONG, if LONG_IS_64 { DType::I64 } else { DType::I32 }),
+    (NPY_TYPES::NPY_ULONG, if LONG_IS_64 { DType::U64 } else { DType::U32 }),
+    (NPY_TYPES::NPY_LONGLONG, DType::I64),
+    (NPY_TYPES::NPY_ULONGLONG, DType::U64),
+    (NPY_TYPES::NPY_HALF, DType::F16),
+    (NPY_TYPES::NPY_FLOAT, DType::F32),
+];
+
 /// kiln's dtype of NumPy's type number `num`, for NumPy's own numeric types kiln has.
 fn dtype_of_type_num(num: c_int) -> Option<DType> {
-    let long_is_64 = std::mem::size_of::<c_long>() == 8;
-    Some(match num {
-        n if n == NPY_TYPES::NPY_BOOL as c_int => DType::Bool,
-        n if n == NPY_TYPES::NPY_BYTE as c_int => DType::I8,
-        n if n == NPY_TYPES::NPY_UBYTE as c_int => DType::U8,
-        n if n == NPY_TYPES::NPY_SHORT as c_int => DType::I16,
-        n if n == NPY_TYPES::NPY_USHORT as c_int => DType::U16,
-        n if n == NPY_TYPES::NPY_INT as c_int => DType::I32,
-        n if n == NPY_TYPES::NPY_UINT as c_int => DType::U32,
-        n if n == NPY_TYPES::NPY_LONG as c_int => {
-            if long_is_64 {
-                DType::I64
-            } else {
-                DType::I32
-            }
-        }
-        n if n == NPY_TYPES::NPY_ULONG as c_int => {
-            if long_is_64 {
-                DType::U64
-            } else {
-                DType::U32
-            }
-        }
-        n if n == NPY_TYPES::NPY_LONGLONG as c_int => DType::I64,
-        n if n == NPY_TYPES::NPY_ULONGLONG as c_int => DType::U64,
-        n if n == NPY_TYPES::NPY_HALF as c_int => DType::F16,
-        n if n == NPY_TYPES::NPY_FLOAT as c_int => DType::F32,
-        _ => return None,
-    })
+    TYPES.iter().find(|&&(t, _)| t as c_int == num).map(|&(_, d)| d)
 }
 
 /// NumPy's type number for kiln's `dtype` (the one `np.dtype(name)` has), `None` for bfloat16.
 fn type_num_of(dtype: DType) -> Option<c_int> {
-    let long_is_64 = std::mem::size_of::<c_long>() == 8;
-    let t = match dtype {
-        DType::Bool => NPY_TYPES::NPY_BOOL,
-        DType::I8 => NPY_TYPES::NPY_BYTE,
-        DType::U8 => NPY_TYPES::NPY_UBYTE,
-        DType::I16 => NPY_TYPES::NPY_SHORT,
-        DType::U16 => NPY_TYPES::NPY_USHORT,
-        DType::I32 => NPY_TYPES::NPY_INT,
-        DType::U32 => NPY_TYPES::NPY_UINT,
-        DType::I64 if long_is_64 => NPY_TYPES::NPY_LONG,
-        DType::I64 => NPY_TYPES::NPY_LONGLONG,
-        DType::U64 if long_is_64 => NPY_TYPES::NPY_ULONG,
-        DType::U64 => NPY_TYPES::NPY_ULONGLONG,
-        DType::F16 => NPY_TYPES::NPY_HALF,
-        DType::F32 => NPY_TYPES::NPY_FLOAT,
-        DType::BF16 => return None,
-    };
-    Some(t as c_int)
+    TYPES.iter().find(|&&(_, d)| d == dtype).map(|&(t, _)| t as c_int)
 }
 
 /// Whether NumPy's byte-order character `order` is the machine's order.

@@ -21,7 +21,7 @@ static CANCEL: AtomicPtr<AtomicBool> = AtomicPtr::new(std::ptr::null_mut());
 /// The handler ours forwards to. Each disposition published here stays allocated for the life
 /// of the process: a signal may arrive, and read it, at any time.
 static PREVIOUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
-/// Python's SIGINT handler object (`signal.getsignal`) when ours was put in front of it.
+/// Python's SIGINT handler object (`python_handler`) when ours was put in front of it.
 static FRONTED: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
 
 /// While it lives, SIGINT sets the launch's cancel flag before reaching Python's handler.

@@ -248,10 +248,10 @@ class MetalKernel:
         the call takes the general path (``init_value``, ``verbose``, arguments the
         general path checks and reports); bfloat16 inputs are read through DLPack (NumPy has no
         bfloat16 buffer format) and bfloat16 outputs travel as their bits."""
-        if init_value is not None or verbose or len(output_shapes) != self._n_outputs:
+        if init_value is not None or verbose:
             return None
         try:
-            if len(output_dtypes) != self._n_outputs:
+            if not len(output_shapes) == len(output_dtypes) == self._n_outputs:
                 return None
             for shape, dtype in zip(output_shapes, output_dtypes):
                 if type(dtype) is not mx.Dtype:

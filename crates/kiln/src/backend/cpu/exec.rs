@@ -548,8 +548,8 @@ const SHARE_AT_THREADS: u64 = 1 << 16;
 /// in: about what waking its threads and waiting for them costs.
 const SHARE_AFTER: Duration = Duration::from_micros(25);
 
-/// Runs every group, on the calling thread and, for grids worth it, the rayon pool; returns the first fault message and whether the
-/// timeout or the caller's cancel flag stopped the kernel.
+/// Runs every group, on the calling thread and, for grids worth it, the rayon pool; returns the
+/// first fault message and whether the timeout or the caller's cancel flag stopped the kernel.
 fn execute(
     compiled: &Compiled,
     entry: usize,
@@ -609,23 +609,20 @@ fn execute(
         // large enough to need the pool anyway, and cooperative kernels (tens of nanoseconds
         // per thread and barrier), share from the start.
         let next = AtomicU64::new(0);
-        let claim = || loop {
+        // Claims the next chunk and runs it; its index, or `None` once none is left.
+        let run_next = || {
             let c = next.fetch_add(1, Ordering::Relaxed);
             if c >= chunks {
-                break;
+                return None;
             }
             run_chunk(c);
+            Some(c)
         };
         let threads = total.saturating_mul(group_threads as u64);
         let mut share = chunks > 1 && (compiled.cooperative || threads >= SHARE_AT_THREADS);
         if !share {
             let start = Instant::now();
-            loop {
-                let c = next.fetch_add(1, Ordering::Relaxed);
-                if c >= chunks {
-                    break;
-                }
-                run_chunk(c);
+            while let Some(c) = run_next() {
                 let (done, left) = (c + 1, chunks - c - 1);
                 if left > 0 && start.elapsed().as_secs_f64() / done as f64 * left as f64 > SHARE_AFTER.as_secs_f64() {
                     share = true;
@@ -635,6 +632,7 @@ fn execute(
         }
         if share {
             let helpers = rayon::current_num_threads().saturating_sub(1).max(1);
+            let claim = || while run_next().is_some() {};
             rayon::in_place_scope(|s| {
                 for _ in 0..helpers {
                     s.spawn(|_| claim());
