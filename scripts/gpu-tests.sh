@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Runs the CUDA variants of the test suite from prebuilt binaries (scripts/collect-test-binaries.sh
 # DIR) on a machine with an NVIDIA GPU, requiring the CUDA backend so nothing silently falls back
-# to the CPU, then compute-sanitizer's memcheck and racecheck when it is installed.
+# to the CPU, then compute-sanitizer's memcheck, racecheck and synccheck when it is installed.
+# `scripts/gpu-tests.sh DIR suites` runs the tests alone, `DIR sanitizers` the sanitizer runs
+# alone (the two can run side by side on one GPU); the default is both.
 # The binaries find their test data in DIR/data (or in the working tree they were built from),
 # so DIR may be anywhere and the current directory anything.
 set -uo pipefail
 dir="${1:?usage: scripts/gpu-tests.sh DIR}"
 dir="$(cd "$dir" && pwd)" || exit 1
+part="${2:-all}"
+case "$part" in all|suites|sanitizers) ;; *) echo "unknown part $part (all, suites or sanitizers)"; exit 2 ;; esac
 export KILN_REQUIRE_BACKEND=cuda
 export KILN_MLX_HEADERS="${KILN_MLX_HEADERS:-$dir/mlx-include}"
 status=0
 # Every collected test binary runs its `cuda` variants, except the ones handled below.
 special=" kiln nvrtc_compile golden_metal cuda_backend cuda_write_outside_buffers "
+if [ "$part" != sanitizers ]; then
 [ -d "$dir/data/golden" ] || { echo "missing $dir/data/golden (run scripts/collect-test-binaries.sh $dir)"; status=1; }
 for exe in "$dir"/*; do
   t=$(basename "$exe")
@@ -36,15 +41,27 @@ out=$("$dir/cuda_backend" --include-ignored --exact kernel_faults_are_typed_erro
 echo "cuda_backend kernel_faults: $(grep -E '^test result' <<<"$out")"
 out=$("$dir/cuda_write_outside_buffers" --include-ignored 2>&1) || status=1
 echo "cuda_write_outside_buffers: $(grep -E '^test result' <<<"$out")"
-if command -v compute-sanitizer >/dev/null; then
+fi
+if [ "$part" != suites ] && command -v compute-sanitizer >/dev/null; then
+  # Each sanitizer run names its binary and the tests' filter; attention_cuda's prefill cases
+  # take minutes each under racecheck and synccheck, so those two run its sanitizer-sized test.
+  sanitize() {
+    local tool=$1 t=$2 filter=$3 summary
+    [ -x "$dir/$t" ] || return 0
+    summary=$(compute-sanitizer --tool "$tool" "$dir/$t" --include-ignored "$filter" --test-threads=1 2>&1 \
+      | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^test result')
+    echo "$tool $t $filter: $(tr '\n' ' ' <<<"$summary")"
+    grep -qE '(ERROR|RACECHECK) SUMMARY: 0 ' <<<"$summary" || status=1
+  }
   for t in mlx_behaviours semantics lowering_cases launch_abi attention_cuda msl_simd; do
-    echo "memcheck $t: $(compute-sanitizer --tool memcheck "$dir/$t" --include-ignored cuda --test-threads=1 2>&1 | grep -E 'ERROR SUMMARY')"
+    sanitize memcheck "$t" cuda
   done
-  for t in semantics simdgroup_matrix lowering_cases attention_cuda msl_simd; do
-    echo "racecheck $t: $(compute-sanitizer --tool racecheck "$dir/$t" --include-ignored cuda --test-threads=1 2>&1 | grep -E 'RACECHECK SUMMARY')"
+  for t in semantics simdgroup_matrix lowering_cases msl_simd; do
+    sanitize racecheck "$t" cuda
   done
   # The persistent attention prefill hands shared memory between its warpgroups on mbarriers
   # and named barriers.
-  echo "synccheck attention_cuda: $(compute-sanitizer --tool synccheck "$dir/attention_cuda" --include-ignored cuda --test-threads=1 2>&1 | grep -E 'ERROR SUMMARY')"
+  sanitize racecheck attention_cuda cuda_prefill_sanitizer_sized
+  sanitize synccheck attention_cuda cuda_prefill_sanitizer_sized
 fi
 exit $status

@@ -141,6 +141,25 @@ fn cuda_prefill_matches_reference_on_partial_tiles_and_grouped_heads() {
     }
 }
 
+/// A few small cases that still take every stage of the prefill (partial query and key tiles,
+/// several key tiles through the pipelined stages, grouped heads, both masks, both head sizes):
+/// sized for compute-sanitizer's racecheck and synccheck, under which the cases above take
+/// minutes each (`scripts/gpu-tests.sh` runs the sanitizers on this test alone).
+#[test]
+#[ignore = "needs an NVIDIA GPU (run with --include-ignored and KILN_REQUIRE_BACKEND=cuda)"]
+fn cuda_prefill_sanitizer_sized() {
+    let Some(device) = cuda_or_skip() else { return };
+    let mut seed = 960;
+    for d in [64, 128] {
+        for causal in [false, true] {
+            // [B, Hq, Hkv, Tq, Tk, D]: Hq = 2 Hkv, 3 key tiles (the last partial), 2 query blocks.
+            check_case(device, DType::BF16, [1, 2, 1, 150, 300, d], causal, seed);
+            seed += 1;
+        }
+    }
+    check_case(device, DType::F16, [1, 1, 1, 33, 129, 128], true, seed);
+}
+
 /// More query tiles than the GPU has multiprocessors: the persistent `wgmma` prefill runs
 /// several tiles per block (query rows, key stages and turns carried from tile to tile; under
 /// the shifted causal diagonal, tiles whose first consumers see no key).
