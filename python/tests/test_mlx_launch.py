@@ -59,7 +59,8 @@ def test_kiln_mlx_variable_with_the_site_directory(script, tmp_path):
     other.mkdir()
     (other / "sitecustomize.py").write_text("import os\nos.environ['OTHER_SITE_RAN'] = '1'\n")
     (tmp_path / "check_other.py").write_text("import os\nprint('other site ran:', os.environ.get('OTHER_SITE_RAN'))\n")
-    path = os.pathsep.join([site, str(other)])
+    # Where MLX itself comes from PYTHONPATH (a wheel unpacked beside the interpreter), it stays.
+    path = os.pathsep.join([site, str(other)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
     r = python(str(script), env={"KILN_MLX": "1", "PYTHONPATH": path})
     assert r.returncode == 0, r.stderr
