@@ -35,6 +35,15 @@ def nvrtc_available() -> bool:
         return False
 
 
+def mlx_compiles_cuda_kernels() -> bool:
+    """Whether MLX here is its CUDA build on a GPU, where ``mx.fast.cuda_kernel`` is MLX's own."""
+    try:
+        import mlx.core as mx
+    except ImportError:
+        return False
+    return bool(getattr(getattr(mx, "cuda", None), "is_available", lambda: False)())
+
+
 def kiln_template(template):
     """A template list as kiln's extension takes it (dtype values by name)."""
     return check_arg.template("cuda_kernel", template)

@@ -229,6 +229,21 @@ def test_a_grid_beyond_one_cuda_launch_runs_eagerly_with_one_warning(standin):
     assert standin.built == []
 
 
+def test_a_grid_beyond_one_launch_after_a_planned_one_of_the_same_signature_runs_eagerly(standin):
+    """The plan of a call signature leaves the grid out: a later grid beyond one CUDA launch is
+    still refused (a kernel of another name's warning does not silence this one's)."""
+    k = mx.fast.metal_kernel(name="tall", input_names=["x"], output_names=["out"],
+                             source="uint j = thread_position_in_grid.y; out[j] = x[j % 4] + float(j);")
+    x = mx.random.normal((4,))
+    k(inputs=[x], grid=(1, 64, 1), threadgroup=(1, 1, 1), output_shapes=[(64,)], output_dtypes=[mx.float32])
+    assert len(standin.calls) == 1
+    with pytest.warns(kiln.mlx.EagerKernelWarning, match=r"\[metal_kernel tall\] runs eagerly.*70000.*65535"):
+        (out,) = k(inputs=[x], grid=(1, 70000, 1), threadgroup=(1, 1, 1), output_shapes=[(70000,)],
+                   output_dtypes=[mx.float32])
+    assert len(standin.calls) == 1
+    assert_close(np.asarray(out), np.asarray(x)[np.arange(70000) % 4] + np.arange(70000), np.float32)
+
+
 def test_a_factory_that_refuses_runs_eagerly_and_says_why():
     def refusing(*args, **kwargs):
         raise RuntimeError("[cuda_kernel] No CUDA back-end.")

@@ -10,7 +10,11 @@
 mod common;
 
 use kiln::backend::cuda;
-use kiln::{Array, CudaKernel, CudaKernelPlan, CudaKernelSource, DType, Device, KernelInput, LaunchSpec, MetalKernel};
+use kiln::backend::cuda::emit_mlx;
+use kiln::{
+    Array, CudaKernel, CudaKernelPlan, CudaKernelSource, DType, Device, KernelInput, LaunchSpec, MathMode, MetalKernel,
+    TemplateArg,
+};
 
 const ARCH: cuda::Arch = (9, 0);
 
@@ -168,6 +172,62 @@ fn sources_compile_through_cuda_kernel_for_sm90() {
             panic!("{}: {e}\n---- body ----\n{}", case.kernel.name(), s.source);
         });
         assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", case.kernel.name());
+    }
+}
+
+/// The program MLX's `cuda_kernel` builds from `s`, without kiln's own wrapper (which compiles
+/// after kiln's prelude): the header, then a `__global__` function in MLX's namespace with a
+/// parameter per input (its shape, strides and rank where the body names them) and output,
+/// the template's integer and bool values as `constexpr` locals, and the body.
+fn as_mlx_compiles_it(s: &CudaKernelSource, case: &Case) -> String {
+    let mut params = Vec::new();
+    for name in &s.input_names {
+        params.push(format!("const void* {name}"));
+        if s.source.contains(&format!("{name}_shape")) {
+            params.push(format!("const __grid_constant__ kiln_test_axes<int> {name}_shape"));
+        }
+        if s.source.contains(&format!("{name}_strides")) {
+            params.push(format!("const __grid_constant__ kiln_test_axes<long long> {name}_strides"));
+        }
+        if s.source.contains(&format!("{name}_ndim")) {
+            params.push(format!("const int {name}_ndim"));
+        }
+    }
+    params.extend(s.output_names.iter().map(|n| format!("void* {n}")));
+    let mut locals = String::new();
+    for (name, arg) in &case.spec.template {
+        match arg {
+            TemplateArg::Int(v) => locals.push_str(&format!("  constexpr int {name} = {v};\n")),
+            TemplateArg::Bool(b) => locals.push_str(&format!("  constexpr bool {name} = {b};\n")),
+            TemplateArg::DType(_) => {}
+        }
+    }
+    format!(
+        "{}\nnamespace mlx::core::cu {{\ntemplate <class T> struct kiln_test_axes {{\n  T v[10];\n  __device__ const T* \
+         data() const {{ return v; }}\n}};\nextern \"C\" __global__ void kiln_test_kernel({}) {{\n{locals}{}\n}}\n}}\n",
+        s.header,
+        params.join(", "),
+        s.source
+    )
+}
+
+#[test]
+fn headers_include_the_prelude_and_compile_as_mlx_compiles_them() {
+    if !common::nvrtc_or_skip() {
+        return;
+    }
+    for case in cases() {
+        let name = case.kernel.name().to_string();
+        let s = source_of(&case);
+        // The prelude is a file the header includes, so the header MLX copies per call is small.
+        let include = s.header.lines().find(|l| l.starts_with("#include \"")).expect("an include of the prelude");
+        let path = include.trim_start_matches("#include \"").trim_end_matches('"');
+        assert_eq!(std::fs::read_to_string(path).unwrap(), emit_mlx::prelude_file_text(), "{name}");
+        assert!(s.header.len() < 32 * 1024, "{name}: header of {} bytes", s.header.len());
+        let text = as_mlx_compiles_it(&s, &case);
+        let (cubin, _) = cuda::compile_source_with_log(&name, &text, ARCH, MathMode::Safe, false, false)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(&cubin[..4], b"\x7fELF", "{name}: not a cubin");
     }
 }
 

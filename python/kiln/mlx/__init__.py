@@ -154,7 +154,7 @@ class MetalKernel:
     """A kernel built by the drop-in ``mx.fast.metal_kernel``: MLX's call keywords, MLX arrays
     in and out, run by kiln."""
 
-    __slots__ = ("_kiln", "name", "_n_outputs", "_factory_args", "_mlx_kernel", "_plans")
+    __slots__ = ("_kiln", "name", "_n_outputs", "_factory_args", "_mlx_kernel", "_plans", "_warned")
 
     def __init__(self, name, input_names, output_names, source, header="", ensure_row_contiguous=True,
                  atomic_outputs=False, compile_options=None):
@@ -168,6 +168,8 @@ class MetalKernel:
         self._mlx_kernel = None
         # The cuda_kernel of each call signature seen (or why it runs eagerly), on MLX's CUDA build.
         self._plans = {}
+        # The reasons this kernel ran eagerly that were warned about (once each).
+        self._warned = set()
 
     def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
                  init_value=None, verbose=False, stream=None):

@@ -3,11 +3,12 @@
 A call builds, once per call signature (the inputs' dtypes, ranks and smallness, the template,
 the output dtypes, and whether the grid is a whole number of threadgroups), an
 ``mx.fast.cuda_kernel`` from kiln's lowering of the Metal kernel (``_kiln.mlx_cuda_kernel_source``:
-kiln's CUDA prelude, the lowered kernel and its entry shim as the header, one call of the shim
-as the body) and returns the outputs MLX makes: lazy, allocated and ``init_value``-filled by
-MLX, on MLX's stream, so the kernel works inside ``mx.compile``, ``mx.custom_function``,
-``mx.grad`` and ``mx.vmap`` as far as MLX's own custom kernels do. A grid of partial
-threadgroups passes the grid as one more small input.
+an include of kiln's CUDA prelude, the lowered kernel and its entry shim as the header, one
+call of the shim as the body) and returns the outputs MLX makes: lazy, allocated and
+``init_value``-filled by MLX, on MLX's stream, so the kernel works inside ``mx.compile``,
+``mx.custom_function``, ``mx.grad`` and ``mx.vmap`` as far as MLX's own custom kernels do. A
+grid of partial threadgroups passes the grid as one more small input; a grid beyond one CUDA
+launch is planned, and run eagerly, call by call.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from .._dtypes import dtype_name
 
 _I32 = 2**31
 _U32 = 2**32
+# CUDA's limits on a launch's block counts (x, y, z); MLX's cuda_kernel takes int grid sizes.
+_MAX_BLOCKS = (2**31 - 1, 65535, 65535)
 # Grid inputs by grid, kept for the calls that follow (bounded: grids that grow with a
 # sequence would otherwise pile up).
 _GRIDS: dict = {}
 _MAX_GRIDS = 256
-# (kernel name, reason) pairs already warned about.
-_WARNED: set = set()
 
 
 class EagerKernelWarning(UserWarning):
@@ -92,11 +93,18 @@ def _grid_array(mx, grid):
     return a
 
 
-def _warn_once(name, reason):
-    if (name, reason) not in _WARNED:
-        _WARNED.add((name, reason))
-        warnings.warn(EagerKernelWarning(f"[metal_kernel {name}] runs eagerly, outside MLX's graph: {reason}"),
+def _warn_once(kernel, reason):
+    """Warns once per kernel and reason."""
+    if reason not in kernel._warned:
+        kernel._warned.add(reason)
+        warnings.warn(EagerKernelWarning(f"[metal_kernel {kernel.name}] runs eagerly, outside MLX's graph: {reason}"),
                       stacklevel=4)
+
+
+def _one_launch_covers(grid, group):
+    """Whether one CUDA launch of blocks of ``group`` threads covers ``grid`` (MLX's cuda_kernel
+    launches ``ceil(grid / group)`` blocks), as kiln's lowering decides it."""
+    return all(g < _I32 and -(-g // t) <= m for g, t, m in zip(grid, group, _MAX_BLOCKS))
 
 
 def call(kernel, factory, mx, inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, verbose,
@@ -112,11 +120,16 @@ def call(kernel, factory, mx, inputs, output_shapes, output_dtypes, grid, thread
         # No thread runs: kiln fills the outputs with init_value or refuses (eagerly, at once).
         return None
     valid_group = tx and ty and tz and tx * ty * tz <= 1024
-    padded = bool(valid_group) and bool(gx % min(tx, gx) or gy % min(ty, gy) or gz % min(tz, gz))
+    # A plan is kept per call signature, which leaves the grid out: a grid beyond one launch is
+    # planned (and refused, with its own reason) call by call.
+    cacheable = bool(valid_group) and len(output_shapes) == len(output_dtypes)
+    group = (min(tx, gx), min(ty, gy), min(tz, gz)) if valid_group else threadgroup
+    padded = cacheable and bool(gx % group[0] or gy % group[1] or gz % group[2])
+    cacheable = cacheable and _one_launch_covers(grid, group)
     try:
         tkey = tuple((n, type(v), v) for n, v in template) if template else ()
-        key = (_signature(mx, inputs), tkey, tuple(output_dtypes), padded)
-        plan = kernel._plans.get(key) if valid_group and len(output_shapes) == len(output_dtypes) else None
+        key = (_signature(mx, inputs), tkey, tuple(output_dtypes), padded) if cacheable else None
+        plan = kernel._plans.get(key) if cacheable else None
     except TypeError:
         key, plan = None, None
     if plan is None:
@@ -124,7 +137,7 @@ def call(kernel, factory, mx, inputs, output_shapes, output_dtypes, grid, thread
         if key is not None:
             kernel._plans[key] = plan
     if isinstance(plan, str):
-        _warn_once(kernel.name, plan)
+        _warn_once(kernel, plan)
         return None
     if verbose:
         text = _kiln.mlx_metal_verbose_text(kernel._kiln, _kinds(mx, inputs), check_arg.shapes(op, output_shapes),

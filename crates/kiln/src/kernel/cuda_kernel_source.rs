@@ -15,7 +15,7 @@ use super::entry_contract::EntryContract;
 use super::launch::LaunchSpec;
 use super::metal_kernel::MetalKernel;
 use crate::array::Array;
-use crate::backend::cuda::emit_mlx::{self, GridSource};
+use crate::backend::cuda::emit_mlx::{self, GridSource, PreludeSource};
 use crate::error::{Error, Result};
 use crate::program::{check_threadgroup, MathMode};
 use crate::source::lower::{self, LowerTarget};
@@ -116,10 +116,12 @@ impl MetalKernel {
         };
         let padded = (0..3).any(|d| spec.grid[d] % group[d] != 0);
         let passed: Vec<ShapeInfo> = sig_inputs.iter().map(|i| i.passes_shape_info()).collect();
+        let prelude_file = emit_mlx::prelude_file();
+        let prelude = prelude_file.as_deref().map_or(PreludeSource::Inline, PreludeSource::Include);
         for names in [Names::of_kernel(self), Names::positional(inputs.len(), self.output_names.len())] {
             let slots = slot_expressions(&names, &passed);
             let grid = if padded { GridSource::Input(&names.grid) } else { GridSource::Launch };
-            let mut text = emit_mlx::emit(&module, &self.name, entry, &slots, grid, self.restrict_pointers);
+            let mut text = emit_mlx::emit(&module, &self.name, entry, &slots, grid, self.restrict_pointers, prelude);
             text.body = format!("{}{}", template_uses(spec), text.body);
             if mlx_passes_what_the_shim_reads(&text.body, &names, inputs, &passed) {
                 let mut input_names = names.inputs.clone();

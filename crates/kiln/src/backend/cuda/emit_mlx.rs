@@ -3,7 +3,12 @@
 //!
 //! The header holds kiln's CUDA prelude (skipped where it is already there, as in kiln's own
 //! `CudaKernel`, which compiles after it), the lowered kernel as a device function and an entry
-//! shim, `kiln_mlx_entry`, which maps CUDA's indices to Metal's attributes. The body is one
+//! shim, `kiln_mlx_entry`, which maps CUDA's indices to Metal's attributes. The prelude is
+//! about 360 KB of text, and MLX copies a `cuda_kernel`'s header into the source of every call
+//! and hashes that source at every evaluation; so the header names the prelude by an
+//! `#include` of a file in kiln's cache directory where one can be written (`prelude_file`,
+//! named by its contents' hash; NVRTC reads absolute include paths from the file system), and
+//! holds it inline otherwise. The body is one
 //! call of the shim with the parameters MLX generated (`x`, `x_shape.data()`, `&x_ndim`,
 //! `out`), one per Metal buffer slot, cast in place to the Metal parameter types: MLX passes
 //! plain pointers, which become `constant` references, `atomic<T>*` outputs and so on.
@@ -20,8 +25,12 @@
 //! sees the whole group.
 
 use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use super::emit::{builtin_value_in, emit_user_code, shared_prelude};
+use crate::backend::{cache_root, disk_cache};
+use crate::error::Error;
 use crate::source::lower::{Entry, EntryParam, LoweredModule};
 
 /// The name of the kernel entry shim the body calls.
@@ -46,6 +55,15 @@ pub enum GridSource<'a> {
     Input(&'a str),
 }
 
+/// Where the header gets kiln's CUDA prelude from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreludeSource<'a> {
+    /// The prelude's text, in the header.
+    Inline,
+    /// An `#include` of the file at this absolute path, which holds [`prelude_file_text`].
+    Include(&'a Path),
+}
+
 /// Emits the header and body of `entry` of `module` (a lowered body-only kernel named
 /// `kernel`). `slots[i]` is the expression of MLX's parameters that holds Metal buffer `i`;
 /// `restrict_pointers` marks read-only slots `__restrict__` (MLX's inputs are read-only and its
@@ -57,6 +75,7 @@ pub fn emit(
     slots: &[String],
     grid: GridSource<'_>,
     restrict_pointers: bool,
+    prelude: PreludeSource<'_>,
 ) -> MlxCudaText {
     let masked = matches!(grid, GridSource::Input(_));
     let barriers = masked && uses_barriers(&module.code);
@@ -68,9 +87,13 @@ pub fn emit(
     );
     // kiln's own CudaKernel compiles its programs after this prelude already.
     header.push_str("#ifndef KILN_CUDA\n");
-    header.push_str(PRELUDE_OPEN);
-    header.push_str(shared_prelude());
-    header.push_str("#pragma nv_diagnostic pop\n#endif\nnamespace kiln_metal {\n");
+    match prelude {
+        PreludeSource::Include(path) => {
+            let _ = writeln!(header, "#include \"{}\"", path.display());
+        }
+        PreludeSource::Inline => header.push_str(prelude_file_text()),
+    }
+    header.push_str("#endif\nnamespace kiln_metal {\n");
     if barriers {
         header.push_str(MASKED_BARRIER);
         header.push_str("#define threadgroup_barrier kiln_counted_threadgroup_barrier\n");
@@ -95,6 +118,37 @@ pub fn emit(
     }));
     let body = format!("  ::kiln_metal::kiln_user::{ENTRY_SHIM}({});\n", args.join(", "));
     MlxCudaText { header, body }
+}
+
+/// The prelude as the header holds it or includes it: kiln's CUDA prelude between the pragmas
+/// that quiet what MLX's includes make of it.
+pub fn prelude_file_text() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    TEXT.get_or_init(|| format!("{PRELUDE_OPEN}{}#pragma nv_diagnostic pop\n", shared_prelude()))
+}
+
+/// The file a header includes for the prelude: `mlx-cuda/kiln-prelude-<hash>.cuh` in kiln's
+/// cache directory (its fallback where that cannot be written), written once and again
+/// whenever it has gone. `None` where it cannot be written or its path cannot stand in an
+/// `#include` (a quote, a backslash or a control character in it): the header then holds
+/// the prelude inline.
+pub fn prelude_file() -> Option<PathBuf> {
+    let text = prelude_file_text();
+    let name = format!("kiln-prelude-{:016x}.cuh", crate::program::fx(0, text.as_bytes()));
+    let path = cache_root::run(|root| {
+        let dir = root.join("mlx-cuda");
+        let path = dir.join(&name);
+        if std::fs::metadata(&path).is_ok_and(|m| m.len() == text.len() as u64) {
+            return Ok(path);
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        disk_cache::write_atomically(&path, text.as_bytes()).map_err(|e| Error::io(&path, e))?;
+        Ok(path)
+    })
+    .ok()?;
+    let includable = path.is_absolute()
+        && path.to_str().is_some_and(|p| !p.chars().any(|c| c == '"' || c == '\\' || c.is_control()));
+    includable.then_some(path)
 }
 
 /// Whether lowered code reaches a threadgroup barrier (the prelude's other functions have none).
@@ -228,6 +282,41 @@ const PADDED_POSITION: &str = r#"  const bool kiln_whole = ntg == ux * uy * uz;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cache root of the test's own under the temporary directory (removed afterwards).
+    fn scratch_root(tag: &str) -> (PathBuf, std::sync::Arc<cache_root::CacheRoot>) {
+        let scratch = std::env::temp_dir().join(format!("kiln-mlx-prelude-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&scratch);
+        std::fs::create_dir_all(&scratch).unwrap();
+        let root = std::sync::Arc::new(cache_root::CacheRoot::new(scratch.join("cache"), scratch.join("tmp")));
+        (scratch, root)
+    }
+
+    #[test]
+    fn the_prelude_file_holds_the_prelude_and_is_written_again_when_gone() {
+        let (scratch, root) = scratch_root("gone");
+        cache_root::with_root(root, || {
+            let path = prelude_file().expect("a writable cache directory");
+            assert!(path.starts_with(scratch.join("cache").join("mlx-cuda")), "{}", path.display());
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), prelude_file_text());
+            std::fs::remove_file(&path).unwrap();
+            assert_eq!(prelude_file().as_deref(), Some(path.as_path()));
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), prelude_file_text());
+            // A truncated file is replaced too.
+            std::fs::write(&path, "#error truncated\n").unwrap();
+            assert_eq!(prelude_file().as_deref(), Some(path.as_path()));
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), prelude_file_text());
+        });
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
+
+    #[test]
+    fn a_path_an_include_cannot_name_keeps_the_prelude_inline() {
+        let (scratch, _) = scratch_root("quote");
+        let quoted = std::sync::Arc::new(cache_root::CacheRoot::new(scratch.join("a\"b"), scratch.join("tmp")));
+        cache_root::with_root(quoted, || assert_eq!(prelude_file(), None));
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
 
     #[test]
     fn barriers_are_found_as_identifiers() {
