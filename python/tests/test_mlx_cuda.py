@@ -107,7 +107,8 @@ def where_am_i_reference(x, grid, tg):
     return out.ravel()
 
 
-@pytest.mark.parametrize("grid,tg", [((12, 10), (8, 8)), ((64, 4), (32, 4)), ((70, 3), (64, 2))])
+@pytest.mark.parametrize("grid,tg", [((12, 10), (8, 8)), ((64, 4), (32, 4)), ((70, 3), (64, 2)), ((40, 3), (32, 2)),
+                                     ((5, 7), (4, 4))])
 def test_partial_threadgroups_give_metals_attributes_and_barriers(grid, tg):
     x = mx.random.normal((grid[0] * grid[1],))
     kernel = mx.fast.metal_kernel(name="where_am_i", input_names=["x"], output_names=["out"], source=WHERE_AM_I)

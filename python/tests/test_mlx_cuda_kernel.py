@@ -373,15 +373,17 @@ def test_stand_in_runs_of_a_barrier_kernel_match_the_emulator(grid, tg):
 
 
 @pytest.mark.cuda
-def test_stand_in_runs_of_partial_2d_groups_give_metals_attributes():
+@pytest.mark.parametrize("grid,tg", [((12, 10), (8, 8)), ((70, 3), (64, 2)), ((40, 3), (32, 2))])
+def test_stand_in_runs_of_partial_2d_groups_give_metals_attributes(grid, tg):
     """A 2-D grid whose edge groups are partial: each Metal thread's index in its group, its
     position, its group's size and its SIMD lane and group, as the CPU emulator has them."""
     kiln.mlx.uninstall()
     kiln.mlx.install(force=True, cuda_kernel=StandIn(run=True))
     try:
         k = mx.fast.metal_kernel(name="where_am_i", input_names=["x"], output_names=["out"], source=WHERE_AM_I)
-        x = mx.random.normal((12 * 10,))
-        kw = dict(grid=(12, 10, 1), threadgroup=(8, 8, 1), output_shapes=[(600,)], output_dtypes=[mx.float32])
+        n = grid[0] * grid[1]
+        x = mx.random.normal((n,))
+        kw = dict(grid=(*grid, 1), threadgroup=(*tg, 1), output_shapes=[(n * 5,)], output_dtypes=[mx.float32])
         (out,) = k(inputs=[x], **kw)
         (want,) = on_the_emulator("where_am_i", WHERE_AM_I, x, grid=kw["grid"], threadgroup=kw["threadgroup"],
                                   output_shapes=kw["output_shapes"])

@@ -18,11 +18,10 @@
 //! threadgroup gets partial groups padded to whole blocks. There the shim reads the true grid
 //! from an extra input, gives a partial group's Metal threads the block's first linear
 //! indices (so its SIMD groups are the block's warps, as Metal forms them from the linear
-//! index within the actual group) and keeps the other threads out of the kernel. Those still
-//! reach every barrier: each `threadgroup_barrier` becomes a non-aligned block barrier that
-//! counts the threads still running the kernel, and a thread that is done (or never ran) waits
-//! at that barrier until the count is zero, so exactly `grid` threads run and every barrier
-//! sees the whole group.
+//! index within the actual group) and ends the other threads at once. An exited thread takes no
+//! part in a block barrier (a barrier waits for the threads of the block that have not exited),
+//! so `threadgroup_barrier` stays the block barrier it is on every launch: exactly `grid`
+//! threads run and every barrier is the whole group's.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -77,8 +76,6 @@ pub fn emit(
     restrict_pointers: bool,
     prelude: PreludeSource<'_>,
 ) -> MlxCudaText {
-    let masked = matches!(grid, GridSource::Input(_));
-    let barriers = masked && uses_barriers(&module.code);
     let mut header = String::new();
     let _ = writeln!(
         header,
@@ -94,16 +91,9 @@ pub fn emit(
         PreludeSource::Inline => header.push_str(prelude_file_text()),
     }
     header.push_str("#endif\nnamespace kiln_metal {\n");
-    if barriers {
-        header.push_str(MASKED_BARRIER);
-        header.push_str("#define threadgroup_barrier kiln_counted_threadgroup_barrier\n");
-    }
     emit_user_code(&mut header, module, kernel, true);
-    if barriers {
-        header.push_str("#undef threadgroup_barrier\n");
-    }
     header.push_str("#line 1 \"kiln-mlx-entry\"\n");
-    header.push_str(&shim(entry, grid, restrict_pointers, barriers, module.code.contains("kiln::oslog::print")));
+    header.push_str(&shim(entry, grid, restrict_pointers, module.code.contains("kiln::oslog::print")));
     header.push_str("}  // namespace kiln_user\n}  // namespace kiln_metal\n#line 1 \"mlx-cuda-kernel\"\n");
 
     let mut args: Vec<String> = Vec::new();
@@ -151,45 +141,13 @@ pub fn prelude_file() -> Option<PathBuf> {
     includable.then_some(path)
 }
 
-/// Whether lowered code reaches a threadgroup barrier (the prelude's other functions have none).
-pub fn uses_barriers(code: &str) -> bool {
-    let bytes = code.as_bytes();
-    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
-    code.match_indices("threadgroup_barrier").any(|(i, m)| {
-        let end = i + m.len();
-        (i == 0 || !ident(bytes[i - 1])) && (end == bytes.len() || !ident(bytes[end]))
-    })
-}
-
 /// Before the prelude: MLX's includes (CUDA's `<cuda/std/cmath>`, `<cuda/std/cfloat>`) define
 /// C's versions of macros the prelude defines as Metal does (`INFINITY`, `FLT_MAX`, ...), which
 /// the prelude's definitions replace, and the prelude declares constants a kernel may not use.
 const PRELUDE_OPEN: &str = "#pragma nv_diagnostic push\n#pragma nv_diag_suppress 47\n#pragma nv_diag_suppress 177\n";
 
-/// The barrier of launches with padded groups: non-aligned (the threads of a warp may reach it
-/// at different call sites) and counting the threads that arrive still running the kernel.
-const MASKED_BARRIER: &str = r#"namespace kiln {
-__device__ __forceinline__ unsigned counted_barrier(unsigned running) {
-  unsigned n;
-  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %1, 0;\n\tbarrier.red.popc.u32 %0, 0, p;\n\t}"
-               : "=r"(n) : "r"(running) : "memory");
-  return n;
-}
-// A thread that has left the kernel (or is outside the grid) waits here until every thread has.
-__device__ __forceinline__ void wait_for_group() {
-  while (counted_barrier(0u) != 0u) {
-  }
-}
-}  // namespace kiln
-namespace metal {
-__device__ __forceinline__ void kiln_counted_threadgroup_barrier(mem_flags = mem_flags::mem_none) {
-  ::kiln_metal::kiln::counted_barrier(1u);
-}
-}  // namespace metal
-"#;
-
 /// The shim: Metal's attributes from CUDA's indices, then the call of the lowered kernel.
-fn shim(entry: &Entry, grid: GridSource<'_>, restrict_pointers: bool, barriers: bool, logs: bool) -> String {
+fn shim(entry: &Entry, grid: GridSource<'_>, restrict_pointers: bool, logs: bool) -> String {
     let mut params = Vec::new();
     if matches!(grid, GridSource::Input(_)) {
         params.push("const void* kiln_grid".to_string());
@@ -230,11 +188,7 @@ fn shim(entry: &Entry, grid: GridSource<'_>, restrict_pointers: bool, barriers: 
         GridSource::Launch => s.push_str(WHOLE_GROUPS),
         GridSource::Input(_) => {
             s.push_str(PADDED_GROUPS);
-            s.push_str(if barriers {
-                "  if (lin >= ntg) {\n    kiln::wait_for_group();\n    return;\n  }\n"
-            } else {
-                "  if (lin >= ntg) return;\n"
-            });
+            s.push_str("  if (lin >= ntg) return;\n");
             s.push_str(PADDED_POSITION);
         }
     }
@@ -245,9 +199,6 @@ fn shim(entry: &Entry, grid: GridSource<'_>, restrict_pointers: bool, barriers: 
     }
     let _ = writeln!(s, "  using kiln_sig = kiln::signature<decltype({})>;", entry.callee);
     let _ = writeln!(s, "  {}(\n    {});", entry.callee, args.join(",\n    "));
-    if barriers {
-        s.push_str("  kiln::wait_for_group();\n");
-    }
     s.push_str("}\n");
     s
 }
@@ -316,13 +267,5 @@ mod tests {
         let quoted = std::sync::Arc::new(cache_root::CacheRoot::new(scratch.join("a\"b"), scratch.join("tmp")));
         cache_root::with_root(quoted, || assert_eq!(prelude_file(), None));
         let _ = std::fs::remove_dir_all(&scratch);
-    }
-
-    #[test]
-    fn barriers_are_found_as_identifiers() {
-        assert!(uses_barriers("threadgroup_barrier(mem_flags::mem_threadgroup);"));
-        assert!(uses_barriers("metal::threadgroup_barrier(f)"));
-        assert!(!uses_barriers("my_threadgroup_barrier_count = 1;"));
-        assert!(!uses_barriers("simdgroup_barrier(mem_flags::mem_none);"));
     }
 }
