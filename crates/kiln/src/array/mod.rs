@@ -3,6 +3,7 @@
 
 #[doc(hidden)]
 pub mod npy;
+mod recycle;
 mod view;
 
 use std::fmt;
@@ -58,11 +59,13 @@ pub struct HostBuffer {
 
 #[derive(Clone)]
 enum HostRepr {
-    /// `len` bytes from word `start` of `words` (the words around them are the aprons).
+    /// `len` bytes from word `start` of `words` (the words around them are the aprons);
+    /// `reusable` for an output's buffer, kept for the next output of its size when dropped.
     Owned {
         words: Vec<u128>,
         start: usize,
         len: usize,
+        reusable: bool,
     },
     Lent(Arc<dyn HostMemory>),
 }
@@ -71,7 +74,9 @@ impl HostBuffer {
     /// A zero-filled buffer of `len` bytes.
     pub fn zeroed(len: usize) -> Self {
         let start = apron_words(len);
-        HostBuffer { repr: HostRepr::Owned { words: vec![0u128; len.div_ceil(16) + 2 * start], start, len } }
+        HostBuffer {
+            repr: HostRepr::Owned { words: vec![0u128; len.div_ceil(16) + 2 * start], start, len, reusable: false },
+        }
     }
 
     /// A zero-filled buffer of `len` bytes, or `None` when that memory cannot be allocated.
@@ -81,24 +86,38 @@ impl HostBuffer {
         let mut words = Vec::new();
         words.try_reserve_exact(total).ok()?;
         words.resize(total, 0u128);
-        Some(HostBuffer { repr: HostRepr::Owned { words, start, len } })
+        Some(HostBuffer { repr: HostRepr::Owned { words, start, len, reusable: false } })
     }
 
-    /// A zero-filled buffer of `len` bytes (aprons as `zeroed`, at least `HOST_APRON_BYTES` each
-    /// side) whose data starts `phase` bytes past a multiple of `align` (a power of two of at
-    /// least 16; `phase` a multiple of 16 below it), with its whole allocation: the address of
-    /// its first byte, its size and the data's offset in it. For the CPU backend, which lays
-    /// guard ranges over the aprons while a kernel writes the buffer, then hands it out as an
-    /// output; the aprons must hold zeros again by then.
-    pub(crate) fn zeroed_placed(len: usize, align: usize, phase: usize) -> Option<(HostBuffer, *mut u8, usize, usize)> {
+    /// A buffer of `len` bytes for an output whose every data byte the caller writes (aprons as
+    /// `zeroed`, at least `HOST_APRON_BYTES` each side, holding zeros), whose data starts `phase`
+    /// bytes past a multiple of `align` (a power of two of at least 16; `phase` a multiple of 16
+    /// below it), with its whole allocation: the address of its first byte, its size and the
+    /// data's offset in it. For the CPU backend, which lays guard ranges over the aprons while a
+    /// kernel writes the buffer, then hands it out as an output; the aprons must hold zeros
+    /// again by then. A large one may be an earlier output's allocation (`recycle`): its data
+    /// holds what that output held.
+    pub(crate) fn placed_for_output(
+        len: usize,
+        align: usize,
+        phase: usize,
+    ) -> Option<(HostBuffer, *mut u8, usize, usize)> {
         let apron = HOST_APRON_BYTES / 16;
         let total = len.div_ceil(16).checked_add(2 * apron)?.checked_add(align / 16)?;
-        let mut words = vec![0u128; total];
+        let (mut words, reused) = match recycle::take(total) {
+            Some(words) => (words, true),
+            None => (vec![0u128; total], false),
+        };
         let base = words.as_mut_ptr() as *mut u8;
         let first = base as usize + HOST_APRON_BYTES;
         let data = (first - phase).div_ceil(align) * align + phase - base as usize;
         let start = data / 16;
-        Some((HostBuffer { repr: HostRepr::Owned { words, start, len } }, base, total * 16, data))
+        if reused {
+            words[..start].fill(0);
+            words[start + len.div_ceil(16)..].fill(0);
+        }
+        let buffer = HostBuffer { repr: HostRepr::Owned { words, start, len, reusable: true } };
+        Some((buffer, base, total * 16, data))
     }
 
     /// A buffer holding a copy of `bytes`.
@@ -121,7 +140,7 @@ impl HostBuffer {
     /// The bytes.
     pub fn bytes(&self) -> &[u8] {
         match &self.repr {
-            HostRepr::Owned { words, start, len } => {
+            HostRepr::Owned { words, start, len, .. } => {
                 &bytemuck::cast_slice::<u128, u8>(words)[start * 16..start * 16 + len]
             }
             HostRepr::Lent(m) => m.bytes(),
@@ -136,7 +155,7 @@ impl HostBuffer {
             *self = copy;
         }
         match &mut self.repr {
-            HostRepr::Owned { words, start, len } => {
+            HostRepr::Owned { words, start, len, .. } => {
                 &mut bytemuck::cast_slice_mut::<u128, u8>(words)[*start * 16..*start * 16 + *len]
             }
             HostRepr::Lent(_) => &mut [],
@@ -154,6 +173,14 @@ impl HostBuffer {
     /// True when empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        if let HostRepr::Owned { words, reusable: true, .. } = &mut self.repr {
+            recycle::keep(std::mem::take(words));
+        }
     }
 }
 

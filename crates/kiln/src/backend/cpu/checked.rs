@@ -192,7 +192,8 @@ impl GuardedBuf {
 
     /// As `filled`, for an output whose data the caller writes in full before the run: from
     /// `HOST_APRON_FROM` bytes up the layout lies inside the host buffer the output becomes (see
-    /// the module's docs), its data left zero rather than filled, and the memory asked to be
+    /// the module's docs), its data left as the host buffer has it (zeros, or an earlier
+    /// output's values in a reused allocation) rather than filled, and the memory asked to be
     /// backed by huge pages where the system has them, as NumPy asks for its large arrays.
     pub fn output(kernel: &str, len: usize, fill: u8) -> Result<GuardedBuf> {
         if len < HOST_APRON_FROM {
@@ -203,7 +204,8 @@ impl GuardedBuf {
         let middle = len.checked_add(DATA_ALIGN).ok_or_else(too_large)?.div_ceil(GRANULE) * GRANULE;
         let size = middle + 2 * GRANULE;
         let data = (GRANULE + middle - len) & !(DATA_ALIGN - 1);
-        let (host, start, total, at) = HostBuffer::zeroed_placed(len, GRANULE, data % GRANULE).ok_or_else(too_large)?;
+        let (host, start, total, at) =
+            HostBuffer::placed_for_output(len, GRANULE, data % GRANULE).ok_or_else(too_large)?;
         // The aprons (HOST_APRON_BYTES each side) hold the guards and the slack: `data` is at
         // most two granules and 16 bytes, the tail after the data one granule and 16 bytes.
         let offset = at - data;
