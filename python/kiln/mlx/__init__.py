@@ -271,7 +271,8 @@ class MetalKernel:
                  for x in inputs]
         outs = self._kiln(inputs=views, output_shapes=output_shapes, output_dtypes=output_dtypes, grid=grid,
                           threadgroup=threadgroup, template=template, device="cpu")
-        return [array(o.view(np.uint16)).view(bfloat16) if o.dtype.name == "bfloat16" else array(o) for o in outs]
+        bf16 = _numpy_bfloat16()
+        return [array(o.view(np.uint16)).view(bfloat16) if o.dtype == bf16 else array(o) for o in outs]
 
     def _traced(self, mx, call):
         factory = _saved.get("metal_kernel", mx.fast.metal_kernel)
@@ -329,6 +330,16 @@ def metal_kernel(name, input_names, output_names, source, header="", ensure_row_
     (the first call does), so kernels built at import time never fail for lack of Metal."""
     return MetalKernel(name, input_names, output_names, source, header, ensure_row_contiguous, atomic_outputs,
                        compile_options)
+
+
+def _numpy_bfloat16():
+    """NumPy's bfloat16 dtype (ml_dtypes'), looked up once: a dtype's ``name`` is computed in
+    Python at every read."""
+    if "bfloat16" not in _detected:
+        from .._dtypes import numpy_dtype
+
+        _detected["bfloat16"] = numpy_dtype("bfloat16")
+    return _detected["bfloat16"]
 
 
 def _evaluate(mx, arrays) -> bool:
