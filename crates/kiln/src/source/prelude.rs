@@ -64,8 +64,9 @@ pub const CPU_CHECKED_RUNTIME: [Header; 7] = [
     BUILTINS,
 ];
 
-/// The CPU group scheduler, after the user's code and entry wrappers.
-pub const CPU_SCHEDULER: Header = header!("cpu/scheduler.h");
+/// The CPU group scheduler, after the user's code and entry wrappers: the scheduling, then
+/// faults and the C entries the host calls.
+pub const CPU_SCHEDULER: [Header; 2] = [header!("cpu/scheduler.h"), header!("cpu/faults.h")];
 
 /// In place of `CPU_SCHEDULER` when the scheduler comes as an object linked into the library:
 /// the declaration of what the entries call.

@@ -16,6 +16,13 @@ use crate::source::prelude::{
 use crate::source::scan::ATTRIBUTES;
 pub use crate::source::user_lines::user_file_name;
 
+/// The group scheduler's headers, in order.
+fn push_scheduler(out: &mut String) {
+    for header in CPU_SCHEDULER {
+        push_header(out, header);
+    }
+}
+
 fn push_header(out: &mut String, (name, text): (&str, &str)) {
     let _ = writeln!(out, "#line 1 \"kiln/{name}\"");
     for line in text.lines() {
@@ -137,7 +144,7 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
     if inlined {
         out.push_str("#if !KILN_CHECKED\n#pragma GCC pop_options\n#endif\n");
     }
-    push_header(&mut out, CPU_SCHEDULER);
+    push_scheduler(&mut out);
     // Each entry's `[[threadgroup(n)]]` parameter names, for fault messages.
     for (i, entry) in module.entries.iter().enumerate() {
         let mut names = vec!["nullptr".to_string(); 16];
@@ -203,7 +210,7 @@ pub fn scheduler_unit() -> &'static str {
     static UNIT: OnceLock<String> = OnceLock::new();
     UNIT.get_or_init(|| {
         let mut out = String::from("#define KILN_SCHEDULER_LINKAGE __attribute__((visibility(\"hidden\")))\n");
-        push_header(&mut out, CPU_SCHEDULER);
+        push_scheduler(&mut out);
         out
     })
 }
@@ -215,7 +222,7 @@ pub fn without_scheduler(unit: &str) -> Option<String> {
     static BLOCKS: OnceLock<(String, String)> = OnceLock::new();
     let (defined, declared) = BLOCKS.get_or_init(|| {
         let (mut defined, mut declared) = (String::new(), String::new());
-        push_header(&mut defined, CPU_SCHEDULER);
+        push_scheduler(&mut defined);
         push_header(&mut declared, CPU_SCHEDULER_LINK);
         (defined, declared)
     });

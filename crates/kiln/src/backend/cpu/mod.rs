@@ -9,7 +9,7 @@
 //! A kernel that accesses memory outside every mapping, divides an integer by zero or reaches a
 //! compiler trap stops with `Error::KernelFault` naming the thread (SIGSEGV, SIGBUS, SIGFPE and
 //! SIGILL raised while a worker runs groups jump back to the worker; see `prelude/cpu/
-//! scheduler.h`); the process and the kernel library go on.
+//! faults.h`); the process and the kernel library go on.
 //!
 //! Outputs lie between guard ranges on every launch, so a kernel writing past one gets an
 //! `Error::KernelFault` naming it. Checked mode (`CpuBackend::checked`, or `CheckedScope` for
