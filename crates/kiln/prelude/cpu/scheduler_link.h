@@ -1,6 +1,7 @@
 // kiln CPU prelude, part 4 declared: what a kernel's translation unit calls of the group
 // scheduler when the scheduler (scheduler.h, faults.h) comes compiled once as an object linked
-// into the kernel library. Hidden: each library keeps its own scheduler, as when it is compiled inline.
+// into the kernel library. Hidden: each library keeps its own scheduler, as when it is compiled
+// inline.
 #pragma once
 
 namespace kiln { namespace rt {
