@@ -52,12 +52,13 @@ pub const CPU_RUNTIME: [Header; 6] = [
     BUILTINS,
 ];
 
-/// `CPU_RUNTIME` of the sanitizer's libraries (`kiln check`): the sanitizer after the
-/// threadgroup memory.
-pub const CPU_CHECKED_RUNTIME: [Header; 7] = [
+/// `CPU_RUNTIME` of the sanitizer's libraries (`kiln check`): the sanitizer and the entry points
+/// of its instrumentation after the threadgroup memory.
+pub const CPU_CHECKED_RUNTIME: [Header; 8] = [
     header!("cpu/runtime.h"),
     header!("cpu/threadgroup.h"),
     header!("cpu/check.h"),
+    header!("cpu/check_hooks.h"),
     header!("cpu/convergence.h"),
     header!("cpu/simd.h"),
     header!("cpu/oslog.h"),

@@ -49,7 +49,8 @@ pub fn prelude(kind: ProgramKind) -> &'static str {
 }
 
 /// The prelude of the sanitizer's libraries (`kiln check`): the same headers with the
-/// sanitizer's hooks compiled in and `cpu/check.h` after the threadgroup memory.
+/// sanitizer's hooks compiled in and `cpu/check.h` with `cpu/check_hooks.h` after the threadgroup
+/// memory.
 pub fn checked_prelude(kind: ProgramKind) -> &'static str {
     static PLAIN: OnceLock<String> = OnceLock::new();
     static MLX_BODY: OnceLock<String> = OnceLock::new();

@@ -314,7 +314,7 @@ fn instrumented(cxx: &str, program: &MetalProgram, parse: Option<&ParseSlot>) ->
         kernel: program.kernel.clone(),
         msg: format!("the checked library has no {what}"),
     };
-    // SAFETY: `check.h` defines these three exports with exactly these signatures.
+    // SAFETY: `check_hooks.h` defines these three exports with exactly these signatures.
     let arm = unsafe { compiled.symbol::<ArmFn>(b"kiln_check_arm\0") }.ok_or_else(|| fault("kiln_check_arm"))?;
     // SAFETY: as above.
     let finish =
