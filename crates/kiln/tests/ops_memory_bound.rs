@@ -28,52 +28,76 @@ fn slice(text: &str) -> Vec<SliceArg> {
 // ---------------------------------------------------------------------------------------------
 // elementwise
 
-fn unary_case(op: Unary, x: &Array, want_variant: &str) {
-    let call = elementwise::unary_call(op, x).unwrap();
-    assert_eq!(call.variant(), want_variant, "{} on {:?}", op.name(), x);
+fn unary_case(op: Unary, x: &Array, plan: Device, want_variant: &str) {
+    let call = elementwise::unary_call_planned_for(op, x, plan).unwrap();
+    assert_eq!(call.variant(), want_variant, "{} on {:?} planned for {plan}", op.name(), x);
     let out = run_poisoned(call).remove(0);
     assert_eq!(out.shape(), x.shape());
     assert_eq!(out.dtype(), x.dtype());
     let xv = x.to_host().unwrap().to_f64_vec().unwrap();
-    assert_close(&format!("{} {:?}", op.name(), x), &out, &elementwise::reference(op, &xv), x.dtype());
+    assert_close(
+        &format!("{} {:?} planned for {plan}", op.name(), x),
+        &out,
+        &elementwise::reference(op, &xv),
+        x.dtype(),
+    );
+}
+
+/// The plans checked on `device`: its own, and on the CPU a GPU's too (run by the emulator).
+fn plans_on(device: Device) -> Vec<Device> {
+    if device == Device::Cpu {
+        vec![Device::Cpu, GPU]
+    } else {
+        vec![device]
+    }
 }
 
 fn elementwise_matches_reference(device: Device) {
     let mut rng = Rng::new(11);
-    for dtype in FLOAT_DTYPES {
-        for op in Unary::ALL {
-            // Contiguous: odd total (vector tail), an exact multiple of the vector width, batch
-            // axes, and a row view at an offset that keeps the vector path.
-            // 16-bit inputs at an 8-element-aligned offset take 16-byte units.
-            let whole = if dtype.size() == 2 { "kiln_unary_contiguous16" } else { "kiln_unary_contiguous" };
-            // Several threadgroups (the unchecked ones and a last one), with and without a tail.
-            for shape in [&[3, 5, 67][..], &[2, 256], &[1031], &[17], &[4109], &[3, 2048]] {
-                let x = on(device, &random_array(&mut rng, dtype, shape).astype(dtype).unwrap());
-                unary_case(op, &x, whole);
+    for plan in plans_on(device) {
+        // On the CPU a row-contiguous input takes one element per thread.
+        let cpu = plan == Device::Cpu;
+        let vector = if cpu { "kiln_unary_flat" } else { "kiln_unary_contiguous" };
+        for dtype in FLOAT_DTYPES {
+            for op in Unary::ALL {
+                // Contiguous: odd total (vector tail), an exact multiple of the vector width,
+                // batch axes, and a row view at an offset that keeps the vector path.
+                // 16-bit inputs at an 8-element-aligned offset take 16-byte units.
+                let whole = match (cpu, dtype.size()) {
+                    (true, _) => "kiln_unary_flat",
+                    (false, 2) => "kiln_unary_contiguous16",
+                    (false, _) => "kiln_unary_contiguous",
+                };
+                // Several threadgroups (the unchecked ones and a last one), with and without a tail.
+                for shape in [&[3, 5, 67][..], &[2, 256], &[1031], &[17], &[4109], &[3, 2048]] {
+                    let x = on(device, &random_array(&mut rng, dtype, shape).astype(dtype).unwrap());
+                    unary_case(op, &x, plan, whole);
+                }
+                let base = on(device, &random_array(&mut rng, dtype, &[5, 24]));
+                unary_case(op, &base.slice(&slice("1:5")).unwrap(), plan, whole);
+                let base = on(device, &random_array(&mut rng, dtype, &[6, 20]));
+                unary_case(op, &base.slice(&slice("1:4")).unwrap(), plan, vector);
+                let base = on(device, &random_array(&mut rng, dtype, &[3, 4100]));
+                unary_case(op, &base.slice(&slice("1:3")).unwrap(), plan, vector);
+                // Strided, read in place: every other row, columns reversed, then transposed; a
+                // broadcast. An unaligned contiguous row and a tiny input: strided on a GPU.
+                let base = on(device, &random_array(&mut rng, dtype, &[9, 13, 7]));
+                let view = base.slice(&slice("::2, ::-1")).unwrap().transpose(&[2, 0, 1]).unwrap();
+                unary_case(op, &view, plan, "kiln_unary_strided");
+                let short = if cpu { "kiln_unary_flat" } else { "kiln_unary_strided" };
+                unary_case(op, &base.slice(&slice("1:2, 1:2")).unwrap(), plan, short);
+                let row = on(device, &random_array(&mut rng, dtype, &[1, 33]));
+                unary_case(op, &row.broadcast_to(&[3, 4, 33]).unwrap(), plan, "kiln_unary_strided");
+                unary_case(op, &on(device, &random_array(&mut rng, dtype, &[5])), plan, short);
             }
-            let base = on(device, &random_array(&mut rng, dtype, &[5, 24]));
-            unary_case(op, &base.slice(&slice("1:5")).unwrap(), whole);
-            let base = on(device, &random_array(&mut rng, dtype, &[6, 20]));
-            unary_case(op, &base.slice(&slice("1:4")).unwrap(), "kiln_unary_contiguous");
-            let base = on(device, &random_array(&mut rng, dtype, &[3, 4100]));
-            unary_case(op, &base.slice(&slice("1:3")).unwrap(), "kiln_unary_contiguous");
-            // Strided, read in place: every other row, columns reversed, then transposed; an
-            // unaligned contiguous row; a broadcast; a tiny input.
-            let base = on(device, &random_array(&mut rng, dtype, &[9, 13, 7]));
-            let view = base.slice(&slice("::2, ::-1")).unwrap().transpose(&[2, 0, 1]).unwrap();
-            unary_case(op, &view, "kiln_unary_strided");
-            unary_case(op, &base.slice(&slice("1:2, 1:2")).unwrap(), "kiln_unary_strided");
-            let row = on(device, &random_array(&mut rng, dtype, &[1, 33]));
-            unary_case(op, &row.broadcast_to(&[3, 4, 33]).unwrap(), "kiln_unary_strided");
-            unary_case(op, &on(device, &random_array(&mut rng, dtype, &[5])), "kiln_unary_strided");
         }
+        // The erf tails: wide inputs, where 1 + erf(x/√2) cancels for negative x.
+        let wide = Array::from_f64(DType::F32, &[400], &rng.normals(400, 4.0)).unwrap();
+        unary_case(Unary::GeluErf, &on(device, &wide), plan, vector);
+        let tail: Vec<f64> = (0..64).map(|i| -3.0 - i as f64 * 0.1).collect();
+        let tail = Array::from_f64(DType::F32, &[64], &tail).unwrap();
+        unary_case(Unary::GeluErf, &on(device, &tail), plan, vector);
     }
-    // The erf tails: wide inputs, where 1 + erf(x/√2) cancels for negative x.
-    let wide = Array::from_f64(DType::F32, &[400], &rng.normals(400, 4.0)).unwrap();
-    unary_case(Unary::GeluErf, &on(device, &wide), "kiln_unary_contiguous");
-    let tail: Vec<f64> = (0..64).map(|i| -3.0 - i as f64 * 0.1).collect();
-    let tail = Array::from_f64(DType::F32, &[64], &tail).unwrap();
-    unary_case(Unary::GeluErf, &on(device, &tail), "kiln_unary_contiguous");
 }
 
 fn elementwise_rejects_bad_input(device: Device) {
@@ -521,9 +545,12 @@ fn every_variant(dtype: DType) -> Vec<OpCall> {
     let mut arr = |shape: &[usize]| random_array(&mut rng, dtype, shape);
     let mut calls = Vec::new();
     for op in Unary::ALL {
-        calls.push(elementwise::unary_call(op, &arr(&[64])).unwrap());
-        calls.push(elementwise::unary_call(op, &arr(&[6, 20]).slice(&slice("1:4")).unwrap()).unwrap());
-        calls.push(elementwise::unary_call(op, &arr(&[8, 6]).t()).unwrap());
+        for plan in [GPU, Device::Cpu] {
+            calls.push(elementwise::unary_call_planned_for(op, &arr(&[64]), plan).unwrap());
+            let row = arr(&[6, 20]).slice(&slice("1:4")).unwrap();
+            calls.push(elementwise::unary_call_planned_for(op, &row, plan).unwrap());
+            calls.push(elementwise::unary_call_planned_for(op, &arr(&[8, 6]).t(), plan).unwrap());
+        }
     }
     for d in [64, 33, 2048, 2047] {
         let (x, r, w) = (arr(&[4, d]), arr(&[4, d]), arr(&[d]));
@@ -566,7 +593,7 @@ fn every_op_variant_compiles_with_nvrtc() {
         assert_eq!(&cubin[..4], b"\x7fELF", "{}: not a cubin", call.variant());
         variants.insert(call.variant().to_string());
     }
-    // 3 elementwise + 4 × 3 GPU row kernels + 5 row-per-thread kernels (2 for each norm, 1 for
-    // softmax) + 1 packed softmax + 5 rope + overlap-add + 2 scatter-add.
-    assert_eq!(variants.len(), 29, "{variants:?}");
+    // 3 GPU elementwise + 1 CPU elementwise + 4 × 3 GPU row kernels + 5 row-per-thread kernels
+    // (2 for each norm, 1 for softmax) + 1 packed softmax + 5 rope + overlap-add + 2 scatter-add.
+    assert_eq!(variants.len(), 30, "{variants:?}");
 }

@@ -34,6 +34,11 @@
 //!   for the L2 on CUDA), also measured faster there (`bench/results/notes/ops.md`).
 //! - `strided`: anything else, read in place through `elem_to_loc` (no copy) after merging
 //!   axes that are contiguous with each other, one thread per element.
+//! - `flat`, planned for the CPU: `x` row-contiguous, one element per thread (exactly `n`
+//!   threads, in groups of 256), each mapped by the same function as in the GPU variants. The
+//!   CPU runs each thread as an iteration of a plain loop, where chunks add work per element
+//!   and no memory parallelism. `unary_call_planned_for` gives a GPU's plan on any device (to
+//!   check it on the CPU).
 //!
 //! Reference: the formulas in f64 (erf by its Taylor series below 2, the continued fraction of
 //! erfc above) on the dtype-rounded inputs. Tolerance: the dtype table of `kiln::check`.
@@ -42,6 +47,7 @@ use super::kernel_cache::KernelCache;
 use super::plan::OpCall;
 use super::util::{check_float, check_nonempty, grid_dim, load16_source};
 use crate::array::Array;
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{LaunchSpec, MetalKernel, MAX_NDIM};
@@ -205,6 +211,12 @@ const STRIDED_SOURCE: &str = r#"
     out[elem] = static_cast<T>(kiln_unary_any<T, OP>(static_cast<float>(inp[loc])));
 "#;
 
+const FLAT_SOURCE: &str = r#"
+    uint i = thread_position_in_grid.x;
+    out[i] = static_cast<T>(kiln_unary_any<T, OP>(static_cast<float>(inp[i])));
+"#;
+
+static FLAT: KernelCache<MetalKernel> = KernelCache::new();
 static CONTIGUOUS: KernelCache<MetalKernel> = KernelCache::new();
 static CONTIGUOUS16: KernelCache<MetalKernel> = KernelCache::new();
 static STRIDED: KernelCache<MetalKernel> = KernelCache::new();
@@ -234,6 +246,10 @@ fn contiguous16_kernel(op: &str) -> Result<&'static MetalKernel> {
         )?
         .header(HEADER))
     })
+}
+
+fn flat_kernel(op: &str) -> Result<&'static MetalKernel> {
+    FLAT.one(op, || Ok(MetalKernel::new("kiln_unary_flat", &["inp"], &["out"], FLAT_SOURCE)?.header(HEADER)))
 }
 
 fn strided_kernel(op: &str) -> Result<&'static MetalKernel> {
@@ -271,8 +287,15 @@ fn merge_axes(a: &Array) -> Array {
     a.with_view(a.offset(), shape, strides)
 }
 
-/// The validated call of `op` on `x` (see the module header for the variant rule).
+/// The validated call of `op` on `x` (see the module header for the variant rule), planned for
+/// the device `x` lives on.
 pub fn unary_call(op: Unary, x: &Array) -> Result<OpCall> {
+    unary_call_planned_for(op, x, x.device())
+}
+
+/// The validated call with the plan `plan_device` would get, run where `x` lives (a GPU's plan
+/// on a CPU array runs on the CPU emulator, which is how it is checked without a GPU).
+pub fn unary_call_planned_for(op: Unary, x: &Array, plan_device: Device) -> Result<OpCall> {
     let name = op.name();
     check_float(name, "x", x)?;
     check_nonempty(name, "x", x, 0)?;
@@ -281,6 +304,13 @@ pub fn unary_call(op: Unary, x: &Array) -> Result<OpCall> {
         return Err(Error::invalid(name, format!("{n} elements exceed the 32-bit index range")));
     }
     let dtype = x.dtype();
+    if plan_device == Device::Cpu && x.is_row_contiguous() {
+        let spec = LaunchSpec::new([grid_dim(name, n)?, 1, 1], [GROUP, 1, 1])
+            .output(x.shape(), dtype)
+            .template("T", dtype)
+            .template("OP", op as i32);
+        return Ok(OpCall::new(flat_kernel(name)?, vec![x.reshape(&[n])?.into()], spec));
+    }
     // (kernel, elements per chunk, chunks per thread K, threads per group G)
     let vector = if dtype.size() == 2 && x.is_row_contiguous() && x.offset() % 8 == 0 && n >= 16 {
         Some((contiguous16_kernel(name)?, 8usize, 1usize, 256u32))

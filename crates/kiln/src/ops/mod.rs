@@ -50,7 +50,7 @@ pub use attention::{
     scaled_dot_product_attention, scaled_dot_product_attention_plan, scaled_dot_product_attention_with, Mask,
 };
 pub use cholesky::{cholesky, cholesky_plan, cholesky_with};
-pub use elementwise::{exp, gelu, gelu_erf, silu, unary, unary_call, Unary};
+pub use elementwise::{exp, gelu, gelu_erf, silu, unary, unary_call, unary_call_planned_for, Unary};
 pub use gdn_kkt::{gdn_chunk_scaled_dot_kkt, gdn_chunk_scaled_dot_kkt_call, gdn_chunk_scaled_dot_kkt_with};
 pub use grid_sample::{grid_sample, grid_sample_call, grid_sample_vjp, grid_sample_vjp_plan, grid_sample_with};
 pub use host_input::HostInput;
