@@ -56,6 +56,7 @@ fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<library::Library>()?;
     m.add_class::<mlx_cuda::PyCudaKernel>()?;
     m.add_function(wrap_pyfunction!(mlx_cuda::mlx_cuda_kernel_source, m)?)?;
+    m.add_function(wrap_pyfunction!(mlx_cuda::mlx_cuda_launch_limit, m)?)?;
     m.add_function(wrap_pyfunction!(mlx_cuda::mlx_metal_verbose_text, m)?)?;
     m.add_class::<arrays::HostArray>()?;
     m.add_class::<arrays::DeviceArray>()?;

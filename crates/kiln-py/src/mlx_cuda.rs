@@ -26,6 +26,14 @@ fn placeholders(op: &str, inputs: &[(String, Vec<usize>)]) -> PyResult<Vec<Array
     inputs.iter().map(|(d, s)| placeholder(op, d, s)).collect()
 }
 
+/// Why MLX's `cuda_kernel` cannot run a grid of `grid` threads in threadgroups of
+/// `threadgroup` in one CUDA launch (None where it can): what makes a call's plan unsupported
+/// whatever its kernel, checked at every call since plans are kept per call signature.
+#[pyfunction]
+pub fn mlx_cuda_launch_limit(grid: (u32, u32, u32), threadgroup: (u32, u32, u32)) -> Option<String> {
+    kiln::kernel::cuda_kernel_launch_limit(grid.into(), threadgroup.into())
+}
+
 /// The `cuda_kernel` arguments of a call of `kernel` with inputs of these `(dtype, shape)`:
 /// a dict with `name`, `input_names`, `output_names`, `source`, `header`,
 /// `ensure_row_contiguous`, `shared_memory` and `grid_input` (the name of the extra grid input,

@@ -22,8 +22,6 @@ from .._dtypes import dtype_name
 
 _I32 = 2**31
 _U32 = 2**32
-# CUDA's limits on a launch's block counts (x, y, z); MLX's cuda_kernel takes int grid sizes.
-_MAX_BLOCKS = (2**31 - 1, 65535, 65535)
 # Grid inputs by grid, kept for the calls that follow (bounded: grids that grow with a
 # sequence would otherwise pile up).
 _GRIDS: dict = {}
@@ -101,11 +99,6 @@ def _warn_once(kernel, reason):
                       stacklevel=4)
 
 
-def _one_launch_covers(grid, group):
-    """Whether one CUDA launch of blocks of ``group`` threads covers ``grid`` (MLX's cuda_kernel
-    launches ``ceil(grid / group)`` blocks), as kiln's lowering decides it."""
-    return all(g < _I32 and -(-g // t) <= m for g, t, m in zip(grid, group, _MAX_BLOCKS))
-
 
 def call(kernel, factory, mx, inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, verbose,
          stream):
@@ -123,9 +116,8 @@ def call(kernel, factory, mx, inputs, output_shapes, output_dtypes, grid, thread
     # A plan is kept per call signature, which leaves the grid out: a grid beyond one launch is
     # planned (and refused, with its own reason) call by call.
     cacheable = bool(valid_group) and len(output_shapes) == len(output_dtypes)
-    group = (min(tx, gx), min(ty, gy), min(tz, gz)) if valid_group else threadgroup
-    padded = cacheable and bool(gx % group[0] or gy % group[1] or gz % group[2])
-    cacheable = cacheable and _one_launch_covers(grid, group)
+    padded = cacheable and bool(gx % min(tx, gx) or gy % min(ty, gy) or gz % min(tz, gz))
+    cacheable = cacheable and _kiln.mlx_cuda_launch_limit(grid, threadgroup) is None
     try:
         tkey = tuple((n, type(v), v) for n, v in template) if template else ()
         key = (_signature(mx, inputs), tkey, tuple(output_dtypes), padded) if cacheable else None

@@ -2,7 +2,7 @@
 //! after their arrays are dropped. A fresh buffer of tens of MiB costs the kernel's pass over it
 //! again in page faults and the system's zero fill; a kept one has its pages already. Kept are
 //! at most `MAX_KEPT` buffers and `MAX_KEPT_BYTES` in all (the oldest go first), only buffers of
-//! `KEEP_FROM` bytes or more, and only those made for outputs ([`super::HostBuffer::zeroed_placed`]),
+//! `KEEP_FROM` bytes or more, and only those made for outputs ([`super::HostBuffer::placed_for_output`]),
 //! whose next owner writes every data byte and gets zeroed aprons (`take`'s caller zeroes them).
 
 use std::sync::Mutex;

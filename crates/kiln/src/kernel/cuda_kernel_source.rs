@@ -103,7 +103,7 @@ impl MetalKernel {
         if let Some(contract) = EntryContract::of(self.op(), &program, &parse)? {
             contract.check(self.op(), group, n_buffers, &[])?;
         }
-        if let Some(reason) = launch_limit(spec.grid, group) {
+        if let Some(reason) = cuda_kernel_launch_limit(spec.grid, spec.threadgroup) {
             return Ok(CudaKernelPlan::Unsupported(reason));
         }
         let module = lower::lower_kept(&program, Some(&parse), LowerTarget::Cuda)?;
@@ -167,6 +167,12 @@ fn template_uses(spec: &LaunchSpec) -> String {
     } else {
         format!("  {}\n", names.join(" "))
     }
+}
+
+/// Why MLX's `cuda_kernel` cannot launch a grid of `grid` threads in threadgroups of
+/// `threadgroup` in one CUDA launch, if it cannot (the reason a call's plan is unsupported).
+pub fn cuda_kernel_launch_limit(grid: [u32; 3], threadgroup: [u32; 3]) -> Option<String> {
+    launch_limit(grid, [0, 1, 2].map(|d| threadgroup[d].min(grid[d].max(1))))
 }
 
 /// Why MLX's launch cannot realise a grid of `grid` threads in groups of `group`, if it cannot.

@@ -17,7 +17,7 @@ pub use dim3::Dim3;
 pub use launch::IntoTemplateArg;
 
 pub use cuda_kernel::{cuda_type, CudaKernel, CUDA_MAX_NDIM};
-pub use cuda_kernel_source::{CudaKernelPlan, CudaKernelSource};
+pub use cuda_kernel_source::{cuda_kernel_launch_limit, CudaKernelPlan, CudaKernelSource};
 pub use launch::{KernelInput, LaunchSpec, OutputDTypes, OutputShapes, TemplateArgs, TemplateName};
 pub use metal_kernel::{GeneratedSource, MetalKernel};
 pub use metal_library::{LibraryArg, LibraryLaunch, MetalLibrary};

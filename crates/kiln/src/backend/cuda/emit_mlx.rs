@@ -113,8 +113,17 @@ pub fn emit(
 /// The prelude as the header holds it or includes it: kiln's CUDA prelude between the pragmas
 /// that quiet what MLX's includes make of it.
 pub fn prelude_file_text() -> &'static str {
-    static TEXT: OnceLock<String> = OnceLock::new();
-    TEXT.get_or_init(|| format!("{PRELUDE_OPEN}{}#pragma nv_diagnostic pop\n", shared_prelude()))
+    &prelude_file_contents().0
+}
+
+/// The prelude file's text and its name (from the text's hash), made once.
+fn prelude_file_contents() -> &'static (String, String) {
+    static CONTENTS: OnceLock<(String, String)> = OnceLock::new();
+    CONTENTS.get_or_init(|| {
+        let text = format!("{PRELUDE_OPEN}{}#pragma nv_diagnostic pop\n", shared_prelude());
+        let name = format!("kiln-prelude-{:016x}.cuh", crate::program::fx(0, text.as_bytes()));
+        (text, name)
+    })
 }
 
 /// The file a header includes for the prelude: `mlx-cuda/kiln-prelude-<hash>.cuh` in kiln's
@@ -123,11 +132,10 @@ pub fn prelude_file_text() -> &'static str {
 /// `#include` (a quote, a backslash or a control character in it): the header then holds
 /// the prelude inline.
 pub fn prelude_file() -> Option<PathBuf> {
-    let text = prelude_file_text();
-    let name = format!("kiln-prelude-{:016x}.cuh", crate::program::fx(0, text.as_bytes()));
+    let (text, name) = prelude_file_contents();
     let path = cache_root::run(|root| {
         let dir = root.join("mlx-cuda");
-        let path = dir.join(&name);
+        let path = dir.join(name);
         if std::fs::metadata(&path).is_ok_and(|m| m.len() == text.len() as u64) {
             return Ok(path);
         }
