@@ -2,6 +2,7 @@
 ``mx.fast.metal_kernel`` as MLX's test_fast.py is, on MLX's CPU wheel with kiln's drop-in
 installed: each output checked against NumPy on the actual (random) inputs."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -361,3 +362,41 @@ def test_use_device_runs_on_kilns_own_buffers_and_copies_back():
     np.testing.assert_array_equal(f64(x2), want)
     np.testing.assert_array_equal(np.asarray(trunc), np.trunc(av).astype(np.int32))
     np.testing.assert_array_equal(f64(half), av)
+
+
+def test_plain_calls_on_mlx_cpu_arrays_are_read_and_run_in_the_extension(monkeypatch):
+    # MLX arrays (lazy, strided, 0-d, bfloat16) and Python scalars in a list or a tuple: the
+    # extension's path alone serves the call, so the general path is made to fail.
+    if kiln.mlx._host_types() is None:
+        pytest.skip("kernels on MLX arrays are lazy MLX primitives here (MLX's CUDA build)")
+    monkeypatch.setattr(kiln.mlx, "_evaluate", lambda mx_, arrays: pytest.fail("took the general path"))
+    kernel = mx.fast.metal_kernel(name="host_mix", input_names=["a", "b", "s", "k"], output_names=["y", "z"],
+                                  source="""
+        uint i = thread_position_in_grid.x;
+        y[i] = bfloat16_t(float(a[i]) * s + float(b[i % 8]));
+        z[i] = a[i] * k;
+    """, ensure_row_contiguous=True)
+    mx.random.seed(11)
+    a = (mx.random.normal(shape=(8, 12)) + 2).T  # lazy and transposed: read row-contiguous
+    b = mx.random.normal(shape=(8,)).astype(mx.bfloat16)
+    s = mx.array(0.75)
+    for args in ([a, b, s, 3], (a, b, s, 3)):
+        y, z = kernel(inputs=args, grid=(96, 1, 1), threadgroup=(32, 1, 1), output_shapes=[(12, 8), (12, 8)],
+                      output_dtypes=[mx.bfloat16, mx.float32])
+        assert (y.dtype, z.dtype, y.shape, z.shape) == (mx.bfloat16, mx.float32, (12, 8), (12, 8))
+        flat = f64(a).reshape(-1)
+        want_y = flat * 0.75 + np.tile(f64(b), 12)
+        assert_close(f64(y).reshape(-1), want_y, ml_dtypes.bfloat16)
+        np.testing.assert_array_equal(np.asarray(z).reshape(-1), (np.asarray(a).reshape(-1) * np.float32(3)))
+    # An input the extension does not read (a NumPy array) is converted as MLX converts it first.
+    (z,) = mx.fast.metal_kernel(name="host_np", input_names=["a"], output_names=["z"],
+                                source="uint i = thread_position_in_grid.x; z[i] = a[i] + 1;")(
+        inputs=[np.arange(5, dtype=np.float32)], grid=(5, 1, 1), threadgroup=(5, 1, 1), output_shapes=[(5,)],
+        output_dtypes=[mx.float32])
+    np.testing.assert_array_equal(np.asarray(z), np.arange(5, dtype=np.float32) + 1)
+    # Errors in the arguments name the kernel as the general path's do.
+    with pytest.raises(kiln.KilnError, match="host_np"):
+        mx.fast.metal_kernel(name="host_np", input_names=["a"], output_names=["z"],
+                             source="uint i = thread_position_in_grid.x; z[i] = a[i] + 1;")(
+            inputs=[mx.zeros((5,))], grid=(5, 0, 1), threadgroup=(5, 1, 1), output_shapes=[(5,)],
+            output_dtypes=[mx.float32])

@@ -104,11 +104,21 @@ fn host_layout(a: &Array) -> (usize, Option<Vec<isize>>) {
 /// A kiln host array of a NumPy dtype (not bfloat16) as a NumPy array over its buffer, whose
 /// base is the array's `HostArray` holder.
 pub fn numpy_view(py: Python<'_>, array: Array) -> PyResult<Bound<'_, PyAny>> {
+    let dtype = array.dtype();
+    numpy_view_as(py, array, dtype)
+}
+
+/// [`numpy_view`] with the elements read as `dtype`, a NumPy dtype of the array's element size
+/// (a bfloat16 array's bits as `uint16`).
+pub fn numpy_view_as(py: Python<'_>, array: Array, dtype: DType) -> PyResult<Bound<'_, PyAny>> {
     if array.host_buffer().is_none() {
         return Err(PyValueError::new_err("a host array without a host buffer"));
     }
+    if dtype.size() != array.dtype().size() {
+        return Err(PyValueError::new_err(format!("{} elements read as {dtype}", array.dtype())));
+    }
     let (address, byte_strides) = host_layout(&array);
-    let (shape, dtype) = (array.shape().to_vec(), array.dtype());
+    let shape = array.shape().to_vec();
     let holder = Bound::new(py, HostArray { array })?.into_any();
     crate::numpy_api::array_over(holder, address, &shape, byte_strides.as_deref(), dtype)?
         .ok_or_else(|| PyValueError::new_err(format!("NumPy has no dtype {dtype}")))

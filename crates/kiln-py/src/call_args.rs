@@ -48,6 +48,12 @@ impl<'py> Inputs<'py> {
         }
     }
 
+    /// Inputs read by another path than this module's (the MLX drop-in's, `mlx_host.rs`),
+    /// NumPy their lead.
+    pub fn read_elsewhere(values: Vec<KernelInput>) -> Self {
+        Inputs { values, lead: None, lead_tensor: None }
+    }
+
     /// The framework the outputs come back in (NumPy for a call of scalars only).
     pub fn lead(&self) -> Lead {
         self.lead.unwrap_or(Lead::NumPy)
@@ -114,6 +120,11 @@ pub fn parse<'py>(
     k: &Keywords<'_, 'py>,
 ) -> PyResult<Call<'py>> {
     let inputs = inputs(op, names, ensure_row_contiguous, k.inputs)?;
+    parse_with_inputs(op, inputs, k)
+}
+
+/// [`parse`] of a call whose inputs were read already (`k.inputs` is not read again).
+pub fn parse_with_inputs<'py>(op: &str, inputs: Inputs<'py>, k: &Keywords<'_, 'py>) -> PyResult<Call<'py>> {
     let shapes = sequence(op, "output_shapes", k.output_shapes)?;
     let mut output_shapes = Vec::with_capacity(shapes.len());
     for (i, s) in shapes.iter().enumerate() {

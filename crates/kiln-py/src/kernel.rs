@@ -280,6 +280,27 @@ impl Kernel {
         no_panic(this.kernel.op(), || this.call_checked(py, &keywords, verbose))
     }
 
+    /// The MLX drop-in's call on MLX CPU arrays (`mlx_host.rs`): MLX arrays out, or `None` where
+    /// the drop-in's general path takes the call.
+    #[pyo3(name = "_mlx_host_call", signature = (inputs, output_shapes, output_dtypes, grid, threadgroup, template, mlx_array, mlx_bfloat16))]
+    #[allow(clippy::too_many_arguments)]
+    fn mlx_host_call<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: &Bound<'py, PyAny>,
+        output_shapes: &Bound<'py, PyAny>,
+        output_dtypes: &Bound<'py, PyAny>,
+        grid: &Bound<'py, PyAny>,
+        threadgroup: &Bound<'py, PyAny>,
+        template: &Bound<'py, PyAny>,
+        mlx_array: &Bound<'py, PyAny>,
+        mlx_bfloat16: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyList>>> {
+        let call = crate::mlx_host::MlxCall { inputs, output_shapes, output_dtypes, grid, threadgroup, template };
+        let mlx = crate::mlx_host::Mlx { array: mlx_array, bfloat16: mlx_bfloat16 };
+        no_panic(self.kernel.op(), || crate::mlx_host::call(py, &self.kernel, &call, &mlx))
+    }
+
     /// The Metal source MLX would generate for these arguments, without running.
     #[pyo3(name = "_generate", signature = (inputs, output_shapes, output_dtypes, template))]
     fn generate(

@@ -14,6 +14,7 @@ mod kernel;
 mod lent;
 mod library;
 mod mlx_cuda;
+mod mlx_host;
 mod numpy_api;
 mod ops;
 #[cfg(unix)]

@@ -62,6 +62,22 @@ pub fn fields(array: &Bound<'_, PyAny>) -> Fields {
     }
 }
 
+/// `np.asarray(obj)`: a NumPy array over `obj`'s memory where it exports one (the buffer
+/// protocol, `__array_interface__`), else NumPy's conversion of it.
+pub fn as_array<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    // SAFETY: `obj` is a live object (the GIL is held); `PyArray_FromAny` takes no reference to
+    // the null dtype and context it is given and returns a new reference, or null with
+    // Python's error set.
+    unsafe {
+        let out = PY_ARRAY_API.PyArray_FromAny(py, obj.as_ptr(), std::ptr::null_mut(), 0, 0, 0, std::ptr::null_mut());
+        if out.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        Ok(Bound::from_owned_ptr(py, out))
+    }
+}
+
 /// The array that owns the memory `array` (a NumPy array) views: the last NumPy array down its
 /// chain of bases, and whether it owns its data (a view of another object's memory does not).
 pub fn root<'py>(array: &Bound<'py, PyAny>) -> (Bound<'py, PyAny>, bool) {

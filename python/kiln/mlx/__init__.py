@@ -18,10 +18,10 @@ What ``cuda_kernel`` cannot run (a grid beyond one CUDA launch) runs eagerly, wi
 
 On MLX's CPU build (and under :func:`use_device`) a call runs the kernel with kiln eagerly on
 the device the arrays live on (the CPU emulator for MLX CPU arrays) and returns MLX arrays.
-Inputs are read in place (NumPy views of their memory, or DLPack); kiln's outputs are copied
-once into new MLX arrays, which costs less than kiln writing evaluated MLX allocations in place
-(MLX's evaluation, and a guarded copy in and out of memory kiln did not allocate). Calls with
-``init_value`` take the in-place path. The call evaluates its inputs (``mx.eval``) and its outputs
+Inputs are read in place by the extension (as NumPy reads them; bfloat16 through DLPack);
+kiln's outputs are copied once into new MLX arrays, which costs less than kiln writing evaluated
+MLX allocations in place (MLX's evaluation, and a guarded copy in and out of memory kiln did not
+allocate). Calls with ``init_value`` take the in-place path. The call evaluates its inputs and its outputs
 are already evaluated, so it works inside ``mx.grad`` / ``mx.vjp`` / ``mx.custom_function``
 but not inside ``mx.compile`` or ``mx.vmap``, which forbid evaluation.
 
@@ -176,20 +176,28 @@ class MetalKernel:
         """Returns the kernel's outputs as MLX arrays: lazy ones from MLX's ``cuda_kernel`` on
         MLX's CUDA build, else evaluated ones kiln has written (``stream`` is then accepted for
         MLX's signature; kiln runs on the arrays' device)."""
+        override = _device_override.get()
+        host = _host_types() if override is None and init_value is None and not verbose else None
+        # MLX's CPU build: kiln's call on the arrays' memory, the outputs copied into new MLX
+        # arrays (the extension's `_mlx_host_call`); None where the general path takes the call.
+        if host is not None:
+            outs = self._kiln._mlx_host_call(inputs, output_shapes, output_dtypes, grid, threadgroup, template, *host)
+            if outs is not None:
+                return outs
         mx = _mx()
         # MLX converts array-likes (NumPy arrays, lists) to MLX arrays; Python scalars stay
         # scalars, which kiln types by MLX's rules.
         array = mx.array
-        inputs = [x if type(x) is array or isinstance(x, (array, bool, int, float)) else array(x) for x in inputs]
-        factory = _cuda_kernel_factory()
-        if factory is not None and _device_override.get() is None:
-            outs = _lazy.call(self, factory, mx, inputs, output_shapes, output_dtypes, grid, threadgroup, template,
-                              init_value, verbose, stream)
+        given = inputs
+        inputs = [x if type(x) is array or isinstance(x, (array, bool, int, float)) else array(x) for x in given]
+        if host is not None and any(x is not y for x, y in zip(inputs, given)):
+            outs = self._kiln._mlx_host_call(inputs, output_shapes, output_dtypes, grid, threadgroup, template, *host)
             if outs is not None:
                 return outs
-        if factory is None and _device_override.get() is None and not mlx_has_cuda():
-            outs = self._on_numpy_views(mx, inputs, output_shapes, output_dtypes, grid, threadgroup, template,
-                                      init_value, verbose)
+        factory = _cuda_kernel_factory()
+        if factory is not None and override is None:
+            outs = _lazy.call(self, factory, mx, inputs, output_shapes, output_dtypes, grid, threadgroup, template,
+                              init_value, verbose, stream)
             if outs is not None:
                 return outs
         arrays = [x for x in inputs if isinstance(x, mx.array)]
@@ -199,7 +207,6 @@ class MetalKernel:
         tmpl = check_arg.template(op, template)
         init = check_arg.init_value(op, init_value)
         grid, threadgroup = check_arg.dims(op, "grid", grid), check_arg.dims(op, "threadgroup", threadgroup)
-        override = _device_override.get()
         lead = next((x for x in arrays if x.ndim > 0), arrays[0] if arrays else None)
         on_cpu = lead is None or device_kind(lead) == CPU
         if override == "cpu" and not on_cpu:
@@ -240,39 +247,6 @@ class MetalKernel:
                            (0, ordinal), out_descs)
         _cuda_synchronize_default_stream()
         return outs
-
-    def _on_numpy_views(self, mx, inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value,
-                        verbose):
-        """A call on MLX CPU arrays: kiln's own call on NumPy views of the inputs, its NumPy
-        outputs copied once into new MLX arrays. Cheaper than kiln writing evaluated MLX
-        allocations in place, which costs MLX's evaluation (about ten microseconds) and, to keep
-        the memory kiln did not allocate safe from faults, a guarded copy in and out. None where
-        the call takes the general path (``init_value``, ``verbose``, arguments the
-        general path checks and reports); bfloat16 inputs are read through DLPack (NumPy has no
-        bfloat16 buffer format) and bfloat16 outputs travel as their bits."""
-        if init_value is not None or verbose:
-            return None
-        try:
-            if not len(output_shapes) == len(output_dtypes) == self._n_outputs:
-                return None
-            for shape, dtype in zip(output_shapes, output_dtypes):
-                if type(dtype) is not mx.Dtype:
-                    return None
-                for n in shape:
-                    if type(n) is not int or n < 0:
-                        return None
-        except TypeError:
-            return None
-        array, bfloat16 = mx.array, mx.bfloat16
-        arrays = [x for x in inputs if isinstance(x, array)]
-        if not _evaluate(mx, arrays):
-            return None
-        views = [(describe_dlpack(x) if x.dtype == bfloat16 else np.asarray(x)) if isinstance(x, array) else x
-                 for x in inputs]
-        outs = self._kiln(inputs=views, output_shapes=output_shapes, output_dtypes=output_dtypes, grid=grid,
-                          threadgroup=threadgroup, template=template, device="cpu")
-        bf16 = _numpy_bfloat16()
-        return [array(o.view(np.uint16)).view(bfloat16) if o.dtype == bf16 else array(o) for o in outs]
 
     def _traced(self, mx, call):
         factory = _saved.get("metal_kernel", mx.fast.metal_kernel)
@@ -332,14 +306,18 @@ def metal_kernel(name, input_names, output_names, source, header="", ensure_row_
                        compile_options)
 
 
-def _numpy_bfloat16():
-    """NumPy's bfloat16 dtype (ml_dtypes'), looked up once: a dtype's ``name`` is computed in
-    Python at every read."""
-    if "bfloat16" not in _detected:
-        from .._dtypes import numpy_dtype
-
-        _detected["bfloat16"] = numpy_dtype("bfloat16")
-    return _detected["bfloat16"]
+def _host_types():
+    """``(mx.array, mx.bfloat16)`` where kernels on MLX arrays run eagerly on kiln's CPU emulator
+    (MLX's CPU build, no ``cuda_kernel`` factory chosen), else None; decided once per choice of
+    factory."""
+    choice = _saved.get("cuda_kernel", _DETECT)
+    seen = _detected.get("host")
+    if seen is not None and seen[0] is choice:
+        return seen[1]
+    mx = _mx()
+    types = (mx.array, mx.bfloat16) if _cuda_kernel_factory() is None and not mlx_has_cuda() else None
+    _detected["host"] = (choice, types)
+    return types
 
 
 def _evaluate(mx, arrays) -> bool:
