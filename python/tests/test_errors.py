@@ -105,7 +105,16 @@ def test_a_wild_read_is_a_fault_not_a_crash(rng):
           threadgroup=(1, 1, 1))
 
 
-def test_ctrl_c_stops_a_long_cpu_kernel(rng):
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handler for the test: a process a shell started in the background
+    inherits SIGINT ignored, and Python then installs none."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_stops_a_long_cpu_kernel(rng, python_sigint):
     k = kiln.metal_kernel("forever", ["a"], ["out"], """
         uint i = thread_position_in_grid.x;
         float x = a[i];
@@ -118,7 +127,9 @@ def test_ctrl_c_stops_a_long_cpu_kernel(rng):
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            k(inputs=[a], output_shapes=[(64,)], output_dtypes=[np.float32], grid=(64, 1, 1), threadgroup=(32, 1, 1))
+            # The timeout ends the test should the interrupt be lost.
+            k(inputs=[a], output_shapes=[(64,)], output_dtypes=[np.float32], grid=(64, 1, 1), threadgroup=(32, 1, 1),
+              timeout=60)
     finally:
         timer.cancel()
     assert time.monotonic() - start < 30, "the kernel stopped soon after the interrupt"
@@ -128,7 +139,7 @@ def test_ctrl_c_stops_a_long_cpu_kernel(rng):
     np.testing.assert_array_equal(out, a + 1)
 
 
-def test_after_a_cpu_kernel_ctrl_c_reaches_python_as_before(rng):
+def test_after_a_cpu_kernel_ctrl_c_reaches_python_as_before(rng, python_sigint):
     # A CPU launch on the main thread puts a handler in front of Python's SIGINT handler for its
     # duration only: afterwards a Ctrl-C is Python's KeyboardInterrupt again, and a Python handler
     # the program installs is what a Ctrl-C during a kernel reaches (the kernel is stopped).
@@ -155,7 +166,7 @@ def test_after_a_cpu_kernel_ctrl_c_reaches_python_as_before(rng):
     try:
         with pytest.raises(KeyboardInterrupt):
             forever(inputs=[a], output_shapes=[(64,)], output_dtypes=[np.float32], grid=(64, 1, 1),
-                    threadgroup=(32, 1, 1))
+                    threadgroup=(32, 1, 1), timeout=60)
     finally:
         timer.cancel()
         signal.signal(signal.SIGINT, previous)

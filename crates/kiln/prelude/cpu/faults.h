@@ -159,14 +159,20 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
   int at = 0;
   uint64_t os_stack = 0;
   if (t || (g && g->direct)) {
-    // A barrier-free kernel's direct loop keeps no `Thread`: the group has the position.
+    // A barrier-free kernel's direct loop keeps no `Thread`: the group has the position (of a
+    // span of threads in a chunked loop, whose end is `direct_at[3]`).
     const uint3 p = t ? t->thread_position_in_grid
                       : uint3(g->direct_base.x + g->direct_at[0], g->direct_base.y + g->direct_at[1],
                               g->direct_base.z + g->direct_at[2]);
     const uint pos[3] = {p.x, p.y, p.z};
-    msg_put(msg, cap, &at, "thread (");
+    const uint span_end = t ? 0 : g->direct_at[3];
+    msg_put(msg, cap, &at, span_end ? "one of threads (" : "thread (");
     for (int k = 0; k < 3; ++k) {
       msg_put(msg, cap, &at, pos[k], false);
+      if (k == 0 && span_end) {
+        msg_put(msg, cap, &at, "..");
+        msg_put(msg, cap, &at, (uint64_t)(g->direct_base.x + span_end - 1), false);
+      }
       msg_put(msg, cap, &at, k < 2 ? ", " : ") ");
     }
   } else {
@@ -236,13 +242,31 @@ inline int run_groups_guarded(Body body, DirectFn direct, bool cooperative, cons
   sigjmp_buf env;
   e.owner = pthread_self();
   e.env = &env;
-  int rc;
+  volatile int rc;
   if (sigsetjmp(env, 0) == 0) {
     __atomic_store_n(&e.armed, 1, __ATOMIC_RELEASE);
     rc = run_groups_unprotected(body, direct, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
     __atomic_store_n(&e.armed, 0, __ATOMIC_RELEASE);
   } else {
+    // A fault in a chunked direct loop names a span of threads: the group runs again thread by
+    // thread (the threads before the one that faulted write what they wrote before), and a
+    // fault then names its thread. Should it not fault again, the span's message stands.
+    const Group* g = g_cur.group;
+    const bool span = g && g->direct && g->direct_at[3] != 0;
+    const uint3 gid = span ? g->direct_gid : uint3(0u);
     rc = abandon_group(e.sig, e.addr, msg, msg_cap);
+    if (span) {
+      const uint64_t lin = gid.x + (uint64_t)d->groups[0] * (gid.y + (uint64_t)d->groups[1] * gid.z);
+      char scratch[256];
+      if (sigsetjmp(env, 0) == 0) {
+        __atomic_store_n(&e.armed, 1, __ATOMIC_RELEASE);
+        run_groups_unprotected(body, nullptr, cooperative, d, lin, lin + 1, stacks, arena, tg_names, scratch,
+                               (int)sizeof scratch);
+        __atomic_store_n(&e.armed, 0, __ATOMIC_RELEASE);
+      } else {
+        abandon_group(e.sig, e.addr, msg, msg_cap);
+      }
+    }
   }
   __atomic_store_n(&e.used, 0, __ATOMIC_RELEASE);
   return rc;

@@ -142,10 +142,11 @@ struct Group {
   // lane has computed it (`key` names the reduction; null until then).
   Folded folded[32];
   // While `run_direct` runs the group: its position in the grid and the position in the group
-  // of the thread running (for fault messages and kernel logs; no `Thread` is written).
+  // of the thread running (for fault messages and kernel logs; no `Thread` is written), or in a
+  // chunked loop the first thread of the span running and the span's end in x (`[3]`, else 0).
   bool direct;
   uint3 direct_gid, direct_base;
-  volatile uint direct_at[3];
+  volatile uint direct_at[4];
 };
 
 // The group running on this OS thread (its running thread is `Group::running`). Code on the
@@ -315,7 +316,15 @@ typedef void (*DirectFn)(Group& g, const GroupShape& s);
 // polled every 32 threads of a row (the kernel's own loops poll too); a thrown fault or
 // cancellation stops the group as `run_one` does. Always inlined: the entry's direct loop,
 // compiled with other options than the prelude (see emit.rs), inlines `body` only then.
-template <class F> __attribute__((always_inline)) inline void run_direct(Group& g, const GroupShape& s, F body) {
+//
+// `Chunked`: the group's position (`Group::direct_at`) is stored once per 32 threads of a row,
+// naming the row's span of them (`direct_at[3]` its end), and the threads of a span run in a
+// loop over the grid position itself, which cannot wrap (it stays below the span's end), so
+// that the compiler may run consecutive threads as the lanes of vector instructions. A fault
+// there names the span; the scheduler runs the group again thread by thread to name the thread
+// (`run_groups_guarded`). Kernels that log run unchunked: a log line names its own thread.
+template <bool Chunked, class F>
+__attribute__((always_inline)) inline void run_direct(Group& g, const GroupShape& s, F body) {
   const volatile int* const cancel = g.cancel;
   Lane t;
   t.threadgroup_position_in_grid = s.gid;
@@ -324,7 +333,7 @@ template <class F> __attribute__((always_inline)) inline void run_direct(Group& 
   g.direct_gid = s.gid;
   g.direct_base = uint3(bx, by, bz);
   volatile uint* const at = g.direct_at;
-  at[0] = at[1] = at[2] = 0;
+  at[0] = at[1] = at[2] = at[3] = 0;
   // From here a fault names the thread at `at` (see abandon_group, a signal handler).
   g.direct = true;
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -337,6 +346,24 @@ template <class F> __attribute__((always_inline)) inline void run_direct(Group& 
         for (uint x0 = 0; x0 < s.size.x; x0 += 32) {
           if (*cancel) return;
           const uint x1 = s.size.x - x0 < 32 ? s.size.x : x0 + 32;
+          if (Chunked) {
+            at[0] = x0;
+            at[3] = x1;
+            const uint i0 = i - x0, gy = by + y, gz = bz + z, end = bx + x1;
+            for (uint gx = bx + x0; gx < end; ++gx) {
+              const uint x = gx - bx, k = i0 + x;
+              t.thread_position_in_threadgroup = uint3(x, y, z);
+              t.thread_position_in_grid = uint3(gx, gy, gz);
+              t.thread_index_in_threadgroup = k;
+              t.simdgroup_index_in_threadgroup = k / 32;
+              t.thread_index_in_simdgroup = k % 32;
+              t.quadgroup_index_in_threadgroup = k / 4;
+              t.thread_index_in_quadgroup = k % 4;
+              body(t);
+            }
+            i += x1 - x0;
+            continue;
+          }
           for (uint x = x0; x < x1; ++x, ++i) {
             at[0] = x;
             t.thread_position_in_threadgroup = uint3(x, y, z);

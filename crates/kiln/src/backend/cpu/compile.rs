@@ -199,7 +199,7 @@ fn library_key(tu: &str, flags: &[&str], cxx: &str, compiler: &HostCompiler) -> 
     h.update(tu.as_bytes());
     h.update(flags.join(" ").as_bytes());
     h.update(cxx.as_bytes());
-    h.update(compiler.identity.as_bytes());
+    h.update(compiler.cache_identity().as_bytes());
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -1,7 +1,9 @@
 //! Barrier-free kernels through their direct loop (`prelude/cpu/runtime.h`, `run_direct`): the
 //! builtins of every thread of partial 1-D, 2-D and 3-D groups, results bit for bit those of the
-//! per-thread path (which checked launches keep), faults naming their thread, and timeouts and
-//! cancellation stopping a kernel of many short threads or one long one.
+//! per-thread path (which checked launches keep), faults naming their thread (or, where running
+//! the group again does not repeat the fault, their span of threads), no multiply-add contracted
+//! in any math mode, and timeouts and cancellation stopping a kernel of many short threads or
+//! one long one.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -167,6 +169,43 @@ fn a_fault_in_a_barrier_free_kernel_names_its_thread() {
 }
 
 #[test]
+fn a_fault_the_threads_rerun_does_not_repeat_names_their_span() {
+    // The 41st thread to count faults; when the group runs again thread by thread to name it,
+    // the count has moved on and nothing faults: the message names the span of 32 threads the
+    // fault came from (thread 40 is the 41st to run, in index order).
+    let x = Array::from_vec(&[4], vec![1.0f32; 4]).unwrap();
+    let src = "uint i = thread_position_in_grid.x;\n\
+               uint n = atomic_fetch_add_explicit(&c[0], 1u, memory_order_relaxed);\n\
+               ulong far = n == 40u ? (1ul << 40) : 0ul;\n\
+               atomic_fetch_add_explicit(&c[1], uint(x[far + i % 4u]), memory_order_relaxed);";
+    let kernel = MetalKernel::new("cpu_direct_fault_once", &["x"], &["c"], src).unwrap().atomic_outputs(true);
+    let spec = LaunchSpec::new([256, 1, 1], [256, 1, 1]).output(&[2], DType::U32).init_value(0.0).device(Device::Cpu);
+    match kernel.call(&[(&x).into()], &spec) {
+        Err(Error::KernelFault { msg, .. }) => {
+            assert!(msg.starts_with("one of threads (32..63, 0, 0)") && msg.contains("outside every buffer"), "{msg}")
+        }
+        other => panic!("expected a kernel fault, got {other:?}"),
+    }
+}
+
+#[test]
+fn no_math_mode_contracts_a_multiply_and_an_add() {
+    // (1 + 2^-12)^2 - 1: 2^-11 with the product rounded first, 2^-11 + 2^-24 fused. Kernels are
+    // built for this machine's CPU, which may have fused multiply-adds; no mode uses them.
+    let a = Array::from_vec(&[64], vec![1.0 + 2f32.powi(-12); 64]).unwrap();
+    let src = "uint i = thread_position_in_grid.x;\nout[i] = a[i] * a[i] + c;";
+    for mode in [crate::MathMode::Safe, crate::MathMode::Relaxed, crate::MathMode::Fast] {
+        let kernel = MetalKernel::new(format!("cpu_no_contraction_{}", mode.name()), &["a", "c"], &["out"], src)
+            .unwrap()
+            .math_mode(mode);
+        let spec = LaunchSpec::new([64, 1, 1], [32, 1, 1]).output(&[64], DType::F32).device(Device::Cpu);
+        let out = kernel.call(&[(&a).into(), crate::KernelInput::Float(-1.0)], &spec).unwrap();
+        let got = out[0].to_vec::<f32>().unwrap();
+        assert!(got.iter().all(|&v| v == 2f32.powi(-11)), "{}: {:?}", mode.name(), &got[..4]);
+    }
+}
+
+#[test]
 fn timeouts_and_cancellation_stop_long_barrier_free_kernels() {
     let x = Array::from_vec(&[4], vec![1.0f32; 4]).unwrap();
     // 2^34 threads without loops: stopped between chunks of threads.
@@ -228,8 +267,9 @@ fn only_barrier_free_entries_get_a_direct_loop() {
     let (plain, collective) = (unit(&plain), unit(&collective));
     assert!(plain.contains("run_groups(kiln_body_0, kiln_direct_0, false,"));
     assert!(collective.contains("run_groups(kiln_body_0, nullptr, true,"));
-    // Only the barrier-free kernel's code is compiled without semantic interposition.
-    let pragma = "#pragma GCC optimize (\"no-semantic-interposition\")";
+    // Only the barrier-free kernel's code is compiled as by -O3 and without semantic
+    // interposition.
+    let pragma = "#pragma GCC optimize (\"O3\", \"no-semantic-interposition\")";
     assert!(plain.contains(pragma) && !collective.contains(pragma));
 }
 

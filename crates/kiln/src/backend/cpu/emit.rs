@@ -90,13 +90,17 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
     // A barrier-free kernel's code, its entry wrappers and direct loops are compiled without
     // semantic interposition (GCC; clang assumes it already): the kernel's functions, exported
     // from the library, may then be inlined into the direct loop instead of called through the
-    // PLT, while calls of functions it only declares still bind when the library is loaded. A
-    // pragma, not a flag: the precompiled prelude would reset the flag. Cooperative kernels and
-    // the sanitizer's libraries are compiled as they were: the emulator tells SIMD-group calls
-    // apart by return address, which more inlining could merge.
+    // PLT, while calls of functions it only declares still bind when the library is loaded.
+    // They are optimized as by -O3: the kernel's function inlined into the direct loop whatever
+    // its size, and that loop vectorized where the cost model finds it pays (versioned where
+    // buffers may overlap), which changes no result. Pragmas, not flags: the precompiled
+    // prelude would reset the flags. Cooperative kernels and the sanitizer's libraries are compiled as they were: the
+    // emulator tells SIMD-group calls apart by return address, which more inlining could merge.
     let inlined = !module.needs_cooperative_threads;
     if inlined {
-        out.push_str("#if !KILN_CHECKED\n#pragma GCC push_options\n#pragma GCC optimize (\"no-semantic-interposition\")\n#endif\n");
+        out.push_str(
+            "#if !KILN_CHECKED\n#pragma GCC push_options\n#pragma GCC optimize (\"O3\", \"no-semantic-interposition\")\n#endif\n",
+        );
     }
     let _ = writeln!(out, "#line 1 \"{}\"", user_file_name(program));
     out.push_str(&module.code);
@@ -139,7 +143,7 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
             "static void kiln_body_{i}(kiln::rt::Thread& t, void* const* b, void* const* tg) {{ kiln_entry_{i}(t, b, tg); }}"
         );
         if !module.needs_cooperative_threads {
-            out.push_str(&direct_loop(i, entry));
+            out.push_str(&direct_loop(i, entry, !module.code.contains("os_log")));
         }
     }
     if inlined {
@@ -181,9 +185,11 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
 
 /// The direct loop of entry `i` of a barrier-free kernel (`kiln::rt::run_direct`): the entry
 /// inlined into the loop over a group's threads, its buffer and threadgroup pointers copied
-/// into locals first so that the kernel's stores cannot be taken to change them. The
-/// sanitizer's libraries run every thread through `kiln_body_{i}` and have none.
-fn direct_loop(i: usize, entry: &crate::source::lower::Entry) -> String {
+/// into locals first so that the kernel's stores cannot be taken to change them; `chunked`
+/// (for kernels that do not log, whose log lines name their own thread) lets the compiler run
+/// consecutive threads as vector lanes. The sanitizer's libraries run every thread through
+/// `kiln_body_{i}` and have none.
+fn direct_loop(i: usize, entry: &crate::source::lower::Entry, chunked: bool) -> String {
     let buffers = entry
         .params
         .iter()
@@ -200,7 +206,7 @@ fn direct_loop(i: usize, entry: &crate::source::lower::Entry) -> String {
          \x20 for (int k = 0; k < {buffers}; ++k) b[k] = g.buffers[k];\n\
          \x20 void* tg[16];\n\
          \x20 for (int k = 0; k < 16; ++k) tg[k] = g.tg_mem[k];\n\
-         \x20 kiln::rt::run_direct(g, s, [&](const kiln::rt::Lane& t) {{ kiln_entry_{i}(t, b, tg); }});\n\
+         \x20 kiln::rt::run_direct<{chunked}>(g, s, [&](const kiln::rt::Lane& t) {{ kiln_entry_{i}(t, b, tg); }});\n\
          }}\n#endif\n"
     )
 }

@@ -56,7 +56,7 @@ pub fn prelude_key(cxx: &str, compiler: &HostCompiler, flags: &[&str], prelude: 
     h.update(b"kiln cpu prelude pch 1\0");
     h.update(cxx.as_bytes());
     h.update(b"\0");
-    h.update(compiler.identity.as_bytes());
+    h.update(compiler.cache_identity().as_bytes());
     h.update(b"\0");
     h.update(flags.join(" ").as_bytes());
     h.update(b"\0");

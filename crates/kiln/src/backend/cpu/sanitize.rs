@@ -291,7 +291,7 @@ fn instrumented(cxx: &str, program: &MetalProgram, parse: Option<&ParseSlot>) ->
     h.update(tu.as_bytes());
     h.update(flags.join(" ").as_bytes());
     h.update(cxx.as_bytes());
-    h.update(compiler.identity.as_bytes());
+    h.update(compiler.cache_identity().as_bytes());
     let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     let dir = config::cache_dir().join("cpu-check").join(&key);
     let _ = std::fs::create_dir_all(&dir);

@@ -47,7 +47,8 @@ fn known() -> &'static BuiltOnce<Known> {
 /// The cache key of a scheduler object: everything that goes into it.
 pub fn object_key(cxx: &str, compiler: &HostCompiler, flags: &[&str], prelude: &str) -> String {
     let mut h = Sha256::new();
-    for part in ["kiln cpu scheduler object 1", cxx, &compiler.identity, &flags.join(" "), prelude, scheduler_unit()] {
+    let identity = compiler.cache_identity();
+    for part in ["kiln cpu scheduler object 1", cxx, &identity, &flags.join(" "), prelude, scheduler_unit()] {
         h.update(part.as_bytes());
         h.update(b"\0");
     }

@@ -8,8 +8,9 @@ use std::sync::{Mutex, OnceLock};
 use crate::error::{Error, Result};
 use crate::program::MathMode;
 
-/// What kiln needs to know of a host compiler: the first line of `cxx --version` (part of the
-/// cache key) and whether it accepts `-fstack-clash-protection`.
+/// What kiln needs to know of a host compiler: the first line of `cxx --version`, whether it
+/// accepts `-fstack-clash-protection`, and what `-march=native` means on this machine (all but
+/// the probes part of the cache keys, through [`HostCompiler::cache_identity`]).
 #[derive(Clone, Debug)]
 pub struct HostCompiler {
     /// The first line of `--version`.
@@ -18,6 +19,22 @@ pub struct HostCompiler {
     /// private arrays outgrow its fiber stack touches the guard below it first instead of
     /// writing into whatever lies further down.
     pub stack_probes: bool,
+    /// The compiler's own lines for `-march=native` (the CPU and instruction sets it targets on
+    /// this machine), or `None` where it has no such flag: kernels are then built for the
+    /// compiler's default target.
+    pub native_target: Option<String>,
+}
+
+impl HostCompiler {
+    /// What a cached build depends on besides its source and flags: the compiler and the
+    /// machine `-march=native` targets, so that a cache shared between machines never hands one
+    /// a library built for instructions it lacks.
+    pub fn cache_identity(&self) -> String {
+        match &self.native_target {
+            Some(target) => format!("{}\0{target}", self.identity),
+            None => self.identity.clone(),
+        }
+    }
 }
 
 /// The compiler `cxx`, examined once per process; a compiler that cannot run makes the backend
@@ -45,7 +62,7 @@ pub fn host_compiler(cxx: &str) -> Result<HostCompiler> {
         .args(["-Werror", STACK_PROBES, "-x", "c++", "-c", "-o", "/dev/null", "/dev/null"])
         .output()
         .is_ok_and(|o| o.status.success());
-    let c = HostCompiler { identity, stack_probes };
+    let c = HostCompiler { identity, stack_probes, native_target: native_target(cxx) };
     if let Ok(mut m) = seen.lock() {
         m.insert(cxx.to_string(), c.clone());
     }
@@ -53,23 +70,45 @@ pub fn host_compiler(cxx: &str) -> Result<HostCompiler> {
 }
 
 const STACK_PROBES: &str = "-fstack-clash-protection";
+const NATIVE: &str = "-march=native";
+
+/// What `-march=native` means to `cxx` on this machine: the lines of its verbose preprocessor
+/// run that name the compiler proper (GCC's `cc1plus ... -march=rocketlake -mavx2 ...`, clang's
+/// `-cc1 ... -target-cpu ...`), or `None` where the flag is refused.
+fn native_target(cxx: &str) -> Option<String> {
+    let out = Command::new(cxx)
+        .args(["-Werror", NATIVE, "-E", "-v", "-x", "c++", "-o", "/dev/null", "/dev/null"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("cc1")).collect();
+    Some(lines.join("\n"))
+}
 
 /// Compiler flags for a math mode. Safe keeps IEEE semantics; only fast defines
 /// `__FAST_MATH__` (via -ffast-math). Inline functions are hidden so the runtime's calls to
 /// each other stay direct instead of going through the PLT. Stack probes are added where the
-/// compiler has them.
+/// compiler has them. Kernels are built for this machine's CPU (`-march=native`: the vector
+/// width of its loops), never contracting `a * b + c` into a fused multiply-add in any mode, so
+/// that a kernel's results do not depend on whether the CPU has one, and with floating-point
+/// operations taken not to trap (kiln enables no floating-point trap), which lets selects
+/// between them become vector blends; neither changes a result.
 pub fn flags(mode: MathMode, compiler: &HostCompiler) -> Vec<&'static str> {
     let mut f =
         vec!["-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility-inlines-hidden", "-fno-strict-aliasing", "-w"];
     if compiler.stack_probes {
         f.push(STACK_PROBES);
     }
+    if compiler.native_target.is_some() {
+        f.push(NATIVE);
+    }
     match mode {
-        MathMode::Safe => f.extend(["-fno-fast-math", "-ffp-contract=off"]),
-        MathMode::Relaxed => {
-            f.extend(["-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"])
-        }
+        MathMode::Safe => f.push("-fno-fast-math"),
+        MathMode::Relaxed => f.extend(["-fno-math-errno", "-fassociative-math", "-fno-signed-zeros"]),
         MathMode::Fast => f.push("-ffast-math"),
     }
+    // Last: -fno-fast-math would turn trapping on again, clang's -ffast-math contraction.
+    f.extend(["-fno-trapping-math", "-ffp-contract=off"]);
     f
 }
