@@ -3,7 +3,7 @@
 // clamp, mix, select, isnan/isinf, geometric functions and as_type. half and
 // bfloat are computed in float and rounded once. The functions whose exact results need more
 // care are in math_float.h, the integer functions in math_int.h. The target prelude declares
-// the C math functions (expf, ...).
+// the C math functions (expf, ...) and `kiln::fmax_f32` / `kiln::fmin_f32`.
 #pragma once
 
 namespace kiln {
@@ -43,7 +43,7 @@ KILN_UNARY(acosh, acoshf) KILN_UNARY(atanh, atanhf) KILN_UNARY(floor, floorf) KI
 KILN_UNARY(round, roundf) KILN_UNARY(trunc, truncf) KILN_UNARY(rint, rintf) KILN_UNARY(fabs, fabsf)
 KILN_HD inline float kiln_rsqrt(float x) { return 1.0f / sqrtf(x); }
 KILN_HD inline float kiln_sign(float x) { return kiln::isnan_bits(x) ? 0.0f : (x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x)); }
-KILN_HD inline float kiln_saturate(float x) { return fminf(fmaxf(x, 0.0f), 1.0f); }
+KILN_HD inline float kiln_saturate(float x) { return kiln::fmin_f32(kiln::fmax_f32(x, 0.0f), 1.0f); }
 KILN_UNARY(rsqrt, kiln_rsqrt) KILN_UNARY(sign, kiln_sign) KILN_UNARY(saturate, kiln_saturate)
 
 // abs: floats clear the sign; integers negate.
@@ -88,7 +88,7 @@ KILN_VEC_MAP1(abs)
   }                                                                                             \
   KILN_BCAST2(NAME)
 KILN_BINARY(pow, powf) KILN_BINARY(powr, powf) KILN_BINARY(atan2, atan2f) KILN_BINARY(fmod, fmodf)
-KILN_BINARY(fmin, fminf) KILN_BINARY(fmax, fmaxf)
+KILN_BINARY(fmin, kiln::fmin_f32) KILN_BINARY(fmax, kiln::fmax_f32)
 // copysign of half and bfloat on the bits (a NaN's sign included, which CUDA's conversion to
 // float drops).
 KILN_HD inline float copysign(float a, float b) { return copysignf(a, b); }
@@ -112,14 +112,14 @@ template <class A, class B, class = typename kiln::enable_if<kiln::is_scalar<A>:
 KILN_HD inline typename kiln::common_type<A, B>::type min(A a, B b) {
   typedef typename kiln::common_type<A, B>::type R;
   R x = R(a), y = R(b);
-  if (!kiln::is_integral<R>::value) return R(fminf((float)x, (float)y));
+  if (!kiln::is_integral<R>::value) return R(kiln::fmin_f32((float)x, (float)y));
   return y < x ? y : x;
 }
 template <class A, class B, class = typename kiln::enable_if<kiln::is_scalar<A>::value && kiln::is_scalar<B>::value>::type>
 KILN_HD inline typename kiln::common_type<A, B>::type max(A a, B b) {
   typedef typename kiln::common_type<A, B>::type R;
   R x = R(a), y = R(b);
-  if (!kiln::is_integral<R>::value) return R(fmaxf((float)x, (float)y));
+  if (!kiln::is_integral<R>::value) return R(kiln::fmax_f32((float)x, (float)y));
   return x < y ? y : x;
 }
 KILN_HD inline long long min(long long a, long long b) { return b < a ? b : a; }

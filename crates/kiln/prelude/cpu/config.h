@@ -51,6 +51,41 @@ double sin(double) noexcept;
 double cos(double) noexcept;
 }
 }  // namespace libm
+
+// fmax and fmin as glibc computes them on x86-64 (the calls they stand for, whose results they
+// keep bit for bit), inline so that loops over them vectorize. Ordered operands: x if x >= y
+// (fmin: x <= y), else y, so equal ones (+0 and -0) give x. Unordered: with a signaling NaN,
+// y quieted if y is a NaN, else x quieted; otherwise the operand that is not a NaN, or y when
+// both are. Elsewhere libm's (aarch64's is one instruction).
+#if defined(__x86_64__)
+inline unsigned f32_bits_of(float x) {
+  unsigned u;
+  __builtin_memcpy(&u, &x, 4);
+  return u;
+}
+inline float f32_of_bits(unsigned u) {
+  float x;
+  __builtin_memcpy(&x, &u, 4);
+  return x;
+}
+inline float unordered_f32(unsigned xb, unsigned yb, bool xn, bool yn) {
+  const bool signaling = (xn && !(xb & 0x00400000u)) || (yn && !(yb & 0x00400000u));
+  return f32_of_bits(signaling ? ((yn ? yb : xb) | 0x00400000u) : (yn && !xn ? xb : yb));
+}
+inline float fmax_f32(float x, float y) {
+  const unsigned xb = f32_bits_of(x), yb = f32_bits_of(y);
+  const bool xn = (xb & 0x7fffffffu) > 0x7f800000u, yn = (yb & 0x7fffffffu) > 0x7f800000u;
+  return xn || yn ? unordered_f32(xb, yb, xn, yn) : (x >= y ? x : y);
+}
+inline float fmin_f32(float x, float y) {
+  const unsigned xb = f32_bits_of(x), yb = f32_bits_of(y);
+  const bool xn = (xb & 0x7fffffffu) > 0x7f800000u, yn = (yb & 0x7fffffffu) > 0x7f800000u;
+  return xn || yn ? unordered_f32(xb, yb, xn, yn) : (x <= y ? x : y);
+}
+#else
+inline float fmax_f32(float x, float y) { return fmaxf(x, y); }
+inline float fmin_f32(float x, float y) { return fminf(x, y); }
+#endif
 }  // namespace kiln
 
 namespace kiln { namespace rt { void poll(); } }

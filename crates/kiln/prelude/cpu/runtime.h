@@ -204,10 +204,15 @@ __attribute__((always_inline)) inline FiberHeader here() {
 inline void poll(const volatile int* cancel) {
   if (__builtin_expect(*cancel != 0, 0)) throw Cancelled();
 }
-// The poll of every loop iteration: through `g_cur`, whose address the compiler computes once
-// per function (one TLS lookup, hoisted out of the loop; a group never leaves its OS thread),
-// where `here()` would branch on the library's kind in the loop and look up TLS in it.
-inline void poll() { poll(g_cur.cancel); }
+// Where this OS thread's launch keeps its cancel flag (`&g_cur.cancel`), out of line and
+// declared `const`: the compiler may take one call's result for every call in a function (a
+// group never leaves its OS thread), so a loop looks TLS up once, not again after every call it
+// makes (a libm function's) as it would with `g_cur` inline. Defined with the scheduler.
+__attribute__((noinline, const, visibility("hidden"))) const volatile int* const* cancel_slot();
+
+// The poll of every loop iteration, through `cancel_slot` (where `here()` would branch on the
+// library's kind in the loop and look up TLS in it).
+inline void poll() { poll(*cancel_slot()); }
 
 // Starts loading what switching to `u` will read: its record and the top of its saved stack.
 inline void prefetch_fiber(const Thread* u) {

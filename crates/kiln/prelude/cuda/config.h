@@ -22,6 +22,9 @@ template <class T, class U> __device__ __forceinline__ void copy_bits(T* to, con
   const char* s = reinterpret_cast<const char*>(from);
   for (unsigned i = 0; i < n; ++i) d[i] = s[i];
 }
+// fmax and fmin: CUDA's (the CPU prelude has its own, as glibc computes them).
+KILN_HD inline float fmax_f32(float x, float y) { return fmaxf(x, y); }
+KILN_HD inline float fmin_f32(float x, float y) { return fminf(x, y); }
 }  // namespace kiln
 // GNU's `__extension__` (ggml-common.h marks its anonymous unions with it), which NVRTC does not
 // know; it only silences warnings.
