@@ -114,7 +114,15 @@ def python_sigint():
     signal.signal(signal.SIGINT, previous)
 
 
-def test_ctrl_c_stops_a_long_cpu_kernel(rng, python_sigint):
+@pytest.mark.parametrize("restored", [False, True])
+def test_ctrl_c_stops_a_long_cpu_kernel(rng, python_sigint, restored):
+    if restored:
+        # After a launch put kiln's handler in front, the program saves and restores its own
+        # (the same Python handler object, reinstalled over kiln's): the next launch still stops.
+        quick = kiln.metal_kernel("before_restore", ["a"], ["out"], "out[0] = a[0];")
+        quick(inputs=[np.ones(4, np.float32)], output_shapes=[(1,)], output_dtypes=[np.float32], grid=(1, 1, 1),
+              threadgroup=(1, 1, 1))
+        signal.signal(signal.SIGINT, signal.getsignal(signal.SIGINT))
     k = kiln.metal_kernel("forever", ["a"], ["out"], """
         uint i = thread_position_in_grid.x;
         float x = a[i];
