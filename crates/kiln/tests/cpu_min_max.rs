@@ -74,7 +74,7 @@ const SPECIAL: [u32; 14] = [
 #[test]
 fn float_min_and_max_give_libms_bits() {
     let mut pairs: Vec<(u32, u32)> = SPECIAL.iter().flat_map(|&x| SPECIAL.iter().map(move |&y| (x, y))).collect();
-    let mut rng = Rng::new(0x6d61_78);
+    let mut rng = Rng::new(0x006d_6178);
     while pairs.len() < 8192 {
         let x = (rng.normal() * 4.0) as f32;
         // A quarter of the pairs equal, some of them zeros of either sign.
