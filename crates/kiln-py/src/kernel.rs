@@ -296,7 +296,9 @@ impl Kernel {
         mlx_array: &Bound<'py, PyAny>,
         mlx_bfloat16: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyList>>> {
-        let call = crate::mlx_host::MlxCall { inputs, output_shapes, output_dtypes, grid, threadgroup, template };
+        let none = py.None().into_bound(py);
+        let call =
+            LaunchKeywords { inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value: &none };
         let mlx = crate::mlx_host::Mlx { array: mlx_array, bfloat16: mlx_bfloat16 };
         no_panic(self.kernel.op(), || crate::mlx_host::call(py, &self.kernel, &call, &mlx))
     }

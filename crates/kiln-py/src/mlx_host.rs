@@ -16,6 +16,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyTuple};
 
 use crate::call_args::{self, Call, Inputs, Keywords};
+use crate::torch_call::LaunchKeywords;
 use crate::{arrays, convert, lent, numpy_api};
 
 /// MLX's objects a call compares with: `mx.array` and `mx.bfloat16` (an `mx.Dtype`).
@@ -24,28 +25,18 @@ pub struct Mlx<'a, 'py> {
     pub bfloat16: &'a Bound<'py, PyAny>,
 }
 
-/// The keywords of a drop-in call, as given.
-pub struct MlxCall<'a, 'py> {
-    pub inputs: &'a Bound<'py, PyAny>,
-    pub output_shapes: &'a Bound<'py, PyAny>,
-    pub output_dtypes: &'a Bound<'py, PyAny>,
-    pub grid: &'a Bound<'py, PyAny>,
-    pub threadgroup: &'a Bound<'py, PyAny>,
-    pub template: &'a Bound<'py, PyAny>,
-}
-
 /// Runs `kernel` on the CPU emulator over MLX CPU arrays and returns its outputs as new MLX
 /// arrays, or `None` where the call is the general path's: an input that is neither an MLX
 /// array nor a Python scalar or that cannot be read in place (a dtype kiln has not, an array
 /// under a transformation that forbids evaluation), an output dtype that is not an `mx.Dtype`,
-/// a shape of anything but non-negative ints.
+/// a shape of anything but non-negative ints, an `init_value` (written in place there).
 pub fn call<'py>(
     py: Python<'py>,
     kernel: &MetalKernel,
-    call: &MlxCall<'_, 'py>,
+    call: &LaunchKeywords<'_, 'py>,
     mlx: &Mlx<'_, 'py>,
 ) -> PyResult<Option<Bound<'py, PyList>>> {
-    if !outputs_are_plain(call, mlx) {
+    if !call.init_value.is_none() || !outputs_are_plain(call, mlx) {
         return Ok(None);
     }
     let items: Vec<Bound<'py, PyAny>> = if let Ok(list) = call.inputs.cast::<PyList>() {
@@ -98,7 +89,7 @@ pub fn call<'py>(
 /// Whether every output dtype is an `mx.Dtype` and every output shape a sequence of
 /// non-negative Python ints (what MLX's own call takes; anything else is the general path's to
 /// check and report).
-fn outputs_are_plain(call: &MlxCall<'_, '_>, mlx: &Mlx<'_, '_>) -> bool {
+fn outputs_are_plain(call: &LaunchKeywords<'_, '_>, mlx: &Mlx<'_, '_>) -> bool {
     let dtype_type = mlx.bfloat16.get_type();
     let dtypes_plain = call_args::sequence("", "", call.output_dtypes)
         .is_ok_and(|dtypes| dtypes.iter().all(|d| d.get_type().is(&dtype_type)));

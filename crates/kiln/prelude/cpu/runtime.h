@@ -316,6 +316,18 @@ struct GroupShape {
 };
 typedef void (*DirectFn)(Group& g, const GroupShape& s);
 
+// The builtins of the thread at `local` in its group and `global` in the grid, the group's
+// `index`-th, written into a direct loop's `Lane`.
+__attribute__((always_inline)) inline void set_thread_builtins(Lane& t, uint3 local, uint3 global, uint index) {
+  t.thread_position_in_threadgroup = local;
+  t.thread_position_in_grid = global;
+  t.thread_index_in_threadgroup = index;
+  t.simdgroup_index_in_threadgroup = index / 32;
+  t.thread_index_in_simdgroup = index % 32;
+  t.quadgroup_index_in_threadgroup = index / 4;
+  t.thread_index_in_quadgroup = index % 4;
+}
+
 // Runs every thread of a group of a barrier-free kernel in index order (x fastest), `body`
 // inlined into the loop: the builtins are computed, not stored per thread. The cancel flag is
 // polled every 32 threads of a row (the kernel's own loops poll too); a thrown fault or
@@ -356,14 +368,8 @@ __attribute__((always_inline)) inline void run_direct(Group& g, const GroupShape
             at[3] = x1;
             const uint i0 = i - x0, gy = by + y, gz = bz + z, end = bx + x1;
             for (uint gx = bx + x0; gx < end; ++gx) {
-              const uint x = gx - bx, k = i0 + x;
-              t.thread_position_in_threadgroup = uint3(x, y, z);
-              t.thread_position_in_grid = uint3(gx, gy, gz);
-              t.thread_index_in_threadgroup = k;
-              t.simdgroup_index_in_threadgroup = k / 32;
-              t.thread_index_in_simdgroup = k % 32;
-              t.quadgroup_index_in_threadgroup = k / 4;
-              t.thread_index_in_quadgroup = k % 4;
+              const uint x = gx - bx;
+              set_thread_builtins(t, uint3(x, y, z), uint3(gx, gy, gz), i0 + x);
               body(t);
             }
             i += x1 - x0;
@@ -371,13 +377,7 @@ __attribute__((always_inline)) inline void run_direct(Group& g, const GroupShape
           }
           for (uint x = x0; x < x1; ++x, ++i) {
             at[0] = x;
-            t.thread_position_in_threadgroup = uint3(x, y, z);
-            t.thread_position_in_grid = uint3(bx + x, by + y, bz + z);
-            t.thread_index_in_threadgroup = i;
-            t.simdgroup_index_in_threadgroup = i / 32;
-            t.thread_index_in_simdgroup = i % 32;
-            t.quadgroup_index_in_threadgroup = i / 4;
-            t.thread_index_in_quadgroup = i % 4;
+            set_thread_builtins(t, uint3(x, y, z), uint3(bx + x, by + y, bz + z), i);
             body(t);
           }
         }
