@@ -56,6 +56,7 @@ use crate::source::user_lines::user_compile_error;
 
 pub use lent::{lent_host_array, LentHostMemory};
 pub use toolchain::flags as compile_flags;
+pub use watcher::on_cancellable_tick;
 
 /// The CPU backend. `CpuBackend::default()` uses the compiler from `config::host_cxx()`.
 #[derive(Clone, Debug)]

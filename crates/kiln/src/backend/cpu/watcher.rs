@@ -14,6 +14,18 @@ use std::time::{Duration, Instant};
 /// How often the watcher looks at the callers' cancel flags.
 pub(super) const CANCEL_POLL: Duration = Duration::from_millis(10);
 
+/// What the watcher calls on each tick while a launch whose caller can cancel it runs (see
+/// [`on_cancellable_tick`]); none until one is set.
+static CANCELLABLE_TICK: Mutex<Option<fn()>> = Mutex::new(None);
+
+/// Has the watcher call `hook` on each of its ticks (every [`CANCEL_POLL`]) while a launch with a
+/// caller's cancel flag runs, from the watcher's thread: for work that keeps a long launch
+/// cancellable and is too costly for every launch (the Python package's check that its SIGINT
+/// handler is still in front). The last hook set is the one called.
+pub fn on_cancellable_tick(hook: fn()) {
+    *CANCELLABLE_TICK.lock().unwrap_or_else(|e| e.into_inner()) = Some(hook);
+}
+
 /// How long the watcher keeps ticking after the last launch it watched ended.
 const LINGER: Duration = Duration::from_secs(1);
 
@@ -95,12 +107,19 @@ impl Watcher {
                 why.store(stop, Ordering::SeqCst);
                 cancel.store(1, Ordering::SeqCst);
             }
+            let cancellable = registry.watched.iter().any(|w| !w.caller.is_null());
             // With no launch left, keep the poll's tick a while, so the next launch of a run of
             // calls finds the watcher awake soon enough and needs no wake-up.
             if registry.watched.is_empty() && registry.last_left.is_some_and(|t| now.duration_since(t) < LINGER) {
                 wait = Some(CANCEL_POLL);
             }
             registry.wakes_at = wait.map(|w| now + w);
+            let hook = *CANCELLABLE_TICK.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(hook) = hook.filter(|_| cancellable) {
+                drop(registry);
+                hook();
+                registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+            }
             registry = match wait {
                 Some(wait) => self.wake.wait_timeout(registry, wait).unwrap_or_else(|e| e.into_inner()).0,
                 None => self.wake.wait(registry).unwrap_or_else(|e| e.into_inner()),
@@ -162,6 +181,25 @@ impl Drop for Watch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cancellable_tick_runs_while_a_cancellable_launch_is_watched() {
+        use std::sync::atomic::AtomicUsize;
+        static TICKS: AtomicUsize = AtomicUsize::new(0);
+        on_cancellable_tick(|| {
+            TICKS.fetch_add(1, Ordering::SeqCst);
+        });
+        let (cancel, why, caller) = (AtomicI32::new(0), AtomicI32::new(0), AtomicBool::new(false));
+        let before = TICKS.load(Ordering::SeqCst);
+        let watch = super::watch(None, Some(&caller), &cancel, &why).unwrap();
+        let start = Instant::now();
+        while TICKS.load(Ordering::SeqCst) < before + 3 {
+            assert!(start.elapsed() < Duration::from_secs(10), "the watcher never called the hook");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(watch);
+        assert_eq!(cancel.load(Ordering::SeqCst), 0, "the hook stops nothing");
+    }
 
     #[test]
     fn stops_past_the_deadline_or_when_the_caller_asks_and_forgets_finished_launches() {
