@@ -18,7 +18,7 @@ pub(super) const CANCEL_POLL: Duration = Duration::from_millis(10);
 /// [`on_cancellable_tick`]); none until one is set.
 static CANCELLABLE_TICK: Mutex<Option<fn()>> = Mutex::new(None);
 
-/// Has the watcher call `hook` on each of its ticks (every [`CANCEL_POLL`]) while a launch with a
+/// Has the watcher call `hook` on each of its ticks (every 10 ms) while a launch with a
 /// caller's cancel flag runs, from the watcher's thread: for work that keeps a long launch
 /// cancellable and is too costly for every launch (the Python package's check that its SIGINT
 /// handler is still in front). The last hook set is the one called.
