@@ -339,7 +339,7 @@ __attribute__((always_inline)) inline void set_thread_builtins(Lane& t, uint3 lo
 // loop over the grid position itself, which cannot wrap (it stays below the span's end), so
 // that the compiler may run consecutive threads as the lanes of vector instructions. A fault
 // there names the span; the scheduler runs the group again thread by thread to name the thread
-// (`run_groups_guarded`). Kernels that log run unchunked: a log line names its own thread.
+// (`run_groups_guarded`). Kernels that log or take atomics run unchunked (emit.rs).
 template <bool Chunked, class F>
 __attribute__((always_inline)) inline void run_direct(Group& g, const GroupShape& s, F body) {
   const volatile int* const cancel = g.cancel;

@@ -172,18 +172,30 @@ fn a_fault_in_a_barrier_free_kernel_names_its_thread() {
 fn a_fault_the_threads_rerun_does_not_repeat_names_their_span() {
     // The 41st thread to count faults; when the group runs again thread by thread to name it,
     // the count has moved on and nothing faults: the message names the span of 32 threads the
-    // fault came from (thread 40 is the 41st to run, in index order).
+    // fault came from (thread 40 is the 41st to run, in index order; one group, one OS thread).
     let x = Array::from_vec(&[4], vec![1.0f32; 4]).unwrap();
     let src = "uint i = thread_position_in_grid.x;\n\
-               uint n = atomic_fetch_add_explicit(&c[0], 1u, memory_order_relaxed);\n\
+               uint n = c[0];\n\
+               c[0] = n + 1u;\n\
                ulong far = n == 40u ? (1ul << 40) : 0ul;\n\
-               atomic_fetch_add_explicit(&c[1], uint(x[far + i % 4u]), memory_order_relaxed);";
-    let kernel = MetalKernel::new("cpu_direct_fault_once", &["x"], &["c"], src).unwrap().atomic_outputs(true);
+               c[1] += uint(x[far + i % 4u]);";
+    let kernel = MetalKernel::new("cpu_direct_fault_once", &["x"], &["c"], src).unwrap();
     let spec = LaunchSpec::new([256, 1, 1], [256, 1, 1]).output(&[2], DType::U32).init_value(0.0).device(Device::Cpu);
     match kernel.call(&[(&x).into()], &spec) {
         Err(Error::KernelFault { msg, .. }) => {
             assert!(msg.starts_with("one of threads (32..63, 0, 0)") && msg.contains("outside every buffer"), "{msg}")
         }
+        other => panic!("expected a kernel fault, got {other:?}"),
+    }
+    // The same with an atomic counter: such kernels run a thread per iteration, and the fault
+    // names its thread.
+    let src = "uint i = thread_position_in_grid.x;\n\
+               uint n = atomic_fetch_add_explicit(&c[0], 1u, memory_order_relaxed);\n\
+               ulong far = n == 40u ? (1ul << 40) : 0ul;\n\
+               atomic_fetch_add_explicit(&c[1], uint(x[far + i % 4u]), memory_order_relaxed);";
+    let kernel = MetalKernel::new("cpu_direct_fault_atomic", &["x"], &["c"], src).unwrap().atomic_outputs(true);
+    match kernel.call(&[(&x).into()], &spec) {
+        Err(Error::KernelFault { msg, .. }) => assert!(msg.starts_with("thread (40, 0, 0)"), "{msg}"),
         other => panic!("expected a kernel fault, got {other:?}"),
     }
 }

@@ -143,7 +143,11 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
             "static void kiln_body_{i}(kiln::rt::Thread& t, void* const* b, void* const* tg) {{ kiln_entry_{i}(t, b, tg); }}"
         );
         if !module.needs_cooperative_threads {
-            out.push_str(&direct_loop(i, entry, !module.code.contains("os_log")));
+            // Kernels that log (a line names its own thread) or take atomics (a fault in a span
+            // is named by running the group again, where a thread could wait on a lock the
+            // faulting one held) keep one thread per iteration; atomics do not vectorize anyway.
+            let chunked = !module.code.contains("os_log") && !module.code.contains("atomic");
+            out.push_str(&direct_loop(i, entry, chunked));
         }
     }
     if inlined {
@@ -186,8 +190,8 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
 /// The direct loop of entry `i` of a barrier-free kernel (`kiln::rt::run_direct`): the entry
 /// inlined into the loop over a group's threads, its buffer and threadgroup pointers copied
 /// into locals first so that the kernel's stores cannot be taken to change them; `chunked`
-/// (for kernels that do not log, whose log lines name their own thread) lets the compiler run
-/// consecutive threads as vector lanes. The sanitizer's libraries run every thread through
+/// (for kernels that neither log nor take atomics) lets the compiler run consecutive threads as
+/// vector lanes. The sanitizer's libraries run every thread through
 /// `kiln_body_{i}` and have none.
 fn direct_loop(i: usize, entry: &crate::source::lower::Entry, chunked: bool) -> String {
     let buffers = entry
