@@ -400,3 +400,14 @@ def test_plain_calls_on_mlx_cpu_arrays_are_read_and_run_in_the_extension(monkeyp
                              source="uint i = thread_position_in_grid.x; z[i] = a[i] + 1;")(
             inputs=[mx.zeros((5,))], grid=(5, 0, 1), threadgroup=(5, 1, 1), output_shapes=[(5,)],
             output_dtypes=[mx.float32])
+
+
+def test_output_shapes_and_dtypes_as_iterators_are_read_once():
+    # The extension's path takes lists and tuples only and leaves an iterator unconsumed for the
+    # general path, which reads it.
+    a = mx.random.normal(shape=(6,))
+    kernel = mx.fast.metal_kernel(name="iter_args", input_names=["a"], output_names=["out"],
+                                  source="uint i = thread_position_in_grid.x; out[i] = a[i] * 2;")
+    (out,) = kernel(inputs=[a], grid=(6, 1, 1), threadgroup=(6, 1, 1), output_shapes=(s for s in [(6,)]),
+                    output_dtypes=iter([mx.float32]))
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(a) * np.float32(2))

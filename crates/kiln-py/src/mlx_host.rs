@@ -39,13 +39,7 @@ pub fn call<'py>(
     if !call.init_value.is_none() || !outputs_are_plain(call, mlx) {
         return Ok(None);
     }
-    let items: Vec<Bound<'py, PyAny>> = if let Ok(list) = call.inputs.cast::<PyList>() {
-        list.iter().collect()
-    } else if let Ok(tuple) = call.inputs.cast::<PyTuple>() {
-        tuple.iter().collect()
-    } else {
-        return Ok(None);
-    };
+    let Some(items) = list_or_tuple(call.inputs) else { return Ok(None) };
     let mut values = Vec::with_capacity(items.len());
     for x in &items {
         let value = if x.get_type().is(mlx.array) {
@@ -86,20 +80,30 @@ pub fn call<'py>(
     Ok(Some(out))
 }
 
-/// Whether every output dtype is an `mx.Dtype` and every output shape a sequence of
-/// non-negative Python ints (what MLX's own call takes; anything else is the general path's to
-/// check and report).
+/// Whether every output dtype is an `mx.Dtype` and every output shape a list or tuple of
+/// non-negative Python ints, in a list or tuple (what MLX's own call takes; anything else is the
+/// general path's to check and report, and an iterator is left unconsumed for it).
 fn outputs_are_plain(call: &LaunchKeywords<'_, '_>, mlx: &Mlx<'_, '_>) -> bool {
     let dtype_type = mlx.bfloat16.get_type();
-    let dtypes_plain = call_args::sequence("", "", call.output_dtypes)
-        .is_ok_and(|dtypes| dtypes.iter().all(|d| d.get_type().is(&dtype_type)));
-    let shapes_plain = call_args::sequence("", "", call.output_shapes).is_ok_and(|shapes| {
+    let dtypes_plain =
+        list_or_tuple(call.output_dtypes).is_some_and(|dtypes| dtypes.iter().all(|d| d.get_type().is(&dtype_type)));
+    let shapes_plain = list_or_tuple(call.output_shapes).is_some_and(|shapes| {
         shapes.iter().all(|s| {
-            call_args::sequence("", "", s)
-                .is_ok_and(|dims| dims.iter().all(|n| n.is_exact_instance_of::<PyInt>() && n.extract::<u64>().is_ok()))
+            list_or_tuple(s).is_some_and(|dims| {
+                dims.iter().all(|n| n.is_exact_instance_of::<PyInt>() && n.extract::<u64>().is_ok())
+            })
         })
     });
     dtypes_plain && shapes_plain
+}
+
+/// The items of a list or a tuple; `None` for anything else, which is left as it was.
+fn list_or_tuple<'py>(value: &Bound<'py, PyAny>) -> Option<Vec<Bound<'py, PyAny>>> {
+    if let Ok(list) = value.cast::<PyList>() {
+        Some(list.iter().collect())
+    } else {
+        value.cast::<PyTuple>().ok().map(|tuple| tuple.iter().collect())
+    }
 }
 
 /// An MLX array's memory in place (evaluated first), or `None` where it cannot be read so.

@@ -44,8 +44,6 @@ import contextlib
 import contextvars
 import sys
 
-import numpy as np
-
 from .._kernel import MetalKernel as _KilnKernel
 from .. import _kiln
 from .. import _validate as check_arg

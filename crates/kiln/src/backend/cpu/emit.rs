@@ -94,8 +94,9 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
     // They are optimized as by -O3: the kernel's function inlined into the direct loop whatever
     // its size, and that loop vectorized where the cost model finds it pays (versioned where
     // buffers may overlap), which changes no result. Pragmas, not flags: the precompiled
-    // prelude would reset the flags. Cooperative kernels and the sanitizer's libraries are compiled as they were: the
-    // emulator tells SIMD-group calls apart by return address, which more inlining could merge.
+    // prelude would reset the flags. Cooperative kernels and the sanitizer's libraries are
+    // compiled as they were: the emulator tells SIMD-group calls apart by return address, which
+    // more inlining could merge.
     let inlined = !module.needs_cooperative_threads;
     if inlined {
         out.push_str(
