@@ -188,7 +188,8 @@ class Recorder:
         def kiln_recorded(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, **kw):
             outs = kiln_call(self, inputs=inputs, output_shapes=output_shapes, output_dtypes=output_dtypes, grid=grid,
                              threadgroup=threadgroup, template=template, **kw)
-            recorder.add(self, inputs, output_shapes, output_dtypes, grid, threadgroup, template)
+            if all(isinstance(a, (list, tuple)) for a in (inputs, output_shapes, output_dtypes)):
+                recorder.add(self, inputs, output_shapes, output_dtypes, grid, threadgroup, template)
             return outs
 
         def mlx_recorded(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, **kw):
@@ -196,6 +197,9 @@ class Recorder:
 
             outs = mlx_call(self, inputs=inputs, output_shapes=output_shapes, output_dtypes=output_dtypes, grid=grid,
                             threadgroup=threadgroup, template=template, **kw)
+            # Arguments the call consumed (iterators) cannot be read again: such calls go unrecorded.
+            if not all(isinstance(a, (list, tuple)) for a in (inputs, output_shapes, output_dtypes)):
+                return outs
             ins = [x if isinstance(x, (mx.array, bool, int, float)) else mx.array(x) for x in inputs]
             recorder.add(self._kiln, ins, output_shapes, output_dtypes, grid, threadgroup, template)
             return outs

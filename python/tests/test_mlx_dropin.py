@@ -405,6 +405,8 @@ def test_plain_calls_on_mlx_cpu_arrays_are_read_and_run_in_the_extension(monkeyp
 def test_output_shapes_and_dtypes_as_iterators_are_read_once():
     # The extension's path takes lists and tuples only and leaves an iterator unconsumed for the
     # general path, which reads it.
+    if kiln.mlx._host_types() is None:
+        pytest.skip("kernels on MLX arrays are lazy MLX primitives here (a cuda_kernel factory is installed)")
     a = mx.random.normal(shape=(6,))
     kernel = mx.fast.metal_kernel(name="iter_args", input_names=["a"], output_names=["out"],
                                   source="uint i = thread_position_in_grid.x; out[i] = a[i] * 2;")
