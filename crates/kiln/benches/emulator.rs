@@ -1,7 +1,8 @@
 //! Emulator throughput: emulated threads per second for a barrier-free kernel (plain loop over
-//! each group's threads) and for a kernel with threadgroup barriers and a SIMD reduction
-//! (cooperative fibers), in groups of 256 and of 1024 threads (and of 32, where the per-group
-//! cost of threadgroup memory shows most). Run with `cargo bench --bench
+//! each group's threads), for a kernel with threadgroup barriers and a SIMD reduction
+//! (cooperative threads: coroutines, or fibers where the compiler has no coroutines), in groups
+//! of 256 and of 1024 threads (and of 32, where the per-group cost of threadgroup memory shows
+//! most), and for one with the barriers alone. Run with `cargo bench --bench
 //! emulator`; compilation is excluded (one warm-up call), the timed region covers whole calls
 //! including output allocation. Besides wall-clock throughput it prints threads per CPU-second
 //! of the whole process (Linux), which stays comparable on a machine shared with other work.
@@ -13,7 +14,7 @@
 //! rounds (default 7); each prints its median round with the fastest and slowest beside it.
 //!
 //! Arguments that are not flags keep only the rows whose name holds one of them, as criterion's
-//! filter does: `cargo bench --bench emulator -- fibers same` runs the fiber rows.
+//! filter does: `cargo bench --bench emulator -- barriers same` runs the cooperative rows.
 
 use std::time::Instant;
 
@@ -143,15 +144,32 @@ fn main() {
         "#,
     )
     .expect("kernel");
+    let barriers_only = MetalKernel::new(
+        "bench_barriers_only",
+        &["x"],
+        &["out"],
+        r#"
+        uint i = thread_position_in_grid.x;
+        uint t = thread_index_in_threadgroup;
+        threadgroup float buf[1024];
+        buf[t] = x[i];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        float v = buf[(t + 1) % threads_per_threadgroup.x];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[i] = v * 2.0f;
+        "#,
+    )
+    .expect("kernel");
     if std::env::var_os("KILN_BENCH_ONLY").is_some() {
         memory_bound();
         return;
     }
     let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     println!("kiln CPU emulator on {} threads", rayon::current_num_threads());
-    let rows: [(&str, &MetalKernel, u32, u32); 4] = [
+    let rows: [(&str, &MetalKernel, u32, u32); 5] = [
         ("no barriers (plain loop)", &plain, n, 256),
-        ("2 barriers + simd_sum (fibers)", &barrier, n / 4, 256),
+        ("2 barriers + simd_sum (cooperative)", &barrier, n / 4, 256),
+        ("2 barriers, no simd_sum", &barriers_only, n / 4, 256),
         ("same, 1024-thread groups", &barrier, n / 4, 1024),
         ("same, 32-thread groups", &barrier, n / 4, 32),
     ];

@@ -21,6 +21,15 @@
 #else
 #include <ucontext.h>
 #endif
+// Threads of kernels whose barriers and SIMD-group functions all lie in the kernel function
+// itself run as stackless coroutines where the compiler has them (runtime.h); the sanitizer's
+// libraries keep fibers.
+#if defined(__cpp_impl_coroutine) && !KILN_CHECKED
+#define KILN_COROUTINES 1
+#include <coroutine>
+#else
+#define KILN_COROUTINES 0
+#endif
 #define KILN_HAVE_STDINT 1
 #define KILN_HD
 // The scope of the prelude's global names (`KILN_GLOBAL_SCOPE::float2`).

@@ -225,7 +225,7 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
 
 // `run_groups_unprotected` with an escape point for faults (see above); without a free slot or
 // a handler, the groups run unprotected.
-inline int run_groups_guarded(Body body, DirectFn direct, bool cooperative, const LaunchDesc* d, uint64_t begin,
+inline int run_groups_guarded(Body body, DirectFn direct, bool cooperative, CoResume co_resume, const LaunchDesc* d, uint64_t begin,
                               uint64_t end, StackSet* stacks, TgArena* arena, const char* const* tg_names, char* msg,
                               int msg_cap) {
   int slot = -1;
@@ -236,7 +236,7 @@ inline int run_groups_guarded(Body body, DirectFn direct, bool cooperative, cons
     }
   }
   if (slot < 0)
-    return run_groups_unprotected(body, direct, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
+    return run_groups_unprotected(body, direct, cooperative, co_resume, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
   g_worker.ensure_alt_stack();
   Escape& e = g_escapes[slot];
   sigjmp_buf env;
@@ -245,7 +245,7 @@ inline int run_groups_guarded(Body body, DirectFn direct, bool cooperative, cons
   volatile int rc;
   if (sigsetjmp(env, 0) == 0) {
     __atomic_store_n(&e.armed, 1, __ATOMIC_RELEASE);
-    rc = run_groups_unprotected(body, direct, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
+    rc = run_groups_unprotected(body, direct, cooperative, co_resume, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
     __atomic_store_n(&e.armed, 0, __ATOMIC_RELEASE);
   } else {
     // A fault in a chunked direct loop names a span of threads: the group runs again thread by
@@ -260,7 +260,7 @@ inline int run_groups_guarded(Body body, DirectFn direct, bool cooperative, cons
       char scratch[256];
       if (sigsetjmp(env, 0) == 0) {
         __atomic_store_n(&e.armed, 1, __ATOMIC_RELEASE);
-        run_groups_unprotected(body, nullptr, cooperative, d, lin, lin + 1, stacks, arena, tg_names, scratch,
+        run_groups_unprotected(body, nullptr, cooperative, co_resume, d, lin, lin + 1, stacks, arena, tg_names, scratch,
                                (int)sizeof scratch);
         __atomic_store_n(&e.armed, 0, __ATOMIC_RELEASE);
       } else {
@@ -274,12 +274,14 @@ inline int run_groups_guarded(Body body, DirectFn direct, bool cooperative, cons
 
 // `run_groups_guarded`, then the canaries of the threadgroup arrays the call used: a write that
 // stayed next to an array's data (inside its canaries) is reported here.
-KILN_SCHEDULER_LINKAGE int run_groups(Body body, DirectFn direct, bool cooperative, const LaunchDesc* d,
+KILN_SCHEDULER_LINKAGE int run_groups(Body body, DirectFn direct, bool cooperative, CoResume co_resume, const LaunchDesc* d,
                                       uint64_t begin, uint64_t end, StackSet* stacks, TgArena* arena,
                                       const char* const* tg_names, char* msg, int msg_cap) {
-  if (__atomic_load_n(&g_cooperative_library, __ATOMIC_RELAXED) != cooperative)
-    __atomic_store_n(&g_cooperative_library, cooperative, __ATOMIC_RELAXED);
-  int rc = run_groups_guarded(body, direct, cooperative, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
+  // Coroutine threads run on the worker's own stack, with no fiber header to read.
+  const bool fibers = cooperative && !co_resume;
+  if (__atomic_load_n(&g_cooperative_library, __ATOMIC_RELAXED) != fibers)
+    __atomic_store_n(&g_cooperative_library, fibers, __ATOMIC_RELAXED);
+  int rc = run_groups_guarded(body, direct, cooperative, co_resume, d, begin, end, stacks, arena, tg_names, msg, msg_cap);
   if (rc == 2) {
     tg_forget_call(arena);
     return 2;

@@ -94,6 +94,12 @@ struct FiberState {
   const void* site;
   // The source call site of the next collective, set by the lowering's site tags.
   const void* pending_site;
+  // A thread run as a coroutine: its frame, and which pass of a SIMD-group function call it is
+  // in (`CoPhase`).
+  void* co_frame;
+  int co_phase;
+  // Bytes at `co_frame` the scheduler set aside before the frame was made (0: none).
+  uint32_t co_room;
 };
 
 struct alignas(64) Thread : FiberState, Lane {
@@ -103,6 +109,11 @@ struct alignas(64) Thread : FiberState, Lane {
 };
 
 typedef void (*Body)(Thread&, void* const* buffers, void* const* tg_mem);
+// Resumes a coroutine thread's frame (null for kernels whose threads are fibers or a loop).
+typedef void (*CoResume)(void* frame);
+// A coroutine thread's SIMD-group function call runs twice: once to post its value (the thread
+// then suspends until the call resolves), once to read the resolved lanes.
+enum CoPhase { CO_NONE = 0, CO_POST = 1, CO_RESUME = 2 };
 
 struct Alloc { const void* key; void* mem; };
 
@@ -141,6 +152,8 @@ struct Group {
   // Per simdgroup: the value of a reduction over the last resolved collective's lanes, once a
   // lane has computed it (`key` names the reduction; null until then).
   Folded folded[32];
+  // What a coroutine thread's posting pass folds into (its result is not used).
+  Folded co_scratch;
   // While `run_direct` runs the group: its position in the grid and the position in the group
   // of the thread running (for fault messages and kernel logs; no `Thread` is written), or in a
   // chunked loop the first thread of the span running and the span's end in x (`[3]`, else 0).
@@ -285,6 +298,16 @@ struct View {
 // untagged calls fall back to the out-of-line function's return address. Defined once per
 // library, with the scheduler (scheduler.h), so kernels do not compile it again.
 __attribute__((noinline, visibility("hidden"))) View post_bytes(const void* bytes, unsigned size, const void* site);
+
+// Room for the frame (of `bytes`) of coroutine thread `t` of the running group, from the
+// group's arena: the room the scheduler set aside for it when that fits, else (the group's first
+// frame) the arena made for all; null when a frame would pass a fiber stack's size (the fault
+// names the size). Defined with the scheduler.
+__attribute__((visibility("hidden"))) void* co_frame_make(size_t bytes, Thread* t) noexcept;
+inline void* co_frame_alloc(size_t bytes, Thread* t) noexcept {
+  if (__builtin_expect(t != nullptr && bytes <= t->co_room, 1)) return t->co_frame;
+  return co_frame_make(bytes, t);
+}
 
 template <class T> __attribute__((always_inline)) inline View post(const T& v, const void* site) {
   static_assert(sizeof(T) <= SLOT_BYTES, "SIMD collective on a value larger than 32 bytes");
@@ -442,6 +465,99 @@ __attribute__((noinline)) inline void simdgroup_barrier(mem_flags = mem_flags::m
   kiln::rt::post(none, __builtin_return_address(0));
 }
 }  // namespace metal
+
+// ---- threads as stackless coroutines ---------------------------------------------------------
+// A kernel whose barriers and SIMD-group function calls all lie in the kernel function itself
+// (not in a function it calls or a lambda) may run its threads as C++ coroutines instead of
+// fibers: the lowering makes the function return `CoThread`, its `return`s `co_return`, and
+// each barrier and SIMD-group call a `co_await` (the KILN_CO_ macros, defined by the unit).
+// The scheduler resumes each runnable thread in index order, as it switches fibers, so results
+// are the fibers' bit for bit; a suspension is a return to the scheduler, not a stack switch,
+// and only what lives across it is kept, in the thread's frame.
+#if KILN_COROUTINES
+namespace kiln { namespace rt {
+// The last parameter of a coroutine kernel: the thread it runs (for its frame and promise).
+struct CoArgs {
+  Thread* thread;
+};
+inline Thread* co_pick(const CoArgs& a, Thread*) { return a.thread; }
+template <class T> inline Thread* co_pick(const T&, Thread* t) { return t; }
+template <class... A> inline Thread* co_thread_of(const A&... a) {
+  Thread* t = nullptr;
+  ((t = co_pick(a, t)), ...);
+  return t;
+}
+struct CoThread {
+  struct promise_type {
+    Thread* thread;
+    template <class... A> explicit promise_type(const A&... a) : thread(co_thread_of(a...)) {}
+    CoThread get_return_object() noexcept {
+      return CoThread{std::coroutine_handle<promise_type>::from_promise(*this).address()};
+    }
+    static CoThread get_return_object_on_allocation_failure() noexcept { return CoThread{nullptr}; }
+    template <class... A> static void* operator new(size_t bytes, const A&... a) noexcept {
+      return co_frame_alloc(bytes, co_thread_of(a...));
+    }
+    static void operator delete(void*) noexcept {}
+    std::suspend_always initial_suspend() noexcept { return {}; }
+    struct Final {
+      bool await_ready() const noexcept { return false; }
+      void await_suspend(std::coroutine_handle<promise_type> h) const noexcept { h.promise().thread->state = DONE; }
+      void await_resume() const noexcept {}
+    };
+    Final final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    // Faults and cancellation leave the frame for the scheduler, which abandons the group.
+    void unhandled_exception() { throw; }
+  };
+  void* frame;
+};
+typedef std::coroutine_handle<CoThread::promise_type> CoHandle;
+inline void co_resume(void* frame) { CoHandle::from_address(frame).resume(); }
+
+// A barrier: the thread waits until every live thread of the group waits at one.
+struct CoBarrier {
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(CoHandle h) const noexcept { h.promise().thread->state = AT_BARRIER; }
+  void await_resume() const noexcept {}
+};
+template <class... A> inline CoBarrier co_barrier(A&&...) { return CoBarrier{}; }
+
+// A SIMD-group function call `f()` (its arguments bound): the posting pass runs it to post the
+// thread's value (`post_bytes` then returns without waiting), the thread suspends until the
+// call resolves, and the reading pass runs it again on the resolved lanes.
+template <class F> struct CoStep {
+  F f;
+  Thread* t;
+  bool await_ready() const noexcept { return false; }
+  bool await_suspend(CoHandle h) {
+    t = h.promise().thread;
+    t->co_phase = CO_POST;
+    f();
+    t->co_phase = CO_NONE;
+    return t->state != RUNNABLE;
+  }
+  auto await_resume() {
+    struct Reset {
+      Thread* t;
+      ~Reset() { t->co_phase = CO_NONE; }
+    } reset{t};
+    t->co_phase = CO_RESUME;
+    return f();
+  }
+};
+// `co_call(f)(args...)`: the arguments are evaluated once, before the thread suspends.
+template <class F> struct CoCall {
+  F f;
+  template <class... A> auto operator()(A... a) const {
+    auto bound = [f = f, a...]() { return f(a...); };
+    return CoStep<decltype(bound)>{bound, nullptr};
+  }
+};
+template <class F> inline CoCall<F> co_call(F f) { return CoCall<F>{f}; }
+}  // namespace rt
+}  // namespace kiln
+#endif
 
 // ---- atomics ----------------------------------------------------------------------------------
 namespace metal {

@@ -20,7 +20,14 @@ const volatile int* const* cancel_slot() { return &g_cur.cancel; }
 View post_bytes(const void* bytes, unsigned size, const void* site) {
   const FiberHeader h = here();
   Thread* t = h.thread;
-  if (!t || !t->stack) throw Fault{"a SIMD collective ran in a kernel compiled without cooperative threads"};
+  // A coroutine thread's reading pass: the call has resolved.
+  if (t && t->co_phase == CO_RESUME) {
+    t->pending_site = nullptr;
+    const uint sg = t->simdgroup_index_in_threadgroup;
+    return View{h.group->snap[sg], h.group->active[sg], t->thread_index_in_simdgroup, &h.group->folded[sg]};
+  }
+  const bool posting = t && t->co_phase == CO_POST;
+  if (!t || (!t->stack && !posting)) throw Fault{"a SIMD collective ran in a kernel compiled without cooperative threads"};
   poll(h.cancel);
   __builtin_memcpy(t->slot, bytes, size);
   // The out-of-line SIMD-group function's return address: the user's call (its line).
@@ -32,6 +39,8 @@ View post_bytes(const void* bytes, unsigned size, const void* site) {
   t->site = site;
   t->state = AT_COLLECTIVE;
   ++h.group->at_collective;
+  // A coroutine thread's posting pass: it suspends when this returns (no lane is read).
+  if (posting) return View{h.group->snap[0], 0u, t->thread_index_in_simdgroup, &h.group->co_scratch};
   yield_to_scheduler(h);
   KILN_CHECK(kiln::chk::collective_leave());
   uint sg = t->simdgroup_index_in_threadgroup;
@@ -156,7 +165,13 @@ struct Worker {
   // room left). Threads that have none (those not started by Rust's runtime) get this one.
   void* alt_stack;
   bool alt_checked;
+  // The frames of a group's coroutine threads (see co_frame_alloc), and the text of the fault
+  // when they do not fit.
+  char* co_arena;
+  size_t co_room, co_each;
+  char co_fault[192];
   ~Worker() {
+    if (co_arena) munmap(co_arena, co_room);
     if (alt_stack) {
       stack_t off;
       __builtin_memset(&off, 0, sizeof off);
@@ -181,6 +196,43 @@ struct Worker {
   }
 };
 static thread_local Worker g_worker;
+
+// The most a coroutine thread's frame may take: a fiber's stack.
+const size_t CO_FRAME_LIMIT = STACK_BYTES;
+
+void* co_frame_make(size_t bytes, Thread* t) noexcept {
+  Worker& w = g_worker;
+  const size_t each = (bytes + 63) & ~(size_t)63;
+  w.co_each = 0;
+  if (each > CO_FRAME_LIMIT) {
+    int at = 0;
+    msg_put(w.co_fault, (int)sizeof w.co_fault, &at, "needs ");
+    msg_put(w.co_fault, (int)sizeof w.co_fault, &at, (uint64_t)(each >> 10), false);
+    msg_put(w.co_fault, (int)sizeof w.co_fault, &at, " KiB of private memory per thread, over the ");
+    msg_put(w.co_fault, (int)sizeof w.co_fault, &at, (uint64_t)(CO_FRAME_LIMIT >> 10), false);
+    msg_put(w.co_fault, (int)sizeof w.co_fault, &at, " KiB a thread of a kernel with barriers or SIMD collectives has: its "
+                                                     "private arrays must stay well under it");
+    return nullptr;
+  }
+  // Room for every thread of the group (each thread's frame has one size), kept for the next
+  // groups: the scheduler then sets each thread's room aside before its frame is made. Made by
+  // the group's first thread, before any frame of the group lives in the arena.
+  const size_t n = (size_t)(w.group.n > 0 ? w.group.n : 1), need = each * n;
+  const size_t i = t ? (size_t)(t - w.group.threads) : n;
+  if (w.co_room < need && i == 0) {
+    if (w.co_arena) munmap(w.co_arena, w.co_room);
+    w.co_room = 0;
+    void* m = mmap(nullptr, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    w.co_arena = m == MAP_FAILED ? nullptr : (char*)m;
+    if (w.co_arena) w.co_room = need;
+  }
+  if (!w.co_arena || i >= n || w.co_room < need) {
+    copy_msg(w.co_fault, (int)sizeof w.co_fault, "cannot allocate its threads' coroutine frames");
+    return nullptr;
+  }
+  w.co_each = each;
+  return w.co_arena + i * each;
+}
 
 inline void run_one(Thread& t, Group* g) {
   try {
@@ -416,6 +468,56 @@ inline void run_cooperative(Group& g, StackSet* stacks, Worker& w) {
   }
 }
 
+// Runs a group whose threads are coroutines (see runtime.h): each thread's frame is made, then
+// every runnable thread is resumed in index order until all wait (at a barrier or a SIMD-group
+// call) or are done, collectives resolve and barriers release as for fibers.
+inline void run_coroutines(Group& g, CoResume resume, Worker& w) {
+  // Frames of an earlier group's size that no longer all fit are made anew from the first.
+  if (w.co_each * (size_t)g.n > w.co_room) w.co_each = 0;
+  try {
+    for (int i = 0; i < g.n; ++i) {
+      Thread& t = g.threads[i];
+      g.running = &t;
+      // The frame's room, where the frames of an earlier group had one size that fits here.
+      const size_t each = w.co_each;
+      const bool room = each && each * (size_t)(i + 1) <= w.co_room;
+      t.co_frame = room ? w.co_arena + (size_t)i * each : nullptr;
+      t.co_room = room ? (uint32_t)each : 0;
+      g.body(t, g.buffers, g.tg_mem);
+      if (!t.co_frame) {
+        g.aborted = 2;
+        g.fault = w.co_fault;
+        return;
+      }
+    }
+    for (;;) {
+      for (int i = 0; i < g.n; ++i) {
+        Thread& t = g.threads[i];
+        if (t.state != RUNNABLE) continue;
+        if (__builtin_expect(*g.cancel != 0, 0)) throw Cancelled();
+        g.running = &t;
+        resume(t.co_frame);
+      }
+      const int resolved = g.at_collective ? resolve_collectives(g, w.divergence, w.fault_text, (int)sizeof w.fault_text) : 0;
+      if (resolved == 2) {
+        g.aborted = 2;
+        return;
+      }
+      if (resolved) continue;
+      bool waiting = false;
+      for (int i = 0; i < g.n; ++i)
+        if (g.threads[i].state == AT_BARRIER) { g.threads[i].state = RUNNABLE; waiting = true; }
+      if (!waiting) return;
+    }
+  } catch (const Cancelled&) {
+    if (!g.aborted) g.aborted = 1;
+  } catch (const Fault& f) {
+    if (!g.aborted) { g.aborted = 2; g.fault = f.msg; }
+  } catch (...) {
+    if (!g.aborted) { g.aborted = 2; g.fault = "the kernel threw an exception"; }
+  }
+}
+
 struct LaunchDesc {
   void* const* buffers;
   const uint64_t* tg_sizes;
@@ -432,7 +534,7 @@ struct LaunchDesc {
 // message in `msg`). A barrier-free kernel's groups go through its `direct` loop (see
 // `run_direct`) on unchecked launches; checked launches and the sanitizer's libraries run each
 // thread through `body`, polling between threads.
-inline int run_groups_unprotected(Body body, DirectFn direct, bool cooperative, const LaunchDesc* d, uint64_t begin,
+inline int run_groups_unprotected(Body body, DirectFn direct, bool cooperative, CoResume co_resume, const LaunchDesc* d, uint64_t begin,
                                   uint64_t end, StackSet* stacks, TgArena* arena, const char* const* tg_names,
                                   char* msg, int msg_cap) {
   g_cur.cancel = d->cancel;
@@ -522,6 +624,8 @@ inline int run_groups_unprotected(Body body, DirectFn direct, bool cooperative, 
       t.depth = 0;
       t.stack = nullptr;
       t.started = false;
+      t.co_frame = nullptr;
+      t.co_phase = CO_NONE;
     }
     g_cur.group = &g;
     KILN_CHECK(kiln::chk::group_begin(lin));
@@ -529,7 +633,8 @@ inline int run_groups_unprotected(Body body, DirectFn direct, bool cooperative, 
         TG_DECLARED + (int)i, (const char*)g.tg_mem[i], d->tg_sizes[i], tg_names[i], 1, false));
     if (cooperative) {
       for (uint i = 0; i < (n + 31) / 32; ++i) w.divergence[i].left_out = 0;
-      run_cooperative(g, stacks, w);
+      if (co_resume) run_coroutines(g, co_resume, w);
+      else run_cooperative(g, stacks, w);
     } else {
       // Polled per thread: after a checked launch opened a guard, later threads must not keep
       // writing through it.

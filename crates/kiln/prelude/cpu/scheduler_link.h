@@ -8,7 +8,7 @@ namespace kiln { namespace rt {
 
 struct LaunchDesc;
 struct StackSet;
-__attribute__((visibility("hidden"))) int run_groups(Body body, DirectFn direct, bool cooperative,
+__attribute__((visibility("hidden"))) int run_groups(Body body, DirectFn direct, bool cooperative, CoResume co_resume,
                                                      const LaunchDesc* d, uint64_t begin, uint64_t end,
                                                      StackSet* stacks, TgArena* arena, const char* const* tg_names,
                                                      char* msg, int msg_cap);

@@ -23,7 +23,7 @@ use super::built_once::BuiltOnce;
 use super::pch;
 use super::scheduler_object::{self, SchedulerObject};
 use super::toolchain::{flags, host_compiler, HostCompiler};
-use crate::backend::cpu::emit::{without_scheduler, ABI_VERSION};
+use crate::backend::cpu::emit::{without_scheduler, ABI_VERSION, COROUTINES_OFF, COROUTINES_ON};
 use crate::backend::{cache_root, disk_cache};
 use crate::error::{Error, Result};
 use crate::program::MathMode;
@@ -239,10 +239,23 @@ impl Shortcuts {
     pub const NONE: Shortcuts = Shortcuts { precompiled_prelude: false, scheduler_object: false };
 }
 
+/// Compiles the unit (see `build_as_written`); a unit whose kernels the compiler refuses as
+/// coroutines (GCC does not take `co_await` everywhere an expression may stand) is built again
+/// with fibers, its text otherwise the same.
+fn build(unit: &Unit<'_>, flags: &[&str], dir: &Path) -> Result<Vec<u8>> {
+    match build_as_written(unit, flags, dir) {
+        Err(Error::Compile { .. }) if unit.tu.contains(COROUTINES_ON) => {
+            let tu = unit.tu.replacen(COROUTINES_ON, COROUTINES_OFF, 1);
+            build_as_written(&Unit { tu: &tu, ..*unit }, flags, dir)
+        }
+        other => other,
+    }
+}
+
 /// Compiles the unit, with its prelude precompiled and its scheduler linked as an object where
 /// those can be had, and returns the library's bytes. A failure with a precompiled prelude that
 /// no longer checks out is retried with everything inline.
-fn build(unit: &Unit<'_>, flags: &[&str], dir: &Path) -> Result<Vec<u8>> {
+fn build_as_written(unit: &Unit<'_>, flags: &[&str], dir: &Path) -> Result<Vec<u8>> {
     let shortcuts = unit.shortcuts;
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let after_prelude = unit.tu.strip_prefix(unit.prelude).filter(|_| !unit.prelude.is_empty());

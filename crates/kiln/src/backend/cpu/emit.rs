@@ -97,6 +97,10 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
     // prelude would reset the flags. Cooperative kernels and the sanitizer's libraries are
     // compiled as they were: the emulator tells SIMD-group calls apart by return address, which
     // more inlining could merge.
+    if module.coroutines {
+        out.push_str(COROUTINES_ON);
+        out.push_str(COROUTINE_MACROS);
+    }
     let inlined = !module.needs_cooperative_threads;
     if inlined {
         out.push_str(
@@ -131,6 +135,17 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
                 }
             });
         }
+        if module.coroutines {
+            // A coroutine thread's body makes its frame; the scheduler resumes it.
+            let _ = writeln!(
+                out,
+                "#if KILN_CO_UNIT\nstatic inline ::kiln::rt::CoThread kiln_entry_{i}(kiln::rt::Thread& t, void* const* b, void* const* tg) {{\n  (void)t; (void)b; (void)tg;\n  return {}({}::kiln::rt::CoArgs{{&t}});\n}}\n\
+                 static void kiln_body_{i}(kiln::rt::Thread& t, void* const* b, void* const* tg) {{ t.co_frame = kiln_entry_{i}(t, b, tg).frame; }}\n\
+                 #define kiln_co_resume_{i} ::kiln::rt::co_resume\n#else\n#define kiln_co_resume_{i} nullptr",
+                entry.callee,
+                args.iter().map(|a| format!("{a}, ")).collect::<String>()
+            );
+        }
         // One wrapper for both ways of running a thread: from its `Thread` record (a `Lane` with
         // a fiber), or as a `Lane` of a barrier-free kernel's direct loop.
         let _ = writeln!(
@@ -143,6 +158,9 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
             out,
             "static void kiln_body_{i}(kiln::rt::Thread& t, void* const* b, void* const* tg) {{ kiln_entry_{i}(t, b, tg); }}"
         );
+        if module.coroutines {
+            out.push_str("#endif\n");
+        }
         if !module.needs_cooperative_threads {
             // Kernels that log (a line names its own thread) or take atomics (a fault in a span
             // is named by running the group again, where a thread could wait on a lock the
@@ -179,14 +197,43 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
     out.push_str("extern \"C\" int kiln_run(int entry, const kiln::rt::LaunchDesc* d, uint64_t begin, uint64_t end, kiln::rt::StackSet* stacks, kiln::rt::TgArena* arena, char* msg, int cap) {\n  switch (entry) {\n");
     for i in 0..module.entries.len() {
         let direct = if module.needs_cooperative_threads { "nullptr".to_string() } else { format!("kiln_direct_{i}") };
+        let resume = if module.coroutines { format!("kiln_co_resume_{i}") } else { "nullptr".to_string() };
         let _ = writeln!(
             out,
-            "    case {i}: return kiln::rt::run_groups(kiln_body_{i}, {direct}, {coop}, d, begin, end, stacks, arena, kiln_tg_names_{i}, msg, cap);"
+            "    case {i}: return kiln::rt::run_groups(kiln_body_{i}, {direct}, {coop}, {resume}, d, begin, end, stacks, arena, kiln_tg_names_{i}, msg, cap);"
         );
     }
     out.push_str("  }\n  kiln::rt::copy_msg(msg, cap, \"no such entry\");\n  return 2;\n}\n");
     Ok(out)
 }
+
+/// The line that makes a unit's threads coroutines where the prelude has them; a unit that
+/// does not compile so is built again with [`COROUTINES_OFF`] in its place (the lowering's
+/// rewrite is then plain C++ again: compile.rs).
+pub const COROUTINES_ON: &str = "#define KILN_CO_UNIT KILN_COROUTINES\n";
+/// What replaces [`COROUTINES_ON`] to build a unit with fibers.
+pub const COROUTINES_OFF: &str = "#define KILN_CO_UNIT 0\n";
+
+/// The macros (after [`COROUTINES_ON`]) the lowering writes into a kernel whose threads may run
+/// as coroutines (`lower::coroutines`): its return type, its returns, its barriers and SIMD-group calls, as
+/// coroutine code or (fibers) as written.
+const COROUTINE_MACROS: &str = concat!(
+    "#if KILN_CO_UNIT\n",
+    "#define KILN_CO_ENTRY ::kiln::rt::CoThread\n",
+    "#define KILN_CO_PARAM , ::kiln::rt::CoArgs kiln_co_args\n",
+    "#define KILN_CO_PARAM_ONLY ::kiln::rt::CoArgs kiln_co_args\n",
+    "#define KILN_CO_RETURN co_return\n",
+    "#define KILN_CO_BARRIER(...) co_await ::kiln::rt::co_barrier\n",
+    "#define KILN_CO_CALL(...) co_await ::kiln::rt::co_call([](auto... kiln_a) { return __VA_ARGS__(kiln_a...); })\n",
+    "#else\n",
+    "#define KILN_CO_ENTRY void\n",
+    "#define KILN_CO_PARAM\n",
+    "#define KILN_CO_PARAM_ONLY\n",
+    "#define KILN_CO_RETURN return\n",
+    "#define KILN_CO_BARRIER(...) __VA_ARGS__\n",
+    "#define KILN_CO_CALL(...) __VA_ARGS__\n",
+    "#endif\n",
+);
 
 /// The direct loop of entry `i` of a barrier-free kernel (`kiln::rt::run_direct`): the entry
 /// inlined into the loop over a group's threads, its buffer and threadgroup pointers copied

@@ -388,6 +388,8 @@ impl CpuBackend {
 }
 
 #[cfg(test)]
+mod coroutine_tests;
+#[cfg(test)]
 mod direct_tests;
 #[cfg(test)]
 mod precompile_tests;

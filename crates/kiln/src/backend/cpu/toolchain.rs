@@ -23,6 +23,10 @@ pub struct HostCompiler {
     /// this machine), or `None` where it has no such flag: kernels are then built for the
     /// compiler's default target.
     pub native_target: Option<String>,
+    /// Whether the compiler has C++ coroutines in C++17 (GCC's `-fcoroutines`): kernels whose
+    /// barriers and SIMD-group calls lie in the kernel function itself then run their threads
+    /// as coroutines instead of fibers (prelude/cpu/runtime.h).
+    pub coroutines: bool,
 }
 
 impl HostCompiler {
@@ -62,13 +66,32 @@ pub fn host_compiler(cxx: &str) -> Result<HostCompiler> {
         .args(["-Werror", STACK_PROBES, "-x", "c++", "-c", "-o", "/dev/null", "/dev/null"])
         .output()
         .is_ok_and(|o| o.status.success());
-    let c = HostCompiler { identity, stack_probes, native_target: native_target(cxx) };
+    let c = HostCompiler { identity, stack_probes, native_target: native_target(cxx), coroutines: has_coroutines(cxx) };
     if let Ok(mut m) = seen.lock() {
         m.insert(cxx.to_string(), c.clone());
     }
     Ok(c)
 }
 
+/// Whether `cxx` compiles a coroutine as C++17 with [`COROUTINES`] (warnings as errors).
+fn has_coroutines(cxx: &str) -> bool {
+    use std::io::Write;
+    const PROBE: &str = "#include <coroutine>\n\
+        struct T { struct promise_type { T get_return_object() { return {}; } std::suspend_always initial_suspend() noexcept { return {}; }\n\
+        std::suspend_always final_suspend() noexcept { return {}; } void return_void() {} void unhandled_exception() {} }; };\n\
+        T f() { co_await std::suspend_always{}; }\n";
+    let child = Command::new(cxx)
+        .args(["-std=c++17", COROUTINES, "-Werror", "-fsyntax-only", "-x", "c++", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else { return false };
+    let written = child.stdin.take().is_some_and(|mut stdin| stdin.write_all(PROBE.as_bytes()).is_ok());
+    child.wait().is_ok_and(|status| status.success()) && written
+}
+
+const COROUTINES: &str = "-fcoroutines";
 const STACK_PROBES: &str = "-fstack-clash-protection";
 const NATIVE: &str = "-march=native";
 
@@ -102,6 +125,9 @@ pub fn flags(mode: MathMode, compiler: &HostCompiler) -> Vec<&'static str> {
     }
     if compiler.native_target.is_some() {
         f.push(NATIVE);
+    }
+    if compiler.coroutines {
+        f.push(COROUTINES);
     }
     match mode {
         MathMode::Safe => f.push("-fno-fast-math"),

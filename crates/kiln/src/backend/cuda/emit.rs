@@ -477,6 +477,7 @@ mod tests {
             code: String::new(),
             entries: vec![entry],
             needs_cooperative_threads: false,
+            coroutines: false,
             line_map: Vec::new(),
         };
         assert_eq!(inline_capacity(&module, true), INLINE_PER_POINTER + INLINE_PER_REFERENCE);

@@ -11,6 +11,7 @@
 
 mod anon_structs;
 mod convergence;
+mod coroutines;
 mod designators;
 mod float_args;
 mod functions;
@@ -47,6 +48,10 @@ pub struct LoweredModule {
     /// True when the code uses barriers, SIMD/quad collectives or simdgroup matrices, i.e. the
     /// threads of a group cannot run one after another.
     pub needs_cooperative_threads: bool,
+    /// True when the CPU may run the kernels' threads as stackless coroutines instead of fibers
+    /// (every barrier and SIMD-group call in a kernel function's own body; see
+    /// prelude/cpu/runtime.h).
+    pub coroutines: bool,
     /// For each line of `code`, the line of the user's source it came from (1-based; 0 for
     /// generated lines), so compiler logs can point at the user's text.
     pub line_map: Vec<u32>,
@@ -99,6 +104,7 @@ fn lower_parsed(program: &MetalProgram, parse: &ProgramParse, target: LowerTarge
         code,
         entries: dispatched_entries(program, parse),
         needs_cooperative_threads: rewritten.cooperative,
+        coroutines: rewritten.coroutines,
         line_map: (1..=lines as u32).collect(),
     })
 }

@@ -23,6 +23,8 @@ const ASSIGN_OPS: [&str; 11] = ["=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "
 pub struct Rewritten {
     pub code: String,
     pub cooperative: bool,
+    /// Whether the kernels' threads may run as coroutines on the CPU (`coroutines::lower`).
+    pub coroutines: bool,
 }
 
 struct Rewriter<'a> {
@@ -71,7 +73,11 @@ pub fn rewrite(program: &MetalProgram, parse: &ProgramParse, target: LowerTarget
         }
     }
     let cooperative = src.toks.iter().any(|t| t.kind == Kind::Ident && is_cooperative(&t.text));
-    Ok(Rewritten { code: rw.out.concat(), cooperative })
+    let coroutines = cooperative && target == LowerTarget::Cpu && {
+        let kernels = parse.kernels.keys().cloned().collect();
+        super::coroutines::lower(src, &mut rw.out, &kernels)
+    };
+    Ok(Rewritten { code: rw.out.concat(), cooperative, coroutines })
 }
 
 /// Identifiers that make the threads of a group depend on each other.
