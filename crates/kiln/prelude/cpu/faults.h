@@ -202,11 +202,13 @@ inline int abandon_group(int sig, uint64_t addr, char* msg, int cap) {
     msg_put(msg, cap, &at, " bytes below it): threads of kernels with barriers or SIMD collectives run on "
                            "stacks of that size, so their private arrays must stay well under it");
   } else if (below_os_stack(addr, &os_stack)) {
-    // A kernel without barriers runs on the worker's own stack.
+    // A kernel without barriers runs on the worker's own stack, a coroutine thread between its
+    // suspensions too.
     msg_put(msg, cap, &at, "overflowed its worker thread's stack (");
     msg_put(msg, cap, &at, os_stack >> 10, false);
-    msg_put(msg, cap, &at, " KiB; threads of kernels without barriers or SIMD collectives run on it), so its "
-                           "private arrays must stay well under that size");
+    msg_put(msg, cap, &at, " KiB; threads of kernels without barriers or SIMD collectives run on it, and threads "
+                           "run as coroutines between their barriers), so its private arrays must stay well "
+                           "under that size");
   } else {
     msg_put(msg, cap, &at, "accessed address 0x");
     msg_put(msg, cap, &at, addr, true);

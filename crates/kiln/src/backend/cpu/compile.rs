@@ -177,6 +177,7 @@ fn load_or_build(unit: &Unit<'_>, flags: &[&str], key: &str) -> Result<Compiled>
 
 thread_local! {
     static LIBRARIES_OPENED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static BUILT_WITH_FIBERS_INSTEAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     static LINKED_WITH_SCHEDULER_OBJECT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
@@ -184,6 +185,13 @@ thread_local! {
 /// How many libraries this thread has built linked with the scheduler object.
 pub fn linked_with_scheduler_object_on_this_thread() -> u64 {
     LINKED_WITH_SCHEDULER_OBJECT.with(|n| n.get())
+}
+
+#[cfg(test)]
+/// How many units whose kernels the compiler refused as coroutines this thread has built with
+/// fibers instead.
+pub fn built_with_fibers_instead_on_this_thread() -> u64 {
+    BUILT_WITH_FIBERS_INSTEAD.with(|n| n.get())
 }
 
 #[cfg(test)]
@@ -245,6 +253,7 @@ impl Shortcuts {
 fn build(unit: &Unit<'_>, flags: &[&str], dir: &Path) -> Result<Vec<u8>> {
     match build_as_written(unit, flags, dir) {
         Err(Error::Compile { .. }) if unit.tu.contains(COROUTINES_ON) => {
+            BUILT_WITH_FIBERS_INSTEAD.with(|n| n.set(n.get() + 1));
             let tu = unit.tu.replacen(COROUTINES_ON, COROUTINES_OFF, 1);
             build_as_written(&Unit { tu: &tu, ..*unit }, flags, dir)
         }

@@ -51,6 +51,12 @@ fn same_bits(name: &str, tg: u32, a: &[f32], b: &[f32]) {
     }
 }
 
+/// Text no earlier run wrote (the time and this process).
+fn fresh_tag() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{nanos} {}", std::process::id())
+}
+
 fn inputs(seed: u64, n: usize) -> Vec<f32> {
     let mut rng = Rng::new(seed);
     (0..n).map(|_| rng.normal() as f32).collect()
@@ -183,22 +189,72 @@ fn a_row_norm_with_simd_sums_and_threadgroup_memory_matches_fibers_and_the_refer
 #[test]
 fn a_kernel_the_compiler_refuses_as_a_coroutine_runs_with_fibers() {
     // `co_await` may not stand in an unevaluated operand: the unit is built again with fibers.
-    let body = "uint i = thread_position_in_grid.x;\nthreadgroup_barrier(mem_flags::mem_threadgroup);\n\
-                out[i] = x[i] + float(sizeof(simd_sum(x[i])));";
+    // A fresh source each run, so that it is built here rather than found in the disk cache.
+    let body = format!(
+        "uint i = thread_position_in_grid.x; // {}\nthreadgroup_barrier(mem_flags::mem_threadgroup);\n\
+         out[i] = x[i] + float(sizeof(simd_sum(x[i])));",
+        fresh_tag()
+    );
     let k = MetalKernel::new("cpu_co_refused", &["x"], &["out"], body).unwrap();
     let x = inputs(4, 64);
     let input = Array::from_vec(&[64], x.clone()).unwrap();
     let spec = LaunchSpec::new([64, 1, 1], [32, 1, 1]).output(&[64], DType::F32).device(Device::Cpu);
     let generated = k.generate(std::slice::from_ref(&input), &spec).unwrap();
     assert!(lower(&k.program(&generated), LowerTarget::Cpu).unwrap().coroutines);
+    let refused = super::compile::built_with_fibers_instead_on_this_thread();
     let out = k.call(&[(&input).into()], &spec).unwrap()[0].to_vec::<f32>().unwrap();
     for (o, v) in out.iter().zip(&x) {
         assert_eq!(*o, v + 4.0);
     }
+    // Refused as coroutines only where the compiler has them (else built with fibers at once).
+    let has_coroutines = super::toolchain::host_compiler(&crate::config::host_cxx()).unwrap().coroutines;
+    let again = super::compile::built_with_fibers_instead_on_this_thread() - refused;
+    assert_eq!(again, u64::from(has_coroutines), "built again {again} times");
     // A kernel that does not compile either way is reported on its own line.
     let broken = "uint i = thread_position_in_grid.x;\nthreadgroup_barrier(mem_flags::mem_threadgroup);\nout[i] = x[i] + no_such_name;";
     match MetalKernel::new("cpu_co_broken", &["x"], &["out"], broken).unwrap().call(&[(&input).into()], &spec) {
         Err(Error::Compile { log, .. }) => assert!(log.contains("no_such_name") && log.contains("line 3"), "{log}"),
         other => panic!("expected a compile error, got {:?}", other.map(|_| ())),
     }
+}
+
+#[test]
+fn a_kernel_template_instantiated_by_host_name_runs_as_coroutines() {
+    use crate::kernel::{LibraryArg, LibraryLaunch, MetalLibrary};
+    let source = format!("// {}\n", fresh_tag())
+        + r#"
+        #include <metal_stdlib>
+        using namespace metal;
+        template <typename T>
+        [[kernel]] void reverse_groups(device const T* x [[buffer(0)]], device T* out [[buffer(1)]],
+                                       uint i [[thread_position_in_grid]], uint t [[thread_index_in_threadgroup]],
+                                       uint n [[threads_per_threadgroup]]) {
+            threadgroup T buf[256];
+            buf[t] = x[i];
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+            out[i] = buf[n - 1 - t] + simd_sum(T(1));
+        }
+        template [[host_name("reverse_groups_float")]] [[kernel]] void reverse_groups<float>(
+            device const float* x [[buffer(0)]], device float* out [[buffer(1)]], uint i [[thread_position_in_grid]],
+            uint t [[thread_index_in_threadgroup]], uint n [[threads_per_threadgroup]]);
+    "#;
+    let library = MetalLibrary::new("cpu_co_template", source);
+    let launch = LibraryLaunch::threads("reverse_groups_float", [128u32, 1, 1], [64u32, 1, 1]);
+    let module = lower(&library.program(&launch), LowerTarget::Cpu).unwrap();
+    assert!(module.coroutines);
+    let x = inputs(5, 128);
+    let args = [
+        LibraryArg::Array(Array::from_vec(&[128], x.clone()).unwrap()),
+        LibraryArg::Output { shape: vec![128], dtype: DType::F32, init_value: None },
+    ];
+    let (refused, opened) =
+        (super::compile::built_with_fibers_instead_on_this_thread(), super::compile::libraries_opened_on_this_thread());
+    let out = library.dispatch(Device::Cpu, &args, &launch).unwrap()[0].to_vec::<f32>().unwrap();
+    for (i, o) in out.iter().enumerate() {
+        let g = i - i % 64;
+        assert_eq!(*o, x[g + 63 - i % 64] + 32.0, "element {i}");
+    }
+    // Built here, as coroutines (where the compiler has them), not again with fibers.
+    assert!(super::compile::libraries_opened_on_this_thread() > opened);
+    assert_eq!(super::compile::built_with_fibers_instead_on_this_thread(), refused);
 }
