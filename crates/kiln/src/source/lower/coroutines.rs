@@ -70,7 +70,9 @@ pub fn lower(src: &Cursor, out: &mut [String], kernels: &HashSet<String>) -> boo
     for &k in &idents {
         let name = src.tok(k).text.as_str();
         let kind = call_kind(name);
-        if matches!(kind, Call::Other) {
+        // Outside every function body a name followed by `(` declares a function (an overload
+        // of a collective's name, say); a body that calls a collective is refused below.
+        if matches!(kind, Call::Other) || innermost(k).is_none() {
             continue;
         }
         let Some(open) = call_open(src, k) else {
@@ -173,6 +175,9 @@ mod tests {
         assert!(text.contains("KILN_CO_CALL(metal::simd_sum)(o[t]) + simd_lane_id;"), "{text}");
         assert!(text.contains(" KILN_CO_RETURN; }"), "{text}");
         assert_eq!(text.lines().count(), 5);
+        // A declaration of a collective's name at file scope is not a call.
+        let declared = "float simd_sum(half v);\nkernel void k(device float* o, uint t) { o[t] = simd_sum(o[t]); }\n";
+        assert!(lowered(declared).expect("qualifies").contains("KILN_CO_CALL(simd_sum)(o[t])"));
     }
 
     #[test]
@@ -181,6 +186,8 @@ mod tests {
         assert_eq!(lowered(helper), None);
         let lambda = "kernel void k(device float* o, uint t) { auto f = [&](float v) { return simd_sum(v); }; threadgroup_barrier(); o[t] = f(o[t]); }\n";
         assert_eq!(lowered(lambda), None);
+        let overload = "float simd_sum(half v) { return simd_sum(float(v)); }\nkernel void k(device float* o, uint t) { threadgroup_barrier(); o[t] = simd_sum(o[t]); }\n";
+        assert_eq!(lowered(overload), None);
         let matrix = "kernel void k(device float* o, uint t) { simdgroup_float8x8 m; simdgroup_load(m, o); threadgroup_barrier(); }\n";
         assert_eq!(lowered(matrix), None);
         let plain = "kernel void k(device float* o, uint t) { o[t] = 1.0f; }\n";
