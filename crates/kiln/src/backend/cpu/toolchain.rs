@@ -73,13 +73,60 @@ pub fn host_compiler(cxx: &str) -> Result<HostCompiler> {
     Ok(c)
 }
 
-/// Whether `cxx` compiles a coroutine as C++17 with [`COROUTINES`] (warnings as errors).
+/// Whether `cxx` compiles, as C++17 with [`COROUTINES`] (warnings as errors), coroutines built as
+/// the prelude builds its threads: where it does not, kernels keep fibers (the prelude compiles
+/// its coroutine part only where the compiler defines `__cpp_impl_coroutine`).
 fn has_coroutines(cxx: &str) -> bool {
     use std::io::Write;
-    const PROBE: &str = "#include <coroutine>\n\
-        struct T { struct promise_type { T get_return_object() { return {}; } std::suspend_always initial_suspend() noexcept { return {}; }\n\
-        std::suspend_always final_suspend() noexcept { return {}; } void return_void() {} void unhandled_exception() {} }; };\n\
-        T f() { co_await std::suspend_always{}; }\n";
+    // What the prelude's coroutine threads use (prelude/cpu/runtime.h): a promise built from the
+    // coroutine's arguments and allocating its frame from them, with no exceptions from the
+    // allocation, an awaiter taking the promise's handle, a call bound in a lambda with its
+    // arguments captured as a pack, `co_await` inside an expression, `co_return`.
+    const PROBE: &str = r#"#include <coroutine>
+        #include <stddef.h>
+        struct Args { int* slot; };
+        inline int* pick(const Args& a, int*) { return a.slot; }
+        template <class T> inline int* pick(const T&, int* p) { return p; }
+        template <class... A> inline int* slot_of(const A&... a) { int* p = nullptr; ((p = pick(a, p)), ...); return p; }
+        alignas(64) static char arena[4096];
+        struct Task {
+          struct promise_type {
+            int* slot;
+            template <class... A> explicit promise_type(const A&... a) : slot(slot_of(a...)) {}
+            Task get_return_object() noexcept { return Task{std::coroutine_handle<promise_type>::from_promise(*this).address()}; }
+            static Task get_return_object_on_allocation_failure() noexcept { return Task{nullptr}; }
+            template <class... A> static void* operator new(size_t n, const A&...) noexcept { return n <= sizeof arena ? arena : nullptr; }
+            static void operator delete(void*) noexcept {}
+            std::suspend_always initial_suspend() noexcept { return {}; }
+            struct Final {
+              bool await_ready() const noexcept { return false; }
+              void await_suspend(std::coroutine_handle<promise_type> h) const noexcept { *h.promise().slot = 3; }
+              void await_resume() const noexcept {}
+            };
+            Final final_suspend() noexcept { return {}; }
+            void return_void() noexcept {}
+            void unhandled_exception() { throw; }
+          };
+          void* frame;
+        };
+        template <class F> struct Step {
+          F f;
+          bool await_ready() const noexcept { return false; }
+          bool await_suspend(std::coroutine_handle<Task::promise_type> h) { *h.promise().slot = 1; f(); return true; }
+          auto await_resume() { return f(); }
+        };
+        template <class F> struct Call {
+          F f;
+          template <class... A> auto operator()(A... a) const { auto bound = [f = f, a...]() { return f(a...); }; return Step<decltype(bound)>{bound}; }
+        };
+        template <class F> inline Call<F> call(F f) { return Call<F>{f}; }
+        inline float twice(float v) { return v * 2.0f; }
+        Task k(float* out, unsigned i, Args args) {
+          if (i > 9) co_return;
+          out[i] = 1.0f + co_await call([](auto... a) { return twice(a...); })(out[i]);
+        }
+        void run(float* out, int* slot) { std::coroutine_handle<>::from_address(k(out, 1, Args{slot}).frame).resume(); }
+    "#;
     let child = Command::new(cxx)
         .args(["-std=c++17", COROUTINES, "-Werror", "-fsyntax-only", "-x", "c++", "-"])
         .stdin(std::process::Stdio::piped())
