@@ -128,11 +128,9 @@ fn main() {
         "uint i = thread_position_in_grid.x;\nout[i] = metal::exp(x[i]) * 2.0f + 1.0f;",
     )
     .expect("kernel");
-    let barrier = MetalKernel::new(
-        "bench_barrier",
-        &["x"],
-        &["out"],
-        r#"
+    // Two barriers around an exchange through threadgroup memory, then `LAST`.
+    let barriers = |name: &str, last: &str| {
+        let src = r#"
         uint i = thread_position_in_grid.x;
         uint t = thread_index_in_threadgroup;
         threadgroup float buf[1024];
@@ -140,26 +138,12 @@ fn main() {
         threadgroup_barrier(mem_flags::mem_threadgroup);
         float v = buf[(t + 1) % threads_per_threadgroup.x];
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        out[i] = simd_sum(v);
-        "#,
-    )
-    .expect("kernel");
-    let barriers_only = MetalKernel::new(
-        "bench_barriers_only",
-        &["x"],
-        &["out"],
-        r#"
-        uint i = thread_position_in_grid.x;
-        uint t = thread_index_in_threadgroup;
-        threadgroup float buf[1024];
-        buf[t] = x[i];
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-        float v = buf[(t + 1) % threads_per_threadgroup.x];
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-        out[i] = v * 2.0f;
-        "#,
-    )
-    .expect("kernel");
+        LAST
+        "#;
+        MetalKernel::new(name, &["x"], &["out"], src.replace("LAST", last)).expect("kernel")
+    };
+    let barrier = barriers("bench_barrier", "out[i] = simd_sum(v);");
+    let barriers_only = barriers("bench_barriers_only", "out[i] = v * 2.0f;");
     if std::env::var_os("KILN_BENCH_ONLY").is_some() {
         memory_bound();
         return;

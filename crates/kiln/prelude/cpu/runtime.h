@@ -351,6 +351,20 @@ __attribute__((always_inline)) inline void set_thread_builtins(Lane& t, uint3 lo
   t.thread_index_in_quadgroup = index % 4;
 }
 
+// Called in a handler: the exception being handled stops the group (unless it stopped already):
+// a cancellation, a fault with its message, or any other exception of the kernel's.
+inline void abort_for_current(Group& g) {
+  try {
+    throw;
+  } catch (const Cancelled&) {
+    if (!g.aborted) g.aborted = 1;
+  } catch (const Fault& f) {
+    if (!g.aborted) { g.aborted = 2; g.fault = f.msg; }
+  } catch (...) {
+    if (!g.aborted) { g.aborted = 2; g.fault = "the kernel threw an exception"; }
+  }
+}
+
 // Runs every thread of a group of a barrier-free kernel in index order (x fastest), `body`
 // inlined into the loop: the builtins are computed, not stored per thread. The cancel flag is
 // polled every 32 threads of a row (the kernel's own loops poll too); a thrown fault or
@@ -406,12 +420,8 @@ __attribute__((always_inline)) inline void run_direct(Group& g, const GroupShape
         }
       }
     }
-  } catch (const Cancelled&) {
-    if (!g.aborted) g.aborted = 1;
-  } catch (const Fault& f) {
-    if (!g.aborted) { g.aborted = 2; g.fault = f.msg; }
   } catch (...) {
-    if (!g.aborted) { g.aborted = 2; g.fault = "the kernel threw an exception"; }
+    abort_for_current(g);
   }
 }
 

@@ -237,12 +237,8 @@ void* co_frame_make(size_t bytes, Thread* t) noexcept {
 inline void run_one(Thread& t, Group* g) {
   try {
     g->body(t, g->buffers, g->tg_mem);
-  } catch (const Cancelled&) {
-    if (!g->aborted) g->aborted = 1;
-  } catch (const Fault& f) {
-    if (!g->aborted) { g->aborted = 2; g->fault = f.msg; }
   } catch (...) {
-    if (!g->aborted) { g->aborted = 2; g->fault = "the kernel threw an exception"; }
+    abort_for_current(*g);
   }
   t.state = DONE;
 }
@@ -509,12 +505,8 @@ inline void run_coroutines(Group& g, CoResume resume, Worker& w) {
         if (g.threads[i].state == AT_BARRIER) { g.threads[i].state = RUNNABLE; waiting = true; }
       if (!waiting) return;
     }
-  } catch (const Cancelled&) {
-    if (!g.aborted) g.aborted = 1;
-  } catch (const Fault& f) {
-    if (!g.aborted) { g.aborted = 2; g.fault = f.msg; }
   } catch (...) {
-    if (!g.aborted) { g.aborted = 2; g.fault = "the kernel threw an exception"; }
+    abort_for_current(g);
   }
 }
 
