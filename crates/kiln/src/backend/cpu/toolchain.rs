@@ -60,13 +60,21 @@ pub fn host_compiler(cxx: &str) -> Result<HostCompiler> {
         });
     }
     let identity = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").to_string();
-    // An empty translation unit compiled with the flag; warnings are errors so a compiler that
-    // only ignores it (with a warning) counts as not supporting it.
-    let stack_probes = Command::new(cxx)
-        .args(["-Werror", STACK_PROBES, "-x", "c++", "-c", "-o", "/dev/null", "/dev/null"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let c = HostCompiler { identity, stack_probes, native_target: native_target(cxx), coroutines: has_coroutines(cxx) };
+    // The probes run side by side: a process's first kernel waits for the slowest, not the sum.
+    let (stack_probes, native_target, coroutines) = std::thread::scope(|s| {
+        // An empty translation unit compiled with the flag; warnings are errors so a compiler
+        // that only ignores it (with a warning) counts as not supporting it.
+        let probes = s.spawn(|| {
+            Command::new(cxx)
+                .args(["-Werror", STACK_PROBES, "-x", "c++", "-c", "-o", "/dev/null", "/dev/null"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+        let native = s.spawn(|| native_target(cxx));
+        let coroutines = has_coroutines(cxx);
+        (probes.join().unwrap_or(false), native.join().unwrap_or(None), coroutines)
+    });
+    let c = HostCompiler { identity, stack_probes, native_target, coroutines };
     if let Ok(mut m) = seen.lock() {
         m.insert(cxx.to_string(), c.clone());
     }
