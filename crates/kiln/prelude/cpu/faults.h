@@ -294,11 +294,14 @@ KILN_SCHEDULER_LINKAGE int run_groups(Body body, DirectFn direct, bool cooperati
 }  // namespace rt
 }  // namespace kiln
 
-// Unmaps every stack of a set the host no longer needs.
+// Unmaps every stack of a set the host no longer needs, and its coroutine frames.
 extern "C" void kiln_release_stacks(kiln::rt::StackSet* set) {
   using namespace kiln::rt;
   for (uint32_t i = 0; i < set->count; ++i) munmap((char*)set->stacks[i] - GUARD_BYTES, STACK_BYTES + GUARD_BYTES);
   set->count = 0;
+  if (set->frames) munmap(set->frames, set->frames_room);
+  set->frames = nullptr;
+  set->frames_room = 0;
 }
 
 // Arms the guards of a launch (those the host keeps protected are already): 0 ok, 1 no handler,

@@ -116,6 +116,10 @@ const size_t ALT_STACK_BYTES = 64 * 1024;
 struct StackSet {
   void* stacks[1024];
   uint32_t count;
+  // The frames of coroutine threads (see co_frame_make): one mapping, kept with the set between
+  // calls and unmapped with its stacks.
+  char* frames;
+  uint64_t frames_room;
 };
 
 inline void* stack_at(StackSet* set, uint32_t i) {
@@ -165,13 +169,12 @@ struct Worker {
   // room left). Threads that have none (those not started by Rust's runtime) get this one.
   void* alt_stack;
   bool alt_checked;
-  // The frames of a group's coroutine threads (see co_frame_alloc), and the text of the fault
-  // when they do not fit.
-  char* co_arena;
-  size_t co_room, co_each;
+  // Where the running call keeps its coroutine threads' frames (the lent stack set), the size
+  // of this library's last frames, and the text of the fault when they do not fit.
+  StackSet* co_frames;
+  size_t co_each;
   char co_fault[192];
   ~Worker() {
-    if (co_arena) munmap(co_arena, co_room);
     if (alt_stack) {
       stack_t off;
       __builtin_memset(&off, 0, sizeof off);
@@ -214,24 +217,26 @@ void* co_frame_make(size_t bytes, Thread* t) noexcept {
                                                      "private arrays must stay well under it");
     return nullptr;
   }
-  // Room for every thread of the group (each thread's frame has one size), kept for the next
-  // groups: the scheduler then sets each thread's room aside before its frame is made. Made by
-  // the group's first thread, before any frame of the group lives in the arena.
+  // Room for every thread of the group (each thread's frame has one size) in the lent set's
+  // arena, kept for the next groups and calls: the scheduler then sets each thread's room aside
+  // before its frame is made. Made by the group's first thread, before any frame of the group
+  // lives in the arena.
+  StackSet* set = w.co_frames;
   const size_t n = (size_t)(w.group.n > 0 ? w.group.n : 1), need = each * n;
   const size_t i = t ? (size_t)(t - w.group.threads) : n;
-  if (w.co_room < need && i == 0) {
-    if (w.co_arena) munmap(w.co_arena, w.co_room);
-    w.co_room = 0;
+  if (set && set->frames_room < need && i == 0) {
+    if (set->frames) munmap(set->frames, set->frames_room);
+    set->frames_room = 0;
     void* m = mmap(nullptr, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    w.co_arena = m == MAP_FAILED ? nullptr : (char*)m;
-    if (w.co_arena) w.co_room = need;
+    set->frames = m == MAP_FAILED ? nullptr : (char*)m;
+    if (set->frames) set->frames_room = need;
   }
-  if (!w.co_arena || i >= n || w.co_room < need) {
+  if (!set || !set->frames || i >= n || set->frames_room < need) {
     copy_msg(w.co_fault, (int)sizeof w.co_fault, "cannot allocate its threads' coroutine frames");
     return nullptr;
   }
   w.co_each = each;
-  return w.co_arena + i * each;
+  return set->frames + i * each;
 }
 
 inline void run_one(Thread& t, Group* g) {
@@ -467,18 +472,21 @@ inline void run_cooperative(Group& g, StackSet* stacks, Worker& w) {
 // Runs a group whose threads are coroutines (see runtime.h): each thread's frame is made, then
 // every runnable thread is resumed in index order until all wait (at a barrier or a SIMD-group
 // call) or are done, collectives resolve and barriers release as for fibers.
-inline void run_coroutines(Group& g, CoResume resume, Worker& w) {
-  // Frames of an earlier group's size that no longer all fit are made anew from the first.
-  if (w.co_each * (size_t)g.n > w.co_room) w.co_each = 0;
+inline void run_coroutines(Group& g, CoResume resume, Worker& w, StackSet* frames) {
+  w.co_frames = frames;
+  // Frames of an earlier group's size that do not all fit this set's arena are made anew from
+  // the first.
+  const size_t room = frames ? frames->frames_room : 0;
+  if (w.co_each * (size_t)g.n > room) w.co_each = 0;
   try {
     for (int i = 0; i < g.n; ++i) {
       Thread& t = g.threads[i];
       g.running = &t;
       // The frame's room, where the frames of an earlier group had one size that fits here.
       const size_t each = w.co_each;
-      const bool room = each && each * (size_t)(i + 1) <= w.co_room;
-      t.co_frame = room ? w.co_arena + (size_t)i * each : nullptr;
-      t.co_room = room ? (uint32_t)each : 0;
+      const bool fits = each != 0;
+      t.co_frame = fits ? frames->frames + (size_t)i * each : nullptr;
+      t.co_room = fits ? (uint32_t)each : 0;
       g.body(t, g.buffers, g.tg_mem);
       if (!t.co_frame) {
         g.aborted = 2;
@@ -625,7 +633,7 @@ inline int run_groups_unprotected(Body body, DirectFn direct, bool cooperative, 
         TG_DECLARED + (int)i, (const char*)g.tg_mem[i], d->tg_sizes[i], tg_names[i], 1, false));
     if (cooperative) {
       for (uint i = 0; i < (n + 31) / 32; ++i) w.divergence[i].left_out = 0;
-      if (co_resume) run_coroutines(g, co_resume, w);
+      if (co_resume) run_coroutines(g, co_resume, w, stacks);
       else run_cooperative(g, stacks, w);
     } else {
       // Polled per thread: after a checked launch opened a guard, later threads must not keep

@@ -39,11 +39,21 @@ pub struct LaunchDesc {
     pub(super) checked: u32,
 }
 
-/// Stacks of one set (mirrors `kiln::rt::StackSet`); the library maps them on first use.
+/// Stacks of one set (mirrors `kiln::rt::StackSet`); the library maps them on first use, and
+/// the arena of its coroutine threads' frames too.
 #[repr(C)]
 pub struct StackSet {
     pub(super) stacks: [*mut c_void; MAX_STACKS],
     pub(super) count: u32,
+    pub(super) frames: *mut c_void,
+    pub(super) frames_room: u64,
+}
+
+impl StackSet {
+    /// A set with nothing mapped yet.
+    pub(super) fn empty() -> StackSet {
+        StackSet { stacks: [std::ptr::null_mut(); MAX_STACKS], count: 0, frames: std::ptr::null_mut(), frames_room: 0 }
+    }
 }
 
 /// Most stacks one call needs: the largest threadgroup.

@@ -36,7 +36,7 @@ fn push_header(out: &mut String, (name, text): (&str, &str)) {
 
 /// What `kiln_abi_version()` of the translation units written here returns; the host refuses a
 /// library with another (its `kiln_run` takes other arguments).
-pub const ABI_VERSION: i32 = 5;
+pub const ABI_VERSION: i32 = 6;
 
 /// The part of every translation unit of a `kind` of program before the user's code: the same
 /// text for every kernel of that kind, so it can be compiled once (a precompiled header).

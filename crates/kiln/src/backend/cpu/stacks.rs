@@ -7,7 +7,9 @@
 //! and returned after it, so the process holds stacks for the calls running at once, not for
 //! every pair of kernel library and worker thread. The sets together hold at most half the
 //! mapping limit; a call that would pass it first unmaps idle sets, then waits for one to come
-//! back (one is always in use when it waits, and returns without waiting on anything).
+//! back (one is always in use when it waits, and returns without waiting on anything). A set
+//! also keeps the arena of the frames of threads run as coroutines (one mapping, made by the
+//! first call that needs it and unmapped with the set's stacks).
 
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
@@ -69,7 +71,7 @@ impl StackPool {
                 }
             } else if p.reserved + need <= self.budget {
                 p.reserved += need;
-                let set = OwnedSet(Box::new(StackSet { stacks: [std::ptr::null_mut(); MAX_STACKS], count: 0 }));
+                let set = OwnedSet(Box::new(StackSet::empty()));
                 return Lease { pool: self, set: Some(set), reserved: need };
             }
             if !unmap_smallest_idle(&mut p, release) {
