@@ -339,16 +339,21 @@ struct GroupShape {
 };
 typedef void (*DirectFn)(Group& g, const GroupShape& s);
 
-// The builtins of the thread at `local` in its group and `global` in the grid, the group's
-// `index`-th, written into a direct loop's `Lane`.
-__attribute__((always_inline)) inline void set_thread_builtins(Lane& t, uint3 local, uint3 global, uint index) {
-  t.thread_position_in_threadgroup = local;
-  t.thread_position_in_grid = global;
+// The builtins of the group's `index`-th thread that follow from its index alone.
+__attribute__((always_inline)) inline void set_index_builtins(Lane& t, uint index) {
   t.thread_index_in_threadgroup = index;
   t.simdgroup_index_in_threadgroup = index / 32;
   t.thread_index_in_simdgroup = index % 32;
   t.quadgroup_index_in_threadgroup = index / 4;
   t.thread_index_in_quadgroup = index % 4;
+}
+
+// The builtins of the thread at `local` in its group and `global` in the grid, the group's
+// `index`-th, written into a direct loop's `Lane`.
+__attribute__((always_inline)) inline void set_thread_builtins(Lane& t, uint3 local, uint3 global, uint index) {
+  t.thread_position_in_threadgroup = local;
+  t.thread_position_in_grid = global;
+  set_index_builtins(t, index);
 }
 
 // Called in a handler: the exception being handled stops the group (unless it stopped already):

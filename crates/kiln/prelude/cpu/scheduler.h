@@ -601,11 +601,7 @@ inline int run_groups_unprotected(Body body, DirectFn direct, bool cooperative, 
       if (!same_shape) {
         set_group_builtins(t, size, tg, uint3(d->groups[0], d->groups[1], d->groups[2]), grid);
         t.thread_position_in_threadgroup = local;
-        t.thread_index_in_threadgroup = i;
-        t.simdgroup_index_in_threadgroup = i / 32;
-        t.thread_index_in_simdgroup = i % 32;
-        t.quadgroup_index_in_threadgroup = i / 4;
-        t.thread_index_in_quadgroup = i % 4;
+        set_index_builtins(t, i);
         if (++local.x == size.x) {
           local.x = 0;
           if (++local.y == size.y) { local.y = 0; ++local.z; }

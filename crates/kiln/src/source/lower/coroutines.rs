@@ -21,6 +21,7 @@ use std::collections::HashSet;
 
 use super::convergence::SITED_COLLECTIVES;
 use super::functions::{call_open, find_scopes, Body};
+use super::rewrite::is_cooperative;
 use crate::source::cursor::Cursor;
 
 /// What a call by this name is to the rewrite.
@@ -34,15 +35,14 @@ enum Call {
 }
 
 fn call_kind(name: &str) -> Call {
+    if !is_cooperative(name) {
+        return Call::Other;
+    }
     if name == "threadgroup_barrier" {
         return Call::Barrier;
     }
-    let family = name.starts_with("simd_") || name.starts_with("quad_") || name.starts_with("simdgroup_");
-    if !family || crate::source::scan::ATTRIBUTES.iter().any(|(a, _)| *a == name) {
-        return Call::Other;
-    }
-    let collective = (name.starts_with("simd_") || name.starts_with("quad_") || name == "simdgroup_barrier")
-        && SITED_COLLECTIVES.contains(&name);
+    let collective =
+        SITED_COLLECTIVES.contains(&name) && (!name.starts_with("simdgroup_") || name == "simdgroup_barrier");
     if collective {
         Call::Collective
     } else {
@@ -63,7 +63,7 @@ pub fn lower(src: &Cursor, out: &mut [String], kernels: &HashSet<String>) -> boo
     let (scopes, _) = find_scopes(src, kernels);
     let innermost = |k: usize| scopes.iter().filter(|s| s.open < k && k < s.close).min_by_key(|s| s.close - s.open);
     let in_kernel = |k: usize| innermost(k).is_some_and(|s| s.body == Body::Kernel);
-    // (token, text put before it, text put after it)
+    // Each call's first token with the macro put before it, and the token its `)` goes after.
     let mut wraps: Vec<(usize, &str)> = Vec::new();
     let mut closes: Vec<usize> = Vec::new();
     let mut suspends = false;
@@ -118,15 +118,16 @@ pub fn lower(src: &Cursor, out: &mut [String], kernels: &HashSet<String>) -> boo
         entries.push(params - 2);
         ends.push(s.close);
         params_ends.push(s.open - 1);
-    }
-    for &k in &idents {
-        if src.tok(k).text != "return" || !in_kernel(k) {
-            continue;
+        // Its own returns (not a lambda's in it).
+        for k in s.open + 1..s.close {
+            if !src.is(k, "return") || !live(k) || !in_kernel(k) {
+                continue;
+            }
+            if !src.is(k + 1, ";") || !out[sig[k]].ends_with("return") {
+                return false;
+            }
+            returns.push(k);
         }
-        if !src.is(k + 1, ";") || !out[sig[k]].ends_with("return") {
-            return false;
-        }
-        returns.push(k);
     }
     for (k, text) in wraps {
         out[sig[k]].insert_str(0, text);

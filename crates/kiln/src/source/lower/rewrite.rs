@@ -53,8 +53,8 @@ pub fn rewrite(program: &MetalProgram, parse: &ProgramParse, target: LowerTarget
     super::anon_structs::lower(src, &mut rw.out);
     super::designators::lower(parse, &mut rw.out);
     super::float_args::companions(parse, &mut rw.out);
+    let kernels = parse.kernels.keys().cloned().collect();
     if target == LowerTarget::Cpu {
-        let kernels = parse.kernels.keys().cloned().collect();
         super::convergence::instrument(src, &mut rw.out, &kernels)?;
         super::private_arrays::register(parse, &mut rw.out);
     }
@@ -73,15 +73,12 @@ pub fn rewrite(program: &MetalProgram, parse: &ProgramParse, target: LowerTarget
         }
     }
     let cooperative = src.toks.iter().any(|t| t.kind == Kind::Ident && is_cooperative(&t.text));
-    let coroutines = cooperative && target == LowerTarget::Cpu && {
-        let kernels = parse.kernels.keys().cloned().collect();
-        super::coroutines::lower(src, &mut rw.out, &kernels)
-    };
+    let coroutines = cooperative && target == LowerTarget::Cpu && super::coroutines::lower(src, &mut rw.out, &kernels);
     Ok(Rewritten { code: rw.out.concat(), cooperative, coroutines })
 }
 
 /// Identifiers that make the threads of a group depend on each other.
-fn is_cooperative(ident: &str) -> bool {
+pub(super) fn is_cooperative(ident: &str) -> bool {
     let builtin_value = crate::source::scan::ATTRIBUTES.iter().any(|(a, _)| *a == ident);
     !builtin_value
         && (ident.starts_with("simd_")
