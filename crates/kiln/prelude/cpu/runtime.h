@@ -430,6 +430,64 @@ __attribute__((always_inline)) inline void run_direct(Group& g, const GroupShape
   }
 }
 
+// ---- region loops ----------------------------------------------------------------------------
+// A kernel whose barriers all stand at the top level of its body also has a region form
+// (lowering `regions`): `<kernel>_kiln_regions<R>` runs region R (the statements between two
+// barriers) of one thread, and the entry's region driver (emit.rs) runs each region for every
+// thread of the group in index order, through `run_direct`, before the next. Its setup call
+// (R = -1) reports the size of the thread's record of variables kept across barriers and opens
+// the group's threadgroup storage once; the records and each thread's "returned" flag live in
+// the lent stack set's arena, kept between groups and calls.
+struct RegionState {
+  size_t record;
+  void* uniform[64];
+};
+struct RegionArgs {
+  char* base;
+  unsigned char* done;
+  void* const* uniform;
+  RegionState* setup;
+  uint index;
+  void finish() const { done[index] = 1; }
+  bool finished() const { return done[index] != 0; }
+  RegionArgs at(uint i) const {
+    RegionArgs a = *this;
+    a.index = i;
+    return a;
+  }
+};
+
+// Room for the records of `n` threads of `record` bytes each and their flags, from the lent
+// stack set's arena: null, with `*fault` set, when a record would pass what a coroutine
+// thread's frame may take or the room cannot be had. Defined with the scheduler.
+__attribute__((visibility("hidden"))) char* region_room(size_t record, size_t n, const char** fault) noexcept;
+
+// The group's setup: `setup` runs the region form's setup call; then the records and flags of
+// the group's threads are set aside. False (the group stopped, its fault set) when that fails.
+template <class F> inline bool region_setup(Group& g, const GroupShape& s, RegionState& st, RegionArgs& ra, F setup) {
+  const size_t n = (size_t)s.size.x * s.size.y * s.size.z;
+  try {
+    Lane t{};
+    set_group_builtins(t, s.size, s.tg, s.groups, s.grid);
+    t.threadgroup_position_in_grid = s.gid;
+    setup(t);
+  } catch (...) {
+    abort_for_current(g);
+    return false;
+  }
+  const char* fault = nullptr;
+  char* room = region_room(st.record, n, &fault);
+  if (!room) {
+    g.aborted = 2;
+    g.fault = fault;
+    return false;
+  }
+  ra.base = room;
+  ra.done = (unsigned char*)room + st.record * n;
+  __builtin_memset(ra.done, 0, n);
+  return true;
+}
+
 // Builtin values convert to the declared parameter type (uint, uint2, uint3, ushort, ...).
 struct BuiltinArg {
   uint3 v;

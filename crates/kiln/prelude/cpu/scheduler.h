@@ -203,18 +203,48 @@ static thread_local Worker g_worker;
 // The most a coroutine thread's frame may take: a fiber's stack.
 const size_t CO_FRAME_LIMIT = STACK_BYTES;
 
+// The fault of a thread whose private memory (`each` bytes) passes `CO_FRAME_LIMIT`.
+inline const char* private_memory_fault(Worker& w, size_t each) {
+  int at = 0;
+  msg_put(w.co_fault, (int)sizeof w.co_fault, &at, "needs ");
+  msg_put(w.co_fault, (int)sizeof w.co_fault, &at, (uint64_t)(each >> 10), false);
+  msg_put(w.co_fault, (int)sizeof w.co_fault, &at, " KiB of private memory per thread, over the ");
+  msg_put(w.co_fault, (int)sizeof w.co_fault, &at, (uint64_t)(CO_FRAME_LIMIT >> 10), false);
+  msg_put(w.co_fault, (int)sizeof w.co_fault, &at, " KiB a thread of a kernel with barriers or SIMD collectives has: its "
+                                                   "private arrays must stay well under it");
+  return w.co_fault;
+}
+
+char* region_room(size_t record, size_t n, const char** fault) noexcept {
+  Worker& w = g_worker;
+  if (record > CO_FRAME_LIMIT) {
+    *fault = private_memory_fault(w, record);
+    return nullptr;
+  }
+  StackSet* set = w.co_frames;
+  const size_t bytes = record * n + n;
+  if (set && set->frames_room < bytes) {
+    if (set->frames) munmap(set->frames, set->frames_room);
+    set->frames_room = 0;
+    // The coroutine frames' layout (one size per thread) no longer holds.
+    w.co_each = 0;
+    void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    set->frames = m == MAP_FAILED ? nullptr : (char*)m;
+    if (set->frames) set->frames_room = bytes;
+  }
+  if (!set || !set->frames) {
+    *fault = "cannot allocate its threads' variables kept across barriers";
+    return nullptr;
+  }
+  return set->frames;
+}
+
 void* co_frame_make(size_t bytes, Thread* t) noexcept {
   Worker& w = g_worker;
   const size_t each = (bytes + 63) & ~(size_t)63;
   w.co_each = 0;
   if (each > CO_FRAME_LIMIT) {
-    int at = 0;
-    msg_put(w.co_fault, (int)sizeof w.co_fault, &at, "needs ");
-    msg_put(w.co_fault, (int)sizeof w.co_fault, &at, (uint64_t)(each >> 10), false);
-    msg_put(w.co_fault, (int)sizeof w.co_fault, &at, " KiB of private memory per thread, over the ");
-    msg_put(w.co_fault, (int)sizeof w.co_fault, &at, (uint64_t)(CO_FRAME_LIMIT >> 10), false);
-    msg_put(w.co_fault, (int)sizeof w.co_fault, &at, " KiB a thread of a kernel with barriers or SIMD collectives has: its "
-                                                     "private arrays must stay well under it");
+    private_memory_fault(w, each);
     return nullptr;
   }
   // Room for every thread of the group (each thread's frame has one size) in the lent set's
@@ -542,7 +572,9 @@ inline int run_groups_unprotected(Body body, DirectFn direct, bool cooperative, 
   Thread* threads = w.threads;
   const uint32_t gx = d->groups[0], gy = d->groups[1];
   // (The sanitizer's libraries have no direct loops: their entries pass none.)
-  if (cooperative || d->checked) direct = nullptr;
+  // A cooperative kernel's direct function is its region driver, where it has one.
+  if (d->checked) direct = nullptr;
+  w.co_frames = stacks;
   for (uint64_t lin = begin; lin < end; ++lin) {
     if (*d->cancel) return 1;
     uint3 gid = uint3(uint(lin % gx), uint((lin / gx) % gy), uint(lin / ((uint64_t)gx * gy)));

@@ -23,7 +23,9 @@ use super::built_once::BuiltOnce;
 use super::pch;
 use super::scheduler_object::{self, SchedulerObject};
 use super::toolchain::{flags, host_compiler, HostCompiler};
-use crate::backend::cpu::emit::{without_scheduler, ABI_VERSION, COROUTINES_OFF, COROUTINES_ON};
+use crate::backend::cpu::emit::{
+    without_scheduler, ABI_VERSION, COROUTINES_OFF, COROUTINES_ON, REGIONS_OFF, REGIONS_ON,
+};
 use crate::backend::{cache_root, disk_cache};
 use crate::error::{Error, Result};
 use crate::program::MathMode;
@@ -178,6 +180,7 @@ fn load_or_build(unit: &Unit<'_>, flags: &[&str], key: &str) -> Result<Compiled>
 thread_local! {
     static LIBRARIES_OPENED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     static BUILT_WITH_FIBERS_INSTEAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static BUILT_WITHOUT_REGIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     static LINKED_WITH_SCHEDULER_OBJECT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
@@ -192,6 +195,13 @@ pub fn linked_with_scheduler_object_on_this_thread() -> u64 {
 /// fibers instead.
 pub fn built_with_fibers_instead_on_this_thread() -> u64 {
     BUILT_WITH_FIBERS_INSTEAD.with(|n| n.get())
+}
+
+#[cfg(test)]
+/// How many units whose kernels' region forms the compiler refused this thread has built
+/// without them.
+pub fn built_without_regions_on_this_thread() -> u64 {
+    BUILT_WITHOUT_REGIONS.with(|n| n.get())
 }
 
 #[cfg(test)]
@@ -247,18 +257,24 @@ impl Shortcuts {
     pub const NONE: Shortcuts = Shortcuts { precompiled_prelude: false, scheduler_object: false };
 }
 
-/// Compiles the unit (see `build_as_written`); a unit whose kernels the compiler refuses as
-/// coroutines (GCC does not take `co_await` everywhere an expression may stand) is built again
-/// with fibers, its text otherwise the same.
+/// Compiles the unit (see `build_as_written`). A unit the compiler refuses with its kernels'
+/// region forms (`lower::regions`: a kept variable of a type the record cannot hold, say) is
+/// built again without them; one it refuses as coroutines (GCC does not take `co_await`
+/// everywhere an expression may stand) is built again with fibers; its text otherwise the same.
 fn build(unit: &Unit<'_>, flags: &[&str], dir: &Path) -> Result<Vec<u8>> {
-    match build_as_written(unit, flags, dir) {
-        Err(Error::Compile { .. }) if unit.tu.contains(COROUTINES_ON) => {
-            BUILT_WITH_FIBERS_INSTEAD.with(|n| n.set(n.get() + 1));
-            let tu = unit.tu.replacen(COROUTINES_ON, COROUTINES_OFF, 1);
-            build_as_written(&Unit { tu: &tu, ..*unit }, flags, dir)
-        }
-        other => other,
+    let mut tu = std::borrow::Cow::Borrowed(unit.tu);
+    let mut result = build_as_written(unit, flags, dir);
+    if matches!(result, Err(Error::Compile { .. })) && tu.contains(REGIONS_ON) {
+        BUILT_WITHOUT_REGIONS.with(|n| n.set(n.get() + 1));
+        tu = std::borrow::Cow::Owned(tu.replacen(REGIONS_ON, REGIONS_OFF, 1));
+        result = build_as_written(&Unit { tu: &tu, ..*unit }, flags, dir);
     }
+    if matches!(result, Err(Error::Compile { .. })) && tu.contains(COROUTINES_ON) {
+        BUILT_WITH_FIBERS_INSTEAD.with(|n| n.set(n.get() + 1));
+        let fibers = tu.replacen(COROUTINES_ON, COROUTINES_OFF, 1);
+        result = build_as_written(&Unit { tu: &fibers, ..*unit }, flags, dir);
+    }
+    result
 }
 
 /// Compiles the unit, with its prelude precompiled and its scheduler linked as an object where

@@ -278,7 +278,8 @@ fn only_barrier_free_entries_get_a_direct_loop() {
     };
     let (plain, collective) = (unit(&plain), unit(&collective));
     assert!(plain.contains("run_groups(kiln_body_0, kiln_direct_0, false,"));
-    assert!(collective.contains("run_groups(kiln_body_0, nullptr, true,"));
+    assert!(collective.contains("run_groups(kiln_body_0, kiln_regions_0, true,"));
+    assert!(collective.contains("#define kiln_regions_0 nullptr"));
     // Only the barrier-free kernel's code is compiled as by -O3 and without semantic
     // interposition.
     let pragma = "#pragma GCC optimize (\"O3\", \"no-semantic-interposition\")";

@@ -112,6 +112,18 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
     if !module.code.ends_with('\n') {
         out.push('\n');
     }
+    if !module.regions.is_empty() {
+        // The region forms (of cooperative kernels, whose code is compiled as written: see
+        // above), optimized as the direct loops are: they hold no SIMD-group call.
+        out.push_str(REGIONS_ON);
+        out.push_str("#if KILN_REGION_UNIT\n");
+        out.push_str(OPTIMIZED_PUSH);
+        for kernel in &module.regions {
+            let file = kernel.file.clone().unwrap_or_else(|| user_file_name(program));
+            let _ = writeln!(out, "#line {} \"{file}\"\n{}", kernel.line, kernel.code);
+        }
+        out.push_str("#pragma GCC pop_options\n#endif\n");
+    }
     out.push_str("#line 1 \"kiln/entries\"\n");
     for (i, entry) in module.entries.iter().enumerate() {
         let mut args = Vec::new();
@@ -161,11 +173,16 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
         if module.coroutines {
             out.push_str("#endif\n");
         }
+        let chunked = !module.code.contains("os_log") && !module.code.contains("atomic");
+        if let Some(kernel) = module.regions.iter().find(|r| r.name == entry.callee) {
+            out.push_str(&region_driver(i, entry, kernel.regions, &args, chunked));
+        } else if module.needs_cooperative_threads {
+            let _ = writeln!(out, "#define kiln_regions_{i} nullptr");
+        }
         if !module.needs_cooperative_threads {
             // Kernels that log (a line names its own thread) or take atomics (a fault in a span
             // is named by running the group again, where a thread could wait on a lock the
             // faulting one held) keep one thread per iteration; atomics do not vectorize anyway.
-            let chunked = !module.code.contains("os_log") && !module.code.contains("atomic");
             out.push_str(&direct_loop(i, entry, chunked));
         }
     }
@@ -196,7 +213,8 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
     );
     out.push_str("extern \"C\" int kiln_run(int entry, const kiln::rt::LaunchDesc* d, uint64_t begin, uint64_t end, kiln::rt::StackSet* stacks, kiln::rt::TgArena* arena, char* msg, int cap) {\n  switch (entry) {\n");
     for i in 0..module.entries.len() {
-        let direct = if module.needs_cooperative_threads { "nullptr".to_string() } else { format!("kiln_direct_{i}") };
+        let direct =
+            if module.needs_cooperative_threads { format!("kiln_regions_{i}") } else { format!("kiln_direct_{i}") };
         let resume = if module.coroutines { format!("kiln_co_resume_{i}") } else { "nullptr".to_string() };
         let _ = writeln!(
             out,
@@ -234,6 +252,64 @@ const COROUTINE_MACROS: &str = concat!(
     "#define KILN_CO_CALL(...) __VA_ARGS__\n",
     "#endif\n",
 );
+
+/// What compiles the code after it as the direct loops are (`-O3`, no semantic interposition).
+const OPTIMIZED_PUSH: &str = "#pragma GCC push_options\n#pragma GCC optimize (\"O3\", \"no-semantic-interposition\")\n";
+
+/// The line that gives a unit its kernels' region forms (never in the sanitizer's libraries);
+/// a unit that does not compile so is built again with [`REGIONS_OFF`] in its place.
+pub const REGIONS_ON: &str = "#define KILN_REGION_UNIT !KILN_CHECKED\n";
+/// What replaces [`REGIONS_ON`] to build a unit without region forms.
+pub const REGIONS_OFF: &str = "#define KILN_REGION_UNIT 0\n";
+
+/// The region driver of entry `i`, whose kernel has a region form of `regions` regions
+/// (`lower::regions`; prelude/cpu/runtime.h, "region loops"): the setup call, then each region
+/// for every thread of the group through `run_direct`, `chunked` as a direct loop is.
+fn region_driver(
+    i: usize,
+    entry: &crate::source::lower::Entry,
+    regions: usize,
+    args: &[String],
+    chunked: bool,
+) -> String {
+    let buffers = entry
+        .params
+        .iter()
+        .filter_map(|p| match p {
+            EntryParam::Buffer { index, .. } => Some(*index as usize + 1),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(1);
+    let mut call_args: Vec<String> = args.to_vec();
+    call_args.push("ra".to_string());
+    let mut out = format!(
+        "#if KILN_REGION_UNIT\n{OPTIMIZED_PUSH}\
+         template <int R> static inline __attribute__((always_inline)) void kiln_region_entry_{i}(const kiln::rt::Lane& t, void* const* b, void* const* tg, kiln::rt::RegionArgs ra) {{\n\
+         \x20 (void)t; (void)b; (void)tg;\n\
+         \x20 {}_kiln_regions<R>({});\n\
+         }}\n\
+         static void kiln_regions_{i}(kiln::rt::Group& g, const kiln::rt::GroupShape& s) {{\n\
+         \x20 void* b[{buffers}];\n\
+         \x20 for (int k = 0; k < {buffers}; ++k) b[k] = g.buffers[k];\n\
+         \x20 void* tg[16];\n\
+         \x20 for (int k = 0; k < 16; ++k) tg[k] = g.tg_mem[k];\n\
+         \x20 kiln::rt::RegionState st;\n\
+         \x20 st.record = 0;\n\
+         \x20 kiln::rt::RegionArgs ra{{nullptr, nullptr, st.uniform, &st, 0}};\n\
+         \x20 if (!kiln::rt::region_setup(g, s, st, ra, [&](const kiln::rt::Lane& t) {{ kiln_region_entry_{i}<-1>(t, b, tg, ra); }})) return;\n",
+        entry.callee,
+        call_args.join(", ")
+    );
+    for r in 0..regions {
+        let _ = writeln!(
+            out,
+            "  kiln::rt::run_direct<{chunked}>(g, s, [&](const kiln::rt::Lane& t) {{ kiln_region_entry_{i}<{r}>(t, b, tg, ra.at(t.thread_index_in_threadgroup)); }});\n  if (g.aborted || *g.cancel) return;"
+        );
+    }
+    out.push_str(&format!("}}\n#pragma GCC pop_options\n#else\n#define kiln_regions_{i} nullptr\n#endif\n"));
+    out
+}
 
 /// The direct loop of entry `i` of a barrier-free kernel (`kiln::rt::run_direct`): the entry
 /// inlined into the loop over a group's threads, its buffer and threadgroup pointers copied

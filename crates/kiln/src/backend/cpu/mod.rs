@@ -394,6 +394,8 @@ mod direct_tests;
 #[cfg(test)]
 mod precompile_tests;
 #[cfg(test)]
+mod region_tests;
+#[cfg(test)]
 mod scheduler_tests;
 #[cfg(test)]
 mod tests;

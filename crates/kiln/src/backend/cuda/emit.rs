@@ -478,6 +478,7 @@ mod tests {
             entries: vec![entry],
             needs_cooperative_threads: false,
             coroutines: false,
+            regions: Vec::new(),
             line_map: Vec::new(),
         };
         assert_eq!(inline_capacity(&module, true), INLINE_PER_POINTER + INLINE_PER_REFERENCE);

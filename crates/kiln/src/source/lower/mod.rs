@@ -19,6 +19,7 @@ mod members;
 mod oslog;
 mod private_arrays;
 mod prune;
+mod regions;
 mod rewrite;
 mod ternary;
 
@@ -27,6 +28,7 @@ use crate::program::MetalProgram;
 pub use crate::source::parse::{AddressSpace, Entry, EntryParam};
 use crate::source::parse::{ParseSlot, ProgramParse};
 use crate::source::user_lines::user_translate_log;
+pub use regions::RegionKernel;
 
 /// The language a lowering produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -52,6 +54,10 @@ pub struct LoweredModule {
     /// (every barrier and SIMD-group call in a kernel function's own body; see
     /// prelude/cpu/runtime.h).
     pub coroutines: bool,
+    /// The kernels that also have a region form (their barriers all at the top level of their
+    /// body; `regions`): the unit runs a group's threads region by region in loops, and keeps
+    /// the kernel as written for checked launches and to name a faulting thread.
+    pub regions: Vec<RegionKernel>,
     /// For each line of `code`, the line of the user's source it came from (1-based; 0 for
     /// generated lines), so compiler logs can point at the user's text.
     pub line_map: Vec<u32>,
@@ -105,6 +111,11 @@ fn lower_parsed(program: &MetalProgram, parse: &ProgramParse, target: LowerTarge
         entries: dispatched_entries(program, parse),
         needs_cooperative_threads: rewritten.cooperative,
         coroutines: rewritten.coroutines,
+        regions: rewritten
+            .regions
+            .into_iter()
+            .map(|r| RegionKernel { code: ternary::wrap_conditionals(&r.code), ..r })
+            .collect(),
         line_map: (1..=lines as u32).collect(),
     })
 }

@@ -25,6 +25,9 @@ pub struct Rewritten {
     pub cooperative: bool,
     /// Whether the kernels' threads may run as coroutines on the CPU (`coroutines::lower`).
     pub coroutines: bool,
+    /// The kernels that also run as region loops on the CPU, with their region forms
+    /// (`regions::lower`).
+    pub regions: Vec<super::regions::RegionKernel>,
 }
 
 struct Rewriter<'a> {
@@ -74,7 +77,8 @@ pub fn rewrite(program: &MetalProgram, parse: &ProgramParse, target: LowerTarget
     }
     let cooperative = src.toks.iter().any(|t| t.kind == Kind::Ident && is_cooperative(&t.text));
     let coroutines = cooperative && target == LowerTarget::Cpu && super::coroutines::lower(src, &mut rw.out, &kernels);
-    Ok(Rewritten { code: rw.out.concat(), cooperative, coroutines })
+    let regions = if coroutines { super::regions::lower(src, &rw.out, &kernels) } else { Vec::new() };
+    Ok(Rewritten { code: rw.out.concat(), cooperative, coroutines, regions })
 }
 
 /// Identifiers that make the threads of a group depend on each other.
