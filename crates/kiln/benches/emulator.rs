@@ -9,7 +9,8 @@
 //!
 //! Then memory-bound work at NumPy's sizes (`bench/cpu_throughput.py` times NumPy beside it):
 //! `ops::exp` and a body kernel `out[i] = exp(inp[i])` over 16M float32, `rms_norm` and
-//! `softmax` over 4096x4096 float32, a copy kernel, and the host's copy bandwidth (a 64 MiB
+//! `softmax` over 4096x4096 float32, the seed's RMSNorm and softmax bodies (barriers and
+//! SIMD-group reductions) over the same, a copy kernel, and the host's copy bandwidth (a 64 MiB
 //! `copy_from_slice` into memory already touched). The rows take turns for `KILN_BENCH_ROUNDS`
 //! rounds (default 7); each prints its median round with the fastest and slowest beside it.
 //!
@@ -69,6 +70,12 @@ fn memory_bound() {
     let exp_body = body("bench_exp_body", "metal::exp(inp[elem])");
     let copy_body = body("bench_copy_body", "inp[elem]");
     let spec = LaunchSpec::new([n as u32, 1, 1], [256, 1, 1]).output(&[n], DType::F32).device(Device::Cpu);
+    // The seed's RMSNorm and softmax bodies (a row per 256-thread group: strided partial sums,
+    // `simd_sum`/`simd_max`, a fold across SIMD-groups through threadgroup memory between
+    // barriers), over the same 4096x4096 float32.
+    let seed_norm = MetalKernel::new("bench_seed_rms_norm", &["x", "w"], &["out"], SEED_RMS_NORM).expect("kernel");
+    let seed_softmax = MetalKernel::new("bench_seed_softmax", &["x"], &["out"], SEED_SOFTMAX).expect("kernel");
+    let rows_spec = LaunchSpec::new([4096 * 256, 1, 1], [256, 1, 1]).output(&[n], DType::F32).device(Device::Cpu);
     let mut dst = vec![0f32; n];
     dst.copy_from_slice(&data);
     let dst = std::cell::RefCell::new(dst);
@@ -78,6 +85,16 @@ fn memory_bound() {
         ("body exp 16M f32", bytes, Box::new(|| drop(exp_body.call(&[(&x).into()], &spec).expect("exp")))),
         ("ops::rms_norm 4096x4096 f32", bytes, Box::new(|| drop(kiln::ops::rms_norm(&square, &w, 1e-5).expect("rms")))),
         ("ops::softmax 4096x4096 f32", bytes, Box::new(|| drop(kiln::ops::softmax(&square).expect("softmax")))),
+        (
+            "body seed rms_norm 4096x4096 f32",
+            bytes,
+            Box::new(|| drop(seed_norm.call(&[(&square).into(), (&w).into()], &rows_spec).expect("seed rms_norm"))),
+        ),
+        (
+            "body seed softmax 4096x4096 f32",
+            bytes,
+            Box::new(|| drop(seed_softmax.call(&[(&square).into()], &rows_spec).expect("seed softmax"))),
+        ),
         ("body copy 16M f32", bytes, Box::new(|| drop(copy_body.call(&[(&x).into()], &spec).expect("copy")))),
         ("host copy_from_slice 64 MiB", bytes, Box::new(|| dst.borrow_mut().copy_from_slice(&data))),
     ];
@@ -89,6 +106,72 @@ fn memory_bound() {
     );
     throughput(&rows, rounds);
 }
+
+/// The seed's RMSNorm body (float, D = 4096).
+const SEED_RMS_NORM: &str = r#"
+uint row = threadgroup_position_in_grid.x;
+uint tid = thread_index_in_threadgroup;
+uint lane = thread_index_in_simdgroup;
+uint sg = simdgroup_index_in_threadgroup;
+const uint D = 4096;
+float sum_sq = 0.0f;
+for (uint i = tid; i < D; i += threads_per_threadgroup.x) {
+    float val = x[row * D + i];
+    sum_sq += val * val;
+}
+sum_sq = simd_sum(sum_sq);
+threadgroup float shared[32];
+if (lane == 0) shared[sg] = sum_sq;
+threadgroup_barrier(mem_flags::mem_threadgroup);
+if (sg == 0) {
+    float partial = (lane < (threads_per_threadgroup.x + 31) / 32) ? shared[lane] : 0.0f;
+    float total = simd_sum(partial);
+    shared[0] = total;
+}
+threadgroup_barrier(mem_flags::mem_threadgroup);
+float rms = metal::rsqrt(shared[0] / float(D) + 1e-5f);
+for (uint i = tid; i < D; i += threads_per_threadgroup.x) {
+    out[row * D + i] = x[row * D + i] * rms * w[i];
+}
+"#;
+
+/// The seed's softmax body (float, D = 4096).
+const SEED_SOFTMAX: &str = r#"
+uint row = threadgroup_position_in_grid.x;
+uint tid = thread_index_in_threadgroup;
+uint lane = thread_index_in_simdgroup;
+uint sg = simdgroup_index_in_threadgroup;
+const uint D = 4096;
+float local_max = -1e38f;
+for (uint i = tid; i < D; i += threads_per_threadgroup.x) local_max = max(local_max, x[row * D + i]);
+local_max = simd_max(local_max);
+threadgroup float shared[32];
+if (lane == 0) shared[sg] = local_max;
+threadgroup_barrier(mem_flags::mem_threadgroup);
+if (sg == 0) {
+    float partial = (lane < (threads_per_threadgroup.x + 31) / 32) ? shared[lane] : -1e38f;
+    shared[0] = simd_max(partial);
+}
+threadgroup_barrier(mem_flags::mem_threadgroup);
+float row_max = shared[0];
+float local_sum = 0.0f;
+for (uint i = tid; i < D; i += threads_per_threadgroup.x) {
+    float e = metal::exp(x[row * D + i] - row_max);
+    out[row * D + i] = e;
+    local_sum += e;
+}
+local_sum = simd_sum(local_sum);
+threadgroup_barrier(mem_flags::mem_threadgroup);
+if (lane == 0) shared[sg] = local_sum;
+threadgroup_barrier(mem_flags::mem_threadgroup);
+if (sg == 0) {
+    float partial = (lane < (threads_per_threadgroup.x + 31) / 32) ? shared[lane] : 0.0f;
+    shared[0] = simd_sum(partial);
+}
+threadgroup_barrier(mem_flags::mem_threadgroup);
+float inv_sum = 1.0f / shared[0];
+for (uint i = tid; i < D; i += threads_per_threadgroup.x) out[row * D + i] = out[row * D + i] * inv_sum;
+"#;
 
 fn measure(name: &str, kernel: &MetalKernel, x: &Array, threads: u32, tg: u32) {
     let spec = LaunchSpec::new([threads, 1, 1], [tg, 1, 1]).output(&[threads as usize], DType::F32).device(Device::Cpu);

@@ -443,6 +443,7 @@ struct RegionState {
   void* uniform[64];
 };
 struct RegionArgs {
+  Group* group;
   char* base;
   unsigned char* done;
   void* const* uniform;
@@ -485,7 +486,57 @@ template <class F> inline bool region_setup(Group& g, const GroupShape& s, Regio
   ra.base = room;
   ra.done = (unsigned char*)room + st.record * n;
   __builtin_memset(ra.done, 0, n);
+  for (size_t i = 0; i < n; ++i) g.threads[i].state = RUNNABLE;
+  g.at_collective = 0;
   return true;
+}
+
+// A SIMD-group function call between two regions: each thread that reaches it posts its value
+// at the end of the first (`region_post` runs the call as a coroutine thread's posting pass
+// does), the driver resolves each SIMD-group over the lanes that posted (`region_resolve`), and
+// the thread reads the result at the start of the next (`region_read`, the reading pass). The
+// lanes are those the fibers would combine: the SIMD-group's live lanes that reached the call
+// (the others wait at a later barrier or call, or returned). Reductions post and fold without
+// the call (simd.h, `region_reduce`).
+template <class F> inline void region_post(const RegionArgs& ra, F call) {
+  Group& g = *ra.group;
+  Thread& t = g.threads[ra.index];
+  set_index_builtins(t, ra.index);
+  g.running = &t;
+  t.co_phase = CO_POST;
+  struct Reset {
+    Thread& t;
+    ~Reset() { t.co_phase = CO_NONE; }
+  } reset{t};
+  call();
+}
+template <class F> inline auto region_read(const RegionArgs& ra, F call) {
+  Group& g = *ra.group;
+  Thread& t = g.threads[ra.index];
+  g.running = &t;
+  t.co_phase = CO_RESUME;
+  struct Reset {
+    Thread& t;
+    ~Reset() { t.co_phase = CO_NONE; }
+  } reset{t};
+  return call();
+}
+inline void region_resolve(Group& g) {
+  for (int base = 0; base < g.n; base += 32) {
+    const int end = base + 32 < g.n ? base + 32 : g.n, sg = base / 32;
+    unsigned mask = 0;
+    for (int i = base; i < end; ++i) {
+      Thread& t = g.threads[i];
+      if (t.state != AT_COLLECTIVE) continue;
+      mask |= 1u << (i - base);
+      __builtin_memcpy(g.snap[sg][i - base], t.slot, SLOT_BYTES);
+      t.state = RUNNABLE;
+    }
+    g.active[sg] = mask;
+    g.folded[sg].key = nullptr;
+  }
+  g.at_collective = 0;
+  g.running = nullptr;
 }
 
 // Builtin values convert to the declared parameter type (uint, uint2, uint3, ushort, ...).

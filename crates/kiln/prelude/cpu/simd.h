@@ -455,3 +455,22 @@ KILN_SITED(quad_active_threads_mask)
 KILN_SITED(simdgroup_barrier) KILN_SITED(simdgroup_multiply) KILN_SITED(simdgroup_multiply_accumulate)
 #undef KILN_SITED
 }  // namespace metal
+
+// A region form's SIMD-group reductions (runtime.h, "region loops"): the thread's value is
+// posted as a collective's is, and the result folded by the same code over the lanes the
+// driver resolved, so results are the collective's own bit for bit.
+namespace kiln { namespace rt {
+template <class T> __attribute__((always_inline)) inline void region_post_value(const RegionArgs& ra, const T& v) {
+  static_assert(sizeof(T) <= SLOT_BYTES, "SIMD collective on a value larger than 32 bytes");
+  Thread& t = ra.group->threads[ra.index];
+  __builtin_memcpy(t.slot, &v, sizeof(T));
+  t.state = AT_COLLECTIVE;
+}
+template <class T, class Op> __attribute__((always_inline)) inline T region_reduce(const RegionArgs& ra, const T& v, Op op) {
+  Group& g = *ra.group;
+  const uint sg = ra.index / 32;
+  const View w{g.snap[sg], g.active[sg], ra.index % 32, &g.folded[sg]};
+  return ::metal::kiln_reduce(w, T(v), op);
+}
+}  // namespace rt
+}  // namespace kiln

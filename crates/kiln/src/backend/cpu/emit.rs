@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 use crate::program::{MetalProgram, ProgramKind};
-use crate::source::lower::{EntryParam, LoweredModule};
+use crate::source::lower::{Boundary, EntryParam, LoweredModule};
 use crate::source::prelude::{
     headers, Header, CPU_CHECKED_RUNTIME, CPU_CONFIG, CPU_RUNTIME, CPU_SCHEDULER, CPU_SCHEDULER_LINK, MLX_UTILS,
 };
@@ -175,7 +175,7 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
         }
         let chunked = !module.code.contains("os_log") && !module.code.contains("atomic");
         if let Some(kernel) = module.regions.iter().find(|r| r.name == entry.callee) {
-            out.push_str(&region_driver(i, entry, kernel.regions, &args, chunked));
+            out.push_str(&region_driver(i, entry, &kernel.boundaries, &args, chunked));
         } else if module.needs_cooperative_threads {
             let _ = writeln!(out, "#define kiln_regions_{i} nullptr");
         }
@@ -258,7 +258,7 @@ const OPTIMIZED_PUSH: &str = "#pragma GCC push_options\n#pragma GCC optimize (\"
 
 /// The line that gives a unit its kernels' region forms (never in the sanitizer's libraries);
 /// a unit that does not compile so is built again with [`REGIONS_OFF`] in its place.
-pub const REGIONS_ON: &str = "#define KILN_REGION_UNIT !KILN_CHECKED\n";
+pub const REGIONS_ON: &str = "#define KILN_REGION_UNIT (KILN_CO_UNIT && !KILN_CHECKED)\n";
 /// What replaces [`REGIONS_ON`] to build a unit without region forms.
 pub const REGIONS_OFF: &str = "#define KILN_REGION_UNIT 0\n";
 
@@ -268,7 +268,7 @@ pub const REGIONS_OFF: &str = "#define KILN_REGION_UNIT 0\n";
 fn region_driver(
     i: usize,
     entry: &crate::source::lower::Entry,
-    regions: usize,
+    boundaries: &[Boundary],
     args: &[String],
     chunked: bool,
 ) -> String {
@@ -296,16 +296,19 @@ fn region_driver(
          \x20 for (int k = 0; k < 16; ++k) tg[k] = g.tg_mem[k];\n\
          \x20 kiln::rt::RegionState st;\n\
          \x20 st.record = 0;\n\
-         \x20 kiln::rt::RegionArgs ra{{nullptr, nullptr, st.uniform, &st, 0}};\n\
+         \x20 kiln::rt::RegionArgs ra{{&g, nullptr, nullptr, st.uniform, &st, 0}};\n\
          \x20 if (!kiln::rt::region_setup(g, s, st, ra, [&](const kiln::rt::Lane& t) {{ kiln_region_entry_{i}<-1>(t, b, tg, ra); }})) return;\n",
         entry.callee,
         call_args.join(", ")
     );
-    for r in 0..regions {
+    for r in 0..=boundaries.len() {
         let _ = writeln!(
             out,
             "  kiln::rt::run_direct<{chunked}>(g, s, [&](const kiln::rt::Lane& t) {{ kiln_region_entry_{i}<{r}>(t, b, tg, ra.at(t.thread_index_in_threadgroup)); }});\n  if (g.aborted || *g.cancel) return;"
         );
+        if boundaries.get(r) == Some(&Boundary::Collective) {
+            out.push_str("  kiln::rt::region_resolve(g);\n");
+        }
     }
     out.push_str(&format!("}}\n#pragma GCC pop_options\n#else\n#define kiln_regions_{i} nullptr\n#endif\n"));
     out

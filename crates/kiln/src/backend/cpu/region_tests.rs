@@ -36,12 +36,21 @@ fn run_three(name: &str, body: &str, x: &[f32], tg: u32, threads: u32, outputs: 
     let spec = LaunchSpec::new([threads, 1, 1], [tg, 1, 1]).output(&[outputs], DType::F32).device(Device::Cpu);
     let mut results: Vec<Vec<f32>> = Vec::new();
     for (way, (src, header, regions, coroutines)) in variants(body).into_iter().enumerate() {
+        // The region form is built here (a fresh source, not found in the disk cache), and as
+        // written: not again without it.
+        let src = if regions { format!("// {}\n{src}", fresh_tag()) } else { src };
+        let refused = super::compile::built_without_regions_on_this_thread();
         let kernel = MetalKernel::new(format!("{name}_{way}"), &["x"], &["out"], src).unwrap().header(header);
         let generated = kernel.generate(std::slice::from_ref(&input), &spec).unwrap();
         let module = lower(&kernel.program(&generated), LowerTarget::Cpu).unwrap();
         assert_eq!(!module.regions.is_empty(), regions, "{name} way {way}: region form");
         assert_eq!(module.coroutines, coroutines, "{name} way {way}: coroutines");
         let out = kernel.call(&[(&input).into()], &spec).unwrap()[0].to_vec::<f32>().unwrap();
+        assert_eq!(
+            super::compile::built_without_regions_on_this_thread(),
+            refused,
+            "{name} way {way}: built without regions"
+        );
         if let Some(first) = results.first() {
             for (i, (a, b)) in first.iter().zip(&out).enumerate() {
                 assert_eq!(a.to_bits(), b.to_bits(), "{name}, groups of {tg}, way {way}: element {i}: {a} vs {b}");
@@ -175,6 +184,130 @@ fn a_row_norm_through_threadgroup_partials_matches_the_reference() {
     }
 }
 
+/// The seed's RMSNorm with SIMD-group sums: a top-level `simd_sum`, then one in a block only
+/// the first SIMD-group runs.
+const SIMD_NORM: &str = r#"
+    uint row = threadgroup_position_in_grid.x, tid = thread_index_in_threadgroup;
+    uint lane = thread_index_in_simdgroup, sg = simdgroup_index_in_threadgroup;
+    const uint D = 200;
+    float sum_sq = 0.0f;
+    for (uint i = tid; i < D; i += threads_per_threadgroup.x) { float val = x[row * D + i]; sum_sq += val * val; }
+    sum_sq = simd_sum(sum_sq);
+    threadgroup float shared[32];
+    if (lane == 0) shared[sg] = sum_sq;
+    SYNC;
+    if (sg == 0) {
+        float partial = (lane < (threads_per_threadgroup.x + 31) / 32) ? shared[lane] : 0.0f;
+        float total = simd_sum(partial);
+        shared[0] = total;
+    }
+    SYNC;
+    float rms = metal::rsqrt(shared[0] / float(D) + 1e-5f);
+    for (uint i = tid; i < D; i += threads_per_threadgroup.x) out[row * D + i] = x[row * D + i] * rms;
+"#;
+
+/// The seed's softmax: `simd_max`, then `simd_sum`, each folded across SIMD-groups in a block
+/// of the first, both blocks declaring `partial`.
+const SIMD_SOFTMAX: &str = r#"
+    uint row = threadgroup_position_in_grid.x, tid = thread_index_in_threadgroup;
+    uint lane = thread_index_in_simdgroup, sg = simdgroup_index_in_threadgroup;
+    const uint D = 200;
+    float local_max = -1e38f;
+    for (uint i = tid; i < D; i += threads_per_threadgroup.x) local_max = max(local_max, x[row * D + i]);
+    local_max = simd_max(local_max);
+    threadgroup float shared[32];
+    if (lane == 0) shared[sg] = local_max;
+    SYNC;
+    if (sg == 0) {
+        float partial = (lane < (threads_per_threadgroup.x + 31) / 32) ? shared[lane] : -1e38f;
+        shared[0] = simd_max(partial);
+    }
+    SYNC;
+    float row_max = shared[0];
+    float local_sum = 0.0f;
+    for (uint i = tid; i < D; i += threads_per_threadgroup.x) {
+        float e = metal::exp(x[row * D + i] - row_max);
+        out[row * D + i] = e;
+        local_sum += e;
+    }
+    local_sum = simd_sum(local_sum);
+    SYNC;
+    if (lane == 0) shared[sg] = local_sum;
+    SYNC;
+    if (sg == 0) {
+        float partial = (lane < (threads_per_threadgroup.x + 31) / 32) ? shared[lane] : 0.0f;
+        shared[0] = simd_sum(partial);
+    }
+    SYNC;
+    float inv_sum = 1.0f / shared[0];
+    for (uint i = tid; i < D; i += threads_per_threadgroup.x) out[row * D + i] = out[row * D + i] * inv_sum;
+"#;
+
+#[test]
+fn the_seeds_norm_and_softmax_with_simd_sums_match_coroutines_fibers_and_the_reference() {
+    let rows = 7usize;
+    let x = inputs(16, 200 * rows);
+    for tg in [32u32, 64, 96, 100, 256] {
+        let norm = run_three("cpu_regions_simd_norm", SIMD_NORM, &x, tg, tg * rows as u32, 200 * rows);
+        let softmax = run_three("cpu_regions_simd_softmax", SIMD_SOFTMAX, &x, tg, tg * rows as u32, 200 * rows);
+        let (mut err, mut norm2, mut serr, mut snorm) = (0f64, 0f64, 0f64, 0f64);
+        for r in 0..rows {
+            let row = &x[r * 200..(r + 1) * 200];
+            let ms = row.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / 200.0;
+            let m = row.iter().fold(f64::MIN, |a, &v| a.max(v as f64));
+            let total: f64 = row.iter().map(|&v| (v as f64 - m).exp()).sum();
+            for (j, &v) in row.iter().enumerate() {
+                let (got, sgot) = (norm[r * 200 + j] as f64, softmax[r * 200 + j] as f64);
+                assert!(!got.is_nan() && !sgot.is_nan(), "row {r} element {j}: NaN");
+                let want = v as f64 / (ms + 1e-5).sqrt();
+                let swant = (v as f64 - m).exp() / total;
+                err += (got - want).powi(2);
+                norm2 += want * want;
+                serr += (sgot - swant).powi(2);
+                snorm += swant * swant;
+            }
+        }
+        assert!((err / norm2).sqrt() < 1e-5, "norm, groups of {tg}: relative L2 error {}", (err / norm2).sqrt());
+        assert!((serr / snorm).sqrt() < 1e-5, "softmax, groups of {tg}: relative L2 error {}", (serr / snorm).sqrt());
+    }
+}
+
+#[test]
+fn shuffles_scans_ballots_and_divergent_blocks_match_coroutines_and_fibers() {
+    // Collectives the region form runs through the prelude's own functions, in a block only
+    // some lanes of a SIMD-group enter, an unbraced one, after threads returned, and one right
+    // after a divergent block.
+    let body = r#"
+        uint i = thread_position_in_grid.x, t = thread_index_in_threadgroup, lane = thread_index_in_simdgroup;
+        threadgroup float buf[256];
+        if (x[i] > 1.2f) { out[i] = -7.0f; return; }
+        float v = x[i];
+        float down = simd_shuffle_down(v, ushort(3));
+        float scan = simd_prefix_exclusive_sum(v);
+        uint votes = uint((simd_vote::vote_t)simd_ballot(v > 0.0f));
+        if (lane < 20) {
+            float kept = v * 2.0f;
+            v = simd_sum(kept);
+            v += kept;
+        }
+        if (lane % 3 == 1) v = simd_max(v);
+        v += simd_shuffle_xor(v, ushort(1));
+        buf[t] = v + down + scan + float(popcount(votes));
+        SYNC;
+        out[i] = buf[(t + 5) % threads_per_threadgroup.x];
+    "#;
+    let x = inputs(17, 1000);
+    for tg in GROUPS {
+        let out = run_three("cpu_regions_shuffles", body, &x, tg, 1000, 1000);
+        for (i, &v) in x.iter().enumerate() {
+            if v > 1.2 {
+                assert_eq!(out[i], -7.0, "groups of {tg}, element {i}");
+            }
+            assert!(!out[i].is_nan(), "groups of {tg}, element {i}");
+        }
+    }
+}
+
 #[test]
 fn atomics_between_barriers_match_coroutines_and_fibers() {
     // A threadgroup counter: each thread takes a ticket, then reads the total after a barrier.
@@ -218,7 +351,12 @@ fn what_takes_a_region_form() {
         )),
         0
     );
-    assert_eq!(regions(&format!("uint i = thread_position_in_grid.x;\n{BARRIER}\nout[i] = simd_sum(x[i]);")), 0);
+    assert_eq!(regions(&format!("uint i = thread_position_in_grid.x;\n{BARRIER}\nout[i] = simd_sum(x[i]);")), 1);
+    // SIMD-group calls in a loop, a conditional operand, or with arguments that change
+    // something (they are evaluated twice): none.
+    assert_eq!(regions("uint i = thread_position_in_grid.x;\nfloat v = 0.0f;\nfor (int k = 0; k < 2; ++k) v += simd_sum(x[i]);\nout[i] = v;"), 0);
+    assert_eq!(regions("uint i = thread_position_in_grid.x;\nout[i] = i > 3 ? simd_sum(x[i]) : 0.0f;"), 0);
+    assert_eq!(regions("uint i = thread_position_in_grid.x;\nuint j = i;\nout[i] = simd_sum(x[j++]);"), 0);
     assert_eq!(regions(&format!("auto i = thread_position_in_grid.x;\n{BARRIER}\nout[i] = x[i];")), 0);
     // An `auto` used within its region only is not kept: the kernel qualifies.
     assert_eq!(

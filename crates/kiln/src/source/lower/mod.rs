@@ -21,6 +21,7 @@ mod private_arrays;
 mod prune;
 mod regions;
 mod rewrite;
+mod statements;
 mod ternary;
 
 use crate::error::{Error, Result};
@@ -28,7 +29,7 @@ use crate::program::MetalProgram;
 pub use crate::source::parse::{AddressSpace, Entry, EntryParam};
 use crate::source::parse::{ParseSlot, ProgramParse};
 use crate::source::user_lines::user_translate_log;
-pub use regions::RegionKernel;
+pub use regions::{Boundary, RegionKernel};
 
 /// The language a lowering produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
