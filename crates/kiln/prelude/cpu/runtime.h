@@ -221,7 +221,7 @@ inline void poll(const volatile int* cancel) {
 // declared `const`: the compiler may take one call's result for every call in a function (a
 // group never leaves its OS thread), so a loop looks TLS up once, not again after every call it
 // makes (a libm function's) as it would with `g_cur` inline. Defined with the scheduler.
-__attribute__((noinline, const, visibility("hidden"))) const volatile int* const* cancel_slot();
+__attribute__((noinline, const, visibility("hidden"))) const volatile int* const* cancel_slot() noexcept;
 
 // The poll of every loop iteration, through `cancel_slot` (where `here()` would branch on the
 // library's kind in the loop and look up TLS in it).

@@ -14,7 +14,7 @@ namespace kiln { namespace rt {
 __thread Current g_cur;
 bool g_cooperative_library;
 
-const volatile int* const* cancel_slot() { return &g_cur.cancel; }
+const volatile int* const* cancel_slot() noexcept { return &g_cur.cancel; }
 
 // Declared in runtime.h (SIMD collectives) and threadgroup.h (threadgroup memory).
 View post_bytes(const void* bytes, unsigned size, const void* site) {

@@ -1,8 +1,9 @@
 //! The host C++ translation unit of a program for the CPU emulator: the CPU prelude, the
 //! lowered code under `#line` directives (so compiler messages name the user's own lines), one
 //! wrapper per kernel entry that turns emulated-thread state into the kernel's arguments (and,
-//! for barrier-free kernels, a loop over a group's threads with that wrapper inlined), the
-//! group scheduler, and the C functions the host calls.
+//! for barrier-free kernels, a loop over a group's threads with that wrapper inlined; for
+//! kernels with a region form, the driver that runs each region in such a loop), the group
+//! scheduler, and the C functions the host calls.
 
 use std::fmt::Write;
 use std::sync::OnceLock;

@@ -271,6 +271,9 @@ struct Kept {
     members: Vec<String>,
     /// Each kept variable's binding, after the part it is declared in.
     bindings: Vec<(usize, String)>,
+    /// What writes the body's kept variables held in locals back into the record at the end
+    /// of each region (`KILN_WRITEBACK` in the text until they are known).
+    writeback: Vec<String>,
     hoisted: Vec<String>,
     names: HashSet<String>,
 }
@@ -369,7 +372,23 @@ fn keep(src: &Cursor, out: &[String], scope: &Scope<'_>, kept: &mut Kept, edits:
                 let ptr = joined(src, out, d.ptr.0, d.ptr.1);
                 let dims = joined(src, out, d.dims.0, d.dims.1);
                 kept.members.push(format!("typename ::metal::remove_const<{spec} {ptr} {dims}>::type {member};"));
-                let binding = format!("auto& {var} = kiln_s.{member};");
+                // The body's kept scalars live in locals, loaded at each region's start and
+                // stored back at its end (the kernel's stores cannot be taken to change them);
+                // arrays, a block's variables and any that a kept pointer may point at stay in
+                // the record.
+                let local = top && !keep_all && d.dims.0 == d.dims.1;
+                let binding = if local {
+                    format!("auto {var} = kiln_s.{member};")
+                } else {
+                    format!("auto& {var} = kiln_s.{member};")
+                };
+                if local {
+                    edits.replaced.insert(d.name, format!("kiln_i_{var}"));
+                    edits.suffix(e, &format!(" {var} = kiln_i_{var};"));
+                    kept.writeback.push(format!("kiln_s.{member} = {var};"));
+                    kept.bindings.push((r, binding));
+                    continue;
+                }
                 edits.replaced.insert(d.name, format!("kiln_i_{var}"));
                 let store = format!(
                     " __builtin_memcpy((void*)&kiln_s.{member}, (const void*)&kiln_i_{var}, sizeof(kiln_s.{member}));"
@@ -430,7 +449,7 @@ fn region_form(src: &Cursor, out: &[String], open: usize, close: usize) -> Optio
             }
             boundaries.push(Boundary::Barrier);
             edits.blank(a, e);
-            edits.replaced.insert(a, format!("}} if constexpr (KILN_R == {}) {{", boundaries.len()));
+            edits.replaced.insert(a, format!("KILN_WRITEBACK }} if constexpr (KILN_R == {}) {{", boundaries.len()));
             regions.push(Vec::new());
             barriers += 1;
             continue;
@@ -443,7 +462,7 @@ fn region_form(src: &Cursor, out: &[String], open: usize, close: usize) -> Optio
         if let Some(call) = collective_statement(src, out, a, e) {
             boundaries.push(Boundary::Collective);
             let posting = post(&mut edits, &call);
-            edits.prefix(a, &format!("{posting} }} if constexpr (KILN_R == {}) {{ ", boundaries.len()));
+            edits.prefix(a, &format!("{posting} KILN_WRITEBACK }} if constexpr (KILN_R == {}) {{ ", boundaries.len()));
             regions.push(vec![Stmt { a, e, top: true }]);
             calls += 1;
             continue;
@@ -507,7 +526,7 @@ fn region_form(src: &Cursor, out: &[String], open: usize, close: usize) -> Optio
             edits.prefix(
                 *ia,
                 &format!(
-                    "{posting} }} }} if constexpr (KILN_R == {}) {{ if (kiln_s.kiln_f{flag}) {{ {bindings} ",
+                    "{posting} }} KILN_WRITEBACK }} if constexpr (KILN_R == {}) {{ if (kiln_s.kiln_f{flag}) {{ {bindings} ",
                     boundaries.len()
                 ),
             );
@@ -567,6 +586,7 @@ fn region_form(src: &Cursor, out: &[String], open: usize, close: usize) -> Optio
     edits.replaced.insert(name, format!("{}_kiln_regions", text(src, out, name)));
     edits.replaced.insert(open, format!("{} {prologue}if constexpr (KILN_R == 0) {{", text(src, out, open)));
     edits.replaced.insert(close, "} }".to_string());
+    let writeback = kept.writeback.join(" ");
     let mut code = String::new();
     for (i, tok) in src.toks.iter().enumerate().take(src.sig[close] + 1).skip(src.sig[ret]) {
         if tok.is_trivia() {
@@ -584,7 +604,8 @@ fn region_form(src: &Cursor, out: &[String], open: usize, close: usize) -> Optio
             &piece
                 .replace("KILN_CO_PARAM_ONLY", "::kiln::rt::RegionArgs kiln_ra")
                 .replace(" KILN_CO_PARAM", ", ::kiln::rt::RegionArgs kiln_ra")
-                .replace("KILN_CO_RETURN", "return kiln_ra.finish()"),
+                .replace("KILN_CO_RETURN", "return kiln_ra.finish()")
+                .replace("KILN_WRITEBACK", &writeback),
         );
     }
     let (line, file) = presumed_line(src, ret);
