@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """kiln's CPU backend beside NumPy on memory-bound work, in one run: ``kiln.ops.exp`` and a body
 kernel ``out[elem] = exp(inp[elem])`` over 16M float32, ``kiln.ops.rms_norm`` and
-``kiln.ops.softmax`` over 4096x4096 float32, ``kiln.ops.rope`` over 64 heads x 2048 positions x
+``kiln.ops.softmax`` over 4096x4096 float32, the seed's RMSNorm and softmax body kernels (a
+256-thread group per row: ``simd_sum``/``simd_max`` and a fold across SIMD-groups through
+threadgroup memory between barriers, which run as region loops) over the same, ``kiln.ops.rope`` over 64 heads x 2048 positions x
 128 float32 (NumPy: the same rotation, its angles computed per call as MLX does), a body kernel
 that copies, and the machine's copy
 bandwidth (``np.copyto`` of 64 MiB into an array already touched). NumPy's rows compute the same
@@ -32,6 +34,72 @@ def body(name, expr):
     return kiln.metal_kernel(name=name, input_names=["inp"], output_names=["out"], source=src)
 
 
+# The seed's RMSNorm and softmax bodies (float32, D = 4096).
+SEED_RMS_NORM = """
+uint row = threadgroup_position_in_grid.x;
+uint tid = thread_index_in_threadgroup;
+uint lane = thread_index_in_simdgroup;
+uint sg = simdgroup_index_in_threadgroup;
+const uint D = 4096;
+float sum_sq = 0.0f;
+for (uint i = tid; i < D; i += threads_per_threadgroup.x) {
+    float val = x[row * D + i];
+    sum_sq += val * val;
+}
+sum_sq = simd_sum(sum_sq);
+threadgroup float shared[32];
+if (lane == 0) shared[sg] = sum_sq;
+threadgroup_barrier(mem_flags::mem_threadgroup);
+if (sg == 0) {
+    float partial = (lane < (threads_per_threadgroup.x + 31) / 32) ? shared[lane] : 0.0f;
+    float total = simd_sum(partial);
+    shared[0] = total;
+}
+threadgroup_barrier(mem_flags::mem_threadgroup);
+float rms = metal::rsqrt(shared[0] / float(D) + 1e-5f);
+for (uint i = tid; i < D; i += threads_per_threadgroup.x) {
+    out[row * D + i] = x[row * D + i] * rms * w[i];
+}
+"""
+
+SEED_SOFTMAX = """
+uint row = threadgroup_position_in_grid.x;
+uint tid = thread_index_in_threadgroup;
+uint lane = thread_index_in_simdgroup;
+uint sg = simdgroup_index_in_threadgroup;
+const uint D = 4096;
+float local_max = -1e38f;
+for (uint i = tid; i < D; i += threads_per_threadgroup.x) local_max = max(local_max, x[row * D + i]);
+local_max = simd_max(local_max);
+threadgroup float shared[32];
+if (lane == 0) shared[sg] = local_max;
+threadgroup_barrier(mem_flags::mem_threadgroup);
+if (sg == 0) {
+    float partial = (lane < (threads_per_threadgroup.x + 31) / 32) ? shared[lane] : -1e38f;
+    shared[0] = simd_max(partial);
+}
+threadgroup_barrier(mem_flags::mem_threadgroup);
+float row_max = shared[0];
+float local_sum = 0.0f;
+for (uint i = tid; i < D; i += threads_per_threadgroup.x) {
+    float e = metal::exp(x[row * D + i] - row_max);
+    out[row * D + i] = e;
+    local_sum += e;
+}
+local_sum = simd_sum(local_sum);
+threadgroup_barrier(mem_flags::mem_threadgroup);
+if (lane == 0) shared[sg] = local_sum;
+threadgroup_barrier(mem_flags::mem_threadgroup);
+if (sg == 0) {
+    float partial = (lane < (threads_per_threadgroup.x + 31) / 32) ? shared[lane] : 0.0f;
+    shared[0] = simd_sum(partial);
+}
+threadgroup_barrier(mem_flags::mem_threadgroup);
+float inv_sum = 1.0f / shared[0];
+for (uint i = tid; i < D; i += threads_per_threadgroup.x) out[row * D + i] = out[row * D + i] * inv_sum;
+"""
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
@@ -57,6 +125,14 @@ def main():
         return e / e.sum(axis=-1, keepdims=True)
 
     heads = x.reshape(64, 2048, 128)
+    seed_norm = kiln.metal_kernel(name="bench_seed_rms_norm", input_names=["x", "w"], output_names=["out"],
+                                  source=SEED_RMS_NORM)
+    seed_softmax = kiln.metal_kernel(name="bench_seed_softmax", input_names=["x"], output_names=["out"],
+                                     source=SEED_SOFTMAX)
+
+    def rows_of(k, *inputs):
+        return lambda: k(inputs=[square, *inputs], grid=(4096 * 256, 1, 1), threadgroup=(256, 1, 1),
+                         output_shapes=[(4096, 4096)], output_dtypes=[np.float32], device="cpu")[0]
 
     def np_rope():
         half = heads.shape[-1] // 2
@@ -73,13 +149,16 @@ def main():
         ("body exp 16M f32", launch(exp_body), lambda: np.exp(x)),
         ("rms_norm 4096x4096 f32", lambda: kiln.ops.rms_norm(square, w, 1e-5), np_rms_norm),
         ("softmax 4096x4096 f32", lambda: kiln.ops.softmax(square), np_softmax),
+        ("body seed rms_norm 4096x4096 f32", rows_of(seed_norm, w), np_rms_norm),
+        ("body seed softmax 4096x4096 f32", rows_of(seed_softmax), np_softmax),
         ("rope 64x2048x128 f32", lambda: kiln.ops.rope(heads, 128, traditional=False, base=10000.0, scale=1.0,
                                                        offset=0), np_rope),
         ("body copy 16M f32", launch(copy_body), lambda: x.copy()),
     ]
     # (reference, rtol, atol): rope's angles reach 2047 rad, where float32 angles differ by ~1e-4.
     checks = [(np.exp(x), 2e-6, 1e-30), (np.exp(x), 2e-6, 1e-30), (np_rms_norm(), 1e-5, 1e-30),
-              (np_softmax(), 1e-5, 1e-30), (np_rope(), 1e-3, 1e-3), (x, 0, 0)]
+              (np_softmax(), 1e-5, 1e-30), (np_rms_norm(), 1e-5, 1e-30), (np_softmax(), 1e-5, 1e-30),
+              (np_rope(), 1e-3, 1e-3), (x, 0, 0)]
     for (name, k, _), (want, rtol, atol) in zip(pairs, checks):
         got = np.asarray(k()).reshape(want.shape)
         assert np.allclose(got, want, rtol=rtol, atol=atol), f"{name}: kiln's result differs from NumPy's"

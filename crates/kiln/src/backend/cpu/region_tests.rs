@@ -285,6 +285,7 @@ fn shuffles_scans_ballots_and_divergent_blocks_match_coroutines_and_fibers() {
         float down = simd_shuffle_down(v, ushort(3));
         float scan = simd_prefix_exclusive_sum(v);
         uint votes = uint((simd_vote::vote_t)simd_ballot(v > 0.0f));
+        float widened = simd_sum<float>(half(v) * half(3.0f));
         if (lane < 20) {
             float kept = v * 2.0f;
             v = simd_sum(kept);
@@ -292,7 +293,7 @@ fn shuffles_scans_ballots_and_divergent_blocks_match_coroutines_and_fibers() {
         }
         if (lane % 3 == 1) v = simd_max(v);
         v += simd_shuffle_xor(v, ushort(1));
-        buf[t] = v + down + scan + float(popcount(votes));
+        buf[t] = v + down + scan + float(popcount(votes)) + widened;
         SYNC;
         out[i] = buf[(t + 5) % threads_per_threadgroup.x];
     "#;

@@ -195,7 +195,8 @@ fn collective_statement(src: &Cursor, out: &[String], a: usize, e: usize) -> Opt
         || (name == start + 2 && src.is(start, "metal"))
         || (src.is(start, "::") && src.is(start + 1, "metal"));
     let reduction = REDUCTIONS.iter().find(|(n, _)| src.tok(name).text == *n).filter(|_| qualified);
-    let single = src.arg_starts(open, close, false).len() == 1;
+    // One argument, and no template arguments (which could convert it).
+    let single = open == name + 1 && src.arg_starts(open, close, false).len() == 1;
     let (post, read) = match reduction {
         Some((_, op)) if single => {
             // The value: the argument's text after the site tag the convergence pass put in
