@@ -35,69 +35,9 @@ def body(name, expr):
 
 
 # The seed's RMSNorm and softmax bodies (float32, D = 4096).
-SEED_RMS_NORM = """
-uint row = threadgroup_position_in_grid.x;
-uint tid = thread_index_in_threadgroup;
-uint lane = thread_index_in_simdgroup;
-uint sg = simdgroup_index_in_threadgroup;
-const uint D = 4096;
-float sum_sq = 0.0f;
-for (uint i = tid; i < D; i += threads_per_threadgroup.x) {
-    float val = x[row * D + i];
-    sum_sq += val * val;
-}
-sum_sq = simd_sum(sum_sq);
-threadgroup float shared[32];
-if (lane == 0) shared[sg] = sum_sq;
-threadgroup_barrier(mem_flags::mem_threadgroup);
-if (sg == 0) {
-    float partial = (lane < (threads_per_threadgroup.x + 31) / 32) ? shared[lane] : 0.0f;
-    float total = simd_sum(partial);
-    shared[0] = total;
-}
-threadgroup_barrier(mem_flags::mem_threadgroup);
-float rms = metal::rsqrt(shared[0] / float(D) + 1e-5f);
-for (uint i = tid; i < D; i += threads_per_threadgroup.x) {
-    out[row * D + i] = x[row * D + i] * rms * w[i];
-}
-"""
-
-SEED_SOFTMAX = """
-uint row = threadgroup_position_in_grid.x;
-uint tid = thread_index_in_threadgroup;
-uint lane = thread_index_in_simdgroup;
-uint sg = simdgroup_index_in_threadgroup;
-const uint D = 4096;
-float local_max = -1e38f;
-for (uint i = tid; i < D; i += threads_per_threadgroup.x) local_max = max(local_max, x[row * D + i]);
-local_max = simd_max(local_max);
-threadgroup float shared[32];
-if (lane == 0) shared[sg] = local_max;
-threadgroup_barrier(mem_flags::mem_threadgroup);
-if (sg == 0) {
-    float partial = (lane < (threads_per_threadgroup.x + 31) / 32) ? shared[lane] : -1e38f;
-    shared[0] = simd_max(partial);
-}
-threadgroup_barrier(mem_flags::mem_threadgroup);
-float row_max = shared[0];
-float local_sum = 0.0f;
-for (uint i = tid; i < D; i += threads_per_threadgroup.x) {
-    float e = metal::exp(x[row * D + i] - row_max);
-    out[row * D + i] = e;
-    local_sum += e;
-}
-local_sum = simd_sum(local_sum);
-threadgroup_barrier(mem_flags::mem_threadgroup);
-if (lane == 0) shared[sg] = local_sum;
-threadgroup_barrier(mem_flags::mem_threadgroup);
-if (sg == 0) {
-    float partial = (lane < (threads_per_threadgroup.x + 31) / 32) ? shared[lane] : 0.0f;
-    shared[0] = simd_sum(partial);
-}
-threadgroup_barrier(mem_flags::mem_threadgroup);
-float inv_sum = 1.0f / shared[0];
-for (uint i = tid; i < D; i += threads_per_threadgroup.x) out[row * D + i] = out[row * D + i] * inv_sum;
-"""
+KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+SEED_RMS_NORM = open(os.path.join(KERNELS, "seed_rms_norm.body")).read()
+SEED_SOFTMAX = open(os.path.join(KERNELS, "seed_softmax.body")).read()
 
 
 def main():

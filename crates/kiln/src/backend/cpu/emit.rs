@@ -273,15 +273,7 @@ fn region_driver(
     args: &[String],
     chunked: bool,
 ) -> String {
-    let buffers = entry
-        .params
-        .iter()
-        .filter_map(|p| match p {
-            EntryParam::Buffer { index, .. } => Some(*index as usize + 1),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(1);
+    let pointers = local_pointers(entry);
     let mut call_args: Vec<String> = args.to_vec();
     call_args.push("ra".to_string());
     let mut out = format!(
@@ -291,10 +283,7 @@ fn region_driver(
          \x20 {}_kiln_regions<R>({});\n\
          }}\n\
          static void kiln_regions_{i}(kiln::rt::Group& g, const kiln::rt::GroupShape& s) {{\n\
-         \x20 void* b[{buffers}];\n\
-         \x20 for (int k = 0; k < {buffers}; ++k) b[k] = g.buffers[k];\n\
-         \x20 void* tg[16];\n\
-         \x20 for (int k = 0; k < 16; ++k) tg[k] = g.tg_mem[k];\n\
+         {pointers}\
          \x20 kiln::rt::RegionState st;\n\
          \x20 st.record = 0;\n\
          \x20 kiln::rt::RegionArgs ra{{&g, nullptr, nullptr, st.uniform, &st, 0}};\n\
@@ -315,13 +304,10 @@ fn region_driver(
     out
 }
 
-/// The direct loop of entry `i` of a barrier-free kernel (`kiln::rt::run_direct`): the entry
-/// inlined into the loop over a group's threads, its buffer and threadgroup pointers copied
-/// into locals first so that the kernel's stores cannot be taken to change them; `chunked`
-/// (for kernels that neither log nor take atomics) lets the compiler run consecutive threads as
-/// vector lanes. The sanitizer's libraries run every thread through
-/// `kiln_body_{i}` and have none.
-fn direct_loop(i: usize, entry: &crate::source::lower::Entry, chunked: bool) -> String {
+/// The lines that copy a group's buffer and threadgroup pointers into locals `b` and `tg` (so
+/// that the kernel's stores cannot be taken to change them), for the loops that inline entry
+/// `entry`.
+fn local_pointers(entry: &crate::source::lower::Entry) -> String {
     let buffers = entry
         .params
         .iter()
@@ -332,12 +318,22 @@ fn direct_loop(i: usize, entry: &crate::source::lower::Entry, chunked: bool) -> 
         .max()
         .unwrap_or(1);
     format!(
+        "  void* b[{buffers}];\n  for (int k = 0; k < {buffers}; ++k) b[k] = g.buffers[k];\n  void* tg[16];\n  for (int k = 0; k < 16; ++k) tg[k] = g.tg_mem[k];\n"
+    )
+}
+
+/// The direct loop of entry `i` of a barrier-free kernel (`kiln::rt::run_direct`): the entry
+/// inlined into the loop over a group's threads, its buffer and threadgroup pointers copied
+/// into locals first so that the kernel's stores cannot be taken to change them; `chunked`
+/// (for kernels that neither log nor take atomics) lets the compiler run consecutive threads as
+/// vector lanes. The sanitizer's libraries run every thread through
+/// `kiln_body_{i}` and have none.
+fn direct_loop(i: usize, entry: &crate::source::lower::Entry, chunked: bool) -> String {
+    let pointers = local_pointers(entry);
+    format!(
         "#if KILN_CHECKED\n#define kiln_direct_{i} nullptr\n#else\n\
          static void kiln_direct_{i}(kiln::rt::Group& g, const kiln::rt::GroupShape& s) {{\n\
-         \x20 void* b[{buffers}];\n\
-         \x20 for (int k = 0; k < {buffers}; ++k) b[k] = g.buffers[k];\n\
-         \x20 void* tg[16];\n\
-         \x20 for (int k = 0; k < 16; ++k) tg[k] = g.tg_mem[k];\n\
+         {pointers}\
          \x20 kiln::rt::run_direct<{chunked}>(g, s, [&](const kiln::rt::Lane& t) {{ kiln_entry_{i}(t, b, tg); }});\n\
          }}\n#endif\n"
     )

@@ -13,6 +13,8 @@ use crate::source::lower::{lower, LowerTarget};
 use crate::{Array, DType, Device, Error, LaunchSpec, MetalKernel};
 
 const BARRIER: &str = "threadgroup_barrier(mem_flags::mem_threadgroup);";
+const SEED_RMS_NORM: &str = include_str!("../../../../../bench/kernels/seed_rms_norm.body");
+const SEED_SOFTMAX: &str = include_str!("../../../../../bench/kernels/seed_softmax.body");
 
 /// The three ways `body` (with `SYNC;` for each barrier) is written: region form, coroutines,
 /// fibers, with whether each should have a region form and coroutines.
@@ -184,72 +186,22 @@ fn a_row_norm_through_threadgroup_partials_matches_the_reference() {
     }
 }
 
-/// The seed's RMSNorm with SIMD-group sums: a top-level `simd_sum`, then one in a block only
-/// the first SIMD-group runs.
-const SIMD_NORM: &str = r#"
-    uint row = threadgroup_position_in_grid.x, tid = thread_index_in_threadgroup;
-    uint lane = thread_index_in_simdgroup, sg = simdgroup_index_in_threadgroup;
-    const uint D = 200;
-    float sum_sq = 0.0f;
-    for (uint i = tid; i < D; i += threads_per_threadgroup.x) { float val = x[row * D + i]; sum_sq += val * val; }
-    sum_sq = simd_sum(sum_sq);
-    threadgroup float shared[32];
-    if (lane == 0) shared[sg] = sum_sq;
-    SYNC;
-    if (sg == 0) {
-        float partial = (lane < (threads_per_threadgroup.x + 31) / 32) ? shared[lane] : 0.0f;
-        float total = simd_sum(partial);
-        shared[0] = total;
-    }
-    SYNC;
-    float rms = metal::rsqrt(shared[0] / float(D) + 1e-5f);
-    for (uint i = tid; i < D; i += threads_per_threadgroup.x) out[row * D + i] = x[row * D + i] * rms;
-"#;
-
-/// The seed's softmax: `simd_max`, then `simd_sum`, each folded across SIMD-groups in a block
-/// of the first, both blocks declaring `partial`.
-const SIMD_SOFTMAX: &str = r#"
-    uint row = threadgroup_position_in_grid.x, tid = thread_index_in_threadgroup;
-    uint lane = thread_index_in_simdgroup, sg = simdgroup_index_in_threadgroup;
-    const uint D = 200;
-    float local_max = -1e38f;
-    for (uint i = tid; i < D; i += threads_per_threadgroup.x) local_max = max(local_max, x[row * D + i]);
-    local_max = simd_max(local_max);
-    threadgroup float shared[32];
-    if (lane == 0) shared[sg] = local_max;
-    SYNC;
-    if (sg == 0) {
-        float partial = (lane < (threads_per_threadgroup.x + 31) / 32) ? shared[lane] : -1e38f;
-        shared[0] = simd_max(partial);
-    }
-    SYNC;
-    float row_max = shared[0];
-    float local_sum = 0.0f;
-    for (uint i = tid; i < D; i += threads_per_threadgroup.x) {
-        float e = metal::exp(x[row * D + i] - row_max);
-        out[row * D + i] = e;
-        local_sum += e;
-    }
-    local_sum = simd_sum(local_sum);
-    SYNC;
-    if (lane == 0) shared[sg] = local_sum;
-    SYNC;
-    if (sg == 0) {
-        float partial = (lane < (threads_per_threadgroup.x + 31) / 32) ? shared[lane] : 0.0f;
-        shared[0] = simd_sum(partial);
-    }
-    SYNC;
-    float inv_sum = 1.0f / shared[0];
-    for (uint i = tid; i < D; i += threads_per_threadgroup.x) out[row * D + i] = out[row * D + i] * inv_sum;
-"#;
+/// The seed's RMSNorm (a top-level `simd_sum`, then one in a block only the first SIMD-group
+/// runs) and softmax (`simd_max`, then `simd_sum`, each folded across SIMD-groups in such a
+/// block, both blocks declaring `partial`), as the benches run them, over rows of 200 and
+/// without the weight.
+fn seed_body(text: &str) -> String {
+    text.replace(BARRIER, "SYNC;").replace("const uint D = 4096;", "const uint D = 200;").replace(" * w[i]", "")
+}
 
 #[test]
 fn the_seeds_norm_and_softmax_with_simd_sums_match_coroutines_fibers_and_the_reference() {
     let rows = 7usize;
     let x = inputs(16, 200 * rows);
     for tg in [32u32, 64, 96, 100, 256] {
-        let norm = run_three("cpu_regions_simd_norm", SIMD_NORM, &x, tg, tg * rows as u32, 200 * rows);
-        let softmax = run_three("cpu_regions_simd_softmax", SIMD_SOFTMAX, &x, tg, tg * rows as u32, 200 * rows);
+        let norm = run_three("cpu_regions_simd_norm", &seed_body(SEED_RMS_NORM), &x, tg, tg * rows as u32, 200 * rows);
+        let softmax =
+            run_three("cpu_regions_simd_softmax", &seed_body(SEED_SOFTMAX), &x, tg, tg * rows as u32, 200 * rows);
         let (mut err, mut norm2, mut serr, mut snorm) = (0f64, 0f64, 0f64, 0f64);
         for r in 0..rows {
             let row = &x[r * 200..(r + 1) * 200];
