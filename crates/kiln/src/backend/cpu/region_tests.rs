@@ -122,6 +122,40 @@ fn variables_kept_across_barriers_match_coroutines_fibers_and_the_reference() {
 }
 
 #[test]
+fn variables_changed_in_several_regions_and_storage_declared_late_match() {
+    // `acc` is written in every region; `late` is declared in the second region and read in
+    // the fourth; `tail` is threadgroup storage declared after two barriers.
+    let body = r#"
+        uint i = thread_position_in_grid.x, t = thread_index_in_threadgroup, n = threads_per_threadgroup.x;
+        threadgroup float buf[256];
+        float acc = x[i];
+        buf[t] = acc;
+        SYNC;
+        acc += buf[(t + 1) % n];
+        float late = acc * 0.5f;
+        SYNC;
+        threadgroup float tail[256];
+        tail[t] = acc;
+        acc *= 2.0f;
+        SYNC;
+        out[i] = acc + late + tail[(t + 2) % n];
+    "#;
+    let x = inputs(18, 700);
+    for tg in GROUPS {
+        let out = run_three("cpu_regions_rewritten", body, &x, tg, 700, 700);
+        for (g, chunk) in x.chunks(tg as usize).enumerate() {
+            let m = chunk.len();
+            let acc1: Vec<f32> = (0..m).map(|t| chunk[t] + chunk[(t + 1) % m]).collect();
+            for t in 0..m {
+                let want = acc1[t] * 2.0f32 + acc1[t] * 0.5f32 + acc1[(t + 2) % m];
+                let got = out[g * tg as usize + t];
+                assert_eq!(got.to_bits(), want.to_bits(), "groups of {tg}, group {g}, thread {t}: {got} vs {want}");
+            }
+        }
+    }
+}
+
+#[test]
 fn a_pointer_kept_across_a_barrier_still_points_at_its_variable() {
     // `p` points into `tmp`, which no later region names: the region form keeps `tmp` too.
     let body = r#"
