@@ -24,7 +24,7 @@ use super::pch;
 use super::scheduler_object::{self, SchedulerObject};
 use super::toolchain::{flags, host_compiler, HostCompiler};
 use crate::backend::cpu::emit::{
-    without_scheduler, ABI_VERSION, COROUTINES_OFF, COROUTINES_ON, REGIONS_OFF, REGIONS_ON,
+    without_scheduler, ABI_VERSION, COROUTINES_OFF, COROUTINES_ON, REGIONS_OFF, REGIONS_ON, REGION_FORM_FILE,
 };
 use crate::backend::{cache_root, disk_cache};
 use crate::error::{Error, Result};
@@ -257,17 +257,24 @@ impl Shortcuts {
     pub const NONE: Shortcuts = Shortcuts { precompiled_prelude: false, scheduler_object: false };
 }
 
-/// Compiles the unit (see `build_as_written`). A unit the compiler refuses with its kernels'
-/// region forms (`lower::regions`: a kept variable of a type the record cannot hold, say) is
-/// built again without them; one it refuses as coroutines (GCC does not take `co_await`
-/// everywhere an expression may stand) is built again with fibers; its text otherwise the same.
+/// Compiles the unit (see `build_as_written`). A unit the compiler refuses for its kernels'
+/// region forms alone (`lower::regions`: a kept variable of a type the record cannot hold, say;
+/// every error on a line of `REGION_FORM_FILE`) is built again without them; one it refuses
+/// as coroutines (GCC does not take `co_await` everywhere an expression may stand) is built
+/// again with fibers (and without region forms, which need coroutines): a kernel that does
+/// not compile at all is compiled twice, as before region forms. Its text is otherwise the
+/// same.
 fn build(unit: &Unit<'_>, flags: &[&str], dir: &Path) -> Result<Vec<u8>> {
     let mut tu = std::borrow::Cow::Borrowed(unit.tu);
     let mut result = build_as_written(unit, flags, dir);
-    if matches!(result, Err(Error::Compile { .. })) && tu.contains(REGIONS_ON) {
+    if let (Err(Error::Compile { log, .. }), true) = (&result, tu.contains(REGIONS_ON)) {
+        let errors: Vec<&str> = log.lines().filter(|l| l.contains(" error:")).collect();
+        let region_form_only = !errors.is_empty() && errors.iter().all(|l| l.contains(REGION_FORM_FILE));
         BUILT_WITHOUT_REGIONS.with(|n| n.set(n.get() + 1));
         tu = std::borrow::Cow::Owned(tu.replacen(REGIONS_ON, REGIONS_OFF, 1));
-        result = build_as_written(&Unit { tu: &tu, ..*unit }, flags, dir);
+        if region_form_only {
+            result = build_as_written(&Unit { tu: &tu, ..*unit }, flags, dir);
+        }
     }
     if matches!(result, Err(Error::Compile { .. })) && tu.contains(COROUTINES_ON) {
         BUILT_WITH_FIBERS_INSTEAD.with(|n| n.set(n.get() + 1));

@@ -119,9 +119,10 @@ pub fn translation_unit_after(prelude: &str, program: &MetalProgram, module: &Lo
         out.push_str(REGIONS_ON);
         out.push_str("#if KILN_REGION_UNIT\n");
         out.push_str(OPTIMIZED_PUSH);
+        // Numbered with the user's lines under a file name of its own: a unit refused for its
+        // region form alone is told apart from one whose kernel does not compile (compile.rs).
         for kernel in &module.regions {
-            let file = kernel.file.clone().unwrap_or_else(|| user_file_name(program));
-            let _ = writeln!(out, "#line {} \"{file}\"\n{}", kernel.line, kernel.code);
+            let _ = writeln!(out, "#line {} \"{REGION_FORM_FILE}\"\n{}", kernel.line, kernel.code);
         }
         out.push_str("#pragma GCC pop_options\n#endif\n");
     }
@@ -260,6 +261,8 @@ const OPTIMIZED_PUSH: &str = "#pragma GCC push_options\n#pragma GCC optimize (\"
 /// The line that gives a unit its kernels' region forms (never in the sanitizer's libraries);
 /// a unit that does not compile so is built again with [`REGIONS_OFF`] in its place.
 pub const REGIONS_ON: &str = "#define KILN_REGION_UNIT (KILN_CO_UNIT && !KILN_CHECKED)\n";
+/// The file name under which the region forms' lines are numbered.
+pub const REGION_FORM_FILE: &str = "kiln/region-form";
 /// What replaces [`REGIONS_ON`] to build a unit without region forms.
 pub const REGIONS_OFF: &str = "#define KILN_REGION_UNIT 0\n";
 

@@ -411,10 +411,16 @@ fn a_region_form_the_compiler_refuses_is_built_without_it() {
     }
     assert_eq!(super::compile::built_without_regions_on_this_thread(), refused + 1);
     assert_eq!(super::compile::built_with_fibers_instead_on_this_thread(), fibers);
-    // A kernel that compiles no way is reported on its own line, after the barrier.
-    let broken = format!("uint i = thread_position_in_grid.x;\n{BARRIER}\nout[i] = x[i] + no_such_name;");
+    // A kernel that compiles no way is reported on its own line, after the barrier; its errors
+    // outside the region form take it straight to fibers (compiled twice, not three times).
+    let broken =
+        format!("// {}\nuint i = thread_position_in_grid.x;\n{BARRIER}\nout[i] = x[i] + no_such_name;", fresh_tag());
+    let fibers = super::compile::built_with_fibers_instead_on_this_thread();
     match MetalKernel::new("cpu_regions_broken", &["x"], &["out"], broken).unwrap().call(&[(&input).into()], &spec) {
-        Err(Error::Compile { log, .. }) => assert!(log.contains("no_such_name") && log.contains("line 3"), "{log}"),
+        Err(Error::Compile { log, .. }) => {
+            assert!(log.contains("no_such_name") && log.contains("line 4") && !log.contains("region-form"), "{log}")
+        }
         other => panic!("expected a compile error, got {:?}", other.map(|_| ())),
     }
+    assert_eq!(super::compile::built_with_fibers_instead_on_this_thread(), fibers + 1);
 }
