@@ -261,9 +261,8 @@ impl Shortcuts {
 /// region forms alone (`lower::regions`: a kept variable of a type the record cannot hold, say;
 /// every error on a line of `REGION_FORM_FILE`) is built again without them; one it refuses
 /// as coroutines (GCC does not take `co_await` everywhere an expression may stand) is built
-/// again with fibers (and without region forms, which need coroutines): a kernel that does
-/// not compile at all is compiled twice, as before region forms. Its text is otherwise the
-/// same.
+/// again with fibers (and without region forms, which need coroutines), so a kernel that does
+/// not compile at all is compiled twice. Its text is otherwise the same.
 fn build(unit: &Unit<'_>, flags: &[&str], dir: &Path) -> Result<Vec<u8>> {
     let mut tu = std::borrow::Cow::Borrowed(unit.tu);
     let mut result = build_as_written(unit, flags, dir);
