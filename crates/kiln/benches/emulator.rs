@@ -1,6 +1,7 @@
 //! Emulator throughput: emulated threads per second for a barrier-free kernel (plain loop over
 //! each group's threads), for a kernel with threadgroup barriers and a SIMD reduction
-//! (cooperative threads: coroutines, or fibers where the compiler has no coroutines), in groups
+//! (cooperative threads: region loops, its barriers and call standing at the top level of its
+//! body; coroutines or fibers for kernels that do not qualify), in groups
 //! of 256 and of 1024 threads (and of 32, where the per-group cost of threadgroup memory shows
 //! most), and for one with the barriers alone. Run with `cargo bench --bench
 //! emulator`; compilation is excluded (one warm-up call), the timed region covers whole calls
