@@ -344,6 +344,15 @@ fn what_takes_a_region_form() {
     assert_eq!(regions("uint i = thread_position_in_grid.x;\nfloat v = 0.0f;\nfor (int k = 0; k < 2; ++k) v += simd_sum(x[i]);\nout[i] = v;"), 0);
     assert_eq!(regions("uint i = thread_position_in_grid.x;\nout[i] = i > 3 ? simd_sum(x[i]) : 0.0f;"), 0);
     assert_eq!(regions("uint i = thread_position_in_grid.x;\nuint j = i;\nout[i] = simd_sum(x[j++]);"), 0);
+    // Or after a comma that runs something first: none; inside another call's arguments: one.
+    assert_eq!(regions("uint i = thread_position_in_grid.x;\nfloat a = x[i], b = simd_sum(a);\nout[i] = b;"), 0);
+    assert_eq!(
+        regions("uint i = thread_position_in_grid.x;\nfloat a = x[i], b;\nb = (a = 2.0f, simd_sum(a));\nout[i] = b;"),
+        0
+    );
+    assert_eq!(regions("uint i = thread_position_in_grid.x;\nfloat a = x[i];\nout[i] = max(a, simd_sum(a));"), 1);
+    assert_eq!(regions("uint i = thread_position_in_grid.x;\nuint k = i;\nout[simd_sum(k) % 64] = float(k = 3);"), 0);
+    assert_eq!(regions("uint i = thread_position_in_grid.x;\nfloat a = x[i];\nout[i++] = simd_sum(a);"), 0);
     assert_eq!(regions(&format!("auto i = thread_position_in_grid.x;\n{BARRIER}\nout[i] = x[i];")), 0);
     // An `auto` used within its region only is not kept: the kernel qualifies.
     assert_eq!(

@@ -167,6 +167,46 @@ fn collective_statement(src: &Cursor, out: &[String], a: usize, e: usize) -> Opt
     if (a..start).chain(close + 1..=e).any(|k| ["?", "&&", "||"].iter().any(|s| src.is(k, s))) {
         return None;
     }
+    // Nothing of the statement may run before the call: its arguments are posted at the end of
+    // the region before. A comma outside the call's arguments (between declarators, or the
+    // comma operator) could; one between another call's arguments is not sequenced before it.
+    let sequenced = |k: usize| {
+        let mut depth = 0usize;
+        for j in (a..k).rev() {
+            if [")", "]", "}"].iter().any(|c| src.is(j, c)) {
+                depth += 1;
+            } else if ["(", "[", "{"].iter().any(|c| src.is(j, c)) {
+                if depth == 0 {
+                    return !(src.is(j, "(") && j > a && src.ident(j - 1));
+                }
+                depth -= 1;
+            }
+        }
+        true
+    };
+    if (a..start).chain(close + 1..=e).any(|k| src.is(k, ",") && sequenced(k)) {
+        return None;
+    }
+    // At most the statement's own `=` (or compound assignment), before the call, with the call
+    // on its right, which C++ evaluates first; no increments.
+    let assigns = |k: usize| {
+        let t = src.tok(k);
+        t.kind == Kind::Punct && t.text.ends_with('=') && !["==", "!=", "<=", ">="].contains(&t.text.as_str())
+    };
+    let outside: Vec<usize> = (a..start).chain(close + 1..=e).collect();
+    let depth_zero = |k: usize| {
+        (a..k).fold(0i64, |d, j| {
+            d + i64::from(["(", "[", "{"].iter().any(|c| src.is(j, c)))
+                - i64::from([")", "]", "}"].iter().any(|c| src.is(j, c)))
+        }) == 0
+    };
+    let assignments: Vec<usize> = outside.iter().copied().filter(|&k| assigns(k)).collect();
+    if outside.iter().any(|&k| src.is(k, "++") || src.is(k, "--"))
+        || assignments.len() > 1
+        || assignments.first().is_some_and(|&k| k > start || !depth_zero(k))
+    {
+        return None;
+    }
     for k in open + 1..close {
         let t = src.tok(k);
         let assigns =
