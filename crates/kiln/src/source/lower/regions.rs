@@ -26,7 +26,8 @@
 //! - each barrier is a statement of its body's top level, each SIMD-group call the one call of
 //!   a declaration or expression statement there or at the top level of a block `if (c)` (no
 //!   `else`) there, not in a conditional operand, with arguments that change nothing (a call's
-//!   are evaluated once to post and once to read);
+//!   are evaluated once to post and once to read), in a statement that runs nothing before the
+//!   call (the arguments are posted at the end of the region before);
 //! - each variable kept across a boundary has a type written out (not `auto`, `decltype` or a
 //!   reference), is declared in a statement the pass reads as a declaration, and is not named in
 //!   its scope before it (where an outer name of the same spelling would be meant).
