@@ -498,28 +498,27 @@ template <class F> inline bool region_setup(Group& g, const GroupShape& s, Regio
 // lanes are those the fibers would combine: the SIMD-group's live lanes that reached the call
 // (the others wait at a later barrier or call, or returned). Reductions post and fold without
 // the call (simd.h, `region_reduce`).
+// `call()` with thread `t` in pass `phase` of a SIMD-group call (`CoPhase`), out of it after.
+template <class F> inline auto in_phase(Thread& t, int phase, F call) {
+  struct Reset {
+    Thread& t;
+    ~Reset() { t.co_phase = CO_NONE; }
+  } reset{t};
+  t.co_phase = phase;
+  return call();
+}
 template <class F> inline void region_post(const RegionArgs& ra, F call) {
   Group& g = *ra.group;
   Thread& t = g.threads[ra.index];
   set_index_builtins(t, ra.index);
   g.running = &t;
-  t.co_phase = CO_POST;
-  struct Reset {
-    Thread& t;
-    ~Reset() { t.co_phase = CO_NONE; }
-  } reset{t};
-  call();
+  in_phase(t, CO_POST, call);
 }
 template <class F> inline auto region_read(const RegionArgs& ra, F call) {
   Group& g = *ra.group;
   Thread& t = g.threads[ra.index];
   g.running = &t;
-  t.co_phase = CO_RESUME;
-  struct Reset {
-    Thread& t;
-    ~Reset() { t.co_phase = CO_NONE; }
-  } reset{t};
-  return call();
+  return in_phase(t, CO_RESUME, call);
 }
 inline void region_resolve(Group& g) {
   for (int base = 0; base < g.n; base += 32) {
@@ -661,14 +660,7 @@ template <class F> struct CoStep {
     t->co_phase = CO_NONE;
     return t->state != RUNNABLE;
   }
-  auto await_resume() {
-    struct Reset {
-      Thread* t;
-      ~Reset() { t->co_phase = CO_NONE; }
-    } reset{t};
-    t->co_phase = CO_RESUME;
-    return f();
-  }
+  auto await_resume() { return in_phase(*t, CO_RESUME, f); }
 };
 // `co_call(f)(args...)`: the arguments are evaluated once, before the thread suspends.
 template <class F> struct CoCall {

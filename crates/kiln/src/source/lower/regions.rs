@@ -190,10 +190,6 @@ fn collective_statement(src: &Cursor, out: &[String], a: usize, e: usize) -> Opt
     }
     // At most the statement's own `=` (or compound assignment), before the call, with the call
     // on its right, which C++ evaluates first; no increments.
-    let assigns = |k: usize| {
-        let t = src.tok(k);
-        t.kind == Kind::Punct && t.text.ends_with('=') && !["==", "!=", "<=", ">="].contains(&t.text.as_str())
-    };
     let outside: Vec<usize> = (a..start).chain(close + 1..=e).collect();
     let depth_zero = |k: usize| {
         (a..k).fold(0i64, |d, j| {
@@ -201,7 +197,7 @@ fn collective_statement(src: &Cursor, out: &[String], a: usize, e: usize) -> Opt
                 - i64::from([")", "]", "}"].iter().any(|c| src.is(j, c)))
         }) == 0
     };
-    let assignments: Vec<usize> = outside.iter().copied().filter(|&k| assigns(k)).collect();
+    let assignments: Vec<usize> = outside.iter().copied().filter(|&k| assignment(src, k)).collect();
     if outside.iter().any(|&k| src.is(k, "++") || src.is(k, "--"))
         || assignments.len() > 1
         || assignments.first().is_some_and(|&k| k > start || !depth_zero(k))
@@ -210,10 +206,8 @@ fn collective_statement(src: &Cursor, out: &[String], a: usize, e: usize) -> Opt
     }
     for k in open + 1..close {
         let t = src.tok(k);
-        let assigns =
-            t.kind == Kind::Punct && t.text.ends_with('=') && !["==", "!=", "<=", ">="].contains(&t.text.as_str());
         let call = src.is(k, "(") && k > 0 && src.ident(k - 1) && !PURE_CALLS.contains(&src.tok(k - 1).text.as_str());
-        if assigns
+        if assignment(src, k)
             || src.is(k, "++")
             || src.is(k, "--")
             || call
@@ -228,10 +222,10 @@ fn collective_statement(src: &Cursor, out: &[String], a: usize, e: usize) -> Opt
         call.push_str(text(src, out, k));
         call.push(' ');
     }
-    let text = call.replacen("KILN_CO_CALL(", "", 1);
+    let marked = call.replacen("KILN_CO_CALL(", "", 1);
     // The coroutine pass closed its macro after the name: `KILN_CO_CALL(name)(args)`.
-    let name_end = text.find(") (").or_else(|| text.find(")("))?;
-    let text = format!("{}{}", &text[..name_end], &text[name_end + 1..]);
+    let name_end = marked.find(") (").or_else(|| marked.find(")("))?;
+    let call = format!("{}{}", &marked[..name_end], &marked[name_end + 1..]);
     let qualified = name == start
         || (name == start + 2 && src.is(start, "metal"))
         || (src.is(start, "::") && src.is(start + 1, "metal"));
@@ -242,7 +236,7 @@ fn collective_statement(src: &Cursor, out: &[String], a: usize, e: usize) -> Opt
         Some((_, op)) if single => {
             // The value: the argument's text after the site tag the convergence pass put in
             // the call's `(`.
-            let own = text_of_call_open(text_at(src, out, open));
+            let own = text_of_call_open(text(src, out, open));
             let arg = format!("{own} {}", joined(src, out, open + 1, close));
             (
                 format!("::kiln::rt::region_post_value(kiln_ra, {arg});"),
@@ -250,15 +244,17 @@ fn collective_statement(src: &Cursor, out: &[String], a: usize, e: usize) -> Opt
             )
         }
         _ => (
-            format!("::kiln::rt::region_post(kiln_ra, [&]() {{ (void){text}; }});"),
-            format!("::kiln::rt::region_read(kiln_ra, [&]() {{ return {text}; }})"),
+            format!("::kiln::rt::region_post(kiln_ra, [&]() {{ (void){call}; }});"),
+            format!("::kiln::rt::region_read(kiln_ra, [&]() {{ return {call}; }})"),
         ),
     };
     Some(CallSite { start, close, post, read })
 }
 
-fn text_at<'a>(src: &Cursor, out: &'a [String], k: usize) -> &'a str {
-    text(src, out, k)
+/// Whether the token at `k` is an assignment operator (`=`, `+=`, ...; not a comparison).
+fn assignment(src: &Cursor, k: usize) -> bool {
+    let t = src.tok(k);
+    t.kind == Kind::Punct && t.text.ends_with('=') && !["==", "!=", "<=", ">="].contains(&t.text.as_str())
 }
 
 /// A call's `(` as the rewrite left it, less the `(` and any site tag
@@ -424,20 +420,18 @@ fn keep(src: &Cursor, out: &[String], scope: &Scope<'_>, kept: &mut Kept, edits:
                 } else {
                     format!("auto& {var} = kiln_s.{member};")
                 };
+                edits.replaced.insert(d.name, format!("kiln_i_{var}"));
                 if local {
-                    edits.replaced.insert(d.name, format!("kiln_i_{var}"));
                     edits.suffix(e, &format!(" {var} = kiln_i_{var};"));
                     kept.writeback.push(format!("kiln_s.{member} = {var};"));
-                    kept.bindings.push((r, binding));
-                    continue;
-                }
-                edits.replaced.insert(d.name, format!("kiln_i_{var}"));
-                let store = format!(
-                    " __builtin_memcpy((void*)&kiln_s.{member}, (const void*)&kiln_i_{var}, sizeof(kiln_s.{member}));"
-                );
-                edits.suffix(e, &store);
-                if !top {
-                    edits.suffix(e, &format!(" {binding}"));
+                } else {
+                    edits.suffix(
+                        e,
+                        &format!(" __builtin_memcpy((void*)&kiln_s.{member}, (const void*)&kiln_i_{var}, sizeof(kiln_s.{member}));"),
+                    );
+                    if !top {
+                        edits.suffix(e, &format!(" {binding}"));
+                    }
                 }
                 kept.bindings.push((r, binding));
             }
